@@ -1,0 +1,110 @@
+//! Policy knobs and limits. The simulator's `fifo`, `priority` and `fairway` presets are
+//! three values of [`Policy`].
+
+/// How the queue is ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueOrder {
+    /// Submit time, then id: priorities are ignored.
+    Fifo,
+    /// Priority (higher first), then submit time, then id.
+    Priority,
+}
+
+/// How a node is chosen among the feasible ones. Add a variant and its `score` arm in
+/// `placement.rs` to add a policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoringPolicy {
+    /// Fewest GPUs left free after placement: keeps whole nodes free for big jobs.
+    BestFit,
+    /// Most GPUs left free: spreads load (useful for thermals or noisy neighbours).
+    Spread,
+}
+
+impl ScoringPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScoringPolicy::BestFit => "best-fit",
+            ScoringPolicy::Spread => "spread",
+        }
+    }
+    pub fn from_name(name: &str) -> Option<ScoringPolicy> {
+        match name {
+            "best-fit" => Some(ScoringPolicy::BestFit),
+            "spread" => Some(ScoringPolicy::Spread),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub order: QueueOrder,
+    pub preemption: bool,
+    /// When false, a job that cannot start blocks every job behind it (strict order).
+    /// When true, later jobs may start on GPUs the blocked job cannot use.
+    pub backfill: bool,
+    pub scoring: ScoringPolicy,
+}
+
+impl Policy {
+    /// Strict first-come first-served: no priorities, no preemption, no backfill.
+    pub fn fifo() -> Policy {
+        Policy { order: QueueOrder::Fifo, preemption: false, backfill: false, scoring: ScoringPolicy::BestFit }
+    }
+    /// Priority order with backfill, but nothing is ever preempted.
+    pub fn priority() -> Policy {
+        Policy { order: QueueOrder::Priority, preemption: false, backfill: true, scoring: ScoringPolicy::BestFit }
+    }
+    /// Priority order, backfill and graceful preemption.
+    pub fn fairway() -> Policy {
+        Policy { order: QueueOrder::Priority, preemption: true, backfill: true, scoring: ScoringPolicy::BestFit }
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy::fairway()
+    }
+}
+
+/// Limits on everything the core does in one cycle or holds at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Jobs started in one cycle.
+    pub starts_per_cycle_max: u32,
+    /// Pending jobs that may try preemption in one cycle (searches are the costly part).
+    pub preemption_attempts_per_cycle_max: u32,
+    /// Victims one preemptor may take.
+    pub victims_per_preemption_max: u32,
+    /// Running jobs examined as victim candidates for one preemptor.
+    pub victim_candidates_max: u32,
+    /// Feasible nodes scored for one replica.
+    pub candidate_nodes_scored_max: u32,
+    /// Jobs held (pending and running). Submits beyond it are refused.
+    pub jobs_max: u32,
+    /// Replicas in one gang.
+    pub replicas_max: u32,
+    /// GPUs on one node (slots are tracked in a 64-bit mask).
+    pub gpus_per_node_max: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            starts_per_cycle_max: 10_000,
+            preemption_attempts_per_cycle_max: 64,
+            victims_per_preemption_max: 32,
+            victim_candidates_max: 4_096,
+            candidate_nodes_scored_max: 64,
+            jobs_max: 1_000_000,
+            replicas_max: 1_024,
+            gpus_per_node_max: 64,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub policy: Policy,
+    pub limits: Limits,
+}

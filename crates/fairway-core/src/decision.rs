@@ -1,0 +1,114 @@
+//! Outputs of a scheduling cycle and the reasons a job is pending.
+
+use std::fmt;
+
+use crate::types::{AccountId, GpuModel, JobId, Placement, Priority, ResourceKind, Time};
+
+/// An instruction for the driver. Decisions are already applied to the core's state when
+/// they are returned: the driver carries them out and reports back with events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Start every replica of `job` on the given GPUs.
+    Start { job: JobId, placement: Placement },
+    /// Ask `victim` to stop for `preemptor`: notice, SIGTERM, and SIGKILL at `deadline`.
+    /// The driver reports `Exited` when it is gone; the victim is then requeued.
+    Preempt { victim: JobId, preemptor: JobId, deadline: Time },
+    /// Stop a job for good (cancelled, or its run-time limit reached). The driver kills it
+    /// and reports `Exited`; the job does not come back.
+    Stop { job: JobId, cause: StopCause },
+    /// The job's node went away; the driver should kill what is left of it. It is already
+    /// back in the queue.
+    Requeued { job: JobId, cause: RequeueCause },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopCause {
+    Cancelled,
+    RuntimeLimit,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequeueCause {
+    NodeRemoved,
+}
+
+/// Why a job is not running, in machine-readable form. `describe`/`why` and the metrics
+/// are built from these; `Display` gives the human sentence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PendingReason {
+    /// Starting the job would take `account` over its hard cap for `resource`.
+    OverQuota { account: AccountId, resource: ResourceKind, requested: u64, used: u64, limit: u64 },
+    /// One replica needs more than any node of the model has, even when empty.
+    NeverFits { gpus_per_replica: u32, gpu_model: Option<GpuModel> },
+    /// No placement now: `gpus_free_max` is the most free GPUs on one schedulable node
+    /// of the model, `nodes_matching` how many such nodes there are.
+    NoFit { gpus_per_replica: u32, replicas: u32, gpu_model: Option<GpuModel>, gpus_free_max: u32, nodes_matching: u32 },
+    /// Victims were asked to stop for this job; their GPUs are held for it.
+    WaitingForPreemption { victims: Vec<JobId> },
+    /// No lower-priority, preemptible work could free enough room.
+    NoPreemptionCandidates,
+    /// The job's `preemptionPolicy` is `Never`, so it waits for free GPUs.
+    PreemptionDisabled,
+    /// A job ahead in the queue is waiting for GPUs and the policy does not backfill.
+    BlockedBehind { job: JobId, priority: Priority },
+    /// The per-cycle preemption budget was spent on jobs ahead of this one.
+    PreemptionBudgetExhausted,
+}
+
+impl PendingReason {
+    /// A short stable label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PendingReason::OverQuota { .. } => "over_quota",
+            PendingReason::NeverFits { .. } => "never_fits",
+            PendingReason::NoFit { .. } => "no_fit",
+            PendingReason::WaitingForPreemption { .. } => "waiting_for_preemption",
+            PendingReason::NoPreemptionCandidates => "no_preemption_candidates",
+            PendingReason::PreemptionDisabled => "preemption_disabled",
+            PendingReason::BlockedBehind { .. } => "blocked_behind_higher_priority",
+            PendingReason::PreemptionBudgetExhausted => "preemption_budget_exhausted",
+        }
+    }
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingReason::OverQuota { account, resource, requested, used, limit } => write!(
+                f,
+                "over quota: {account} uses {used} of {limit} {}, job asks {requested}",
+                resource.name()
+            ),
+            PendingReason::NeverFits { gpus_per_replica, gpu_model } => {
+                write!(f, "no node{} can ever hold a replica of {gpus_per_replica} GPUs", model_suffix(*gpu_model))
+            }
+            PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => write!(
+                f,
+                "no room: needs {replicas}x{gpus_per_replica} GPUs{}; most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",
+                model_suffix(*gpu_model)
+            ),
+            PendingReason::WaitingForPreemption { victims } => {
+                write!(f, "waiting for preemption of")?;
+                for v in victims {
+                    write!(f, " {v}")?;
+                }
+                Ok(())
+            }
+            PendingReason::NoPreemptionCandidates => {
+                write!(f, "no lower-priority preemptible jobs would free enough room")
+            }
+            PendingReason::PreemptionDisabled => write!(f, "preemptionPolicy is Never: waits for free GPUs"),
+            PendingReason::BlockedBehind { job, priority } => {
+                write!(f, "blocked behind {job} (priority {priority}) which is waiting for GPUs")
+            }
+            PendingReason::PreemptionBudgetExhausted => write!(f, "preemption budget of this cycle spent"),
+        }
+    }
+}
+
+fn model_suffix(model: Option<GpuModel>) -> String {
+    match model {
+        Some(m) => format!(" of {m}"),
+        None => String::new(),
+    }
+}

@@ -1,0 +1,38 @@
+//! Inputs to the core. Drivers turn what happened (an API call, a process exit, a trace row)
+//! into one of these and hand it to [`crate::Scheduler::apply`] with the current time.
+
+use crate::types::{AccountId, JobId, JobSpec, NodeId, NodeSpec, Quota, Time};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A new job enters the queue. Its queue position is its submit time, then its id.
+    Submit(JobSpec),
+    /// Remove a job wherever it is. A running job gets a `Stop` decision.
+    Cancel(JobId),
+    /// A job the core started (or asked to stop) has exited.
+    Exited { job: JobId, outcome: ExitOutcome },
+    /// The job saved a checkpoint at the given time (progress up to then is safe).
+    CheckpointReported { job: JobId, at: Time },
+    NodeAdded(NodeSpec),
+    /// The node is gone: jobs on it are requeued (their processes are lost with it).
+    NodeRemoved(NodeId),
+    /// No new work is placed on the node; running work continues.
+    NodeDrained(NodeId),
+    /// Undo a drain.
+    NodeUncordoned(NodeId),
+    /// Set (or with `None` clear) an account's hard cap. Lowering a cap evicts nobody.
+    SetQuota { account: AccountId, quota: Option<Quota> },
+}
+
+/// How a job's process ended, as the driver saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitOutcome {
+    /// Ran to completion. The job leaves the core.
+    Succeeded,
+    /// Failed and the driver will not retry it. The job leaves the core.
+    Failed,
+    /// Put the job back in the queue at its original position (a retry, or a process lost
+    /// outside the core's knowledge). A job the core was preempting is always requeued,
+    /// whatever outcome the driver reports, unless the outcome is `Succeeded`.
+    Requeue,
+}

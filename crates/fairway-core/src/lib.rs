@@ -1,0 +1,21 @@
+//! # fairway-core
+//!
+//! The scheduling brain of Fairway: a pure, deterministic state machine. Drivers (the trace
+//! simulator, the standalone daemon, the Kubernetes controller) feed it [`Event`]s with the
+//! current time and carry out the [`Decision`]s a [`Scheduler::cycle`] returns.
+//!
+//! Architecture invariants (see ARCHITECTURE.md):
+//! - No IO, no async, no wall clock, no randomness: `now` is a parameter.
+//! - No `HashMap` iteration order reaches a decision: ordered maps and stable ids only.
+//! - After every cycle: no GPU is assigned twice, gangs are whole, usage is within quota,
+//!   reserved GPUs belong to exactly one preemptor.
+
+pub mod config;
+pub mod decision;
+pub mod event;
+pub mod types;
+
+pub use config::{Config, Limits, Policy, QueueOrder, ScoringPolicy};
+pub use decision::{Decision, PendingReason, RequeueCause, StopCause};
+pub use event::{Event, ExitOutcome};
+pub use types::*;

@@ -1,0 +1,1 @@
+//! Wire formats (placeholder until the spec crate lands).
