@@ -1,0 +1,1 @@
+//! Per-job records and summary statistics (in progress).

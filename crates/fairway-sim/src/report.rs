@@ -1,0 +1,1 @@
+//! Terminal table, markdown and SVG report (in progress).

@@ -1,0 +1,1 @@
+//! Workload sources: trace loaders and the synthetic generator (in progress).
