@@ -10,12 +10,21 @@
 //! - After every cycle: no GPU is assigned twice, gangs are whole, usage is within quota,
 //!   reserved GPUs belong to exactly one preemptor.
 
+mod cluster;
 pub mod config;
+mod cycle;
 pub mod decision;
 pub mod event;
+mod invariants;
+pub mod placement;
+mod preemption;
+mod scheduler;
+mod state;
 pub mod types;
 
 pub use config::{Config, Limits, Policy, QueueOrder, ScoringPolicy};
 pub use decision::{Decision, PendingReason, RequeueCause, StopCause};
 pub use event::{Event, ExitOutcome};
+pub use cycle::{CycleOutcome, CycleStats};
+pub use scheduler::{CoreError, Counters, JobStatus, Scheduler};
 pub use types::*;

@@ -1,0 +1,124 @@
+//! The core's state: jobs, the pending queue, running index, accounts.
+
+use std::cmp::Reverse;
+
+use crate::decision::{PendingReason, StopCause};
+use crate::types::{AccountId, JobId, JobSpec, Placement, Priority, Quota, ResourceKind, Resources, Time};
+
+/// A pending job's place in the queue. Ordering: rank (negated priority, or 0 under FIFO),
+/// then submit time, then id. A requeued job keeps its key, so it returns to its place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct QueueKey {
+    pub rank: Reverse<Priority>,
+    pub submitted_at: Time,
+    pub id: JobId,
+}
+
+/// GPUs held for a preemptor while its victims terminate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Reservation {
+    pub placement: Placement,
+    pub victims: Vec<JobId>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum JobState {
+    Pending { reservation: Option<Reservation> },
+    Running { placement: Placement, started_at: Time },
+    /// Asked to stop; its GPUs stay assigned until the driver reports the exit.
+    Terminating { placement: Placement, started_at: Time, why: Termination },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Termination {
+    /// Preempted for `preemptor`: requeued on exit.
+    Preempted { preemptor: JobId, deadline: Time },
+    /// Stopped for good: removed on exit.
+    Stopped(StopCause),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Job {
+    pub spec: JobSpec,
+    pub key: QueueKey,
+    pub state: JobState,
+    /// Run time of finished runs (for the run-time limit).
+    pub runtime_done_ms: u64,
+    pub last_checkpoint: Option<Time>,
+    pub reasons: Vec<PendingReason>,
+    pub preemptions: u32,
+    /// Cancelled while terminating for preemption: remove instead of requeue on exit.
+    pub cancelled: bool,
+}
+
+impl Job {
+    /// The accounts this job is charged to: its user and its project (once if the same).
+    pub fn accounts(&self) -> impl Iterator<Item = AccountId> {
+        let (u, p) = (self.spec.user, self.spec.project);
+        std::iter::once(p).chain((u != p).then_some(u))
+    }
+
+    /// When a run started at `started_at` reaches the job's run-time limit.
+    pub fn runtime_deadline(&self, started_at: Time) -> Option<Time> {
+        self.spec.max_runtime_ms.map(|limit| started_at.plus_ms(limit.saturating_sub(self.runtime_done_ms)))
+    }
+
+    /// When the job's progress was last safe: the latest reported checkpoint, or the
+    /// checkpoint its interval hint implies, or its start.
+    pub fn last_progress_saved(&self, started_at: Time, now: Time) -> Time {
+        let by_hint = match self.spec.checkpoint_interval_ms {
+            Some(interval) if interval > 0 => {
+                let ran = now.ms_since(started_at);
+                started_at.plus_ms(ran - ran % interval)
+            }
+            _ => started_at,
+        };
+        let reported = self.last_checkpoint.filter(|t| *t >= started_at).unwrap_or(started_at);
+        by_hint.max(reported)
+    }
+}
+
+/// A quota account: its cap and what is charged to it. Charged = running jobs plus GPUs
+/// held for its preemptors; terminating jobs are no longer charged (they are leaving).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Account {
+    pub quota: Option<Quota>,
+    pub charged: Resources,
+    /// Usage above a lowered cap that was already running when the cap changed: allowed
+    /// to drain, never to grow.
+    pub grandfathered: Resources,
+}
+
+impl Account {
+    /// The first dimension in which charging `extra` more would break the cap.
+    pub fn over_quota(&self, extra: Resources) -> Option<(ResourceKind, u64, u64)> {
+        let quota = self.quota?;
+        ResourceKind::ALL.into_iter().find_map(|kind| {
+            let limit = quota.limit(kind)?;
+            let used = kind.of(self.charged);
+            (used + kind.of(extra) > limit).then_some((kind, used, limit))
+        })
+    }
+
+    pub fn charge(&mut self, r: Resources) {
+        self.charged = self.charged.plus(r);
+    }
+
+    pub fn uncharge(&mut self, r: Resources) {
+        self.charged = self.charged.minus(r);
+        self.grandfathered = Resources {
+            gpus: self.grandfathered.gpus.min(self.charged.gpus),
+            cpu_millis: self.grandfathered.cpu_millis.min(self.charged.cpu_millis),
+            memory_mib: self.grandfathered.memory_mib.min(self.charged.memory_mib),
+        };
+    }
+
+    /// Within cap, or within what the cap grandfathered.
+    pub fn within_quota(&self) -> bool {
+        let Some(quota) = self.quota else { return true };
+        ResourceKind::ALL.into_iter().all(|kind| match quota.limit(kind) {
+            None => true,
+            Some(limit) => kind.of(self.charged) <= limit.max(kind.of(self.grandfathered)),
+        })
+    }
+}
