@@ -144,9 +144,11 @@ impl Scheduler {
             }
             let shape = Shape { model: spec.gpu_model, per_replica: spec.per_replica, replicas: spec.replicas };
             // c.
-            let never = *memo.never_fits.entry(shape).or_insert_with(|| !self.any_node_holds(shape.model, shape.per_replica));
+            let never =
+                *memo.never_fits.entry(shape).or_insert_with(|| !self.any_node_holds(shape.model, shape.per_replica));
             if never {
-                let reason = PendingReason::NeverFits { gpus_per_replica: spec.per_replica.gpus, gpu_model: spec.gpu_model };
+                let reason =
+                    PendingReason::NeverFits { gpus_per_replica: spec.per_replica.gpus, gpu_model: spec.gpu_model };
                 self.set_reasons(id, vec![reason]);
                 continue;
             }
@@ -236,9 +238,7 @@ impl Scheduler {
     }
 
     fn any_node_holds(&self, model: Option<GpuModel>, per_replica: Resources) -> bool {
-        self.nodes
-            .values()
-            .any(|n| model.is_none_or(|m| m == n.spec.gpu_model) && per_replica.fits_in(n.spec.capacity))
+        self.nodes.values().any(|n| model.is_none_or(|m| m == n.spec.gpu_model) && per_replica.fits_in(n.spec.capacity))
     }
 
     fn no_fit_reason(&self, shape: Shape) -> PendingReason {
@@ -253,7 +253,12 @@ impl Scheduler {
     }
 
     /// Free room on schedulable nodes for the job's shape: `(node, replicas)` or `None`.
-    pub(crate) fn try_place(&self, model: Option<GpuModel>, per_replica: Resources, replicas: u32) -> Option<Vec<(NodeId, u32)>> {
+    pub(crate) fn try_place(
+        &self,
+        model: Option<GpuModel>,
+        per_replica: Resources,
+        replicas: u32,
+    ) -> Option<Vec<(NodeId, u32)>> {
         let candidates = self.free_candidates(model, per_replica, replicas);
         choose_nodes(&candidates, per_replica, replicas, self.config.policy.scoring)
     }
@@ -331,4 +336,3 @@ impl Scheduler {
         Placement { replicas }
     }
 }
-

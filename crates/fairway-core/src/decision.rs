@@ -74,11 +74,9 @@ impl PendingReason {
 impl fmt::Display for PendingReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PendingReason::OverQuota { account, resource, requested, used, limit } => write!(
-                f,
-                "over quota: {account} uses {used} of {limit} {}, job asks {requested}",
-                resource.name()
-            ),
+            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+                write!(f, "over quota: {account} uses {used} of {limit} {}, job asks {requested}", resource.name())
+            }
             PendingReason::NeverFits { gpus_per_replica, gpu_model } => {
                 write!(f, "no node{} can ever hold a replica of {gpus_per_replica} GPUs", model_suffix(*gpu_model))
             }

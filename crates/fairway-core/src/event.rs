@@ -10,9 +10,15 @@ pub enum Event {
     /// Remove a job wherever it is. A running job gets a `Stop` decision.
     Cancel(JobId),
     /// A job the core started (or asked to stop) has exited.
-    Exited { job: JobId, outcome: ExitOutcome },
+    Exited {
+        job: JobId,
+        outcome: ExitOutcome,
+    },
     /// The job saved a checkpoint at the given time (progress up to then is safe).
-    CheckpointReported { job: JobId, at: Time },
+    CheckpointReported {
+        job: JobId,
+        at: Time,
+    },
     NodeAdded(NodeSpec),
     /// The node is gone: jobs on it are requeued (their processes are lost with it).
     NodeRemoved(NodeId),
@@ -21,7 +27,10 @@ pub enum Event {
     /// Undo a drain.
     NodeUncordoned(NodeId),
     /// Set (or with `None` clear) an account's hard cap. Lowering a cap evicts nobody.
-    SetQuota { account: AccountId, quota: Option<Quota> },
+    SetQuota {
+        account: AccountId,
+        quota: Option<Quota>,
+    },
 }
 
 /// How a job's process ended, as the driver saw it.

@@ -32,11 +32,20 @@ impl Scheduler {
                 JobState::Pending { .. } => return Err(format!("{id} indexed as placed but pending")),
             };
             if placement.replicas.len() != job.spec.replicas as usize {
-                return Err(format!("gang {id} has {} of {} replicas placed", placement.replicas.len(), job.spec.replicas));
+                return Err(format!(
+                    "gang {id} has {} of {} replicas placed",
+                    placement.replicas.len(),
+                    job.spec.replicas
+                ));
             }
             for r in &placement.replicas {
                 if r.gpu_indices.len() != job.spec.per_replica.gpus as usize {
-                    return Err(format!("{id} replica on {} has {} GPUs, wants {}", r.node, r.gpu_indices.len(), job.spec.per_replica.gpus));
+                    return Err(format!(
+                        "{id} replica on {} has {} GPUs, wants {}",
+                        r.node,
+                        r.gpu_indices.len(),
+                        job.spec.per_replica.gpus
+                    ));
                 }
                 let used = node_used.entry(r.node).or_default();
                 *used = used.plus(job.spec.per_replica);

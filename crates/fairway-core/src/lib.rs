@@ -23,8 +23,8 @@ mod state;
 pub mod types;
 
 pub use config::{Config, Limits, Policy, QueueOrder, ScoringPolicy};
+pub use cycle::{CycleOutcome, CycleStats};
 pub use decision::{Decision, PendingReason, RequeueCause, StopCause};
 pub use event::{Event, ExitOutcome};
-pub use cycle::{CycleOutcome, CycleStats};
 pub use scheduler::{CoreError, Counters, JobStatus, Scheduler};
 pub use types::*;

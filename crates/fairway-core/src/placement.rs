@@ -54,17 +54,15 @@ pub fn choose_nodes(
     policy: ScoringPolicy,
 ) -> Option<Vec<(NodeId, u32)>> {
     assert!(replicas >= 1, "a gang has at least one replica");
-    let mut fits: Vec<(Candidate, u32)> = candidates
-        .iter()
-        .map(|c| (*c, c.replicas_fitting(per_replica)))
-        .filter(|(_, k)| *k > 0)
-        .collect();
+    let mut fits: Vec<(Candidate, u32)> =
+        candidates.iter().map(|c| (*c, c.replicas_fitting(per_replica))).filter(|(_, k)| *k > 0).collect();
     let total: u64 = fits.iter().map(|(_, k)| u64::from(*k)).sum();
     if total < u64::from(replicas) {
         return None;
     }
     // Step 2: one node holds the whole gang.
-    if let Some(best) = best_scored(fits.iter().filter(|(_, k)| *k >= replicas).map(|(c, _)| c), per_replica.times(replicas), policy)
+    if let Some(best) =
+        best_scored(fits.iter().filter(|(_, k)| *k >= replicas).map(|(c, _)| c), per_replica.times(replicas), policy)
     {
         return Some(vec![(best, replicas)]);
     }
@@ -81,10 +79,7 @@ pub fn choose_nodes(
         if *k >= remaining {
             // The tail: the best-scored unused node that holds the remainder.
             let used: Vec<NodeId> = chosen.iter().map(|(n, _)| *n).collect();
-            let tail = fits
-                .iter()
-                .filter(|(c2, k2)| *k2 >= remaining && !used.contains(&c2.node))
-                .map(|(c2, _)| c2);
+            let tail = fits.iter().filter(|(c2, k2)| *k2 >= remaining && !used.contains(&c2.node)).map(|(c2, _)| c2);
             let node = best_scored(tail, per_replica.times(remaining), policy).unwrap_or(c.node);
             chosen.push((node, remaining));
             chosen.sort();

@@ -298,11 +298,19 @@ impl Scheduler {
         if spec.capacity.gpus > self.config.limits.gpus_per_node_max {
             return Err(CoreError::InvalidNode {
                 node: spec.id,
-                reason: format!("{} GPUs above the per-node limit {}", spec.capacity.gpus, self.config.limits.gpus_per_node_max),
+                reason: format!(
+                    "{} GPUs above the per-node limit {}",
+                    spec.capacity.gpus, self.config.limits.gpus_per_node_max
+                ),
             });
         }
         let node = Node::new(spec);
-        self.index.insert(node.spec.gpu_model, node.available_gpus(), node.spec.id, self.config.limits.gpus_per_node_max);
+        self.index.insert(
+            node.spec.gpu_model,
+            node.available_gpus(),
+            node.spec.id,
+            self.config.limits.gpus_per_node_max,
+        );
         self.nodes.insert(node.spec.id, node);
         Ok(())
     }
@@ -389,7 +397,10 @@ impl Scheduler {
         let deadline = job.runtime_deadline(now);
         let accounts: Vec<AccountId> = job.accounts().collect();
         let total = job.spec.total();
-        assert!(matches!(job.state, JobState::Pending { reservation: None }), "{id} must be pending without reservation");
+        assert!(
+            matches!(job.state, JobState::Pending { reservation: None }),
+            "{id} must be pending without reservation"
+        );
         for replica in &placement.replicas {
             self.with_node(replica.node, |node| {
                 for &slot in &replica.gpu_indices {
@@ -420,7 +431,8 @@ impl Scheduler {
     /// candidate, but keeps its GPUs until it exits.
     pub(crate) fn begin_termination(&mut self, id: JobId, why: Termination) {
         let job = self.jobs.get_mut(&id).expect("known");
-        let JobState::Running { placement, started_at } = std::mem::replace(&mut job.state, JobState::Pending { reservation: None })
+        let JobState::Running { placement, started_at } =
+            std::mem::replace(&mut job.state, JobState::Pending { reservation: None })
         else {
             panic!("{id} must be running to terminate");
         };
@@ -547,4 +559,3 @@ impl Scheduler {
         Placement { replicas }
     }
 }
-

@@ -23,10 +23,19 @@ pub(crate) struct Reservation {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum JobState {
-    Pending { reservation: Option<Reservation> },
-    Running { placement: Placement, started_at: Time },
+    Pending {
+        reservation: Option<Reservation>,
+    },
+    Running {
+        placement: Placement,
+        started_at: Time,
+    },
     /// Asked to stop; its GPUs stay assigned until the driver reports the exit.
-    Terminating { placement: Placement, started_at: Time, why: Termination },
+    Terminating {
+        placement: Placement,
+        started_at: Time,
+        why: Termination,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,11 @@
 use fairway_core::*;
 
 fn node(id: u32, gpus: u32) -> Event {
-    Event::NodeAdded(NodeSpec { id: NodeId(id), gpu_model: GpuModel(0), capacity: Resources::new(gpus, 64_000, 512_000) })
+    Event::NodeAdded(NodeSpec {
+        id: NodeId(id),
+        gpu_model: GpuModel(0),
+        capacity: Resources::new(gpus, 64_000, 512_000),
+    })
 }
 
 #[test]
