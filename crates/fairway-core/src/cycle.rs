@@ -1,17 +1,17 @@
 //! The scheduling cycle: one numbered recipe, run by every driver the same way.
 
-use std::collections::HashMap;
-use std::ops::Bound;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::config::ScoringPolicy;
 use crate::decision::{Decision, PendingReason, StopCause};
 use crate::placement::{Candidate, choose_nodes};
 use crate::preemption::{PreemptionScope, VictimPlan};
+use crate::queue::{GroupKey, Verdict, Wake};
 use crate::scheduler::Scheduler;
 use crate::state::{JobState, QueueKey, Reservation, Termination};
-use crate::types::{
-    AccountId, GpuModel, JobId, NodeId, Placement, PreemptionPolicy, Priority, ReplicaPlacement, Resources, Time,
-};
+use crate::types::{AccountId, GpuModel, JobId, NodeId, Placement, Priority, ReplicaPlacement, Resources, Time};
 
 /// What one cycle did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -42,13 +42,37 @@ struct Shape {
 }
 
 /// Per-cycle memory of answers already computed. Only looked up, never iterated, so the
-/// `HashMap` order cannot reach a decision.
+/// hash order cannot reach a decision.
 #[derive(Default)]
 struct CycleMemo {
-    no_fit: HashMap<Shape, ()>,
+    no_fit: HashSet<Shape>,
     /// Highest priority at which an unrestricted victim search for the shape failed.
     no_victims: HashMap<Shape, Priority>,
     never_fits: HashMap<Shape, bool>,
+    free_max: HashMap<Option<GpuModel>, u32>,
+}
+
+struct PreemptionBudget {
+    left: u32,
+}
+
+impl PreemptionBudget {
+    fn take(&mut self) -> bool {
+        let ok = self.left > 0;
+        self.left = self.left.saturating_sub(1);
+        ok
+    }
+}
+
+/// What considering one job came to.
+enum Considered {
+    Started,
+    /// Victims were asked to stop; the job holds their GPUs.
+    Preempting,
+    /// Already holding GPUs while earlier victims terminate.
+    Holding,
+    /// Cannot start: the group's verdict.
+    Failed(Verdict),
 }
 
 impl Scheduler {
@@ -57,8 +81,10 @@ impl Scheduler {
     /// 1. Hand out decisions that events produced since the last cycle (stops, requeues).
     /// 2. Stop running jobs whose run-time limit has passed.
     /// 3. Start preemptors whose victims have all exited, on the GPUs held for them.
-    /// 4. Walk the pending queue in order (priority, then submit time, then id); for each job:
-    ///    a. with backfill off, once one job is blocked every job behind it is blocked;
+    /// 4. Walk the pending queue in order (priority, then submit time, then id), asking each
+    ///    equivalence group once per failure (see `queue.rs`); for each job:
+    ///    a. groups that failed before and whose wait cannot be over stay dormant; with
+    ///       backfill off, the first job that cannot start blocks every job behind it;
     ///    b. a job whose victims are still terminating keeps waiting for them;
     ///    c. a job that could never fit on any node says so;
     ///    d. a job over its account's quota waits, unless it can preempt its own
@@ -109,121 +135,161 @@ impl Scheduler {
         }
     }
 
-    /// Step 4.
+    /// Step 4: walk the queue in order, one equivalence group at a time (see `queue.rs`).
     fn walk_queue(&mut self, now: Time, out: &mut CycleOutcome) {
-        let limits = self.config.limits.clone();
-        let policy = self.config.policy.clone();
+        let strict = !self.config.policy.backfill;
         let mut memo = CycleMemo::default();
-        let mut blocked_by: Option<(JobId, Priority)> = None;
-        let mut cursor: Option<QueueKey> = None;
-        let mut searches = 0u32;
-        loop {
-            let lower = cursor.map_or(Bound::Unbounded, Bound::Excluded);
-            let Some(&key) = self.queue.range((lower, Bound::Unbounded)).next() else { break };
-            cursor = Some(key);
-            if out.stats.started >= limits.starts_per_cycle_max {
+        let mut budget = PreemptionBudget { left: self.config.limits.preemption_attempts_per_cycle_max };
+        self.blocked_by = None;
+        // 4a. Wake groups whose wait may be over; remember the earliest dormant head, which
+        // under strict order blocks everything behind it.
+        let mut heads: BinaryHeap<Reverse<(QueueKey, GroupKey)>> = BinaryHeap::new();
+        let mut dormant_head: Option<(QueueKey, Priority)> = None;
+        for (gk, group) in &self.queue.groups {
+            let head = *group.members.first().expect("groups are never empty");
+            if group.verdict.as_ref().is_some_and(|v| self.still_dormant(gk, v, &mut memo)) {
+                if dormant_head.is_none_or(|(k, _)| head < k) {
+                    dormant_head = Some((head, gk.priority));
+                }
+            } else {
+                heads.push(Reverse((head, *gk)));
+            }
+        }
+        while let Some(Reverse((key, gk))) = heads.pop() {
+            if strict && dormant_head.is_some_and(|(k, _)| k < key) {
+                break;
+            }
+            if out.stats.started >= self.config.limits.starts_per_cycle_max {
                 break;
             }
             out.stats.jobs_considered += 1;
-            let id = key.id;
-            // a.
-            if let Some((job, priority)) = blocked_by {
-                self.set_reasons(id, vec![PendingReason::BlockedBehind { job, priority }]);
-                continue;
-            }
-            let job = &self.jobs[&id];
-            let spec = job.spec.clone();
-            // b.
-            if let JobState::Pending { reservation: Some(r) } = &job.state {
-                let victims = self.still_terminating(&r.victims);
-                self.set_reasons(id, vec![PendingReason::WaitingForPreemption { victims }]);
-                if !policy.backfill {
-                    blocked_by = Some((id, spec.priority));
-                }
-                continue;
-            }
-            let shape = Shape { model: spec.gpu_model, per_replica: spec.per_replica, replicas: spec.replicas };
-            // c.
-            let never =
-                *memo.never_fits.entry(shape).or_insert_with(|| !self.any_node_holds(shape.model, shape.per_replica));
-            if never {
-                let reason =
-                    PendingReason::NeverFits { gpus_per_replica: spec.per_replica.gpus, gpu_model: spec.gpu_model };
-                self.set_reasons(id, vec![reason]);
-                continue;
-            }
-            let may_preempt = policy.preemption && spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority;
-            // d.
-            if let Some((account, reason)) = self.quota_shortfall(id) {
-                let mut reasons = vec![reason];
-                if may_preempt && searches < limits.preemption_attempts_per_cycle_max {
-                    searches += 1;
-                    out.stats.preemption_searches += 1;
-                    if let Some(plan) = self.find_victims(id, PreemptionScope::Account(account), now) {
-                        self.carry_out_preemption(id, plan, now, out);
-                        continue;
+            match self.consider(key.id, &gk, now, &mut memo, &mut budget, out) {
+                Considered::Started | Considered::Preempting | Considered::Holding => {
+                    if let Some(g) = self.queue.groups.get_mut(&gk) {
+                        // Something changed for this group: its old verdict no longer holds.
+                        g.verdict = None;
+                    }
+                    if strict && !matches!(self.jobs[&key.id].state, JobState::Running { .. }) {
+                        self.blocked_by = Some((key, gk.priority));
+                        return;
+                    }
+                    let next =
+                        self.queue.groups.get(&gk).and_then(|g| g.members.range((Excluded(key), Unbounded)).next());
+                    if let Some(&next) = next {
+                        heads.push(Reverse((next, gk)));
                     }
                 }
-                reasons.truncate(1);
-                self.set_reasons(id, reasons);
-                continue;
-            }
-            // e.
-            if !memo.no_fit.contains_key(&shape) {
-                if let Some(chosen) = self.try_place(shape.model, shape.per_replica, shape.replicas) {
-                    let placement = self.assign_slots(id, &chosen, spec.per_replica.gpus);
-                    self.start(id, placement.clone(), now);
-                    out.decisions.push(Decision::Start { job: id, placement });
-                    out.stats.started += 1;
-                    continue;
+                Considered::Failed(verdict) => {
+                    let blocks = strict && !matches!(verdict.wake, Wake::Quota { .. });
+                    self.queue.groups.get_mut(&gk).expect("group of a pending job").verdict = Some(verdict);
+                    if blocks {
+                        self.blocked_by = Some((key, gk.priority));
+                        return;
+                    }
                 }
-                memo.no_fit.insert(shape, ());
             }
-            // f.
-            let mut reasons = vec![self.no_fit_reason(shape)];
-            if !policy.preemption {
-                // Nothing to add: the policy never preempts.
-            } else if !may_preempt {
-                reasons.push(PendingReason::PreemptionDisabled);
-            } else if memo.no_victims.get(&shape).is_some_and(|p| *p >= spec.priority) {
-                reasons.push(PendingReason::NoPreemptionCandidates);
-            } else if searches >= limits.preemption_attempts_per_cycle_max {
-                reasons.push(PendingReason::PreemptionBudgetExhausted);
-            } else {
-                searches += 1;
+        }
+        if strict {
+            self.blocked_by = self.blocked_by.or(dormant_head);
+        }
+    }
+
+    /// Steps 4b–4g for one job.
+    fn consider(
+        &mut self,
+        id: JobId,
+        gk: &GroupKey,
+        now: Time,
+        memo: &mut CycleMemo,
+        budget: &mut PreemptionBudget,
+        out: &mut CycleOutcome,
+    ) -> Considered {
+        // b.
+        if matches!(self.jobs[&id].state, JobState::Pending { reservation: Some(_) }) {
+            return Considered::Holding;
+        }
+        let shape = Shape { model: gk.model, per_replica: gk.per_replica, replicas: gk.replicas };
+        let capacity_wake = Wake::Capacity { capacity_seq: self.capacity_seq, victim_seq: self.victim_seq };
+        // c.
+        let never =
+            *memo.never_fits.entry(shape).or_insert_with(|| !self.any_node_holds(shape.model, shape.per_replica));
+        if never {
+            let reason = PendingReason::NeverFits { gpus_per_replica: shape.per_replica.gpus, gpu_model: shape.model };
+            return Considered::Failed(Verdict { reasons: vec![reason], wake: capacity_wake });
+        }
+        let may_preempt = self.config.policy.preemption && gk.may_preempt;
+        // d.
+        if let Some((account, reason)) = self.quota_shortfall(id) {
+            if may_preempt && budget.take() {
                 out.stats.preemption_searches += 1;
-                match self.find_victims(id, PreemptionScope::Any, now) {
-                    Some(plan) => {
-                        self.carry_out_preemption(id, plan, now, out);
-                        if !policy.backfill {
-                            blocked_by = Some((id, spec.priority));
-                        }
-                        continue;
-                    }
-                    None => {
-                        memo.no_victims.insert(shape, spec.priority);
-                        reasons.push(PendingReason::NoPreemptionCandidates);
-                    }
+                if let Some(plan) = self.find_victims(id, PreemptionScope::Account(account), now) {
+                    self.carry_out_preemption(id, plan, now, out);
+                    return Considered::Preempting;
                 }
             }
-            // g.
-            self.set_reasons(id, reasons);
-            if !policy.backfill {
-                blocked_by = Some((id, spec.priority));
+            let seq = self.accounts[&account].seq;
+            return Considered::Failed(Verdict { reasons: vec![reason], wake: Wake::Quota { account, seq } });
+        }
+        // e.
+        if !memo.no_fit.contains(&shape) {
+            if let Some(chosen) = self.try_place(shape.model, shape.per_replica, shape.replicas) {
+                let placement = self.assign_slots(id, &chosen, shape.per_replica.gpus);
+                self.start(id, placement.clone(), now);
+                out.decisions.push(Decision::Start { job: id, placement });
+                out.stats.started += 1;
+                return Considered::Started;
+            }
+            memo.no_fit.insert(shape);
+        }
+        // f.
+        let mut reasons = vec![self.no_fit_reason(shape)];
+        let mut wake = capacity_wake;
+        if !self.config.policy.preemption {
+            // The policy never preempts: nothing to add.
+        } else if !may_preempt {
+            reasons.push(PendingReason::PreemptionDisabled);
+        } else if memo.no_victims.get(&shape).is_some_and(|p| *p >= gk.priority) {
+            reasons.push(PendingReason::NoPreemptionCandidates);
+        } else if !budget.take() {
+            reasons.push(PendingReason::PreemptionBudgetExhausted);
+            wake = Wake::NextCycle;
+        } else {
+            out.stats.preemption_searches += 1;
+            match self.find_victims(id, PreemptionScope::Any, now) {
+                Some(plan) => {
+                    self.carry_out_preemption(id, plan, now, out);
+                    return Considered::Preempting;
+                }
+                None => {
+                    memo.no_victims.insert(shape, gk.priority);
+                    reasons.push(PendingReason::NoPreemptionCandidates);
+                }
+            }
+        }
+        // g.
+        Considered::Failed(Verdict { reasons, wake })
+    }
+
+    /// Is a failed group still sure to fail? Cheap checks only; a wrong "no" costs one
+    /// extra evaluation, never a wrong decision.
+    fn still_dormant(&self, gk: &GroupKey, verdict: &Verdict, memo: &mut CycleMemo) -> bool {
+        match verdict.wake {
+            Wake::NextCycle => false,
+            Wake::Quota { account, seq } => self.accounts.get(&account).is_some_and(|a| a.seq == seq),
+            Wake::Capacity { capacity_seq, victim_seq } => {
+                let room_same = capacity_seq == self.capacity_seq || !self.may_fit_now(gk, memo);
+                let victims_same = !(self.config.policy.preemption && gk.may_preempt)
+                    || victim_seq == self.victim_seq
+                    || self.running.first().is_none_or(|(p, _)| *p >= gk.priority);
+                room_same && victims_same
             }
         }
     }
 
-    fn set_reasons(&mut self, id: JobId, reasons: Vec<PendingReason>) {
-        self.jobs.get_mut(&id).expect("queued job is known").reasons = reasons;
-    }
-
-    fn still_terminating(&self, victims: &[JobId]) -> Vec<JobId> {
-        victims
-            .iter()
-            .copied()
-            .filter(|v| self.jobs.get(v).is_some_and(|j| matches!(j.state, JobState::Terminating { .. })))
-            .collect()
+    /// Could free room now hold one replica of the group? (A quick necessary condition.)
+    fn may_fit_now(&self, gk: &GroupKey, memo: &mut CycleMemo) -> bool {
+        let free_max = *memo.free_max.entry(gk.model).or_insert_with(|| self.index.summary(gk.model).0);
+        gk.per_replica.gpus <= free_max
     }
 
     /// The first of the job's accounts that starting it would take over quota.
@@ -307,8 +373,7 @@ impl Scheduler {
             out.stats.victims_preempted += 1;
             self.counters.preemptions += 1;
         }
-        self.reserve(id, Reservation { placement, victims: plan.victims.clone() });
-        self.set_reasons(id, vec![PendingReason::WaitingForPreemption { victims: plan.victims }]);
+        self.reserve(id, Reservation { placement, victims: plan.victims });
     }
 
     /// Slots for a preemptor: free, unheld slots first, then the victims' slots.

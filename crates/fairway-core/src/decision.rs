@@ -53,6 +53,8 @@ pub enum PendingReason {
     BlockedBehind { job: JobId, priority: Priority },
     /// The per-cycle preemption budget was spent on jobs ahead of this one.
     PreemptionBudgetExhausted,
+    /// Submitted since the last cycle, or not reached by it (start limit).
+    NotYetConsidered,
 }
 
 impl PendingReason {
@@ -67,6 +69,7 @@ impl PendingReason {
             PendingReason::PreemptionDisabled => "preemption_disabled",
             PendingReason::BlockedBehind { .. } => "blocked_behind_higher_priority",
             PendingReason::PreemptionBudgetExhausted => "preemption_budget_exhausted",
+            PendingReason::NotYetConsidered => "not_yet_considered",
         }
     }
 }
@@ -100,6 +103,7 @@ impl fmt::Display for PendingReason {
                 write!(f, "blocked behind {job} (priority {priority}) which is waiting for GPUs")
             }
             PendingReason::PreemptionBudgetExhausted => write!(f, "preemption budget of this cycle spent"),
+            PendingReason::NotYetConsidered => write!(f, "not yet considered by a scheduling cycle"),
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod event;
 mod invariants;
 pub mod placement;
 mod preemption;
+mod queue;
 mod scheduler;
 mod state;
 pub mod types;

@@ -8,9 +8,11 @@ use crate::cluster::{FreeIndex, Node};
 use crate::config::{Config, QueueOrder};
 use crate::decision::{Decision, PendingReason, RequeueCause, StopCause};
 use crate::event::{Event, ExitOutcome};
+use crate::queue::{GroupKey, PendingQueue};
 use crate::state::{Account, Job, JobState, QueueKey, Reservation, Termination};
 use crate::types::{
-    AccountId, JobId, JobSpec, NodeId, NodeSpec, Placement, Priority, Quota, ReplicaPlacement, Resources, Time,
+    AccountId, JobId, JobSpec, NodeId, NodeSpec, Placement, PreemptionPolicy, Priority, Quota, ReplicaPlacement,
+    Resources, Time,
 };
 
 /// Errors for events that do not fit the core's state: driver bugs or races, never user
@@ -54,7 +56,7 @@ impl CoreError {
 /// A job's state as the outside world sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobStatus<'a> {
-    Pending { reasons: &'a [PendingReason], reserved: Option<&'a Placement> },
+    Pending { reasons: Vec<PendingReason>, reserved: Option<&'a Placement> },
     Running { placement: &'a Placement, started_at: Time },
     Preempting { placement: &'a Placement, preemptor: JobId, deadline: Time },
     Stopping { placement: &'a Placement, cause: StopCause },
@@ -75,8 +77,8 @@ pub struct Scheduler {
     pub(crate) nodes: BTreeMap<NodeId, Node>,
     pub(crate) index: FreeIndex,
     pub(crate) jobs: BTreeMap<JobId, Job>,
-    /// Pending jobs in scheduling order.
-    pub(crate) queue: BTreeSet<QueueKey>,
+    /// Pending jobs in scheduling order, grouped by equivalence.
+    pub(crate) queue: PendingQueue,
     /// Running (not terminating) jobs, lowest priority first: the victim candidates.
     pub(crate) running: BTreeSet<(Priority, JobId)>,
     /// Jobs asked to stop that still hold their GPUs.
@@ -89,6 +91,12 @@ pub struct Scheduler {
     /// Decisions produced by events (stops, requeues), handed out by the next cycle.
     pub(crate) outbox: Vec<Decision>,
     pub(crate) counters: Counters,
+    /// Bumped whenever free room may have grown (an exit, a node, a dropped hold).
+    pub(crate) capacity_seq: u64,
+    /// Bumped whenever a preemptible job starts (a new victim candidate).
+    pub(crate) victim_seq: u64,
+    /// Under strict order, the job that blocked the last cycle's walk.
+    pub(crate) blocked_by: Option<(QueueKey, Priority)>,
 }
 
 impl Scheduler {
@@ -98,7 +106,7 @@ impl Scheduler {
             nodes: BTreeMap::new(),
             index: FreeIndex::default(),
             jobs: BTreeMap::new(),
-            queue: BTreeSet::new(),
+            queue: PendingQueue::default(),
             running: BTreeSet::new(),
             terminating: BTreeSet::new(),
             reserving: BTreeSet::new(),
@@ -106,6 +114,9 @@ impl Scheduler {
             accounts: BTreeMap::new(),
             outbox: Vec::new(),
             counters: Counters::default(),
+            capacity_seq: 0,
+            victim_seq: 0,
+            blocked_by: None,
         }
     }
 
@@ -145,7 +156,7 @@ impl Scheduler {
         let job = self.jobs.get(&id)?;
         Some(match &job.state {
             JobState::Pending { reservation } => {
-                JobStatus::Pending { reasons: &job.reasons, reserved: reservation.as_ref().map(|r| &r.placement) }
+                JobStatus::Pending { reasons: self.why(id), reserved: reservation.as_ref().map(|r| &r.placement) }
             }
             JobState::Running { placement, started_at } => JobStatus::Running { placement, started_at: *started_at },
             JobState::Terminating { placement, why: Termination::Preempted { preemptor, deadline }, .. } => {
@@ -157,17 +168,36 @@ impl Scheduler {
         })
     }
 
-    /// Why a pending job is not running (empty for other states or unknown jobs).
-    pub fn why(&self, id: JobId) -> &[PendingReason] {
-        match self.jobs.get(&id) {
-            Some(job) if matches!(job.state, JobState::Pending { .. }) => &job.reasons,
-            _ => &[],
+    /// Why a pending job is not running, as of the last cycle (empty for other states or
+    /// unknown jobs).
+    pub fn why(&self, id: JobId) -> Vec<PendingReason> {
+        let Some(job) = self.jobs.get(&id) else { return Vec::new() };
+        let JobState::Pending { reservation } = &job.state else { return Vec::new() };
+        if let Some(r) = reservation {
+            return vec![PendingReason::WaitingForPreemption { victims: self.still_terminating(&r.victims) }];
         }
+        if let Some((blocker, priority)) = self.blocked_by {
+            if job.key > blocker {
+                return vec![PendingReason::BlockedBehind { job: blocker.id, priority }];
+            }
+        }
+        match self.queue.groups.get(&job.group).and_then(|g| g.verdict.as_ref()) {
+            Some(verdict) => verdict.reasons.clone(),
+            None => vec![PendingReason::NotYetConsidered],
+        }
+    }
+
+    pub(crate) fn still_terminating(&self, victims: &[JobId]) -> Vec<JobId> {
+        victims
+            .iter()
+            .copied()
+            .filter(|v| self.jobs.get(v).is_some_and(|j| matches!(j.state, JobState::Terminating { .. })))
+            .collect()
     }
 
     /// Pending jobs in the order the next cycle considers them.
     pub fn pending(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.queue.iter().map(|k| k.id)
+        self.queue.all.iter().map(|k| k.id)
     }
 
     pub fn pending_count(&self) -> usize {
@@ -228,17 +258,26 @@ impl Scheduler {
             QueueOrder::Priority => Reverse(spec.priority),
         };
         let key = QueueKey { rank, submitted_at: now, id: spec.id };
+        let group = GroupKey {
+            priority: spec.priority,
+            model: spec.gpu_model,
+            per_replica: spec.per_replica,
+            replicas: spec.replicas,
+            user: spec.user,
+            project: spec.project,
+            may_preempt: spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority,
+        };
         let job = Job {
             spec,
             key,
+            group,
             state: JobState::Pending { reservation: None },
             runtime_done_ms: 0,
             last_checkpoint: None,
-            reasons: Vec::new(),
             preemptions: 0,
             cancelled: false,
         };
-        self.queue.insert(key);
+        self.queue.insert(key, group);
         self.jobs.insert(key.id, job);
         Ok(())
     }
@@ -249,7 +288,7 @@ impl Scheduler {
             JobState::Pending { .. } => {
                 self.drop_reservation(id);
                 let job = self.jobs.remove(&id).expect("checked above");
-                self.queue.remove(&job.key);
+                self.queue.remove(&job.key, &job.group);
             }
             JobState::Running { .. } => {
                 self.begin_termination(id, Termination::Stopped(StopCause::Cancelled));
@@ -312,6 +351,7 @@ impl Scheduler {
             self.config.limits.gpus_per_node_max,
         );
         self.nodes.insert(node.spec.id, node);
+        self.capacity_seq += 1;
         Ok(())
     }
 
@@ -357,6 +397,7 @@ impl Scheduler {
             return Ok(());
         }
         node.schedulable = schedulable;
+        self.capacity_seq += 1;
         let (model, level) = (node.spec.gpu_model, node.available_gpus());
         if schedulable {
             self.index.insert(model, level, id, self.config.limits.gpus_per_node_max);
@@ -369,6 +410,7 @@ impl Scheduler {
     fn set_quota(&mut self, id: AccountId, quota: Option<Quota>) {
         let account = self.accounts.entry(id).or_default();
         account.quota = quota;
+        account.seq += 1;
         // Whatever runs now may keep running under a lowered cap; it may only shrink.
         account.grandfathered = account.charged;
     }
@@ -393,7 +435,8 @@ impl Scheduler {
     pub(crate) fn start(&mut self, id: JobId, placement: Placement, now: Time) {
         let job = self.jobs.get(&id).expect("starting a known job");
         let per_replica = job.spec.per_replica;
-        let (key, priority) = (job.key, job.spec.priority);
+        let (key, group, priority) = (job.key, job.group, job.spec.priority);
+        let preemptible = job.spec.preemptible;
         let deadline = job.runtime_deadline(now);
         let accounts: Vec<AccountId> = job.accounts().collect();
         let total = job.spec.total();
@@ -416,13 +459,15 @@ impl Scheduler {
         for account in accounts {
             self.accounts.entry(account).or_default().charge(total);
         }
-        self.queue.remove(&key);
+        self.queue.remove(&key, &group);
         self.running.insert((priority, id));
+        if preemptible {
+            self.victim_seq += 1;
+        }
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id));
         }
         let job = self.jobs.get_mut(&id).expect("known");
-        job.reasons.clear();
         job.state = JobState::Running { placement, started_at: now };
         self.counters.starts += 1;
     }
@@ -476,6 +521,7 @@ impl Scheduler {
                 node.used = node.used.minus(per_replica);
             });
         }
+        self.capacity_seq += 1;
         if charged {
             for account in accounts {
                 self.accounts.get_mut(&account).expect("charged at start").uncharge(total);
@@ -491,10 +537,9 @@ impl Scheduler {
 
     /// Back into the queue at the job's original position.
     pub(crate) fn requeue(&mut self, id: JobId) {
-        let job = self.jobs.get_mut(&id).expect("known");
+        let job = self.jobs.get(&id).expect("known");
         debug_assert!(matches!(job.state, JobState::Pending { reservation: None }));
-        job.reasons.clear();
-        self.queue.insert(job.key);
+        self.queue.insert(job.key, job.group);
         self.counters.requeues += 1;
     }
 
@@ -541,6 +586,7 @@ impl Scheduler {
             self.accounts.get_mut(&account).expect("charged at reserve").uncharge(total);
         }
         self.reserving.remove(&id);
+        self.capacity_seq += 1;
         Some(reservation)
     }
 

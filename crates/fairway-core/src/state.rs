@@ -2,7 +2,8 @@
 
 use std::cmp::Reverse;
 
-use crate::decision::{PendingReason, StopCause};
+use crate::decision::StopCause;
+use crate::queue::GroupKey;
 use crate::types::{AccountId, JobId, JobSpec, Placement, Priority, Quota, ResourceKind, Resources, Time};
 
 /// A pending job's place in the queue. Ordering: rank (negated priority, or 0 under FIFO),
@@ -54,7 +55,8 @@ pub(crate) struct Job {
     /// Run time of finished runs (for the run-time limit).
     pub runtime_done_ms: u64,
     pub last_checkpoint: Option<Time>,
-    pub reasons: Vec<PendingReason>,
+    /// The equivalence group it queues in (see `queue.rs`).
+    pub group: GroupKey,
     pub preemptions: u32,
     /// Cancelled while terminating for preemption: remove instead of requeue on exit.
     pub cancelled: bool,
@@ -96,6 +98,8 @@ pub(crate) struct Account {
     /// Usage above a lowered cap that was already running when the cap changed: allowed
     /// to drain, never to grow.
     pub grandfathered: Resources,
+    /// Bumped whenever `charged` or `quota` changes, to wake groups waiting on this account.
+    pub seq: u64,
 }
 
 impl Account {
@@ -111,10 +115,12 @@ impl Account {
 
     pub fn charge(&mut self, r: Resources) {
         self.charged = self.charged.plus(r);
+        self.seq += 1;
     }
 
     pub fn uncharge(&mut self, r: Resources) {
         self.charged = self.charged.minus(r);
+        self.seq += 1;
         self.grandfathered = Resources {
             gpus: self.grandfathered.gpus.min(self.charged.gpus),
             cpu_millis: self.grandfathered.cpu_millis.min(self.charged.cpu_millis),
