@@ -1,1 +1,411 @@
-//! Per-job records and summary statistics (in progress).
+//! Per-job records of a simulated run and the summary statistics computed from them.
+//!
+//! The simulator engine fills a [`RunResult`] per policy; [`summarize`] turns it into a
+//! [`PolicySummary`], and a [`SimReport`] bundles the summaries of all policies run on
+//! one workload. The serialised form of [`SimReport`] is the `--output json` document,
+//! specified in `docs/sim-output.md`.
+//!
+//! Conventions (see the document for the full definitions):
+//! * percentiles use the nearest-rank method on the sorted values;
+//! * every `f64` is rounded to [`DECIMALS`] decimals when serialised, so the JSON output
+//!   is byte-stable across platforms; the in-memory values keep full precision;
+//! * statistics over an empty set (and ratios with a zero denominator) are `None`, which
+//!   serialises as `null`; sums and counts over an empty set are `0`. `NaN` is never emitted.
+
+use std::collections::BTreeMap;
+
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
+
+/// Version of the JSON document produced by serialising a [`SimReport`]. Bumped on every
+/// breaking change (a field removed, renamed, retyped or given a new meaning).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Number of decimals every floating-point figure is rounded to when serialised.
+pub const DECIMALS: u32 = 3;
+
+const MS_PER_SECOND: f64 = 1_000.0;
+const MS_PER_HOUR: f64 = 3_600_000.0;
+
+/// One job's life in one simulated run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRecord {
+    pub name: String,
+    /// Priority class name ("high", "low", ...).
+    pub tier: String,
+    /// Project the job belongs to.
+    pub tenant: String,
+    /// Total GPUs of the gang.
+    pub gpus: u32,
+    pub submit_ms: u64,
+    /// `None`: never started before the end.
+    pub first_start_ms: Option<u64>,
+    /// `None`: not finished by the end (or cancelled).
+    pub finish_ms: Option<u64>,
+    /// Run time when run alone (trace duration).
+    pub work_ms: u64,
+    pub preemptions: u32,
+    /// GPU-ms wasted by preemption: work lost since the last checkpoint + grace period
+    /// held + restart overhead, × GPUs.
+    pub lost_gpu_ms: u64,
+}
+
+/// GPUs allocated from `t_ms` until the next sample (a step function, sorted by `t_ms`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UtilSample {
+    pub t_ms: u64,
+    pub gpus_allocated: u32,
+}
+
+/// Everything one simulated run of one policy produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunResult {
+    pub policy: String,
+    pub capacity_gpus: u32,
+    /// In job id order.
+    pub records: Vec<JobRecord>,
+    /// Allocation step function; the last sample lasts until `end_ms`.
+    pub util: Vec<UtilSample>,
+    pub events_processed: u64,
+    pub cycles: u64,
+    /// Simulated time at the end.
+    pub end_ms: u64,
+}
+
+/// Wait time (first start − submit) over the jobs that started, in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct WaitStats {
+    #[serde(serialize_with = "ser_opt")]
+    pub mean: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p50: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p95: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p99: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub max: Option<f64>,
+}
+
+/// Job completion time (finish − submit) over the jobs that finished, in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct JctStats {
+    #[serde(serialize_with = "ser_opt")]
+    pub mean: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p50: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p95: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p99: Option<f64>,
+}
+
+/// Slowdown (JCT / work) over the finished jobs with non-zero work; dimensionless.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SlowdownStats {
+    #[serde(serialize_with = "ser_opt")]
+    pub mean: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p50: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p95: Option<f64>,
+}
+
+/// Statistics of one group of jobs (all jobs, one tier or one tenant).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GroupSummary {
+    /// Jobs submitted.
+    pub jobs: u64,
+    /// Jobs that started at least once.
+    pub started: u64,
+    /// Jobs that finished before the end.
+    pub finished: u64,
+    /// Jobs that never started (`jobs − started`); they are not part of `wait_seconds`.
+    pub never_started: u64,
+    pub wait_seconds: WaitStats,
+    pub jct_seconds: JctStats,
+    pub slowdown: SlowdownStats,
+    /// Preemptions summed over the group's jobs.
+    pub preemptions: u64,
+    /// GPU-hours wasted by preemption, summed over the group's jobs.
+    #[serde(serialize_with = "ser_f64")]
+    pub gpu_hours_lost: f64,
+}
+
+/// Cluster-wide figures of one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ClusterSummary {
+    pub capacity_gpus: u32,
+    /// Allocated GPU-time inside the busy window / (capacity × busy window), in `[0, 1]`.
+    /// `None` when the capacity or the busy window is zero.
+    #[serde(serialize_with = "ser_opt")]
+    pub gpu_utilization: Option<f64>,
+    /// Allocated GPU-time over the whole run (from time 0 to `end_ms`).
+    #[serde(serialize_with = "ser_f64")]
+    pub gpu_hours_allocated: f64,
+    /// Σ gpus × work over the finished jobs.
+    #[serde(serialize_with = "ser_f64")]
+    pub gpu_hours_useful: f64,
+    /// Σ lost GPU-time over all jobs.
+    #[serde(serialize_with = "ser_f64")]
+    pub gpu_hours_lost: f64,
+    pub preemptions_total: u64,
+    /// Length of the busy window (first submit to last finish, or to the end of the run
+    /// while jobs remain unfinished).
+    #[serde(serialize_with = "ser_f64")]
+    pub makespan_seconds: f64,
+    pub events_processed: u64,
+    pub cycles: u64,
+}
+
+/// Summary of one policy's run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PolicySummary {
+    pub policy: String,
+    pub all: GroupSummary,
+    /// Keyed by tier name (sorted).
+    pub tiers: BTreeMap<String, GroupSummary>,
+    /// Keyed by tenant name (sorted).
+    pub tenants: BTreeMap<String, GroupSummary>,
+    pub cluster: ClusterSummary,
+}
+
+/// The whole `--output json` document. Serialises with a leading
+/// `"schema_version": SCHEMA_VERSION` field.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SimReport {
+    pub scenario: String,
+    pub seed: u64,
+    pub policies: Vec<PolicySummary>,
+}
+
+impl SimReport {
+    /// Summarises each run, in the given order.
+    pub fn from_runs(scenario: impl Into<String>, seed: u64, runs: &[RunResult]) -> Self {
+        Self { scenario: scenario.into(), seed, policies: runs.iter().map(summarize).collect() }
+    }
+
+    /// The JSON document, pretty-printed, with a trailing newline.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self)
+            .expect("a SimReport always serialises: string map keys, no failing fields");
+        s.push('\n');
+        s
+    }
+}
+
+impl Serialize for SimReport {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut st = serializer.serialize_struct("SimReport", 4)?;
+        st.serialize_field("schema_version", &SCHEMA_VERSION)?;
+        st.serialize_field("scenario", &self.scenario)?;
+        st.serialize_field("seed", &self.seed)?;
+        st.serialize_field("policies", &self.policies)?;
+        st.end()
+    }
+}
+
+/// Rounds to [`DECIMALS`] decimals, normalising `-0.0` to `0.0`; `None` for non-finite input.
+pub fn round_fixed(v: f64) -> Option<f64> {
+    if !v.is_finite() {
+        return None;
+    }
+    // An exact integer power of ten, so the scale is the same on every platform.
+    let scale = 10u64.pow(DECIMALS) as f64;
+    let r = (v * scale).round() / scale;
+    if !r.is_finite() {
+        return None;
+    }
+    Some(if r == 0.0 { 0.0 } else { r })
+}
+
+fn ser_f64<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    match round_fixed(*v) {
+        Some(r) => s.serialize_f64(r),
+        None => s.serialize_none(),
+    }
+}
+
+fn ser_opt<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match v.and_then(round_fixed) {
+        Some(r) => s.serialize_f64(r),
+        None => s.serialize_none(),
+    }
+}
+
+/// Nearest-rank percentile of ascending `sorted` values: the value at 1-based rank
+/// `max(1, ceil(p / 100 × n))`. `None` when `sorted` is empty. `p` is in percent (0–100).
+pub fn nearest_rank<T: Copy>(sorted: &[T], p: u32) -> Option<T> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let n = sorted.len() as u64;
+    let rank = (u64::from(p.min(100)) * n).div_ceil(100).max(1);
+    Some(sorted[(rank - 1) as usize])
+}
+
+fn mean_ms_as_seconds(sorted_ms: &[u64]) -> Option<f64> {
+    if sorted_ms.is_empty() {
+        return None;
+    }
+    let sum: u128 = sorted_ms.iter().map(|&v| u128::from(v)).sum();
+    Some(sum as f64 / sorted_ms.len() as f64 / MS_PER_SECOND)
+}
+
+fn ms_to_seconds(v: Option<u64>) -> Option<f64> {
+    v.map(|ms| ms as f64 / MS_PER_SECOND)
+}
+
+#[derive(Default)]
+struct Acc {
+    jobs: u64,
+    started: u64,
+    finished: u64,
+    waits_ms: Vec<u64>,
+    jcts_ms: Vec<u64>,
+    slowdowns: Vec<f64>,
+    preemptions: u64,
+    lost_gpu_ms: u128,
+}
+
+impl Acc {
+    fn add(&mut self, r: &JobRecord) {
+        self.jobs += 1;
+        if let Some(start) = r.first_start_ms {
+            self.started += 1;
+            self.waits_ms.push(start.saturating_sub(r.submit_ms));
+        }
+        if let Some(finish) = r.finish_ms {
+            self.finished += 1;
+            let jct = finish.saturating_sub(r.submit_ms);
+            self.jcts_ms.push(jct);
+            if r.work_ms > 0 {
+                self.slowdowns.push(jct as f64 / r.work_ms as f64);
+            }
+        }
+        self.preemptions += u64::from(r.preemptions);
+        self.lost_gpu_ms += u128::from(r.lost_gpu_ms);
+    }
+
+    fn finish(mut self) -> GroupSummary {
+        self.waits_ms.sort_unstable();
+        self.jcts_ms.sort_unstable();
+        self.slowdowns.sort_unstable_by(f64::total_cmp);
+        let w = &self.waits_ms;
+        let j = &self.jcts_ms;
+        let s = &self.slowdowns;
+        // Summing the sorted values makes the mean independent of the record order.
+        let slowdown_mean = (!s.is_empty()).then(|| s.iter().sum::<f64>() / s.len() as f64);
+        GroupSummary {
+            jobs: self.jobs,
+            started: self.started,
+            finished: self.finished,
+            never_started: self.jobs - self.started,
+            wait_seconds: WaitStats {
+                mean: mean_ms_as_seconds(w),
+                p50: ms_to_seconds(nearest_rank(w, 50)),
+                p95: ms_to_seconds(nearest_rank(w, 95)),
+                p99: ms_to_seconds(nearest_rank(w, 99)),
+                max: ms_to_seconds(w.last().copied()),
+            },
+            jct_seconds: JctStats {
+                mean: mean_ms_as_seconds(j),
+                p50: ms_to_seconds(nearest_rank(j, 50)),
+                p95: ms_to_seconds(nearest_rank(j, 95)),
+                p99: ms_to_seconds(nearest_rank(j, 99)),
+            },
+            slowdown: SlowdownStats { mean: slowdown_mean, p50: nearest_rank(s, 50), p95: nearest_rank(s, 95) },
+            preemptions: self.preemptions,
+            gpu_hours_lost: self.lost_gpu_ms as f64 / MS_PER_HOUR,
+        }
+    }
+}
+
+/// The busy window `[first submit, last finish]` of a run, in ms; the window ends at
+/// `end_ms` instead when some job did not finish. `None` when the run has no jobs.
+pub fn busy_window_ms(run: &RunResult) -> Option<(u64, u64)> {
+    let start = run.records.iter().map(|r| r.submit_ms).min()?;
+    let all_finished = run.records.iter().all(|r| r.finish_ms.is_some());
+    let end =
+        if all_finished { run.records.iter().filter_map(|r| r.finish_ms).max().unwrap_or(start) } else { run.end_ms };
+    Some((start, end.max(start)))
+}
+
+/// Allocated GPU-ms of the step function `util` inside `[from_ms, to_ms)`; the last sample
+/// lasts until `end_ms`. `util` must be sorted by `t_ms`.
+pub fn allocated_gpu_ms(util: &[UtilSample], end_ms: u64, from_ms: u64, to_ms: u64) -> u128 {
+    if from_ms >= to_ms || util.is_empty() {
+        return 0;
+    }
+    // First sample whose interval can reach `from_ms`.
+    let first = util.partition_point(|s| s.t_ms <= from_ms).saturating_sub(1);
+    let mut total = 0u128;
+    for (i, s) in util.iter().enumerate().skip(first) {
+        if s.t_ms >= to_ms {
+            break;
+        }
+        let next = util.get(i + 1).map_or(end_ms, |n| n.t_ms);
+        let lo = s.t_ms.max(from_ms);
+        let hi = next.min(to_ms).min(end_ms);
+        if hi > lo {
+            total += u128::from(s.gpus_allocated) * u128::from(hi - lo);
+        }
+    }
+    total
+}
+
+/// Summarises one run: per tier, per tenant, all jobs, and cluster-wide figures.
+pub fn summarize(run: &RunResult) -> PolicySummary {
+    let mut all = Acc::default();
+    let mut tiers: BTreeMap<&str, Acc> = BTreeMap::new();
+    let mut tenants: BTreeMap<&str, Acc> = BTreeMap::new();
+    let mut useful_gpu_ms = 0u128;
+    for r in &run.records {
+        all.add(r);
+        tiers.entry(&r.tier).or_default().add(r);
+        tenants.entry(&r.tenant).or_default().add(r);
+        if r.finish_ms.is_some() {
+            useful_gpu_ms += u128::from(r.gpus) * u128::from(r.work_ms);
+        }
+    }
+    let lost_gpu_ms = all.lost_gpu_ms;
+    let preemptions_total = all.preemptions;
+
+    let sorted_util;
+    let util: &[UtilSample] = if run.util.is_sorted_by_key(|s| s.t_ms) {
+        &run.util
+    } else {
+        let mut v = run.util.clone();
+        v.sort_by_key(|s| s.t_ms); // stable: equal times keep their order
+        sorted_util = v;
+        &sorted_util
+    };
+    let allocated_total = allocated_gpu_ms(util, run.end_ms, 0, run.end_ms);
+    let (gpu_utilization, makespan_ms) = match busy_window_ms(run) {
+        Some((start, end)) => {
+            let span = end - start;
+            let denom = u128::from(run.capacity_gpus) * u128::from(span);
+            let used = allocated_gpu_ms(util, run.end_ms, start, end);
+            ((denom > 0).then(|| used as f64 / denom as f64), span)
+        }
+        None => (None, 0),
+    };
+
+    PolicySummary {
+        policy: run.policy.clone(),
+        all: all.finish(),
+        tiers: tiers.into_iter().map(|(k, v)| (k.to_owned(), v.finish())).collect(),
+        tenants: tenants.into_iter().map(|(k, v)| (k.to_owned(), v.finish())).collect(),
+        cluster: ClusterSummary {
+            capacity_gpus: run.capacity_gpus,
+            gpu_utilization,
+            gpu_hours_allocated: allocated_total as f64 / MS_PER_HOUR,
+            gpu_hours_useful: useful_gpu_ms as f64 / MS_PER_HOUR,
+            gpu_hours_lost: lost_gpu_ms as f64 / MS_PER_HOUR,
+            preemptions_total,
+            makespan_seconds: makespan_ms as f64 / MS_PER_SECOND,
+            events_processed: run.events_processed,
+            cycles: run.cycles,
+        },
+    }
+}

@@ -1,0 +1,333 @@
+//! SVG charts: wait-time CDF per tier and GPU allocation over time.
+//!
+//! Everything here is deterministic: axes and ticks are computed with basic IEEE
+//! arithmetic only (no logarithms or powers from the platform's maths library), series
+//! are downsampled on integer bucket boundaries, and the SVG backend writes integer pixel
+//! coordinates.
+
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::prelude::*;
+
+use crate::metrics::{RunResult, UtilSample, allocated_gpu_ms, nearest_rank};
+
+/// Upper bound on the points of one plotted series.
+pub(super) const MAX_POINTS: usize = 2_000;
+
+const SIZE: (u32, u32) = (960, 560);
+const FONT: &str = "sans-serif";
+const MS_PER_MINUTE: f64 = 60_000.0;
+const MS_PER_HOUR: f64 = 3_600_000.0;
+/// Plot time in hours (instead of minutes) when the longest run exceeds this.
+const HOURS_AFTER_MS: u64 = 2 * 3_600_000;
+
+/// Okabe–Ito colour-blind-safe palette (yellow last: weak on white).
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 0, 0),
+    RGBColor(240, 228, 66),
+];
+const GREY: RGBColor = RGBColor(140, 140, 140);
+
+/// A linear axis from 0 to `max` with "nice" ticks (1, 2 or 5 × 10^e apart).
+struct Axis {
+    max: f64,
+    ticks: Vec<f64>,
+    decimals: usize,
+}
+
+/// `m × 10^e`, computed as an integer scaled by an exact power of ten so that it is the
+/// correctly rounded double of the decimal number on every platform.
+fn decimal(m: u64, e: i32) -> f64 {
+    if e >= 0 { (m * 10u64.pow(e.unsigned_abs())) as f64 } else { m as f64 / 10u64.pow(e.unsigned_abs()) as f64 }
+}
+
+impl Axis {
+    fn nice(data_max: f64, target_ticks: u32) -> Self {
+        let data_max = if data_max.is_finite() && data_max > 0.0 { data_max } else { 1.0 };
+        let raw = data_max / f64::from(target_ticks.max(1));
+        let (mut m, mut e) = (1u64, 9i32);
+        'search: for exp in -9..=9 {
+            for mant in [1, 2, 5] {
+                if decimal(mant, exp) >= raw {
+                    (m, e) = (mant, exp);
+                    break 'search;
+                }
+            }
+        }
+        let step = decimal(m, e);
+        let n = ((data_max / step).ceil() as u64).clamp(1, 1_000);
+        Self {
+            max: decimal(n * m, e),
+            ticks: (0..=n).map(|k| decimal(k * m, e)).collect(),
+            decimals: if e < 0 { e.unsigned_abs() as usize } else { 0 },
+        }
+    }
+}
+
+/// The axis is its own plotters coordinate: linear from 0 to `max`, bold mesh lines and
+/// labels at `ticks`, no light mesh lines.
+impl Ranged for Axis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let pixels = limit.1 - limit.0;
+        if self.max <= 0.0 || pixels == 0 {
+            return limit.0;
+        }
+        let fraction = value / self.max;
+        if !fraction.is_finite() {
+            return limit.0;
+        }
+        // Same rounding as plotters' own linear coordinates.
+        if pixels > 0 {
+            limit.0 + (f64::from(pixels) * fraction + 1e-3).floor() as i32
+        } else {
+            limit.0 + (f64::from(pixels) * fraction - 1e-3).ceil() as i32
+        }
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() { Vec::new() } else { self.ticks.clone() }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        0.0..self.max
+    }
+}
+
+struct Series {
+    label: String,
+    points: Vec<(f64, f64)>,
+    color: RGBColor,
+    width: u32,
+}
+
+/// Colour and line width of run `i` of `n`: earlier runs are drawn wider, so that
+/// identical lines drawn later on top leave them visible.
+fn run_style(i: usize, n: usize) -> (RGBColor, u32) {
+    let width = 2 + n.saturating_sub(i + 1).min(3) as u32;
+    (PALETTE[i % PALETTE.len()], width)
+}
+
+struct ChartSpec {
+    title: String,
+    x_desc: String,
+    y_desc: String,
+    x: Axis,
+    y: Axis,
+    series: Vec<Series>,
+    legend: SeriesLabelPosition,
+}
+
+fn draw(spec: ChartSpec) -> Result<String, String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let (x_decimals, y_decimals) = (spec.x.decimals, spec.y.decimals);
+        let x_fmt = move |v: &f64| format!("{v:.x_decimals$}");
+        let y_fmt = move |v: &f64| format!("{v:.y_decimals$}");
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&spec.title, (FONT, 22))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(64)
+            .build_cartesian_2d(spec.x, spec.y)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(spec.x_desc.as_str())
+            .y_desc(spec.y_desc.as_str())
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&y_fmt)
+            .label_style((FONT, 13))
+            .axis_desc_style((FONT, 15))
+            .bold_line_style(RGBColor(225, 225, 225))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for s in &spec.series {
+            let style = s.color.stroke_width(s.width);
+            chart
+                .draw_series(LineSeries::new(s.points.iter().copied(), style))
+                .map_err(|e| err(&e))?
+                .label(s.label.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+        }
+        chart
+            .configure_series_labels()
+            .position(spec.legend.clone())
+            .label_font((FONT, 14))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+/// Sorted waits (ms) of the started jobs of `tier`, and the number of jobs in `tier`.
+fn tier_waits(run: &RunResult, tier: &str) -> (Vec<u64>, usize) {
+    let mut jobs = 0;
+    let mut waits = Vec::new();
+    for r in run.records.iter().filter(|r| r.tier == tier) {
+        jobs += 1;
+        if let Some(start) = r.first_start_ms {
+            waits.push(start.saturating_sub(r.submit_ms));
+        }
+    }
+    waits.sort_unstable();
+    (waits, jobs)
+}
+
+/// Empirical CDF of `waits` (sorted, ms) as a fraction of `jobs`, in minutes on
+/// `[0, x_max]`: exact steps when they fit in [`MAX_POINTS`], otherwise sampled on a
+/// regular grid of [`MAX_POINTS`] points.
+fn cdf_points(waits: &[u64], jobs: usize, x_max: f64) -> Vec<(f64, f64)> {
+    let minutes = |ms: u64| ms as f64 / MS_PER_MINUTE;
+    if jobs == 0 {
+        return vec![(0.0, 0.0), (x_max, 0.0)];
+    }
+    let frac = |count: usize| count as f64 / jobs as f64;
+    let in_range = waits.partition_point(|&w| minutes(w) <= x_max);
+    let mut distinct = waits[..in_range].to_vec();
+    distinct.dedup();
+    if 2 * distinct.len() + 2 <= MAX_POINTS {
+        let mut points = vec![(0.0, 0.0)];
+        let mut below = 0;
+        for v in distinct {
+            let upto = waits.partition_point(|&w| w <= v);
+            points.push((minutes(v), frac(below)));
+            points.push((minutes(v), frac(upto)));
+            below = upto;
+        }
+        points.push((x_max, frac(below)));
+        points
+    } else {
+        let last = (MAX_POINTS - 1) as f64;
+        (0..MAX_POINTS)
+            .map(|k| {
+                let x = x_max * k as f64 / last;
+                (x, frac(waits.partition_point(|&w| minutes(w) <= x)))
+            })
+            .collect()
+    }
+}
+
+/// `wait-cdf-<tier>.svg`: one CDF line per run; x from 0 to the largest per-policy p99
+/// wait of the tier (rounded up to a tick), y = fraction of the tier's jobs started
+/// within x minutes.
+pub(super) fn wait_cdf_svg(tier: &str, runs: &[RunResult]) -> Result<String, String> {
+    let per_run: Vec<(Vec<u64>, usize)> = runs.iter().map(|r| tier_waits(r, tier)).collect();
+    let p99_max_ms = per_run.iter().filter_map(|(w, _)| nearest_rank(w, 99)).max().unwrap_or(0);
+    let x = Axis::nice(p99_max_ms as f64 / MS_PER_MINUTE, 10);
+    let series = runs
+        .iter()
+        .zip(&per_run)
+        .enumerate()
+        .map(|(i, (run, (waits, jobs)))| {
+            let (color, width) = run_style(i, runs.len());
+            Series { label: run.policy.clone(), points: cdf_points(waits, *jobs, x.max), color, width }
+        })
+        .collect();
+    draw(ChartSpec {
+        title: format!("Wait time CDF - tier {tier}"),
+        x_desc: "wait (minutes, up to the largest p99)".to_owned(),
+        y_desc: "fraction of jobs started".to_owned(),
+        x,
+        y: Axis {
+            max: 1.05, // headroom so that lines at 1.0 do not hide in the frame
+            ticks: (0..=10).map(|k| decimal(k, -1)).collect(),
+            decimals: 1,
+        },
+        series,
+        legend: SeriesLabelPosition::LowerRight,
+    })
+}
+
+/// The allocation step function of `run` in plot units: exact when it fits in
+/// [`MAX_POINTS`], otherwise the time-weighted mean over `MAX_POINTS / 2` equal buckets
+/// (integer bucket boundaries), drawn as steps.
+fn util_points(run: &RunResult, x_of: impl Fn(u64) -> f64) -> Vec<(f64, f64)> {
+    let mut util: Vec<UtilSample> = run.util.iter().copied().filter(|s| s.t_ms <= run.end_ms).collect();
+    util.sort_by_key(|s| s.t_ms);
+    let Some(first) = util.first() else {
+        return Vec::new();
+    };
+    let start = first.t_ms;
+    let end = run.end_ms;
+    if 2 * util.len() <= MAX_POINTS {
+        let mut points = Vec::with_capacity(2 * util.len());
+        let mut prev: Option<u32> = None;
+        for s in &util {
+            if let Some(p) = prev {
+                points.push((x_of(s.t_ms), f64::from(p)));
+            }
+            points.push((x_of(s.t_ms), f64::from(s.gpus_allocated)));
+            prev = Some(s.gpus_allocated);
+        }
+        if let Some(p) = prev.filter(|_| end > util[util.len() - 1].t_ms) {
+            points.push((x_of(end), f64::from(p)));
+        }
+        points
+    } else {
+        let buckets = (MAX_POINTS / 2) as u128;
+        let span = u128::from(end - start);
+        let bound = |k: u128| start + (span * k / buckets) as u64;
+        let mut points = Vec::with_capacity(MAX_POINTS);
+        for k in 0..buckets {
+            let (lo, hi) = (bound(k), bound(k + 1));
+            if hi > lo {
+                let mean = allocated_gpu_ms(&util, end, lo, hi) as f64 / (hi - lo) as f64;
+                points.push((x_of(lo), mean));
+                points.push((x_of(hi), mean));
+            }
+        }
+        points
+    }
+}
+
+/// `gpu-utilization.svg`: allocated GPUs over simulated time, one line per run, plus
+/// the (largest) capacity as a grey line.
+pub(super) fn utilization_svg(runs: &[RunResult]) -> Result<String, String> {
+    let end_max = runs.iter().map(|r| r.end_ms).max().unwrap_or(0);
+    let (unit, unit_ms) = if end_max > HOURS_AFTER_MS { ("hours", MS_PER_HOUR) } else { ("minutes", MS_PER_MINUTE) };
+    let x_of = |ms: u64| ms as f64 / unit_ms;
+    let x = Axis::nice(x_of(end_max), 10);
+    let capacity = runs.iter().map(|r| r.capacity_gpus).max().unwrap_or(0);
+    let alloc_max = runs.iter().flat_map(|r| r.util.iter().map(|s| s.gpus_allocated)).max().unwrap_or(0);
+    // 10% headroom so that lines at capacity do not hide in the frame.
+    let y = Axis::nice(f64::from(capacity.max(alloc_max)) * 1.1, 6);
+    let mut series: Vec<Series> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let (color, width) = run_style(i, runs.len());
+            Series { label: run.policy.clone(), points: util_points(run, x_of), color, width }
+        })
+        .collect();
+    if !runs.is_empty() {
+        series.push(Series {
+            label: format!("capacity ({capacity} GPUs)"),
+            points: vec![(0.0, f64::from(capacity)), (x.max, f64::from(capacity))],
+            color: GREY,
+            width: 1,
+        });
+    }
+    draw(ChartSpec {
+        title: "Allocated GPUs over time".to_owned(),
+        x_desc: format!("simulated time ({unit})"),
+        y_desc: "GPUs allocated".to_owned(),
+        x,
+        y,
+        series,
+        legend: SeriesLabelPosition::LowerRight,
+    })
+}

@@ -1,0 +1,175 @@
+//! Plain-text and markdown tables built from a [`SimReport`].
+
+use std::collections::BTreeSet;
+
+use crate::metrics::{GroupSummary, PolicySummary, SimReport};
+
+/// A table of already formatted cells; the first column is left-aligned, the others right-aligned.
+pub(super) struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+/// A titled table.
+pub(super) struct Block {
+    pub(super) title: String,
+    pub(super) table: Table,
+}
+
+impl Table {
+    fn widths(&self) -> Vec<usize> {
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        widths
+    }
+
+    /// Aligned columns separated by two spaces, a dashed rule under the header, no
+    /// trailing whitespace; every line ends with `\n`.
+    pub(super) fn to_text(&self) -> String {
+        let widths = self.widths();
+        let mut out = String::new();
+        let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+        for row in std::iter::once(&self.header).chain(std::iter::once(&rule)).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, (cell, &w)) in row.iter().zip(&widths).enumerate() {
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                push_padded(&mut line, cell, w, i > 0);
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+
+    /// A GitHub-flavoured markdown table, padded so that the source is readable too.
+    pub(super) fn to_markdown(&self) -> String {
+        let escaped = |row: &Vec<String>| -> Vec<String> { row.iter().map(|c| c.replace('|', "\\|")).collect() };
+        let header = escaped(&self.header);
+        let rows: Vec<Vec<String>> = self.rows.iter().map(escaped).collect();
+        let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count().max(3)).collect();
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let mut push_row = |row: &[String]| {
+            out.push('|');
+            for (i, (cell, &w)) in row.iter().zip(&widths).enumerate() {
+                out.push(' ');
+                push_padded(&mut out, cell, w, i > 0);
+                out.push_str(" |");
+            }
+            out.push('\n');
+        };
+        push_row(&header);
+        let rule: Vec<String> = widths
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| if i == 0 { format!(":{}", "-".repeat(w - 1)) } else { format!("{}:", "-".repeat(w - 1)) })
+            .collect();
+        push_row(&rule);
+        for row in &rows {
+            push_row(row);
+        }
+        out
+    }
+}
+
+fn push_padded(out: &mut String, cell: &str, width: usize, right: bool) {
+    let pad = width.saturating_sub(cell.chars().count());
+    if right {
+        out.extend(std::iter::repeat_n(' ', pad));
+        out.push_str(cell);
+    } else {
+        out.push_str(cell);
+        out.extend(std::iter::repeat_n(' ', pad));
+    }
+}
+
+fn minutes(seconds: Option<f64>) -> String {
+    seconds.map_or_else(|| "-".to_owned(), |s| format!("{:.2}", s / 60.0))
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
+}
+
+const GROUP_HEADER: [&str; 9] =
+    ["policy", "jobs", "never started", "wait mean", "wait p50", "wait p95", "wait p99", "JCT mean", "slowdown p50"];
+
+fn group_row(policy: &str, g: Option<&GroupSummary>) -> Vec<String> {
+    let empty = GroupSummary::default();
+    let g = g.unwrap_or(&empty);
+    vec![
+        policy.to_owned(),
+        g.jobs.to_string(),
+        g.never_started.to_string(),
+        minutes(g.wait_seconds.mean),
+        minutes(g.wait_seconds.p50),
+        minutes(g.wait_seconds.p95),
+        minutes(g.wait_seconds.p99),
+        minutes(g.jct_seconds.mean),
+        ratio(g.slowdown.p50),
+    ]
+}
+
+fn group_table<'a>(
+    policies: &'a [PolicySummary],
+    pick: impl Fn(&'a PolicySummary) -> Option<&'a GroupSummary>,
+) -> Table {
+    Table {
+        header: GROUP_HEADER.iter().map(|h| (*h).to_owned()).collect(),
+        rows: policies.iter().map(|p| group_row(&p.policy, pick(p))).collect(),
+    }
+}
+
+fn cluster_table(policies: &[PolicySummary]) -> Table {
+    let header = ["policy", "GPU util %", "preemptions", "GPU-h allocated", "GPU-h useful", "GPU-h lost", "makespan h"];
+    Table {
+        header: header.iter().map(|h| (*h).to_owned()).collect(),
+        rows: policies
+            .iter()
+            .map(|p| {
+                let c = &p.cluster;
+                vec![
+                    p.policy.clone(),
+                    c.gpu_utilization.map_or_else(|| "-".to_owned(), |u| format!("{:.1}", u * 100.0)),
+                    c.preemptions_total.to_string(),
+                    format!("{:.2}", c.gpu_hours_allocated),
+                    format!("{:.2}", c.gpu_hours_useful),
+                    format!("{:.2}", c.gpu_hours_lost),
+                    format!("{:.2}", c.makespan_seconds / 3600.0),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// Every tier named by any policy, sorted.
+pub(super) fn tiers_of(report: &SimReport) -> BTreeSet<&str> {
+    report.policies.iter().flat_map(|p| p.tiers.keys().map(String::as_str)).collect()
+}
+
+/// The blocks of the report, in display order: all jobs, one per tier, the cluster.
+pub(super) fn blocks(report: &SimReport) -> Vec<Block> {
+    let policies = &report.policies;
+    let mut out = vec![Block {
+        title: "All jobs (wait and JCT in minutes)".to_owned(),
+        table: group_table(policies, |p| Some(&p.all)),
+    }];
+    for tier in tiers_of(report) {
+        out.push(Block {
+            title: format!("Tier {tier} (wait and JCT in minutes)"),
+            table: group_table(policies, move |p| p.tiers.get(tier)),
+        });
+    }
+    out.push(Block { title: "Cluster".to_owned(), table: cluster_table(policies) });
+    out
+}

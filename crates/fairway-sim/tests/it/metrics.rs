@@ -1,0 +1,566 @@
+//! Summary statistics, JSON output, terminal table and report files, on hand-computed runs.
+
+use std::path::{Path, PathBuf};
+
+use fairway_sim::metrics::{JobRecord, RunResult, SCHEMA_VERSION, SimReport, UtilSample, nearest_rank, summarize};
+use fairway_sim::report::{MAX_PLOT_POINTS, render_table, write_report};
+
+const MS_PER_HOUR: f64 = 3_600_000.0;
+
+#[allow(clippy::too_many_arguments)]
+fn job(
+    name: &str,
+    tier: &str,
+    tenant: &str,
+    gpus: u32,
+    submit_ms: u64,
+    first_start_ms: Option<u64>,
+    finish_ms: Option<u64>,
+    work_ms: u64,
+) -> JobRecord {
+    JobRecord {
+        name: name.to_owned(),
+        tier: tier.to_owned(),
+        tenant: tenant.to_owned(),
+        gpus,
+        submit_ms,
+        first_start_ms,
+        finish_ms,
+        work_ms,
+        preemptions: 0,
+        lost_gpu_ms: 0,
+    }
+}
+
+fn run(policy: &str, capacity_gpus: u32, records: Vec<JobRecord>, util: &[(u64, u32)]) -> RunResult {
+    RunResult {
+        policy: policy.to_owned(),
+        capacity_gpus,
+        records,
+        util: util.iter().map(|&(t_ms, gpus_allocated)| UtilSample { t_ms, gpus_allocated }).collect(),
+        events_processed: 10,
+        cycles: 5,
+        end_ms: 100_000,
+    }
+}
+
+/// Two jobs: `j1` (high, tenant a) waits 1 s and runs 60 s; `j2` (low, tenant b) waits
+/// 61 s, is preempted once (0.5 GPU-hours lost) and is still running at the end.
+fn tiny(policy: &str) -> RunResult {
+    let j1 = job("j1", "high", "a", 2, 0, Some(1_000), Some(61_000), 60_000);
+    let mut j2 = job("j2", "low", "b", 4, 0, Some(61_000), None, 30_000);
+    j2.preemptions = 1;
+    j2.lost_gpu_ms = 1_800_000;
+    run(policy, 4, vec![j1, j2], &[(0, 0), (1_000, 2), (61_000, 4)])
+}
+
+/// 20 started jobs of tier "high" with waits 1..=20 s (submitted in scrambled order) and
+/// 60 s of work each, plus one job that never started.
+fn twenty_waits() -> RunResult {
+    let mut records = Vec::new();
+    for i in 0..20u64 {
+        let k = (i * 7) % 20 + 1; // a permutation of 1..=20
+        let submit = i * 100;
+        let start = submit + k * 1_000;
+        records.push(job(&format!("j{i}"), "high", "t", 1, submit, Some(start), Some(start + 60_000), 60_000));
+    }
+    records.push(job("never", "high", "t", 1, 50, None, None, 60_000));
+    run("fifo", 8, records, &[])
+}
+
+#[test]
+fn nearest_rank_percentiles() {
+    let v: Vec<u64> = (1..=20).collect();
+    assert_eq!(nearest_rank(&v, 50), Some(10));
+    assert_eq!(nearest_rank(&v, 95), Some(19));
+    assert_eq!(nearest_rank(&v, 99), Some(20));
+    assert_eq!(nearest_rank(&v, 100), Some(20));
+    assert_eq!(nearest_rank(&v, 0), Some(1));
+    assert_eq!(nearest_rank(&[3u64, 7, 9], 50), Some(7)); // ceil(1.5) = rank 2
+    assert_eq!(nearest_rank(&[5u64], 99), Some(5));
+    assert_eq!(nearest_rank::<u64>(&[], 50), None);
+}
+
+#[test]
+fn waits_percentiles_and_never_started() {
+    let s = summarize(&twenty_waits());
+    let high = &s.tiers["high"];
+    assert_eq!(high, &s.all);
+    assert_eq!((high.jobs, high.started, high.finished, high.never_started), (21, 20, 20, 1));
+    let w = &high.wait_seconds;
+    // Mean of 1..=20 s over the 20 started jobs only; the never-started job is excluded.
+    assert_eq!(w.mean, Some(10.5));
+    assert_eq!(w.p50, Some(10.0));
+    assert_eq!(w.p95, Some(19.0));
+    assert_eq!(w.p99, Some(20.0));
+    assert_eq!(w.max, Some(20.0));
+    // JCT = wait + 60 s.
+    let j = &high.jct_seconds;
+    assert_eq!(j.mean, Some(70.5));
+    assert_eq!(j.p50, Some(70.0));
+    assert_eq!(j.p95, Some(79.0));
+    assert_eq!(j.p99, Some(80.0));
+}
+
+#[test]
+fn slowdown_is_jct_over_work_of_finished_jobs() {
+    let s = summarize(&twenty_waits());
+    let sd = &s.all.slowdown;
+    assert_eq!(sd.p50, Some(70_000.0 / 60_000.0));
+    assert_eq!(sd.p95, Some(79_000.0 / 60_000.0));
+    let mean = sd.mean.unwrap();
+    assert!((mean - 70.5 / 60.0).abs() < 1e-12, "{mean}");
+
+    // Unfinished jobs and zero-work jobs are not part of the slowdown.
+    let r = run(
+        "p",
+        4,
+        vec![
+            job("a", "x", "t", 1, 0, Some(10_000), Some(40_000), 10_000), // 4.0
+            job("b", "x", "t", 1, 0, Some(0), None, 10_000),
+            job("c", "x", "t", 1, 0, Some(0), Some(5_000), 0),
+        ],
+        &[],
+    );
+    let s = summarize(&r);
+    assert_eq!(s.all.finished, 2);
+    assert_eq!(s.all.slowdown.mean, Some(4.0));
+    assert_eq!(s.all.slowdown.p95, Some(4.0));
+    assert_eq!(s.all.jct_seconds.mean, Some(22.5));
+}
+
+#[test]
+fn utilization_on_a_step_function() {
+    // capacity 8; allocation 0 until 1 s, 4 until 3 s, 8 until 5 s, 2 until the end (10 s).
+    let util = [(0, 0), (1_000, 4), (3_000, 8), (5_000, 2)];
+    let records = vec![
+        job("a", "x", "t", 4, 1_000, Some(1_000), Some(7_000), 6_000),
+        job("b", "x", "t", 4, 2_000, Some(3_000), Some(5_000), 2_000),
+    ];
+    let mut r = run("p", 8, records, &util);
+    r.end_ms = 10_000;
+    let c = summarize(&r).cluster;
+    // Busy window [1 s, 7 s]: 4×2000 + 8×2000 + 2×2000 GPU-ms over 8 GPUs × 6000 ms.
+    assert_eq!(c.gpu_utilization, Some(28_000.0 / 48_000.0));
+    assert_eq!(c.makespan_seconds, 6.0);
+    // Allocation over the whole run, to end_ms: 8000 + 16000 + 2×5000.
+    assert_eq!(c.gpu_hours_allocated, 34_000.0 / MS_PER_HOUR);
+    assert_eq!(c.gpu_hours_useful, (4.0 * 6_000.0 + 4.0 * 2_000.0) / MS_PER_HOUR);
+    assert_eq!(c.capacity_gpus, 8);
+
+    // An unfinished job stretches the busy window to end_ms.
+    r.records[1].finish_ms = None;
+    let c = summarize(&r).cluster;
+    assert_eq!(c.gpu_utilization, Some(34_000.0 / 72_000.0));
+    assert_eq!(c.makespan_seconds, 9.0);
+    assert_eq!(c.gpu_hours_useful, 24_000.0 / MS_PER_HOUR);
+}
+
+#[test]
+fn empty_groups_give_null_statistics() {
+    // A tier whose only job never started.
+    let r = run(
+        "p",
+        4,
+        vec![job("a", "high", "t", 1, 0, Some(0), Some(1_000), 1_000), job("b", "low", "t", 1, 0, None, None, 1_000)],
+        &[(0, 1), (1_000, 0)],
+    );
+    let s = summarize(&r);
+    let low = &s.tiers["low"];
+    assert_eq!((low.jobs, low.started, low.finished, low.never_started), (1, 0, 0, 1));
+    assert_eq!(low.wait_seconds.mean, None);
+    assert_eq!(low.wait_seconds.max, None);
+    assert_eq!(low.jct_seconds.p99, None);
+    assert_eq!(low.slowdown.p50, None);
+    assert!(!s.tiers.contains_key("medium"));
+
+    // A run without jobs: everything is 0 or null, never NaN.
+    let mut empty = run("p", 0, vec![], &[]);
+    empty.end_ms = 0;
+    let s = summarize(&empty);
+    assert_eq!(s.all.jobs, 0);
+    assert!(s.tiers.is_empty() && s.tenants.is_empty());
+    assert_eq!(s.cluster.gpu_utilization, None);
+    assert_eq!(s.cluster.makespan_seconds, 0.0);
+    let json = serde_json::to_string(&s).unwrap();
+    assert!(!json.contains("NaN") && !json.contains("inf"), "{json}");
+    assert!(json.contains(r#""wait_seconds":{"mean":null,"p50":null,"p95":null,"p99":null,"max":null}"#));
+    assert!(json.contains(r#""gpu_utilization":null"#));
+    assert!(json.contains(r#""gpu_hours_lost":0.0"#));
+}
+
+#[test]
+fn groups_by_tenant() {
+    let mut records = vec![
+        job("a1", "high", "zeta", 2, 0, Some(2_000), Some(10_000), 8_000),
+        job("b1", "low", "alpha", 1, 0, Some(4_000), Some(10_000), 6_000),
+        job("a2", "low", "zeta", 2, 0, None, None, 8_000),
+        job("b2", "high", "alpha", 1, 0, Some(0), Some(1_000), 1_000),
+    ];
+    records[0].preemptions = 2;
+    records[0].lost_gpu_ms = 7_200_000;
+    records[1].preemptions = 1;
+    records[1].lost_gpu_ms = 1_800_000;
+    let s = summarize(&run("p", 4, records, &[]));
+    assert_eq!(s.tenants.keys().collect::<Vec<_>>(), ["alpha", "zeta"]);
+    assert_eq!(s.tiers.keys().collect::<Vec<_>>(), ["high", "low"]);
+    let alpha = &s.tenants["alpha"];
+    assert_eq!((alpha.jobs, alpha.started, alpha.finished), (2, 2, 2));
+    assert_eq!(alpha.wait_seconds.mean, Some(2.0));
+    assert_eq!(alpha.preemptions, 1);
+    assert_eq!(alpha.gpu_hours_lost, 0.5);
+    let zeta = &s.tenants["zeta"];
+    assert_eq!((zeta.jobs, zeta.started, zeta.never_started), (2, 1, 1));
+    assert_eq!(zeta.wait_seconds.p99, Some(2.0));
+    assert_eq!(zeta.preemptions, 2);
+    assert_eq!(zeta.gpu_hours_lost, 2.0);
+    assert_eq!(s.cluster.preemptions_total, 3);
+    assert_eq!(s.cluster.gpu_hours_lost, 2.5);
+    assert_eq!(s.all.gpu_hours_lost, 2.5);
+    assert_eq!(s.tiers["high"].jobs, 2);
+}
+
+const TINY_JSON: &str = r#"{
+  "schema_version": 1,
+  "scenario": "tiny",
+  "seed": 7,
+  "policies": [
+    {
+      "policy": "fifo",
+      "all": {
+        "jobs": 2,
+        "started": 2,
+        "finished": 1,
+        "never_started": 0,
+        "wait_seconds": {
+          "mean": 31.0,
+          "p50": 1.0,
+          "p95": 61.0,
+          "p99": 61.0,
+          "max": 61.0
+        },
+        "jct_seconds": {
+          "mean": 61.0,
+          "p50": 61.0,
+          "p95": 61.0,
+          "p99": 61.0
+        },
+        "slowdown": {
+          "mean": 1.017,
+          "p50": 1.017,
+          "p95": 1.017
+        },
+        "preemptions": 1,
+        "gpu_hours_lost": 0.5
+      },
+      "tiers": {
+        "high": {
+          "jobs": 1,
+          "started": 1,
+          "finished": 1,
+          "never_started": 0,
+          "wait_seconds": {
+            "mean": 1.0,
+            "p50": 1.0,
+            "p95": 1.0,
+            "p99": 1.0,
+            "max": 1.0
+          },
+          "jct_seconds": {
+            "mean": 61.0,
+            "p50": 61.0,
+            "p95": 61.0,
+            "p99": 61.0
+          },
+          "slowdown": {
+            "mean": 1.017,
+            "p50": 1.017,
+            "p95": 1.017
+          },
+          "preemptions": 0,
+          "gpu_hours_lost": 0.0
+        },
+        "low": {
+          "jobs": 1,
+          "started": 1,
+          "finished": 0,
+          "never_started": 0,
+          "wait_seconds": {
+            "mean": 61.0,
+            "p50": 61.0,
+            "p95": 61.0,
+            "p99": 61.0,
+            "max": 61.0
+          },
+          "jct_seconds": {
+            "mean": null,
+            "p50": null,
+            "p95": null,
+            "p99": null
+          },
+          "slowdown": {
+            "mean": null,
+            "p50": null,
+            "p95": null
+          },
+          "preemptions": 1,
+          "gpu_hours_lost": 0.5
+        }
+      },
+      "tenants": {
+        "a": {
+          "jobs": 1,
+          "started": 1,
+          "finished": 1,
+          "never_started": 0,
+          "wait_seconds": {
+            "mean": 1.0,
+            "p50": 1.0,
+            "p95": 1.0,
+            "p99": 1.0,
+            "max": 1.0
+          },
+          "jct_seconds": {
+            "mean": 61.0,
+            "p50": 61.0,
+            "p95": 61.0,
+            "p99": 61.0
+          },
+          "slowdown": {
+            "mean": 1.017,
+            "p50": 1.017,
+            "p95": 1.017
+          },
+          "preemptions": 0,
+          "gpu_hours_lost": 0.0
+        },
+        "b": {
+          "jobs": 1,
+          "started": 1,
+          "finished": 0,
+          "never_started": 0,
+          "wait_seconds": {
+            "mean": 61.0,
+            "p50": 61.0,
+            "p95": 61.0,
+            "p99": 61.0,
+            "max": 61.0
+          },
+          "jct_seconds": {
+            "mean": null,
+            "p50": null,
+            "p95": null,
+            "p99": null
+          },
+          "slowdown": {
+            "mean": null,
+            "p50": null,
+            "p95": null
+          },
+          "preemptions": 1,
+          "gpu_hours_lost": 0.5
+        }
+      },
+      "cluster": {
+        "capacity_gpus": 4,
+        "gpu_utilization": 0.69,
+        "gpu_hours_allocated": 0.077,
+        "gpu_hours_useful": 0.033,
+        "gpu_hours_lost": 0.5,
+        "preemptions_total": 1,
+        "makespan_seconds": 100.0,
+        "events_processed": 10,
+        "cycles": 5
+      }
+    }
+  ]
+}
+"#;
+
+#[test]
+fn json_snapshot_of_a_tiny_report() {
+    let report = SimReport::from_runs("tiny", 7, &[tiny("fifo")]);
+    assert_eq!(SCHEMA_VERSION, 1);
+    assert_eq!(report.to_json(), TINY_JSON);
+    // Plain serde serialisation gives the same document.
+    assert_eq!(serde_json::to_string_pretty(&report).unwrap() + "\n", TINY_JSON);
+    // Full precision is kept in memory; rounding happens at serialisation only.
+    assert_eq!(report.policies[0].all.slowdown.p50, Some(61_000.0 / 60_000.0));
+}
+
+#[test]
+fn json_rounds_to_three_decimals() {
+    let mut r = tiny("fifo");
+    r.records[0].finish_ms = Some(61_000 + 2); // JCT 61.002 s
+    r.records[1].lost_gpu_ms = 1; // 2.78e-7 GPU-hours: rounds to zero
+    let json = serde_json::to_string(&summarize(&r)).unwrap();
+    assert!(json.contains(r#""jct_seconds":{"mean":61.002,"#), "{json}");
+    assert!(json.contains(r#""preemptions_total":1"#), "{json}");
+    assert!(json.contains(r#""gpu_hours_lost":0.0,"preemptions_total""#), "{json}");
+}
+
+const TINY_TABLE: &str = "\
+Scenario: tiny  seed: 7
+
+All jobs (wait and JCT in minutes)
+policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  JCT mean  slowdown p50
+--------  ----  -------------  ---------  --------  --------  --------  --------  ------------
+fifo         2              0       0.52      0.02      1.02      1.02      1.02          1.02
+priority     2              0       0.52      0.02      1.02      1.02      1.02          1.02
+
+Tier high (wait and JCT in minutes)
+policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  JCT mean  slowdown p50
+--------  ----  -------------  ---------  --------  --------  --------  --------  ------------
+fifo         1              0       0.02      0.02      0.02      0.02      1.02          1.02
+priority     1              0       0.02      0.02      0.02      0.02      1.02          1.02
+
+Tier low (wait and JCT in minutes)
+policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  JCT mean  slowdown p50
+--------  ----  -------------  ---------  --------  --------  --------  --------  ------------
+fifo         1              0       1.02      1.02      1.02      1.02         -             -
+priority     1              0       1.02      1.02      1.02      1.02         -             -
+
+Cluster
+policy    GPU util %  preemptions  GPU-h allocated  GPU-h useful  GPU-h lost  makespan h
+--------  ----------  -----------  ---------------  ------------  ----------  ----------
+fifo            69.0            1             0.08          0.03        0.50        0.03
+priority        69.0            1             0.08          0.03        0.50        0.03
+";
+
+#[test]
+fn render_table_rows() {
+    let report = SimReport::from_runs("tiny", 7, &[tiny("fifo"), tiny("priority")]);
+    let table = render_table(&report);
+    assert_eq!(table, TINY_TABLE);
+    assert!(!table.contains('\x1b'));
+    assert!(table.lines().all(|l| l == l.trim_end()));
+}
+
+#[test]
+fn render_table_marks_policies_missing_a_tier() {
+    let mut other = tiny("priority");
+    other.records.retain(|r| r.tier == "high");
+    let report = SimReport::from_runs("tiny", 7, &[tiny("fifo"), other]);
+    let table = render_table(&report);
+    let low_block = table.split("Tier low").nth(1).unwrap();
+    let priority_row = low_block.lines().find(|l| l.starts_with("priority")).unwrap();
+    assert_eq!(
+        priority_row.split_whitespace().collect::<Vec<_>>(),
+        ["priority", "0", "0", "-", "-", "-", "-", "-", "-"]
+    );
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fairway-sim-report").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn two_policies() -> (SimReport, Vec<RunResult>) {
+    let fifo = tiny("fifo");
+    let mut fairway = tiny("fairway");
+    fairway.records[1].first_start_ms = Some(20_000);
+    let runs = vec![fifo, fairway];
+    (SimReport::from_runs("tiny", 7, &runs), runs)
+}
+
+#[test]
+fn write_report_creates_files_deterministically() {
+    let (report, runs) = two_policies();
+    let a = out_dir("a");
+    let b = out_dir("b");
+    let written_a = write_report(&a, &report, &runs).unwrap();
+    let written_b = write_report(&b, &report, &runs).unwrap();
+    let names: Vec<String> = written_a.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["report.md", "wait-cdf-high.svg", "wait-cdf-low.svg", "gpu-utilization.svg"]);
+    for (pa, pb) in written_a.iter().zip(&written_b) {
+        assert_eq!(pa.parent().unwrap(), a);
+        let bytes_a = std::fs::read(pa).unwrap();
+        assert_eq!(bytes_a, std::fs::read(pb).unwrap(), "{} differs", pa.display());
+    }
+    // A second call into the same directory overwrites with identical bytes.
+    let first = std::fs::read(&written_a[1]).unwrap();
+    write_report(&a, &report, &runs).unwrap();
+    assert_eq!(std::fs::read(&written_a[1]).unwrap(), first);
+
+    for svg_path in &written_a[1..] {
+        let svg = std::fs::read_to_string(svg_path).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", svg_path.display());
+        assert!(svg.trim_end().ends_with("</svg>"), "{}", svg_path.display());
+        assert!(svg.contains(">\nfifo\n</text>") || svg.contains(">fifo<"), "{svg}");
+        assert!(svg.contains("fairway"), "{}", svg_path.display());
+        assert_eq!(svg.matches("<text").count(), svg.matches("</text>").count());
+    }
+    let cdf = std::fs::read_to_string(&written_a[1]).unwrap();
+    assert!(cdf.contains("Wait time CDF - tier high"));
+    assert!(cdf.contains("fraction of jobs started"));
+    let util = std::fs::read_to_string(&written_a[3]).unwrap();
+    assert!(util.contains("Allocated GPUs over time"));
+    assert!(util.contains("GPUs allocated"));
+    assert!(util.contains("capacity (4 GPUs)"));
+
+    let md = std::fs::read_to_string(&written_a[0]).unwrap();
+    assert!(md.starts_with("# Simulation report: tiny\n"));
+    assert!(md.contains("- Seed: 7\n"));
+    assert!(md.contains("## How to read this report"));
+    for link in ["(wait-cdf-high.svg)", "(wait-cdf-low.svg)", "(gpu-utilization.svg)"] {
+        assert!(md.contains(link), "{link}");
+    }
+    assert!(md.contains("## Tier high (wait and JCT in minutes)"));
+    assert!(md.contains("| fairway |"), "{md}");
+    assert!(md.contains("| policy  | jobs | never started |"), "{md}");
+}
+
+fn polyline_point_counts(svg: &str) -> Vec<usize> {
+    svg.split("<polyline")
+        .skip(1)
+        .map(|el| {
+            let points = el.split("points=\"").nth(1).unwrap();
+            points[..points.find('"').unwrap()].split_whitespace().count()
+        })
+        .collect()
+}
+
+#[test]
+fn long_series_are_downsampled() {
+    // 10,000 allocation changes and 5,000 distinct waits.
+    let mut r = tiny("fifo");
+    r.end_ms = 100_000_000;
+    r.util = (0..10_000u64).map(|i| UtilSample { t_ms: i * 10_000, gpus_allocated: (i % 5) as u32 }).collect();
+    r.records = (0..5_000u64)
+        .map(|i| job(&format!("j{i}"), "high", "t", 1, 0, Some(i * 1_000), Some(i * 1_000 + 1), 1))
+        .collect();
+    let report = SimReport::from_runs("long", 1, std::slice::from_ref(&r));
+    let dir = out_dir("long");
+    let written = write_report(&dir, &report, std::slice::from_ref(&r)).unwrap();
+    for path in &written[1..] {
+        let svg = std::fs::read_to_string(path).unwrap();
+        let counts = polyline_point_counts(&svg);
+        assert!(!counts.is_empty(), "{}", path.display());
+        assert!(counts.iter().all(|&c| c <= MAX_PLOT_POINTS), "{}: {counts:?}", path.display());
+        assert!(counts.iter().any(|&c| c > 100), "{}: {counts:?}", path.display());
+    }
+}
+
+#[test]
+fn tier_names_are_sanitised_in_file_names() {
+    let mut r = tiny("fifo");
+    r.records[0].tier = "gold/ä b".to_owned();
+    r.records[1].tier = "gold__ b".to_owned();
+    let report = SimReport::from_runs("odd", 1, std::slice::from_ref(&r));
+    let dir = out_dir("odd");
+    let written = write_report(&dir, &report, std::slice::from_ref(&r)).unwrap();
+    let names: Vec<String> = written.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["report.md", "wait-cdf-gold___b.svg", "wait-cdf-gold___b-2.svg", "gpu-utilization.svg"]);
+}
+
+#[test]
+fn write_report_reports_io_errors_with_the_path() {
+    let (report, runs) = two_policies();
+    let dir = out_dir("blocked");
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    std::fs::write(&dir, "not a directory").unwrap();
+    let err = write_report(&dir.join("sub"), &report, &runs).unwrap_err();
+    assert!(err.to_string().contains("blocked"), "{err}");
+    std::fs::remove_file(&dir).unwrap();
+}
