@@ -1,0 +1,104 @@
+//! One document of the input: which format it is, by `apiVersion` and `kind`.
+
+use serde_json::Value;
+
+use crate::error::Issues;
+use crate::job::JobDoc;
+use crate::path::Path;
+use crate::priority::{self, PriorityClassDoc};
+use crate::value::{self, Obj, quote};
+use crate::{kube, native};
+
+pub(crate) const FAIRWAY_V1: &str = "fairway/v1";
+const BATCH_V1: &str = "batch/v1";
+const SCHEDULING_V1: &str = "scheduling.k8s.io/v1";
+
+/// What one document holds.
+pub(crate) enum Doc {
+    Job(Box<JobDoc>),
+    Class(PriorityClassDoc),
+}
+
+/// Reads a document of any supported format. `None` when it could not be read at all
+/// (the reasons are in `issues`).
+pub(crate) fn read(value: &Value, root: Path, issues: &mut Issues) -> Option<Doc> {
+    let mut obj = Obj::new(value, root, issues)?;
+    let api = take_string(&mut obj, "apiVersion", issues)?;
+    let kind = take_string(&mut obj, "kind", issues)?;
+    let api_path = obj.path().field("apiVersion");
+    let kind_path = obj.path().field("kind");
+    match (api.as_deref(), kind.as_deref()) {
+        (None, None) => Some(Doc::Job(Box::new(native::read(obj, issues)))),
+        (None, Some(_)) => {
+            issues.error(&api_path, "required field is missing (a document with kind needs an apiVersion)");
+            None
+        }
+        (Some(FAIRWAY_V1), Some("Job")) => Some(Doc::Job(Box::new(native::read(obj, issues)))),
+        (Some(FAIRWAY_V1), Some("PriorityClass")) => Some(Doc::Class(priority::read_compact(obj, issues))),
+        (Some(BATCH_V1), Some("Job")) => Some(Doc::Job(Box::new(kube::read_job(obj, issues)))),
+        (Some(SCHEDULING_V1), Some("PriorityClass")) => Some(Doc::Class(priority::read_kube(obj, issues))),
+        (Some(api @ (FAIRWAY_V1 | BATCH_V1 | SCHEDULING_V1)), kind) => {
+            let expected = kinds_of(api);
+            match kind {
+                None => issues.error(&kind_path, format!("required field is missing (expected {expected})")),
+                Some(kind) => issues.error(
+                    &kind_path,
+                    format!("unknown kind {} for apiVersion {api}; expected {expected}", quote(kind)),
+                ),
+            }
+            None
+        }
+        (Some(api), _) => {
+            issues.error(
+                &api_path,
+                format!(
+                    "unknown apiVersion {}; fairway reads {FAIRWAY_V1} (Job, PriorityClass), {BATCH_V1} (Job) and {SCHEDULING_V1} (PriorityClass)",
+                    quote(api)
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn kinds_of(api: &str) -> &'static str {
+    match api {
+        FAIRWAY_V1 => "Job or PriorityClass",
+        BATCH_V1 => "Job",
+        _ => "PriorityClass",
+    }
+}
+
+/// `Some(None)` when absent, `None` when present but not a string.
+fn take_string(obj: &mut Obj<'_>, key: &str, issues: &mut Issues) -> Option<Option<String>> {
+    match obj.take(key) {
+        None => Some(None),
+        Some((v, path)) => value::string(v, &path, issues).map(Some),
+    }
+}
+
+/// For documents embedded in fairway's own files, where the envelope is optional: if
+/// present it must be `fairway/v1` and `kind`. `None` (with errors recorded) otherwise.
+pub(crate) fn take_envelope(obj: &mut Obj<'_>, kind: &str, issues: &mut Issues) -> Option<()> {
+    let api_path = obj.path().field("apiVersion");
+    let kind_path = obj.path().field("kind");
+    let api = take_string(obj, "apiVersion", issues)?;
+    let got_kind = take_string(obj, "kind", issues)?;
+    match (api.as_deref(), got_kind.as_deref()) {
+        (None, None) => Some(()),
+        (Some(FAIRWAY_V1), Some(k)) if k == kind => Some(()),
+        (Some(FAIRWAY_V1), got) => {
+            let got = got.map_or_else(|| "nothing".to_owned(), quote);
+            issues.error(&kind_path, format!("must be {kind} here, got {got}"));
+            None
+        }
+        (None, Some(_)) => {
+            issues.error(&api_path, "required field is missing (a document with kind needs an apiVersion)");
+            None
+        }
+        (Some(api), _) => {
+            issues.error(&api_path, format!("must be {FAIRWAY_V1} here, got {}", quote(api)));
+            None
+        }
+    }
+}

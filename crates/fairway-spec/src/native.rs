@@ -1,0 +1,229 @@
+//! fairway's native job format: the fields users write by hand, nothing more. Unknown
+//! fields are errors here (a misspelt `replica:` must not silently run one replica).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::document::take_envelope;
+use crate::error::{Issues, SpecErrors};
+use crate::job::{Field, JobDoc, Origin, PriorityRef, ResourcesDoc, SourceFormat};
+use crate::names;
+use crate::path::Path;
+use crate::priority::policy;
+use crate::value::{self, Obj, describe, uint_in};
+
+const FIELDS: &[&str] = &[
+    "name",
+    "tenant",
+    "priority",
+    "resources",
+    "replicas",
+    "image",
+    "command",
+    "env",
+    "max_runtime_seconds",
+    "preemptible",
+    "preemption_grace_seconds",
+    "checkpoint_interval_seconds",
+    "preemption_policy",
+];
+const RESOURCE_FIELDS: &[&str] = &["gpus", "gpu_model", "cpu_millis", "memory_mib"];
+
+/// Gang size bounds: a gang must start all at once, and past this no cluster does that.
+pub(crate) const REPLICAS: (u64, u64) = (1, 1024);
+pub(crate) const REPLICAS_EXPECTATION: &str = "an integer between 1 and 1024";
+/// Any duration beyond ~31,000 years is a mistake; the bound keeps milliseconds in a u64.
+pub(crate) const SECONDS_MAX: u64 = 1_000_000_000_000;
+pub(crate) const DEFAULT_GRACE_SECONDS: u64 = 30;
+const ENV_HINT: &str = " (quote numbers and booleans, e.g. \"3\")";
+
+/// Reads one native job. `document` and `path_prefix` place errors: a scenario file that
+/// embeds jobs under `jobs:` passes its own document number and `jobs[3]`. An
+/// `apiVersion: fairway/v1` / `kind: Job` envelope is allowed.
+pub fn parse_native_job(value: &Value, document: usize, path_prefix: &str) -> Result<JobDoc, SpecErrors> {
+    let mut issues = Issues::new(document);
+    let job = Obj::new(value, Path::root(path_prefix), &mut issues).and_then(|mut obj| {
+        take_envelope(&mut obj, "Job", &mut issues)?;
+        Some(read(obj, &mut issues))
+    });
+    issues.finish(job).map(|(job, _)| job)
+}
+
+/// The native fields of `obj` (its envelope already taken). Whatever fails is recorded in
+/// `issues` and replaced by a placeholder; callers discard the job when `issues` has errors.
+pub(crate) fn read(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
+    let origin = native_origin(obj.path(), issues.document());
+    let name = obj.require("name", issues).and_then(|(v, path)| dns_name(v, &path, issues));
+    let (user, project) = match obj.require("tenant", issues) {
+        Some((v, path)) => tenant(v, path, issues),
+        None => (None, None),
+    };
+    let priority = obj.take("priority").map_or(Some(PriorityRef::Default), |(v, path)| priority_ref(v, &path, issues));
+    let resources = obj.require("resources", issues).and_then(|(v, path)| resources(v, path, issues));
+    let replicas = obj.take("replicas").map_or(Some(1), |(v, path)| replicas(v, &path, issues));
+    let image_given = obj.has("image");
+    let image = obj.take("image").and_then(|(v, path)| token(v, &path, issues));
+    let command = obj.take("command").and_then(|(v, path)| value::string_list(v, &path, issues));
+    if !image_given && !obj.has("command") {
+        issues.error(&obj.path().field("command"), "required field is missing (required unless image is given)");
+    } else if !image_given && command.as_ref().is_some_and(Vec::is_empty) {
+        issues.error(&obj.path().field("command"), "must not be empty unless image is given");
+    }
+    let env = obj.take("env").and_then(|(v, path)| env_map(v, &path, issues));
+    let max_runtime_seconds = obj.take("max_runtime_seconds").and_then(|(v, path)| positive_seconds(v, &path, issues));
+    let preemptible = obj.take("preemptible").and_then(|(v, path)| value::boolean(v, &path, issues));
+    let grace = obj.take("preemption_grace_seconds").and_then(|(v, path)| seconds(v, &path, issues));
+    let checkpoint = obj.take("checkpoint_interval_seconds").and_then(|(v, path)| positive_seconds(v, &path, issues));
+    let preemption_policy = obj.take("preemption_policy").and_then(|(v, path)| policy(v, &path, issues));
+    obj.reject_rest(issues, FIELDS);
+    let job = JobDoc {
+        name: name.unwrap_or_default(),
+        user: user.unwrap_or_default(),
+        project: project.unwrap_or_default(),
+        priority: priority.unwrap_or(PriorityRef::Default),
+        resources: resources.unwrap_or_default(),
+        replicas: replicas.unwrap_or(1),
+        image,
+        command: command.unwrap_or_default(),
+        env: env.unwrap_or_default(),
+        max_runtime_seconds,
+        preemptible: preemptible.unwrap_or(true),
+        preemption_grace_seconds: grace.unwrap_or(DEFAULT_GRACE_SECONDS),
+        checkpoint_interval_seconds: checkpoint,
+        preemption_policy,
+        origin,
+    };
+    check_totals(&job, issues);
+    job
+}
+
+fn native_origin(root: &Path, document: usize) -> Origin {
+    let resources = root.field("resources");
+    let paths = [
+        (Field::Name, root.field("name")),
+        (Field::Priority, root.field("priority")),
+        (Field::Replicas, root.field("replicas")),
+        (Field::Gpus, resources.field("gpus")),
+        (Field::GpuModel, resources.field("gpu_model")),
+        (Field::Cpu, resources.field("cpu_millis")),
+        (Field::Memory, resources.field("memory_mib")),
+    ];
+    Origin {
+        document,
+        format: SourceFormat::Native,
+        paths: paths.into_iter().map(|(f, p)| (f, p.as_str().to_owned())).collect(),
+    }
+}
+
+/// Reports a gang whose totals overflow the core's integer types.
+pub(crate) fn check_totals(job: &JobDoc, issues: &mut Issues) {
+    if let Err((field, reason)) = job.check_totals() {
+        issues.errors.push(job.origin.error(field, reason));
+    }
+}
+
+/// `tenant: { user, project }`; the user defaults to the project.
+fn tenant(v: &Value, path: Path, issues: &mut Issues) -> (Option<String>, Option<String>) {
+    let Some(mut obj) = Obj::new(v, path, issues) else { return (None, None) };
+    let project = obj.require("project", issues).and_then(|(v, path)| token(v, &path, issues));
+    let user = match obj.take("user") {
+        Some((v, path)) => token(v, &path, issues),
+        None => project.clone(),
+    };
+    obj.reject_rest(issues, &["user", "project"]);
+    (user, project)
+}
+
+fn resources(v: &Value, path: Path, issues: &mut Issues) -> Option<ResourcesDoc> {
+    let mut obj = Obj::new(v, path, issues)?;
+    let gpus = obj.require("gpus", issues).and_then(|(v, path)| gpu_count(v, &path, issues));
+    let gpu_model = obj.take("gpu_model").and_then(|(v, path)| token(v, &path, issues));
+    let cpu = obj.take("cpu_millis").map_or(Some(0), |(v, path)| {
+        uint_in(v, &path, issues, (0, u64::MAX), "a non-negative integer number of millicores")
+    });
+    let memory = obj
+        .take("memory_mib")
+        .map_or(Some(0), |(v, path)| uint_in(v, &path, issues, (0, u64::MAX), "a non-negative integer number of MiB"));
+    obj.reject_rest(issues, RESOURCE_FIELDS);
+    Some(ResourcesDoc { gpus: gpus?, gpu_model, cpu_millis: cpu?, memory_mib: memory? })
+}
+
+pub(crate) fn gpu_count(v: &Value, path: &Path, issues: &mut Issues) -> Option<u32> {
+    let n = uint_in(v, path, issues, (1, u64::from(u32::MAX)), "a positive integer")?;
+    u32::try_from(n).ok()
+}
+
+pub(crate) fn replicas(v: &Value, path: &Path, issues: &mut Issues) -> Option<u32> {
+    let n = uint_in(v, path, issues, REPLICAS, REPLICAS_EXPECTATION)?;
+    u32::try_from(n).ok()
+}
+
+pub(crate) fn seconds(v: &Value, path: &Path, issues: &mut Issues) -> Option<u64> {
+    uint_in(v, path, issues, (0, SECONDS_MAX), "a non-negative integer number of seconds")
+}
+
+pub(crate) fn positive_seconds(v: &Value, path: &Path, issues: &mut Issues) -> Option<u64> {
+    uint_in(v, path, issues, (1, SECONDS_MAX), "a positive integer number of seconds")
+}
+
+/// A class name, or a bare integer value.
+fn priority_ref(v: &Value, path: &Path, issues: &mut Issues) -> Option<PriorityRef> {
+    match v {
+        Value::String(name) if !name.is_empty() => Some(PriorityRef::Class(name.clone())),
+        Value::Number(_) => match value::exact_integer(v).and_then(|n| i32::try_from(n).ok()) {
+            Some(n) => Some(PriorityRef::Value(n)),
+            None => {
+                issues.error(path, format!("must be an integer that fits in 32 bits, got {}", describe(v)));
+                None
+            }
+        },
+        other => {
+            issues.error(path, format!("must be a priority class name or an integer value, got {}", describe(other)));
+            None
+        }
+    }
+}
+
+/// A DNS-1123 subdomain name.
+pub(crate) fn dns_name(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
+    let name = value::string(v, path, issues)?;
+    match names::dns_subdomain(&name) {
+        Ok(()) => Some(name),
+        Err(reason) => {
+            issues.error(path, reason);
+            None
+        }
+    }
+}
+
+/// A user, project, GPU model or image name.
+pub(crate) fn token(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
+    let s = value::string(v, path, issues)?;
+    match names::token(&s) {
+        Ok(()) => Some(s),
+        Err(reason) => {
+            issues.error(path, reason);
+            None
+        }
+    }
+}
+
+/// `env: { NAME: "value" }`. Values must be strings: YAML turns `3` into a number and
+/// `true` into a boolean, and guessing how to print them back would be a silent misread.
+fn env_map(v: &Value, path: &Path, issues: &mut Issues) -> Option<BTreeMap<String, String>> {
+    let env = value::string_map(v, path, issues, ENV_HINT)?;
+    let mut ok = true;
+    for name in env.keys() {
+        if let Err(reason) = names::env_name(name) {
+            ok = false;
+            issues.error(&path.field(name), reason);
+        }
+    }
+    ok.then_some(env)
+}
+
+/// The hint appended to "must be a string" for environment values.
+pub(crate) fn env_hint() -> &'static str {
+    ENV_HINT
+}

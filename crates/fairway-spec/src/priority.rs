@@ -1,0 +1,390 @@
+//! Priority classes: the Kubernetes `PriorityClass` model, a registry with fairway's
+//! built-in classes, and the two ways to write a class (Kubernetes and compact).
+
+use std::collections::BTreeMap;
+
+use fairway_core::{PreemptionPolicy, Priority};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Issues, SpecError, SpecErrors};
+use crate::job::{Field, Origin, SourceFormat};
+use crate::names;
+use crate::path::Path;
+use crate::value::{self, Obj, describe, quote};
+
+/// Kubernetes reserves values above this for its `system-` classes.
+pub const USER_PRIORITY_MAX: i64 = 1_000_000_000;
+
+/// `preemptionPolicy` as written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PreemptionPolicyDoc {
+    #[default]
+    PreemptLowerPriority,
+    Never,
+}
+
+impl From<PreemptionPolicyDoc> for PreemptionPolicy {
+    fn from(p: PreemptionPolicyDoc) -> PreemptionPolicy {
+        match p {
+            PreemptionPolicyDoc::PreemptLowerPriority => PreemptionPolicy::PreemptLowerPriority,
+            PreemptionPolicyDoc::Never => PreemptionPolicy::Never,
+        }
+    }
+}
+
+impl From<PreemptionPolicy> for PreemptionPolicyDoc {
+    fn from(p: PreemptionPolicy) -> PreemptionPolicyDoc {
+        match p {
+            PreemptionPolicy::PreemptLowerPriority => PreemptionPolicyDoc::PreemptLowerPriority,
+            PreemptionPolicy::Never => PreemptionPolicyDoc::Never,
+        }
+    }
+}
+
+/// A priority class as found in the input, validated but not yet registered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PriorityClassDoc {
+    pub name: String,
+    pub value: Priority,
+    pub global_default: bool,
+    pub preemption_policy: PreemptionPolicyDoc,
+    pub description: Option<String>,
+    pub origin: Origin,
+}
+
+/// A class in a [`PriorityClasses`] registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PriorityClass {
+    pub name: String,
+    pub value: Priority,
+    /// Exactly one class of a registry is the global default.
+    pub global_default: bool,
+    pub preemption_policy: PreemptionPolicy,
+    pub description: String,
+    /// One of fairway's own classes rather than one from the input or a config.
+    pub builtin: bool,
+}
+
+/// The priority classes jobs can name. Starts with the built-ins; inputs and configs add
+/// more. Never empty and always has exactly one global default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PriorityClasses {
+    /// Sorted by value descending, then name: the order of [`PriorityClasses::iter`].
+    classes: Vec<PriorityClass>,
+}
+
+impl Default for PriorityClasses {
+    fn default() -> PriorityClasses {
+        PriorityClasses::builtin()
+    }
+}
+
+impl PriorityClasses {
+    /// `critical` 10,000,000; `high` 1,000,000; `medium` 100,000 (the global default);
+    /// `low` 1,000. All preempt lower priorities.
+    pub fn builtin() -> PriorityClasses {
+        let class = |name: &str, value, global_default, description: &str| PriorityClass {
+            name: name.to_owned(),
+            value,
+            global_default,
+            preemption_policy: PreemptionPolicy::PreemptLowerPriority,
+            description: description.to_owned(),
+            builtin: true,
+        };
+        PriorityClasses {
+            classes: vec![
+                class("critical", 10_000_000, false, "Work that must run now; preempts every other class."),
+                class(
+                    "high",
+                    1_000_000,
+                    false,
+                    "Business-critical training (the value of the article's high-priority class).",
+                ),
+                class("medium", 100_000, true, "The default for jobs that name no class."),
+                class("low", 1_000, false, "Best-effort and exploratory work; preempted first."),
+            ],
+        }
+    }
+
+    /// Same as [`PriorityClasses::builtin`].
+    pub fn with_builtins() -> PriorityClasses {
+        PriorityClasses::builtin()
+    }
+
+    pub fn resolve(&self, name: &str) -> Option<&PriorityClass> {
+        self.classes.iter().find(|c| c.name == name)
+    }
+
+    /// Like [`PriorityClasses::resolve`], with the reason for a miss, which lists the known
+    /// classes: `unknown priority class "gold"; known classes: critical, high, medium, low`.
+    pub fn resolve_priority(&self, name: &str) -> Result<&PriorityClass, String> {
+        self.resolve(name).ok_or_else(|| self.unknown_class(name))
+    }
+
+    pub(crate) fn unknown_class(&self, name: &str) -> String {
+        let known: Vec<&str> = self.classes.iter().map(|c| c.name.as_str()).collect();
+        format!("unknown priority class {}; known classes: {}", quote(name), known.join(", "))
+    }
+
+    /// Adds one class given field by field (from a driver's own config), with the same
+    /// rules as [`PriorityClasses::register`]. The `Err` is the reason. Adding classes one
+    /// at a time cannot see "two defaults in one input": the later default simply wins; use
+    /// [`PriorityClasses::register_all`] for that check.
+    pub fn add(
+        &mut self,
+        name: &str,
+        value: Priority,
+        global_default: bool,
+        preemption_policy: PreemptionPolicy,
+        description: &str,
+    ) -> Result<(), String> {
+        let doc = PriorityClassDoc {
+            name: name.to_owned(),
+            value,
+            global_default,
+            preemption_policy: preemption_policy.into(),
+            description: Some(description.to_owned()).filter(|d| !d.is_empty()),
+            origin: Origin::default(),
+        };
+        self.register(&doc).map_err(|e| e.reason)
+    }
+
+    /// The class of jobs that name none.
+    pub fn default_class(&self) -> &PriorityClass {
+        // Built-ins are never removed and a default is only ever moved, so the fallback
+        // is unreachable; it exists to keep this total.
+        self.classes.iter().find(|c| c.global_default).unwrap_or(&self.classes[0])
+    }
+
+    /// Every class, by value descending, then name.
+    pub fn iter(&self) -> std::slice::Iter<'_, PriorityClass> {
+        self.classes.iter()
+    }
+
+    /// Adds one class. Registering a class again with the same value and policy is a no-op
+    /// (so reloading a file is harmless); any other redefinition is an error. A class with
+    /// `global_default` becomes the default in place of the previous one.
+    pub fn register(&mut self, doc: &PriorityClassDoc) -> Result<(), SpecError> {
+        check_user_class(doc)?;
+        let policy = PreemptionPolicy::from(doc.preemption_policy);
+        match self.resolve(&doc.name) {
+            Some(existing) if existing.value != doc.value || existing.preemption_policy != policy => {
+                return Err(doc.origin.error(
+                    Field::Name,
+                    format!(
+                        "priority class {} is already defined with value {} and policy {:?}; a class cannot be redefined",
+                        quote(&doc.name),
+                        existing.value,
+                        existing.preemption_policy
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => self.classes.push(PriorityClass {
+                name: doc.name.clone(),
+                value: doc.value,
+                global_default: false,
+                preemption_policy: policy,
+                description: doc.description.clone().unwrap_or_default(),
+                builtin: false,
+            }),
+        }
+        if doc.global_default {
+            for c in &mut self.classes {
+                c.global_default = c.name == doc.name;
+            }
+        }
+        self.classes.sort_by(|a, b| b.value.cmp(&a.value).then_with(|| a.name.cmp(&b.name)));
+        Ok(())
+    }
+
+    /// Adds the classes of one input, all or none. Two classes with one name, or two
+    /// global defaults, in the same input are errors.
+    pub fn register_all(&mut self, docs: &[PriorityClassDoc]) -> Result<(), SpecErrors> {
+        let mut staged = self.clone();
+        let mut errors = Vec::new();
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut default: Option<&PriorityClassDoc> = None;
+        for doc in docs {
+            if let Some(first) = seen.insert(&doc.name, doc.origin.document) {
+                let reason =
+                    format!("duplicate priority class {}: already defined in document {first}", quote(&doc.name));
+                errors.push(doc.origin.error(Field::Name, reason));
+                continue;
+            }
+            if doc.global_default {
+                if let Some(first) = default {
+                    let reason = format!(
+                        "only one class may be the global default; {} in document {} already is",
+                        quote(&first.name),
+                        first.origin.document
+                    );
+                    errors.push(doc.origin.error(Field::GlobalDefault, reason));
+                    continue;
+                }
+                default = Some(doc);
+            }
+            if let Err(e) = staged.register(doc) {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            *self = staged;
+            Ok(())
+        } else {
+            Err(SpecErrors(errors))
+        }
+    }
+}
+
+/// The rules Kubernetes applies to user-created classes.
+fn check_user_class(doc: &PriorityClassDoc) -> Result<(), SpecError> {
+    names::dns_subdomain(&doc.name).map_err(|reason| doc.origin.error(Field::Name, reason))?;
+    if i64::from(doc.value) > USER_PRIORITY_MAX {
+        return Err(doc.origin.error(Field::Value, value_too_high(&doc.value.to_string())));
+    }
+    Ok(())
+}
+
+fn value_too_high(got: &str) -> String {
+    format!("must be at most {USER_PRIORITY_MAX} (higher values are reserved for Kubernetes system classes), got {got}")
+}
+
+/// Keys of the compact form.
+const COMPACT_FIELDS: &[&str] = &["name", "value", "globalDefault", "preemptionPolicy", "description"];
+
+/// Reads a priority class in the compact form used in configs and scenario files:
+/// `{ name: batch, value: 500, globalDefault: false, preemptionPolicy: Never,
+/// description: ... }` (the Kubernetes field names, with `name` at the top). An
+/// `apiVersion: fairway/v1` / `kind: PriorityClass` envelope is allowed. Unknown fields are
+/// errors. Paths in errors start with `path_prefix`.
+pub fn parse_priority_class(value: &Value, document: usize, path_prefix: &str) -> Result<PriorityClassDoc, SpecErrors> {
+    let mut issues = Issues::new(document);
+    let class = Obj::new(value, Path::root(path_prefix), &mut issues).and_then(|mut obj| {
+        crate::document::take_envelope(&mut obj, "PriorityClass", &mut issues)?;
+        Some(read_compact(obj, &mut issues))
+    });
+    issues.finish(class).map(|(class, _)| class)
+}
+
+/// The compact form; `obj`'s envelope, if any, is already taken.
+pub(crate) fn read_compact(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityClassDoc {
+    let mut origin = Origin { document: issues.document(), format: SourceFormat::Native, paths: BTreeMap::new() };
+    let name = read_name(&mut obj, "name", &mut origin, issues);
+    let class = read_body(&mut obj, name, origin, issues);
+    let mut known = COMPACT_FIELDS.to_vec();
+    known.extend(["apiVersion", "kind"]);
+    obj.reject_rest(issues, &known);
+    class
+}
+
+/// A `scheduling.k8s.io/v1` PriorityClass; `obj`'s envelope is already taken. Fields
+/// fairway does not use (labels, annotations, status) become warnings.
+pub(crate) fn read_kube(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityClassDoc {
+    let mut origin =
+        Origin { document: issues.document(), format: SourceFormat::KubernetesPriorityClass, paths: BTreeMap::new() };
+    let name = match obj.require("metadata", issues) {
+        Some((meta, path)) => Obj::new(meta, path, issues).map(|mut meta| {
+            let name = read_name(&mut meta, "name", &mut origin, issues);
+            meta.warn_rest(issues);
+            name
+        }),
+        None => None,
+    };
+    let class = read_body(&mut obj, name.flatten(), origin, issues);
+    obj.warn_rest(issues);
+    class
+}
+
+fn read_name(obj: &mut Obj<'_>, key: &str, origin: &mut Origin, issues: &mut Issues) -> Option<String> {
+    let (v, path) = obj.require(key, issues)?;
+    origin.paths.insert(Field::Name, path.as_str().to_owned());
+    let name = value::string(v, &path, issues)?;
+    match names::dns_subdomain(&name) {
+        Ok(()) => Some(name),
+        Err(reason) => {
+            issues.error(&path, reason);
+            None
+        }
+    }
+}
+
+/// `value`, `globalDefault`, `preemptionPolicy`, `description`: the same in both forms.
+fn read_body(obj: &mut Obj<'_>, name: Option<String>, mut origin: Origin, issues: &mut Issues) -> PriorityClassDoc {
+    origin.paths.insert(Field::Value, obj.path().field("value").as_str().to_owned());
+    origin.paths.insert(Field::GlobalDefault, obj.path().field("globalDefault").as_str().to_owned());
+    let value = obj.require("value", issues).and_then(|(v, path)| class_value(v, &path, issues));
+    let global_default = obj.take("globalDefault").and_then(|(v, path)| value::boolean(v, &path, issues));
+    let preemption_policy = obj.take("preemptionPolicy").and_then(|(v, path)| policy(v, &path, issues));
+    let description = obj.take("description").and_then(|(v, path)| value::string(v, &path, issues));
+    PriorityClassDoc {
+        name: name.unwrap_or_default(),
+        value: value.unwrap_or_default(),
+        global_default: global_default.unwrap_or(false),
+        preemption_policy: preemption_policy.unwrap_or_default(),
+        description,
+        origin,
+    }
+}
+
+fn class_value(v: &Value, path: &Path, issues: &mut Issues) -> Option<Priority> {
+    let Some(n) = value::exact_integer(v) else {
+        issues.error(path, format!("must be an integer, got {}", describe(v)));
+        return None;
+    };
+    let Ok(n) = Priority::try_from(n) else {
+        issues.error(path, format!("must fit in a 32-bit signed integer, got {n}"));
+        return None;
+    };
+    if i64::from(n) > USER_PRIORITY_MAX {
+        issues.error(path, value_too_high(&n.to_string()));
+        return None;
+    }
+    Some(n)
+}
+
+/// `PreemptLowerPriority` or `Never`, spelled as Kubernetes spells them.
+pub(crate) fn policy(v: &Value, path: &Path, issues: &mut Issues) -> Option<PreemptionPolicyDoc> {
+    match v.as_str() {
+        Some("PreemptLowerPriority") => Some(PreemptionPolicyDoc::PreemptLowerPriority),
+        Some("Never") => Some(PreemptionPolicyDoc::Never),
+        _ => {
+            issues.error(path, format!("must be PreemptLowerPriority or Never, got {}", describe(v)));
+            None
+        }
+    }
+}
+
+/// The compact form, as serialized.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CompactOut<'a> {
+    name: &'a str,
+    value: Priority,
+    global_default: bool,
+    preemption_policy: PreemptionPolicyDoc,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+}
+
+impl Serialize for PriorityClassDoc {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        CompactOut {
+            name: &self.name,
+            value: self.value,
+            global_default: self.global_default,
+            preemption_policy: self.preemption_policy,
+            description: self.description.as_deref(),
+        }
+        .serialize(serializer)
+    }
+}
+
+/// Reads the compact form with all of [`parse_priority_class`]'s checks.
+impl<'de> Deserialize<'de> for PriorityClassDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value::StrictValue(v) = value::StrictValue::deserialize(deserializer)?;
+        parse_priority_class(&v, 0, "").map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,160 @@
+//! The priority class registry: built-ins, the global default, user classes.
+
+use fairway_core::PreemptionPolicy;
+use fairway_spec::{PreemptionPolicyDoc, PriorityClasses, load, parse_priority_class};
+use serde_json::json;
+
+use crate::support::*;
+
+fn names_and_values(classes: &PriorityClasses) -> Vec<(String, i32)> {
+    classes.iter().map(|c| (c.name.clone(), c.value)).collect()
+}
+
+#[test]
+fn built_in_classes_and_their_default() {
+    let classes = PriorityClasses::builtin();
+    assert_eq!(
+        names_and_values(&classes),
+        [
+            ("critical".into(), 10_000_000),
+            ("high".into(), 1_000_000),
+            ("medium".into(), 100_000),
+            ("low".into(), 1_000)
+        ]
+    );
+    assert_eq!(classes.default_class().name, "medium");
+    assert_eq!(classes.iter().filter(|c| c.global_default).count(), 1);
+    assert!(classes.iter().all(|c| c.builtin && c.preemption_policy == PreemptionPolicy::PreemptLowerPriority));
+    assert_eq!(classes.resolve("high").map(|c| c.value), Some(1_000_000));
+    assert!(classes.resolve("High").is_none());
+    assert_eq!(PriorityClasses::default(), classes);
+}
+
+#[test]
+fn a_job_without_a_class_gets_the_default() {
+    let input = NATIVE_JOB.replace("priority: high\n", "");
+    let (jobs, _) = load(input.as_bytes(), &mut PriorityClasses::builtin()).unwrap();
+    assert_eq!(jobs[0].priority, 100_000);
+    assert_eq!(jobs[0].priority_class.as_deref(), Some("medium"));
+}
+
+#[test]
+fn user_classes_sort_by_value_then_name() {
+    let input = "apiVersion: fairway/v1\nkind: PriorityClass\nname: b-tie\nvalue: 1000\n---\napiVersion: fairway/v1\nkind: PriorityClass\nname: a-tie\nvalue: 1000\n---\napiVersion: fairway/v1\nkind: PriorityClass\nname: floor\nvalue: -5\n";
+    let mut classes = PriorityClasses::builtin();
+    load(input.as_bytes(), &mut classes).unwrap();
+    let names: Vec<String> = names_and_values(&classes).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["critical", "high", "medium", "a-tie", "b-tie", "low", "floor"]);
+    assert!(!classes.resolve("a-tie").unwrap().builtin);
+}
+
+#[test]
+fn a_new_global_default_replaces_the_old_one() {
+    let class = ARTICLE_CLASS.replace("globalDefault: false", "globalDefault: true");
+    let input = format!("{class}---\n{}", NATIVE_JOB.replace("priority: high\n", ""));
+    let mut classes = PriorityClasses::builtin();
+    let (jobs, _) = load(input.as_bytes(), &mut classes).unwrap();
+    assert_eq!(classes.default_class().name, "high-priority");
+    assert!(!classes.resolve("medium").unwrap().global_default);
+    assert_eq!(classes.iter().filter(|c| c.global_default).count(), 1);
+    assert_eq!(jobs[0].priority_class.as_deref(), Some("high-priority"));
+}
+
+#[test]
+fn two_global_defaults_in_one_input_are_an_error() {
+    let a = ARTICLE_CLASS.replace("globalDefault: false", "globalDefault: true");
+    let b = a.replace("high-priority", "also-default");
+    let mut classes = PriorityClasses::builtin();
+    let errors = load(format!("{a}---\n{b}").as_bytes(), &mut classes).unwrap_err();
+    let [e] = errors.0.as_slice() else { panic!("{errors}") };
+    assert_eq!((e.document, e.path.as_str()), (2, "globalDefault"));
+    assert_eq!(classes.default_class().name, "medium");
+}
+
+#[test]
+fn reloading_the_same_classes_is_harmless_and_redefining_is_not() {
+    let mut classes = PriorityClasses::builtin();
+    load(ARTICLE_CLASS.as_bytes(), &mut classes).unwrap();
+    let after_first = classes.clone();
+    load(ARTICLE_CLASS.as_bytes(), &mut classes).unwrap();
+    assert_eq!(classes, after_first);
+    let errors = load(ARTICLE_CLASS.replace("1000000", "7").as_bytes(), &mut classes).unwrap_err();
+    assert!(errors.0[0].reason.contains("already defined with value 1000000"), "{errors}");
+    assert_eq!(classes, after_first);
+}
+
+#[test]
+fn the_class_decides_the_preemption_policy_unless_the_job_overrides() {
+    let never = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: { name: polite }\nvalue: 5000\npreemptionPolicy: Never\n";
+    let job = NATIVE_JOB.replace("priority: high", "priority: polite");
+    let overriding = job.replace("name: ctr-model", "name: pushy") + "preemption_policy: PreemptLowerPriority\n";
+    let bare_value = job.replace("name: ctr-model", "name: bare").replace("priority: polite", "priority: 4242");
+    let input = format!("{never}---\n{job}---\n{overriding}---\n{bare_value}");
+    let (jobs, _) = load(input.as_bytes(), &mut PriorityClasses::builtin()).unwrap();
+    let got: Vec<(i32, PreemptionPolicy, Option<&str>)> =
+        jobs.iter().map(|j| (j.priority, j.preemption_policy, j.priority_class.as_deref())).collect();
+    assert_eq!(
+        got,
+        [
+            (5000, PreemptionPolicy::Never, Some("polite")),
+            (5000, PreemptionPolicy::PreemptLowerPriority, Some("polite")),
+            (4242, PreemptionPolicy::PreemptLowerPriority, None),
+        ]
+    );
+}
+
+#[test]
+fn classes_from_a_config_use_the_compact_form() {
+    let config = json!([
+        { "name": "batch", "value": 500, "preemptionPolicy": "Never", "description": "overnight" },
+        { "name": "urgent", "value": 5_000_000, "globalDefault": true },
+    ]);
+    let docs: Vec<_> = config
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, v)| parse_priority_class(v, 1, &format!("priority_classes[{i}]")).unwrap())
+        .collect();
+    assert_eq!(docs[0].preemption_policy, PreemptionPolicyDoc::Never);
+    assert_eq!(docs[0].description.as_deref(), Some("overnight"));
+    let mut classes = PriorityClasses::builtin();
+    classes.register_all(&docs).unwrap();
+    assert_eq!(classes.default_class().name, "urgent");
+    assert_eq!(classes.resolve("batch").unwrap().preemption_policy, PreemptionPolicy::Never);
+
+    let bad = json!({ "name": "x", "value": 2_000_000_000_i64, "globalDefualt": true });
+    let errors = parse_priority_class(&bad, 1, "priority_classes[2]").unwrap_err();
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["priority_classes[2].value", "priority_classes[2].globalDefualt"]);
+}
+
+#[test]
+fn priority_class_docs_round_trip_through_serde() {
+    let doc =
+        parse_priority_class(&json!({ "name": "batch", "value": 500, "preemptionPolicy": "Never" }), 1, "").unwrap();
+    let text = serde_json::to_string(&doc).unwrap();
+    assert_eq!(text, r#"{"name":"batch","value":500,"globalDefault":false,"preemptionPolicy":"Never"}"#);
+    let back: fairway_spec::PriorityClassDoc = serde_json::from_str(&text).unwrap();
+    assert_eq!((back.name, back.value, back.preemption_policy), (doc.name, doc.value, doc.preemption_policy));
+    let invalid = serde_json::from_str::<fairway_spec::PriorityClassDoc>(r#"{"name":"Bad Name","value":1}"#);
+    assert!(invalid.unwrap_err().to_string().contains("name: must match"));
+}
+
+#[test]
+fn drivers_can_add_classes_field_by_field() {
+    let mut classes = PriorityClasses::with_builtins();
+    classes.add("nightly", 500, false, PreemptionPolicy::Never, "overnight batch").unwrap();
+    let nightly = classes.resolve_priority("nightly").unwrap();
+    assert_eq!((nightly.value, nightly.preemption_policy), (500, PreemptionPolicy::Never));
+    assert_eq!(nightly.description, "overnight batch");
+    assert!(classes.add("high", 3, false, PreemptionPolicy::Never, "").unwrap_err().contains("already defined"));
+    assert!(classes.add("Bad", 3, false, PreemptionPolicy::Never, "").unwrap_err().contains("must match"));
+    assert!(
+        classes.add("huge", i32::MAX, false, PreemptionPolicy::Never, "").unwrap_err().contains("at most 1000000000")
+    );
+    classes.add("everyday", 200_000, true, PreemptionPolicy::PreemptLowerPriority, "").unwrap();
+    assert_eq!(classes.default_class().name, "everyday");
+    let miss = classes.resolve_priority("gold").unwrap_err();
+    assert_eq!(miss, r#"unknown priority class "gold"; known classes: critical, high, everyday, medium, low, nightly"#);
+}
