@@ -1,0 +1,78 @@
+//! `fairway sim`.
+
+use std::io::Write;
+
+use anyhow::Context;
+use fairway_sim::engine::{EngineConfig, simulate};
+use fairway_sim::metrics::{RunResult, SimReport};
+use fairway_sim::report::{render_table, write_report};
+use fairway_sim::scenario::{self, Overrides};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::{Output, SimArgs, progress_wanted};
+
+pub fn run(args: &SimArgs) -> anyhow::Result<()> {
+    let overrides = Overrides {
+        seed: args.seed,
+        nodes: args.nodes,
+        time_compression: args.time_compression,
+        max_jobs: args.max_jobs,
+        policies: args.policy.clone(),
+        trace_path: args.trace.clone(),
+    };
+    let scenario = scenario::load(&args.scenario, &overrides)
+        .with_context(|| format!("scenario {}", args.scenario.display()))?;
+    let show_progress = progress_wanted(args.no_progress);
+    let mut runs: Vec<RunResult> = Vec::new();
+    for (name, policy) in &scenario.policies {
+        let config = EngineConfig {
+            core: scenario.config_for(policy),
+            cost: scenario.cost,
+            check_invariants: !args.no_check,
+            horizon_ms: scenario.horizon_ms,
+        };
+        let bar = progress_bar(show_progress, name, scenario.jobs.len());
+        let mut tick = |done: usize, _total: usize| bar.set_position(done as u64);
+        let run = simulate(name, &scenario.jobs, &scenario.nodes, &scenario.quotas, &config, &mut tick)
+            .with_context(|| format!("policy {name}"))?;
+        bar.finish_and_clear();
+        runs.push(run);
+    }
+    let report = SimReport::from_runs(&scenario.name, scenario.seed, &runs);
+    let mut stdout = std::io::stdout().lock();
+    match args.output {
+        Output::Table => {
+            writeln!(
+                stdout,
+                "scenario {} (seed {}): {} jobs on {} GPUs in {} nodes",
+                scenario.name,
+                scenario.seed,
+                scenario.jobs.len(),
+                scenario.capacity_gpus(),
+                scenario.nodes.len()
+            )?;
+            write!(stdout, "{}", render_table(&report))?;
+        }
+        Output::Json => write!(stdout, "{}", report.to_json())?,
+    }
+    if let Some(dir) = &args.report {
+        let files = write_report(dir, &report, &runs).with_context(|| format!("report in {}", dir.display()))?;
+        if args.output == Output::Table {
+            writeln!(stdout, "report: {}", files[0].display())?;
+        }
+    }
+    Ok(())
+}
+
+fn progress_bar(show: bool, policy: &str, jobs: usize) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(jobs as u64);
+    let style = ProgressStyle::with_template("{prefix:>10} [{bar:40}] {pos}/{len} jobs submitted ({elapsed})")
+        .expect("valid template")
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(policy.to_string());
+    bar
+}

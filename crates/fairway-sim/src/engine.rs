@@ -1,0 +1,412 @@
+//! The discrete-event loop: a virtual clock drives `fairway-core` exactly as the daemon
+//! does (events in, one cycle, decisions out), and a cost model plays the jobs.
+//!
+//! Loop, per distinct event time `t`:
+//! 1. submit every job arriving at `t`;
+//! 2. report every exit due at `t` (finished work, victims at their deadline, kills);
+//! 3. run one core cycle at `t`;
+//! 4. carry out its decisions: a start schedules the job's finish (plus restart overhead
+//!    when it resumes), a preemption schedules the victim's exit at its deadline;
+//! 5. check the core's invariants (every cycle unless switched off) and record GPU use.
+//!
+//! Cost of a preemption: the victim holds its GPUs for the grace period, loses the work
+//! done since its last checkpoint, and pays `restart_overhead` when it resumes.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use fairway_core::{
+    AccountId, Config, CoreError, Decision, Event, ExitOutcome, JobId, JobSpec, NodeSpec, Quota, Scheduler, Time,
+};
+
+use crate::metrics::{JobRecord, RunResult, UtilSample};
+
+/// One job as the simulator plays it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimJob {
+    /// `spec.id` must equal the job's index in the workload.
+    pub spec: JobSpec,
+    pub name: String,
+    pub tier: String,
+    pub tenant: String,
+    pub submit_ms: u64,
+    /// Run time when run alone.
+    pub work_ms: u64,
+}
+
+/// What a preemption costs in the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CostModel {
+    /// Time a resumed job spends before making progress again (reload, image, warm-up).
+    pub restart_overhead_ms: u64,
+    /// When true, a victim saves all its progress on SIGTERM; otherwise it keeps only what
+    /// its periodic checkpoints saved.
+    pub checkpoint_on_preempt: bool,
+}
+
+impl Default for CostModel {
+    fn default() -> CostModel {
+        CostModel { restart_overhead_ms: 60_000, checkpoint_on_preempt: false }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub core: Config,
+    pub cost: CostModel,
+    /// Check the core's invariants after every cycle.
+    pub check_invariants: bool,
+    /// Stop the clock here, if set.
+    pub horizon_ms: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("the core refused an event at {at}: {source}")]
+    Core { at: Time, source: CoreError },
+    #[error("invariant broken after the cycle at {at}: {what}")]
+    Invariant { at: Time, what: String },
+    #[error("workload: job {index} has id {id}, expected ids in workload order")]
+    JobIds { index: usize, id: JobId },
+    #[error("workload: jobs must be sorted by submit time (job {index})")]
+    Unsorted { index: usize },
+    #[error("conservation broken at the end: {0}")]
+    Conservation(String),
+}
+
+/// Where a job is in its life, from the simulator's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    NotSubmitted,
+    Queued,
+    Running,
+    /// Asked to stop for a preemptor; exits at the deadline.
+    Yielding,
+    /// Asked to stop for good.
+    Stopping,
+    Finished,
+    Failed,
+}
+
+#[derive(Clone, Debug)]
+struct Live {
+    phase: Phase,
+    /// Bumped at every start; events of older runs are stale.
+    epoch: u32,
+    started_ms: u64,
+    /// When this run starts making progress (after any restart overhead).
+    progress_from_ms: u64,
+    remaining_ms: u64,
+    first_start_ms: Option<u64>,
+    finish_ms: Option<u64>,
+    preemptions: u32,
+    lost_gpu_ms: u64,
+    gpus: u32,
+}
+
+/// Timed events; at equal times finishes come before victims' exits, so a victim that
+/// completes during its grace period counts as finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    Finish,
+    YieldDeadline,
+    Kill,
+}
+
+type Timed = Reverse<(u64, Due, usize, u32)>;
+
+/// Progress callback: `(jobs submitted so far, jobs in total)`.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
+
+/// Run one policy over the workload.
+pub fn simulate(
+    policy: &str,
+    jobs: &[SimJob],
+    nodes: &[NodeSpec],
+    quotas: &[(AccountId, Quota)],
+    config: &EngineConfig,
+    progress: Progress<'_>,
+) -> Result<RunResult, SimError> {
+    check_workload(jobs)?;
+    let mut sim = Sim::new(jobs, config);
+    for node in nodes {
+        sim.core.apply(Event::NodeAdded(node.clone()), Time::ZERO).map_err(|source| SimError::Core { at: Time::ZERO, source })?;
+    }
+    for (account, quota) in quotas {
+        sim.core.apply(Event::SetQuota { account: *account, quota: Some(*quota) }, Time::ZERO).expect("quotas always apply");
+    }
+    let capacity_gpus = nodes.iter().map(|n| n.capacity.gpus).sum();
+    let mut next_arrival = 0usize;
+    let mut last_progress = 0usize;
+    while let Some(t) = sim.next_time(next_arrival) {
+        if config.horizon_ms.is_some_and(|h| t > h) {
+            break;
+        }
+        let now = Time(t);
+        // 1.
+        while next_arrival < jobs.len() && jobs[next_arrival].submit_ms == t {
+            sim.submit(next_arrival, now)?;
+            next_arrival += 1;
+        }
+        // 2.
+        sim.report_exits_due(t)?;
+        // 3.
+        let outcome = sim.core.cycle(now);
+        sim.cycles += 1;
+        // 4.
+        for decision in outcome.decisions {
+            sim.carry_out(decision, t);
+        }
+        // 5.
+        if config.check_invariants {
+            sim.core.check_invariants().map_err(|what| SimError::Invariant { at: now, what })?;
+        }
+        sim.record_util(t);
+        if next_arrival - last_progress >= 4096 {
+            progress(next_arrival, jobs.len());
+            last_progress = next_arrival;
+        }
+    }
+    progress(next_arrival, jobs.len());
+    let end_ms = sim.clock_ms;
+    sim.check_conservation(config.horizon_ms.is_some())?;
+    Ok(sim.into_result(policy, capacity_gpus, end_ms))
+}
+
+fn check_workload(jobs: &[SimJob]) -> Result<(), SimError> {
+    for (index, job) in jobs.iter().enumerate() {
+        if job.spec.id != JobId(index as u64) {
+            return Err(SimError::JobIds { index, id: job.spec.id });
+        }
+        if index > 0 && jobs[index - 1].submit_ms > job.submit_ms {
+            return Err(SimError::Unsorted { index });
+        }
+    }
+    Ok(())
+}
+
+struct Sim<'a> {
+    jobs: &'a [SimJob],
+    cost: CostModel,
+    core: Scheduler,
+    live: Vec<Live>,
+    timers: BinaryHeap<Timed>,
+    gpus_allocated: u32,
+    util: Vec<UtilSample>,
+    clock_ms: u64,
+    events: u64,
+    cycles: u64,
+}
+
+impl<'a> Sim<'a> {
+    fn new(jobs: &'a [SimJob], config: &EngineConfig) -> Sim<'a> {
+        let live = jobs
+            .iter()
+            .map(|j| Live {
+                phase: Phase::NotSubmitted,
+                epoch: 0,
+                started_ms: 0,
+                progress_from_ms: 0,
+                remaining_ms: j.work_ms,
+                first_start_ms: None,
+                finish_ms: None,
+                preemptions: 0,
+                lost_gpu_ms: 0,
+                gpus: j.spec.total().gpus,
+            })
+            .collect();
+        Sim {
+            jobs,
+            cost: config.cost,
+            core: Scheduler::new(config.core.clone()),
+            live,
+            timers: BinaryHeap::new(),
+            gpus_allocated: 0,
+            util: vec![UtilSample { t_ms: 0, gpus_allocated: 0 }],
+            clock_ms: 0,
+            events: 0,
+            cycles: 0,
+        }
+    }
+
+    /// The next time anything happens: an arrival, a timer, or a core wake-up.
+    fn next_time(&self, next_arrival: usize) -> Option<u64> {
+        let arrival = self.jobs.get(next_arrival).map(|j| j.submit_ms);
+        let timer = self.timers.peek().map(|Reverse((t, ..))| *t);
+        let wakeup = self.core.next_wakeup().map(|t| t.millis()).filter(|t| *t > self.clock_ms);
+        [arrival, timer, wakeup].into_iter().flatten().min()
+    }
+
+    fn submit(&mut self, index: usize, now: Time) -> Result<(), SimError> {
+        self.clock_ms = now.millis();
+        self.events += 1;
+        self.live[index].phase = Phase::Queued;
+        self.core.apply(Event::Submit(self.jobs[index].spec.clone()), now).map_err(|source| SimError::Core { at: now, source })
+    }
+
+    fn report_exits_due(&mut self, t: u64) -> Result<(), SimError> {
+        self.clock_ms = t;
+        while let Some(&Reverse((due_at, due, index, epoch))) = self.timers.peek() {
+            if due_at > t {
+                break;
+            }
+            self.timers.pop();
+            if self.live[index].epoch != epoch {
+                continue; // A timer of an earlier run.
+            }
+            let outcome = match (due, self.live[index].phase) {
+                (Due::Finish, Phase::Running | Phase::Yielding) => self.finish(index, t),
+                (Due::YieldDeadline, Phase::Yielding) => self.yield_gpus(index, t),
+                (Due::Kill, Phase::Stopping) => self.kill(index, t),
+                _ => continue, // Already handled by an earlier timer at the same time.
+            };
+            self.events += 1;
+            self.core
+                .apply(Event::Exited { job: JobId(index as u64), outcome }, Time(t))
+                .map_err(|source| SimError::Core { at: Time(t), source })?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, index: usize, t: u64) -> ExitOutcome {
+        let live = &mut self.live[index];
+        live.phase = Phase::Finished;
+        live.finish_ms = Some(t);
+        live.remaining_ms = 0;
+        self.gpus_allocated -= live.gpus;
+        ExitOutcome::Succeeded
+    }
+
+    /// A victim leaves at its deadline keeping only checkpointed progress.
+    fn yield_gpus(&mut self, index: usize, t: u64) -> ExitOutcome {
+        let interval = self.jobs[index].spec.checkpoint_interval_ms;
+        let save_all = self.cost.checkpoint_on_preempt;
+        let live = &mut self.live[index];
+        let progress = t.saturating_sub(live.progress_from_ms).min(live.remaining_ms);
+        let saved = match interval {
+            _ if save_all => progress,
+            Some(i) if i > 0 => progress - progress % i,
+            _ => 0,
+        };
+        live.remaining_ms -= saved;
+        live.lost_gpu_ms += u64::from(live.gpus) * (t - live.started_ms - saved);
+        live.preemptions += 1;
+        live.phase = Phase::Queued;
+        self.gpus_allocated -= live.gpus;
+        ExitOutcome::Requeue
+    }
+
+    fn kill(&mut self, index: usize, _t: u64) -> ExitOutcome {
+        let live = &mut self.live[index];
+        live.phase = Phase::Failed;
+        self.gpus_allocated -= live.gpus;
+        ExitOutcome::Failed
+    }
+
+    fn carry_out(&mut self, decision: Decision, t: u64) {
+        match decision {
+            Decision::Start { job, .. } => {
+                let index = job.0 as usize;
+                let overhead = if self.live[index].first_start_ms.is_some() { self.cost.restart_overhead_ms } else { 0 };
+                let live = &mut self.live[index];
+                debug_assert_eq!(live.phase, Phase::Queued);
+                live.phase = Phase::Running;
+                live.epoch += 1;
+                live.started_ms = t;
+                live.progress_from_ms = t + overhead;
+                live.first_start_ms.get_or_insert(t);
+                self.gpus_allocated += live.gpus;
+                let finish_at = live.progress_from_ms + live.remaining_ms;
+                self.timers.push(Reverse((finish_at, Due::Finish, index, live.epoch)));
+            }
+            Decision::Preempt { victim, deadline, .. } => {
+                let index = victim.0 as usize;
+                let live = &mut self.live[index];
+                live.phase = Phase::Yielding;
+                self.timers.push(Reverse((deadline.millis().max(t), Due::YieldDeadline, index, live.epoch)));
+            }
+            Decision::Stop { job, .. } => {
+                let index = job.0 as usize;
+                let live = &mut self.live[index];
+                if matches!(live.phase, Phase::Running | Phase::Yielding) {
+                    live.phase = Phase::Stopping;
+                    self.timers.push(Reverse((t, Due::Kill, index, live.epoch)));
+                }
+            }
+            Decision::Requeued { job, .. } => {
+                // The simulator removes no nodes, but stay correct if a scenario ever does.
+                let index = job.0 as usize;
+                let live = &mut self.live[index];
+                live.phase = Phase::Queued;
+                live.epoch += 1;
+                self.gpus_allocated -= live.gpus;
+            }
+        }
+    }
+
+    fn record_util(&mut self, t: u64) {
+        let last = self.util.last().expect("starts with a sample");
+        if last.gpus_allocated == self.gpus_allocated {
+            return;
+        }
+        if last.t_ms == t {
+            self.util.pop();
+        }
+        self.util.push(UtilSample { t_ms: t, gpus_allocated: self.gpus_allocated });
+    }
+
+    /// Every job ends exactly once: finished, or still waiting/running only if the run was
+    /// cut by a horizon or the job can never be placed.
+    fn check_conservation(&self, cut: bool) -> Result<(), SimError> {
+        let running = self.live.iter().filter(|l| matches!(l.phase, Phase::Running | Phase::Yielding | Phase::Stopping));
+        let allocated: u32 = running.clone().map(|l| l.gpus).sum();
+        if allocated != self.gpus_allocated {
+            return Err(SimError::Conservation(format!(
+                "{} GPUs recorded as allocated, running jobs hold {allocated}",
+                self.gpus_allocated
+            )));
+        }
+        if !cut && running.count() > 0 {
+            return Err(SimError::Conservation("jobs still running after the last event".into()));
+        }
+        for (i, live) in self.live.iter().enumerate() {
+            let done = matches!(live.phase, Phase::Finished | Phase::Failed);
+            if done != live.finish_ms.is_some() && live.phase != Phase::Failed {
+                return Err(SimError::Conservation(format!("job {i} ended inconsistently")));
+            }
+            if !cut && live.phase == Phase::NotSubmitted {
+                return Err(SimError::Conservation(format!("job {i} never submitted")));
+            }
+        }
+        Ok(())
+    }
+
+    fn into_result(self, policy: &str, capacity_gpus: u32, end_ms: u64) -> RunResult {
+        let records = self
+            .jobs
+            .iter()
+            .zip(&self.live)
+            .map(|(job, live)| JobRecord {
+                name: job.name.clone(),
+                tier: job.tier.clone(),
+                tenant: job.tenant.clone(),
+                gpus: live.gpus,
+                submit_ms: job.submit_ms,
+                first_start_ms: live.first_start_ms,
+                finish_ms: live.finish_ms,
+                work_ms: job.work_ms,
+                preemptions: live.preemptions,
+                lost_gpu_ms: live.lost_gpu_ms,
+            })
+            .collect();
+        RunResult {
+            policy: policy.to_string(),
+            capacity_gpus,
+            records,
+            util: self.util,
+            events_processed: self.events,
+            cycles: self.cycles,
+            end_ms,
+        }
+    }
+}

@@ -1,0 +1,610 @@
+//! Scenario files: the cluster, priority classes, quotas, workload, cost model and the
+//! policies to compare. This is a wire format: it converts explicitly into core types.
+//!
+//! ```yaml
+//! name: article-8xA100
+//! seed: 42
+//! cluster:
+//!   nodes: [{ name: a100, count: 1, gpus: 8, gpu_model: A100, cpu_millis: 96000, memory_mib: 1048576 }]
+//! priority_classes: [{ name: nightly, value: 500 }]     # added to critical/high/medium/low
+//! quotas: [{ project: vision, gpus_max: 6 }]
+//! workload: { source: { kind: synthetic, ... }, transforms: [...] }   # or `jobs:` (native specs)
+//! job_defaults: { checkpoint_interval_seconds: 1800, grace_seconds: 30 }
+//! cost_model: { restart_overhead_seconds: 60 }
+//! policies: [fifo, priority, fairway]
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fairway_core::{
+    AccountId, Config, GpuModel, JobId, JobSpec, Limits, NodeId, NodeSpec, Policy, PreemptionPolicy, QueueOrder, Quota,
+    Resources, ScoringPolicy,
+};
+use fairway_spec::{Interner, Origin, PreemptionPolicyDoc, PriorityClassDoc, PriorityClasses, PriorityRef};
+use serde::Deserialize;
+
+use crate::engine::{CostModel, SimJob};
+use crate::workload::{LoadReport, TraceJob, TraceSource, WorkloadSpec, load_openb_nodes, load_philly_vc_quotas};
+
+/// Largest scenario file read, in bytes.
+pub const SCENARIO_BYTES_MAX: usize = 4 << 20;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub seed: u64,
+    pub cluster: ClusterSpec,
+    #[serde(default)]
+    pub priority_classes: Vec<ClassSpec>,
+    #[serde(default)]
+    pub quotas: Vec<QuotaSpec>,
+    #[serde(default)]
+    pub quotas_from_philly_vc: Option<PhillyVcQuotas>,
+    #[serde(default)]
+    pub workload: Option<WorkloadSpec>,
+    /// Native job specs, each with `submit_seconds` and `duration_seconds` added.
+    #[serde(default)]
+    pub jobs: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub job_defaults: JobDefaults,
+    #[serde(default)]
+    pub cost_model: CostSpec,
+    #[serde(default = "default_policies")]
+    pub policies: Vec<PolicySpec>,
+    #[serde(default)]
+    pub limits: LimitsSpec,
+    #[serde(default)]
+    pub horizon_seconds: Option<u64>,
+}
+
+fn default_policies() -> Vec<PolicySpec> {
+    ["fifo", "priority", "fairway"].into_iter().map(|p| PolicySpec::Preset(p.to_string())).collect()
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    #[serde(default)]
+    pub nodes: Vec<NodeGroup>,
+    /// Nodes from the Alibaba openb node list.
+    #[serde(default)]
+    pub openb_nodes: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeGroup {
+    pub name: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    pub gpus: u32,
+    pub gpu_model: String,
+    #[serde(default)]
+    pub cpu_millis: u64,
+    #[serde(default)]
+    pub memory_mib: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSpec {
+    pub name: String,
+    pub value: i32,
+    #[serde(default)]
+    pub global_default: bool,
+    #[serde(default)]
+    pub preemption_policy: Option<String>,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSpec {
+    #[serde(default)]
+    pub project: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub gpus_max: Option<u32>,
+    #[serde(default)]
+    pub cpu_millis_max: Option<u64>,
+    #[serde(default)]
+    pub memory_mib_max: Option<u64>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhillyVcQuotas {
+    pub path: PathBuf,
+    #[serde(default = "eight")]
+    pub gpus_per_node: u32,
+    /// Multiply each VC's quota (e.g. 0.1 when the cluster is shrunk to a tenth).
+    #[serde(default = "unit")]
+    pub scale: f64,
+}
+
+fn eight() -> u32 {
+    8
+}
+fn unit() -> f64 {
+    1.0
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobDefaults {
+    /// Tier of jobs whose trace gives none (default: the global default class).
+    #[serde(default)]
+    pub tier: Option<String>,
+    #[serde(default)]
+    pub checkpoint_interval_seconds: Option<u64>,
+    #[serde(default = "thirty")]
+    pub grace_seconds: u64,
+    #[serde(default = "yes")]
+    pub preemptible: bool,
+}
+
+impl Default for JobDefaults {
+    fn default() -> JobDefaults {
+        JobDefaults { tier: None, checkpoint_interval_seconds: None, grace_seconds: 30, preemptible: true }
+    }
+}
+
+fn thirty() -> u64 {
+    30
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostSpec {
+    #[serde(default = "sixty")]
+    pub restart_overhead_seconds: u64,
+    #[serde(default)]
+    pub checkpoint_on_preempt: bool,
+}
+
+impl Default for CostSpec {
+    fn default() -> CostSpec {
+        CostSpec { restart_overhead_seconds: 60, checkpoint_on_preempt: false }
+    }
+}
+
+fn sixty() -> u64 {
+    60
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PolicySpec {
+    /// `fifo`, `priority` or `fairway`.
+    Preset(String),
+    Custom(CustomPolicy),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomPolicy {
+    pub name: String,
+    /// `fifo` or `priority`.
+    pub order: String,
+    pub preemption: bool,
+    #[serde(default = "yes")]
+    pub backfill: bool,
+    #[serde(default = "best_fit")]
+    pub scoring: String,
+}
+
+fn best_fit() -> String {
+    "best-fit".into()
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    pub victims_per_preemption_max: Option<u32>,
+    pub preemption_attempts_per_cycle_max: Option<u32>,
+    pub starts_per_cycle_max: Option<u32>,
+    pub candidate_nodes_scored_max: Option<u32>,
+}
+
+/// A scenario error, naming the field and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: larger than {SCENARIO_BYTES_MAX} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+    #[error("workload: {0}")]
+    Workload(#[from] crate::workload::WorkloadError),
+    #[error("{0}")]
+    Spec(#[from] fairway_spec::SpecErrors),
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid { field: field.into(), reason: reason.into() }
+}
+
+/// Overrides from the command line.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub seed: Option<u64>,
+    /// Keep only the first N nodes.
+    pub nodes: Option<u32>,
+    /// Divide submit times by this factor (after the scenario's own transforms).
+    pub time_compression: Option<f64>,
+    pub max_jobs: Option<usize>,
+    /// Only these policies, by name.
+    pub policies: Option<Vec<String>>,
+    /// Replace the trace source's path.
+    pub trace_path: Option<PathBuf>,
+}
+
+/// A scenario resolved into core types, ready to simulate.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub seed: u64,
+    pub nodes: Vec<NodeSpec>,
+    pub quotas: Vec<(AccountId, Quota)>,
+    pub jobs: Vec<SimJob>,
+    pub policies: Vec<(String, Policy)>,
+    pub limits: Limits,
+    pub cost: CostModel,
+    pub horizon_ms: Option<u64>,
+    pub load_report: LoadReport,
+}
+
+impl Scenario {
+    pub fn config_for(&self, policy: &Policy) -> Config {
+        Config { policy: policy.clone(), limits: self.limits.clone() }
+    }
+    pub fn capacity_gpus(&self) -> u32 {
+        self.nodes.iter().map(|n| n.capacity.gpus).sum()
+    }
+}
+
+/// Read and resolve a scenario file.
+pub fn load(path: &Path, overrides: &Overrides) -> Result<Scenario, ScenarioError> {
+    let bytes = std::fs::read(path).map_err(|source| ScenarioError::Io { path: path.into(), source })?;
+    if bytes.len() > SCENARIO_BYTES_MAX {
+        return Err(ScenarioError::TooLarge { path: path.into() });
+    }
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| ScenarioError::Parse { path: path.into(), message: format!("not UTF-8: {e}") })?;
+    let file: ScenarioFile = serde_saphyr::from_str(text)
+        .map_err(|e| ScenarioError::Parse { path: path.into(), message: e.to_string() })?;
+    let base_dir = path.parent().unwrap_or(Path::new("."));
+    resolve(file, base_dir, overrides)
+}
+
+pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -> Result<Scenario, ScenarioError> {
+    let seed = overrides.seed.unwrap_or(file.seed);
+    let mut names = Names::default();
+    let classes = priority_classes(&file.priority_classes)?;
+    let nodes = nodes(&file.cluster, base_dir, overrides.nodes, &mut names)?;
+    let quotas = quotas(&file, base_dir, &mut names)?;
+    if let (Some(path), Some(workload)) = (&overrides.trace_path, file.workload.as_mut()) {
+        set_trace_path(&mut workload.source, path.clone())?;
+    }
+    let (trace_jobs, load_report) = match (&file.workload, file.jobs.is_empty()) {
+        (Some(w), true) => w.load(base_dir, seed)?,
+        (None, false) => native_jobs(&file.jobs)?,
+        (Some(_), false) => return Err(invalid("jobs", "give either `workload` or `jobs`, not both")),
+        (None, true) => return Err(invalid("workload", "a scenario needs `workload` or `jobs`")),
+    };
+    let mut trace_jobs = trace_jobs;
+    if let Some(factor) = overrides.time_compression {
+        if !(factor.is_finite() && factor > 0.0) {
+            return Err(invalid("--time-compression", format!("must be a positive number, got {factor}")));
+        }
+        trace_jobs = crate::workload::compress_time(trace_jobs, factor);
+    }
+    if let Some(max) = overrides.max_jobs {
+        trace_jobs.truncate(max);
+    }
+    let jobs = sim_jobs(&trace_jobs, &file.job_defaults, &classes, &mut names)?;
+    let policies = policies(&file.policies, overrides.policies.as_deref())?;
+    Ok(Scenario {
+        name: file.name,
+        description: file.description,
+        seed,
+        nodes,
+        quotas,
+        jobs,
+        policies,
+        limits: limits(&file.limits),
+        cost: CostModel {
+            restart_overhead_ms: file.cost_model.restart_overhead_seconds * 1000,
+            checkpoint_on_preempt: file.cost_model.checkpoint_on_preempt,
+        },
+        horizon_ms: file.horizon_seconds.map(|s| s * 1000),
+        load_report,
+    })
+}
+
+/// Names to core ids. Users and projects share the account id space, so each gets a prefix.
+#[derive(Default)]
+struct Names(Interner);
+
+impl Names {
+    fn project(&mut self, name: &str) -> Result<AccountId, ScenarioError> {
+        self.0.account(&format!("project:{name}")).map_err(|e| invalid("accounts", e.to_string()))
+    }
+    fn user(&mut self, name: &str) -> Result<AccountId, ScenarioError> {
+        self.0.account(&format!("user:{name}")).map_err(|e| invalid("accounts", e.to_string()))
+    }
+    fn gpu_model(&mut self, name: &str) -> Result<GpuModel, ScenarioError> {
+        self.0.gpu_model(name).map_err(|e| invalid("gpu_model", e.to_string()))
+    }
+    fn known_gpu_model(&self, name: &str) -> Option<GpuModel> {
+        self.0.gpu_model_id(name)
+    }
+}
+
+fn priority_classes(specs: &[ClassSpec]) -> Result<PriorityClasses, ScenarioError> {
+    let mut classes = PriorityClasses::builtin();
+    for (i, c) in specs.iter().enumerate() {
+        let policy = match c.preemption_policy.as_deref() {
+            None | Some("PreemptLowerPriority") => PreemptionPolicyDoc::PreemptLowerPriority,
+            Some("Never") => PreemptionPolicyDoc::Never,
+            Some(other) => {
+                return Err(invalid(
+                    format!("priority_classes[{i}].preemption_policy"),
+                    format!("must be PreemptLowerPriority or Never, got {other:?}"),
+                ));
+            }
+        };
+        let doc = PriorityClassDoc {
+            name: c.name.clone(),
+            value: c.value,
+            global_default: c.global_default,
+            preemption_policy: policy,
+            description: (!c.description.is_empty()).then(|| c.description.clone()),
+            origin: Origin::default(),
+        };
+        classes.register(&doc).map_err(|e| invalid(format!("priority_classes[{i}]"), e.reason))?;
+    }
+    Ok(classes)
+}
+
+fn nodes(
+    cluster: &ClusterSpec,
+    base_dir: &Path,
+    keep: Option<u32>,
+    names: &mut Names,
+) -> Result<Vec<NodeSpec>, ScenarioError> {
+    let mut out = Vec::new();
+    for (i, group) in cluster.nodes.iter().enumerate() {
+        if group.gpus == 0 || group.gpus > 64 {
+            return Err(invalid(format!("cluster.nodes[{i}].gpus"), format!("must be 1..=64, got {}", group.gpus)));
+        }
+        let model = names.gpu_model(&group.gpu_model)?;
+        for _ in 0..group.count {
+            let id = NodeId(out.len() as u32);
+            out.push(NodeSpec { id, gpu_model: model, capacity: Resources::new(group.gpus, group.cpu_millis, group.memory_mib) });
+        }
+    }
+    if let Some(path) = &cluster.openb_nodes {
+        for node in load_openb_nodes(base_dir.join(path))? {
+            let id = NodeId(out.len() as u32);
+            let model = names.gpu_model(&node.gpu_model)?;
+            out.push(NodeSpec { id, gpu_model: model, capacity: Resources::new(node.gpus, node.cpu_millis, node.memory_mib) });
+        }
+    }
+    if let Some(n) = keep {
+        if n == 0 {
+            return Err(invalid("--nodes", "must be at least 1"));
+        }
+        out.truncate(n as usize);
+    }
+    if out.is_empty() {
+        return Err(invalid("cluster", "has no nodes"));
+    }
+    Ok(out)
+}
+
+fn quotas(file: &ScenarioFile, base_dir: &Path, names: &mut Names) -> Result<Vec<(AccountId, Quota)>, ScenarioError> {
+    let mut out: BTreeMap<AccountId, Quota> = BTreeMap::new();
+    if let Some(vc) = &file.quotas_from_philly_vc {
+        for (project, gpus) in load_philly_vc_quotas(base_dir.join(&vc.path), vc.gpus_per_node)? {
+            let scaled = ((f64::from(gpus) * vc.scale).round() as u32).max(1);
+            out.insert(names.project(&project)?, Quota::gpus(scaled));
+        }
+    }
+    for (i, q) in file.quotas.iter().enumerate() {
+        let account = match (&q.project, &q.user) {
+            (Some(p), None) => names.project(p)?,
+            (None, Some(u)) => names.user(u)?,
+            _ => return Err(invalid(format!("quotas[{i}]"), "name exactly one of `project` or `user`")),
+        };
+        out.insert(account, Quota { gpus_max: q.gpus_max, cpu_millis_max: q.cpu_millis_max, memory_mib_max: q.memory_mib_max });
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// Native job specs with `submit_seconds` and `duration_seconds`.
+fn native_jobs(values: &[serde_json::Value]) -> Result<(Vec<TraceJob>, LoadReport), ScenarioError> {
+    let mut jobs = Vec::with_capacity(values.len());
+    for (i, value) in values.iter().enumerate() {
+        let field = |f: &str| format!("jobs[{i}].{f}");
+        let mut value = value.clone();
+        let obj = value.as_object_mut().ok_or_else(|| invalid(format!("jobs[{i}]"), "must be a mapping"))?;
+        let mut take_secs = |name: &str| -> Result<u64, ScenarioError> {
+            let v = obj.remove(name).ok_or_else(|| invalid(field(name), "required"))?;
+            v.as_u64().ok_or_else(|| invalid(field(name), format!("must be a whole number of seconds, got {v}")))
+        };
+        let submit_s = take_secs("submit_seconds")?;
+        let duration_s = take_secs("duration_seconds")?;
+        if duration_s == 0 {
+            return Err(invalid(field("duration_seconds"), "must be positive"));
+        }
+        let doc = fairway_spec::parse_native_job(&value, 0, &format!("jobs[{i}]"))?;
+        jobs.push(TraceJob {
+            name: doc.name.clone(),
+            submit_ms: submit_s * 1000,
+            duration_ms: duration_s * 1000,
+            gpus_per_replica: doc.resources.gpus,
+            replicas: doc.replicas,
+            user: doc.user.clone(),
+            project: doc.project.clone(),
+            tier: match &doc.priority {
+                PriorityRef::Default => None,
+                PriorityRef::Class(name) => Some(name.clone()),
+                PriorityRef::Value(v) => Some(v.to_string()),
+            },
+            gpu_model: doc.resources.gpu_model.clone(),
+            cpu_millis: doc.resources.cpu_millis,
+            memory_mib: doc.resources.memory_mib,
+            checkpoint_interval_ms: doc.checkpoint_interval_seconds.map(|s| s * 1000),
+        });
+    }
+    let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(invalid("jobs", format!("duplicate job name {:?}", w[0])));
+    }
+    let jobs = crate::workload::sort_jobs(jobs);
+    let n = jobs.len() as u64;
+    Ok((jobs, LoadReport { rows_read: n, jobs_loaded: n, ..LoadReport::default() }))
+}
+
+fn sim_jobs(
+    trace: &[TraceJob],
+    defaults: &JobDefaults,
+    classes: &PriorityClasses,
+    names: &mut Names,
+) -> Result<Vec<SimJob>, ScenarioError> {
+    let default_tier = match &defaults.tier {
+        Some(t) => t.clone(),
+        None => classes.default_class().name.clone(),
+    };
+    let mut out = Vec::with_capacity(trace.len());
+    for (i, t) in trace.iter().enumerate() {
+        let tier = t.tier.clone().unwrap_or_else(|| default_tier.clone());
+        let (priority, preemption_policy) = tier_priority(classes, &tier)
+            .ok_or_else(|| invalid(format!("job {:?}.tier", t.name), unknown_tier(classes, &tier)))?;
+        let gpu_model = match &t.gpu_model {
+            None => None,
+            Some(m) => Some(
+                names
+                    .known_gpu_model(m)
+                    .ok_or_else(|| invalid(format!("job {:?}.gpu_model", t.name), format!("no node has model {m:?}")))?,
+            ),
+        };
+        let spec = JobSpec {
+            id: JobId(i as u64),
+            user: names.user(&t.user)?,
+            project: names.project(&t.project)?,
+            priority,
+            preemption_policy,
+            preemptible: defaults.preemptible,
+            per_replica: Resources::new(t.gpus_per_replica, t.cpu_millis, t.memory_mib),
+            gpu_model,
+            replicas: t.replicas,
+            grace_ms: defaults.grace_seconds * 1000,
+            max_runtime_ms: None,
+            checkpoint_interval_ms: t.checkpoint_interval_ms.or(defaults.checkpoint_interval_seconds.map(|s| s * 1000)),
+        };
+        out.push(SimJob { spec, name: t.name.clone(), tier, tenant: t.project.clone(), submit_ms: t.submit_ms, work_ms: t.duration_ms });
+    }
+    Ok(out)
+}
+
+fn set_trace_path(source: &mut TraceSource, new: PathBuf) -> Result<(), ScenarioError> {
+    match source {
+        TraceSource::PhillyPollux { path, .. } | TraceSource::PhillyChronus { path, .. } | TraceSource::OpenbPods { path, .. } => {
+            *path = new;
+            Ok(())
+        }
+        TraceSource::Synthetic(_) => Err(invalid("--trace", "the scenario's workload is synthetic, not a trace file")),
+    }
+}
+
+/// A tier is a class name, or a bare priority value (as a native job may give).
+fn tier_priority(classes: &PriorityClasses, tier: &str) -> Option<(i32, PreemptionPolicy)> {
+    match classes.resolve(tier) {
+        Some(class) => Some((class.value, class.preemption_policy)),
+        None => tier.parse::<i32>().ok().map(|v| (v, PreemptionPolicy::PreemptLowerPriority)),
+    }
+}
+
+fn unknown_tier(classes: &PriorityClasses, tier: &str) -> String {
+    let known: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
+    format!("unknown priority class {tier:?} (known: {})", known.join(", "))
+}
+
+fn policies(specs: &[PolicySpec], only: Option<&[String]>) -> Result<Vec<(String, Policy)>, ScenarioError> {
+    let mut out = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let (name, policy) = match spec {
+            PolicySpec::Preset(name) => match name.as_str() {
+                "fifo" => (name.clone(), Policy::fifo()),
+                "priority" => (name.clone(), Policy::priority()),
+                "fairway" => (name.clone(), Policy::fairway()),
+                other => {
+                    return Err(invalid(format!("policies[{i}]"), format!("unknown preset {other:?} (fifo, priority, fairway)")));
+                }
+            },
+            PolicySpec::Custom(c) => {
+                let order = match c.order.as_str() {
+                    "fifo" => QueueOrder::Fifo,
+                    "priority" => QueueOrder::Priority,
+                    other => return Err(invalid(format!("policies[{i}].order"), format!("must be fifo or priority, got {other:?}"))),
+                };
+                let scoring = ScoringPolicy::from_name(&c.scoring).ok_or_else(|| {
+                    invalid(format!("policies[{i}].scoring"), format!("must be best-fit or spread, got {:?}", c.scoring))
+                })?;
+                (c.name.clone(), Policy { order, preemption: c.preemption, backfill: c.backfill, scoring })
+            }
+        };
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(invalid(format!("policies[{i}]"), format!("duplicate policy name {name:?}")));
+        }
+        out.push((name, policy));
+    }
+    if let Some(only) = only {
+        for name in only {
+            if !out.iter().any(|(n, _)| n == name) {
+                let known: Vec<&str> = out.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(invalid("--policy", format!("{name:?} is not in the scenario ({})", known.join(", "))));
+            }
+        }
+        out.retain(|(n, _)| only.contains(n));
+    }
+    Ok(out)
+}
+
+fn limits(spec: &LimitsSpec) -> Limits {
+    let mut l = Limits::default();
+    if let Some(v) = spec.victims_per_preemption_max {
+        l.victims_per_preemption_max = v;
+    }
+    if let Some(v) = spec.preemption_attempts_per_cycle_max {
+        l.preemption_attempts_per_cycle_max = v;
+    }
+    if let Some(v) = spec.starts_per_cycle_max {
+        l.starts_per_cycle_max = v;
+    }
+    if let Some(v) = spec.candidate_nodes_scored_max {
+        l.candidate_nodes_scored_max = v;
+    }
+    l
+}
