@@ -169,6 +169,9 @@ pub fn simulate(
     }
     progress(next_arrival, jobs.len());
     let end_ms = sim.clock_ms;
+    if std::env::var_os("FAIRWAY_SIM_DEBUG").is_some() {
+        eprintln!("{policy}: {:?}", sim.core.counters());
+    }
     sim.check_conservation(config.horizon_ms.is_some())?;
     Ok(sim.into_result(policy, capacity_gpus, end_ms))
 }

@@ -205,6 +205,10 @@ pub struct CustomPolicy {
     pub backfill: bool,
     #[serde(default = "best_fit")]
     pub scoring: String,
+    /// Quotas for this policy's run instead of the scenario's (e.g. GPUs set aside by caps,
+    /// the usual practice before a priority-aware scheduler).
+    #[serde(default)]
+    pub quotas: Option<Vec<QuotaSpec>>,
 }
 
 fn best_fit() -> String {
@@ -256,6 +260,14 @@ pub struct Overrides {
     pub trace_path: Option<PathBuf>,
 }
 
+/// One policy to run, with the quotas it runs under.
+#[derive(Clone, Debug)]
+pub struct SimPolicy {
+    pub name: String,
+    pub policy: Policy,
+    pub quotas: Vec<(AccountId, Quota)>,
+}
+
 /// A scenario resolved into core types, ready to simulate.
 #[derive(Clone, Debug)]
 pub struct Scenario {
@@ -263,9 +275,8 @@ pub struct Scenario {
     pub description: String,
     pub seed: u64,
     pub nodes: Vec<NodeSpec>,
-    pub quotas: Vec<(AccountId, Quota)>,
     pub jobs: Vec<SimJob>,
-    pub policies: Vec<(String, Policy)>,
+    pub policies: Vec<SimPolicy>,
     pub limits: Limits,
     pub cost: CostModel,
     pub horizon_ms: Option<u64>,
@@ -301,6 +312,7 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
     let classes = priority_classes(&file.priority_classes)?;
     let nodes = nodes(&file.cluster, base_dir, overrides.nodes, &mut names)?;
     let quotas = quotas(&file, base_dir, &mut names)?;
+    let policies = policies(&file.policies, overrides.policies.as_deref(), &quotas, &mut names)?;
     if let (Some(path), Some(workload)) = (&overrides.trace_path, file.workload.as_mut()) {
         set_trace_path(&mut workload.source, path.clone())?;
     }
@@ -321,13 +333,11 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
         trace_jobs.truncate(max);
     }
     let jobs = sim_jobs(&trace_jobs, &file.job_defaults, &classes, &mut names)?;
-    let policies = policies(&file.policies, overrides.policies.as_deref())?;
     Ok(Scenario {
         name: file.name,
         description: file.description,
         seed,
         nodes,
-        quotas,
         jobs,
         policies,
         limits: limits(&file.limits),
@@ -429,15 +439,21 @@ fn quotas(file: &ScenarioFile, base_dir: &Path, names: &mut Names) -> Result<Vec
             out.insert(names.project(&project)?, Quota::gpus(scaled));
         }
     }
-    for (i, q) in file.quotas.iter().enumerate() {
+    out.extend(quota_list(&file.quotas, "quotas", names)?);
+    Ok(out.into_iter().collect())
+}
+
+fn quota_list(specs: &[QuotaSpec], field: &str, names: &mut Names) -> Result<Vec<(AccountId, Quota)>, ScenarioError> {
+    let mut out = Vec::new();
+    for (i, q) in specs.iter().enumerate() {
         let account = match (&q.project, &q.user) {
             (Some(p), None) => names.project(p)?,
             (None, Some(u)) => names.user(u)?,
-            _ => return Err(invalid(format!("quotas[{i}]"), "name exactly one of `project` or `user`")),
+            _ => return Err(invalid(format!("{field}[{i}]"), "name exactly one of `project` or `user`")),
         };
-        out.insert(account, Quota { gpus_max: q.gpus_max, cpu_millis_max: q.cpu_millis_max, memory_mib_max: q.memory_mib_max });
+        out.push((account, Quota { gpus_max: q.gpus_max, cpu_millis_max: q.cpu_millis_max, memory_mib_max: q.memory_mib_max }));
     }
-    Ok(out.into_iter().collect())
+    Ok(out)
 }
 
 /// Native job specs with `submit_seconds` and `duration_seconds`.
@@ -551,9 +567,15 @@ fn unknown_tier(classes: &PriorityClasses, tier: &str) -> String {
     format!("unknown priority class {tier:?} (known: {})", known.join(", "))
 }
 
-fn policies(specs: &[PolicySpec], only: Option<&[String]>) -> Result<Vec<(String, Policy)>, ScenarioError> {
-    let mut out = Vec::new();
+fn policies(
+    specs: &[PolicySpec],
+    only: Option<&[String]>,
+    scenario_quotas: &[(AccountId, Quota)],
+    names: &mut Names,
+) -> Result<Vec<SimPolicy>, ScenarioError> {
+    let mut out: Vec<SimPolicy> = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
+        let mut quotas = scenario_quotas.to_vec();
         let (name, policy) = match spec {
             PolicySpec::Preset(name) => match name.as_str() {
                 "fifo" => (name.clone(), Policy::fifo()),
@@ -572,22 +594,25 @@ fn policies(specs: &[PolicySpec], only: Option<&[String]>) -> Result<Vec<(String
                 let scoring = ScoringPolicy::from_name(&c.scoring).ok_or_else(|| {
                     invalid(format!("policies[{i}].scoring"), format!("must be best-fit or spread, got {:?}", c.scoring))
                 })?;
+                if let Some(own) = &c.quotas {
+                    quotas = quota_list(own, &format!("policies[{i}].quotas"), names)?;
+                }
                 (c.name.clone(), Policy { order, preemption: c.preemption, backfill: c.backfill, scoring })
             }
         };
-        if out.iter().any(|(n, _)| *n == name) {
+        if out.iter().any(|p| p.name == name) {
             return Err(invalid(format!("policies[{i}]"), format!("duplicate policy name {name:?}")));
         }
-        out.push((name, policy));
+        out.push(SimPolicy { name, policy, quotas });
     }
     if let Some(only) = only {
         for name in only {
-            if !out.iter().any(|(n, _)| n == name) {
-                let known: Vec<&str> = out.iter().map(|(n, _)| n.as_str()).collect();
+            if !out.iter().any(|p| p.name == *name) {
+                let known: Vec<&str> = out.iter().map(|p| p.name.as_str()).collect();
                 return Err(invalid("--policy", format!("{name:?} is not in the scenario ({})", known.join(", "))));
             }
         }
-        out.retain(|(n, _)| only.contains(n));
+        out.retain(|p| only.contains(&p.name));
     }
     Ok(out)
 }

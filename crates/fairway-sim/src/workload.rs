@@ -1,1 +1,0 @@
-//! Workload sources: trace loaders and the synthetic generator (in progress).

@@ -1,0 +1,2 @@
+mod metrics;
+mod workload;
