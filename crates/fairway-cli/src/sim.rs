@@ -24,16 +24,17 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
         .with_context(|| format!("scenario {}", args.scenario.display()))?;
     let show_progress = progress_wanted(args.no_progress);
     let mut runs: Vec<RunResult> = Vec::new();
-    for (name, policy) in &scenario.policies {
+    for sim_policy in &scenario.policies {
+        let name = &sim_policy.name;
         let config = EngineConfig {
-            core: scenario.config_for(policy),
+            core: scenario.config_for(&sim_policy.policy),
             cost: scenario.cost,
             check_invariants: !args.no_check,
             horizon_ms: scenario.horizon_ms,
         };
         let bar = progress_bar(show_progress, name, scenario.jobs.len());
         let mut tick = |done: usize, _total: usize| bar.set_position(done as u64);
-        let run = simulate(name, &scenario.jobs, &scenario.nodes, &scenario.quotas, &config, &mut tick)
+        let run = simulate(name, &scenario.jobs, &scenario.nodes, &sim_policy.quotas, &config, &mut tick)
             .with_context(|| format!("policy {name}"))?;
         bar.finish_and_clear();
         runs.push(run);

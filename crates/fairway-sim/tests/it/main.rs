@@ -1,2 +1,3 @@
 mod metrics;
 mod workload;
+mod engine;
