@@ -20,8 +20,8 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
         policies: args.policy.clone(),
         trace_path: args.trace.clone(),
     };
-    let scenario = scenario::load(&args.scenario, &overrides)
-        .with_context(|| format!("scenario {}", args.scenario.display()))?;
+    let scenario =
+        scenario::load(&args.scenario, &overrides).with_context(|| format!("scenario {}", args.scenario.display()))?;
     let show_progress = progress_wanted(args.no_progress);
     let mut runs: Vec<RunResult> = Vec::new();
     for sim_policy in &scenario.policies {

@@ -1,1 +1,143 @@
-fn main() {}
+//! Core benchmarks (divan). Run: `cargo bench -p fairway-core --bench cycle`.
+//! Figures are recorded in docs/benchmarks.md.
+//!
+//! - `cycle_*`: one scheduling cycle on 1,000 nodes x 8 GPUs with 100,000 pending jobs.
+//! - `place_*`: placements per second onto an empty cluster.
+//! - `submit_100k`: submitting 100,000 jobs; the allocation profile gives bytes per job.
+
+use divan::{AllocProfiler, Bencher, black_box};
+use fairway_core::{
+    AccountId, Config, Decision, Event, ExitOutcome, GpuModel, JobId, JobSpec, NodeId, NodeSpec, Resources, Scheduler,
+    Time,
+};
+
+#[global_allocator]
+static ALLOC: AllocProfiler = AllocProfiler::system();
+
+fn main() {
+    divan::main();
+}
+
+const NODES: u32 = 1_000;
+const PENDING: u64 = 100_000;
+
+fn cluster(nodes: u32) -> Scheduler {
+    let mut s = Scheduler::new(Config::default());
+    for i in 0..nodes {
+        let spec = NodeSpec {
+            id: NodeId(i),
+            gpu_model: GpuModel((i % 2) as u16),
+            capacity: Resources::new(8, 96_000, 1_048_576),
+        };
+        s.apply(Event::NodeAdded(spec), Time::ZERO).unwrap();
+    }
+    s
+}
+
+/// A deterministic mix of shapes, tiers and tenants, like a busy shared cluster.
+fn job(id: u64, base_priority: i32) -> JobSpec {
+    let gpus = [1, 1, 1, 2, 2, 4, 8][(id % 7) as usize];
+    let mut spec = JobSpec::new(
+        JobId(id),
+        base_priority + [0, 1000, 100_000][(id % 3) as usize],
+        Resources::new(gpus, 4_000, 32_768),
+    );
+    spec.project = AccountId((id % 11) as u32);
+    spec.user = AccountId(100 + (id % 37) as u32);
+    spec.replicas = if id.is_multiple_of(53) { 2 } else { 1 };
+    spec
+}
+
+/// A full cluster (every GPU busy with low work) and `PENDING` jobs waiting, after one
+/// cycle has given every group its verdict.
+fn full_cluster_with_backlog() -> (Scheduler, Vec<JobId>) {
+    let mut s = cluster(NODES);
+    let mut running = Vec::new();
+    for i in 0..u64::from(NODES) * 8 {
+        s.apply(Event::Submit(JobSpec::new(JobId(i), 10, Resources::new(1, 1_000, 1_024))), Time::ZERO).unwrap();
+        running.push(JobId(i));
+    }
+    s.cycle(Time::ZERO);
+    for i in 0..PENDING {
+        s.apply(Event::Submit(job(1_000_000 + i, 0)), Time(1)).unwrap();
+    }
+    s.cycle(Time(1));
+    (s, running)
+}
+
+/// One cycle after one running job exits: the woken groups are asked again.
+#[divan::bench(sample_count = 20)]
+fn cycle_after_exit_100k_pending(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            let (mut s, running) = full_cluster_with_backlog();
+            s.apply(Event::Exited { job: running[4_321], outcome: ExitOutcome::Succeeded }, Time(2)).unwrap();
+            s
+        })
+        .bench_local_values(|mut s| black_box(s.cycle(Time(2))));
+}
+
+/// One cycle in which a high-priority job arrives and preempts.
+#[divan::bench(sample_count = 20)]
+fn cycle_with_preemption_100k_pending(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            let (mut s, _) = full_cluster_with_backlog();
+            s.apply(Event::Submit(JobSpec::new(JobId(9_000_000), 10_000_000, Resources::gpus(8))), Time(2)).unwrap();
+            s
+        })
+        .bench_local_values(|mut s| {
+            let out = s.cycle(Time(2));
+            assert!(out.decisions.iter().any(|d| matches!(d, Decision::Preempt { .. })));
+            black_box(out)
+        });
+}
+
+/// The cold first cycle: 100,000 pending jobs meet an empty cluster of 8,000 GPUs and
+/// fill it. Divide the jobs started by the time for placements per second.
+#[divan::bench(sample_count = 10)]
+fn cycle_cold_fill_100k_pending(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            let mut s = cluster(NODES);
+            for i in 0..PENDING {
+                s.apply(Event::Submit(job(i, 0)), Time::ZERO).unwrap();
+            }
+            s
+        })
+        .bench_local_values(|mut s| {
+            let out = s.cycle(Time::ZERO);
+            assert!(out.stats.started > 2_000, "started {}", out.stats.started);
+            black_box(out)
+        });
+}
+
+/// 10,000 one-GPU placements onto an empty 1,000 x 8 cluster.
+#[divan::bench(sample_count = 10)]
+fn place_10k_single_gpu(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            let mut s = cluster(2 * NODES);
+            for i in 0..10_000 {
+                s.apply(Event::Submit(JobSpec::new(JobId(i), 0, Resources::new(1, 1_000, 1_024))), Time::ZERO).unwrap();
+            }
+            s
+        })
+        .bench_local_values(|mut s| {
+            let out = s.cycle(Time::ZERO);
+            assert_eq!(out.stats.started, 10_000);
+            black_box(out)
+        });
+}
+
+/// Submitting 100,000 jobs; with the allocation profiler, bytes allocated / 100,000 bounds
+/// the memory a pending job costs.
+#[divan::bench(sample_count = 5)]
+fn submit_100k(bencher: Bencher) {
+    bencher.with_inputs(|| cluster(NODES)).bench_local_values(|mut s| {
+        for i in 0..PENDING {
+            s.apply(Event::Submit(job(i, 0)), Time::ZERO).unwrap();
+        }
+        black_box(s)
+    });
+}

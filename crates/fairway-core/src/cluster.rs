@@ -109,6 +109,14 @@ impl FreeIndex {
         (max, count)
     }
 
+    /// GPUs available on all schedulable nodes of the model(s).
+    pub fn total_free(&self, wanted: Option<GpuModel>) -> u32 {
+        self.models(wanted)
+            .flat_map(|(_, levels)| levels.iter().enumerate())
+            .map(|(level, nodes)| level as u32 * nodes.len() as u32)
+            .sum()
+    }
+
     pub fn level_max(&self) -> u32 {
         self.buckets.values().map(|l| l.len() as u32 - 1).max().unwrap_or(0)
     }

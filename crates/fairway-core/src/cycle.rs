@@ -84,14 +84,14 @@ impl Scheduler {
     /// 4. Walk the pending queue in order (priority, then submit time, then id), asking each
     ///    equivalence group once per failure (see `queue.rs`); for each job:
     ///    a. groups that failed before and whose wait cannot be over stay dormant; with
-    ///       backfill off, the first job that cannot start blocks every job behind it;
+    ///    backfill off, the first job that cannot start blocks every job behind it;
     ///    b. a job whose victims are still terminating keeps waiting for them;
     ///    c. a job that could never fit on any node says so;
     ///    d. a job over its account's quota waits, unless it can preempt its own
-    ///       account's lower-priority work (step f, restricted to that account);
+    ///    account's lower-priority work (step f, restricted to that account);
     ///    e. place on free GPUs if possible and start;
     ///    f. otherwise, if the policy and the job allow, preempt lower-priority work
-    ///       (see `preemption.rs` for the order) and hold the freed GPUs for the job;
+    ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job;
     ///    g. otherwise record why it is pending.
     /// 5. Check the invariants (debug builds; the simulator checks them in every build).
     pub fn cycle(&mut self, now: Time) -> CycleOutcome {
@@ -101,6 +101,8 @@ impl Scheduler {
         self.start_ready_preemptors(now, &mut out);
         self.walk_queue(now, &mut out);
         out.stats.pending = self.queue.len() as u32;
+        self.counters.preemption_searches += u64::from(out.stats.preemption_searches);
+        self.counters.jobs_considered += u64::from(out.stats.jobs_considered);
         debug_assert_eq!(self.check_invariants(), Ok(()));
         out
     }
@@ -124,12 +126,20 @@ impl Scheduler {
             .copied()
             .filter(|id| {
                 let JobState::Pending { reservation: Some(r) } = &self.jobs[id].state else { unreachable!() };
-                r.victims.iter().all(|v| self.jobs.get(v).is_none_or(|j| matches!(j.state, JobState::Pending { .. })))
+                self.still_terminating(*id, &r.victims).is_empty()
             })
             .collect();
         for id in ready {
+            // Fix: turning the hold into the running job moves a charge, it adds nothing. The
+            // uncharge in `drop_reservation` would shrink what a quota lowered meanwhile had
+            // grandfathered, and the charge in `start` then broke the quota invariant.
+            let grandfathered: Vec<(AccountId, Resources)> =
+                self.jobs[&id].accounts().map(|a| (a, self.accounts[&a].grandfathered)).collect();
             let reservation = self.drop_reservation(id).expect("reserving job holds a reservation");
             self.start(id, reservation.placement.clone(), now);
+            for (a, g) in grandfathered {
+                self.accounts.get_mut(&a).expect("charged at start").grandfathered = g;
+            }
             out.decisions.push(Decision::Start { job: id, placement: reservation.placement });
             out.stats.started += 1;
         }
@@ -147,8 +157,8 @@ impl Scheduler {
         let mut dormant_head: Option<(QueueKey, Priority)> = None;
         for (gk, group) in &self.queue.groups {
             let head = *group.members.first().expect("groups are never empty");
-            if group.verdict.as_ref().is_some_and(|v| self.still_dormant(gk, v, &mut memo)) {
-                if dormant_head.is_none_or(|(k, _)| head < k) {
+            if let Some(v) = group.verdict.as_ref().filter(|v| self.still_dormant(gk, v, &mut memo)) {
+                if v.blocks_strict_order() && dormant_head.is_none_or(|(k, _)| head < k) {
                     dormant_head = Some((head, gk.priority));
                 }
             } else {
@@ -180,7 +190,7 @@ impl Scheduler {
                     }
                 }
                 Considered::Failed(verdict) => {
-                    let blocks = strict && !matches!(verdict.wake, Wake::Quota { .. });
+                    let blocks = strict && verdict.blocks_strict_order();
                     self.queue.groups.get_mut(&gk).expect("group of a pending job").verdict = Some(verdict);
                     if blocks {
                         self.blocked_by = Some((key, gk.priority));
@@ -220,15 +230,27 @@ impl Scheduler {
         let may_preempt = self.config.policy.preemption && gk.may_preempt;
         // d.
         if let Some((account, reason)) = self.quota_shortfall(id) {
-            if may_preempt && budget.take() {
-                out.stats.preemption_searches += 1;
-                if let Some(plan) = self.find_victims(id, PreemptionScope::Account(account), now) {
-                    self.carry_out_preemption(id, plan, now, out);
-                    return Considered::Preempting;
+            let seq = self.accounts_seq(gk);
+            let mut reasons = vec![reason];
+            let mut wake = Wake::Quota { seq };
+            // Fix: a failed search, or a spent budget, used to leave the group dormant until
+            // the account changed, though room appearing (or the next cycle's budget) could
+            // let the same search succeed.
+            if may_preempt {
+                if budget.take() {
+                    out.stats.preemption_searches += 1;
+                    if let Some(plan) = self.find_victims(id, PreemptionScope::Account(account), now) {
+                        self.carry_out_preemption(id, plan, now, out);
+                        return Considered::Preempting;
+                    }
+                    let (capacity_seq, victim_seq) = (self.capacity_seq, self.victim_seq);
+                    wake = Wake::QuotaOrCapacity { seq, capacity_seq, victim_seq };
+                } else {
+                    reasons.push(PendingReason::PreemptionBudgetExhausted);
+                    wake = Wake::NextCycle;
                 }
             }
-            let seq = self.accounts[&account].seq;
-            return Considered::Failed(Verdict { reasons: vec![reason], wake: Wake::Quota { account, seq } });
+            return Considered::Failed(Verdict { reasons, wake });
         }
         // e.
         if !memo.no_fit.contains(&shape) {
@@ -275,15 +297,45 @@ impl Scheduler {
     fn still_dormant(&self, gk: &GroupKey, verdict: &Verdict, memo: &mut CycleMemo) -> bool {
         match verdict.wake {
             Wake::NextCycle => false,
-            Wake::Quota { account, seq } => self.accounts.get(&account).is_some_and(|a| a.seq == seq),
+            Wake::Quota { seq } => self.accounts_seq(gk) == seq,
+            Wake::QuotaOrCapacity { seq, capacity_seq, victim_seq } => {
+                self.accounts_seq(gk) == seq && self.capacity_still_short(gk, verdict, capacity_seq, victim_seq, memo)
+            }
             Wake::Capacity { capacity_seq, victim_seq } => {
-                let room_same = capacity_seq == self.capacity_seq || !self.may_fit_now(gk, memo);
-                let victims_same = !(self.config.policy.preemption && gk.may_preempt)
-                    || victim_seq == self.victim_seq
-                    || self.running.first().is_none_or(|(p, _)| *p >= gk.priority);
-                room_same && victims_same
+                self.capacity_still_short(gk, verdict, capacity_seq, victim_seq, memo)
             }
         }
+    }
+
+    /// Changes whenever the usage or cap of one of the group's accounts does (each `seq`
+    /// only grows).
+    fn accounts_seq(&self, gk: &GroupKey) -> u64 {
+        let seq = |a: AccountId| self.accounts.get(&a).map_or(0, |a| a.seq);
+        seq(gk.project) + if gk.user == gk.project { 0 } else { seq(gk.user) }
+    }
+
+    /// The `Capacity` part of `still_dormant`.
+    fn capacity_still_short(
+        &self,
+        gk: &GroupKey,
+        verdict: &Verdict,
+        capacity_seq: u64,
+        victim_seq: u64,
+        memo: &mut CycleMemo,
+    ) -> bool {
+        let may_find_victims = self.config.policy.preemption
+            && gk.may_preempt
+            && self.running.first().is_some_and(|(p, _)| *p < gk.priority);
+        // "No replica fits in free room" proves nothing for a group that may preempt (free
+        // room plus its victims' may now suffice) nor for a never-fits verdict (it is about
+        // node sizes: a node too drained to show in the free index may now hold a replica).
+        // Fix: both used to stay dormant, leaving a preemptor waiting forever and a stale
+        // "never fits".
+        let never_fits = verdict.reasons.iter().any(|r| matches!(r, PendingReason::NeverFits { .. }));
+        let room_same =
+            capacity_seq == self.capacity_seq || (!may_find_victims && !never_fits && !self.may_fit_now(gk, memo));
+        let victims_same = !may_find_victims || victim_seq == self.victim_seq;
+        room_same && victims_same
     }
 
     /// Could free room now hold one replica of the group? (A quick necessary condition.)

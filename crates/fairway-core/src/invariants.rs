@@ -90,17 +90,17 @@ impl Scheduler {
         }
         for (node_id, node) in &self.nodes {
             for (slot, owner) in node.gpu_owner.iter().enumerate() {
-                if let Some(o) = owner {
-                    if owner_seen.get(&(*node_id, slot as u8)) != Some(o) {
-                        return Err(format!("GPU {slot} on {node_id} owned by {o}, which does not list it"));
-                    }
+                if let Some(o) = owner
+                    && owner_seen.get(&(*node_id, slot as u8)) != Some(o)
+                {
+                    return Err(format!("GPU {slot} on {node_id} owned by {o}, which does not list it"));
                 }
             }
             for (slot, held) in node.gpu_reserved.iter().enumerate() {
-                if let Some(h) = held {
-                    if held_seen.get(&(*node_id, slot as u8)) != Some(h) {
-                        return Err(format!("GPU {slot} on {node_id} held for {h}, which does not list it"));
-                    }
+                if let Some(h) = held
+                    && held_seen.get(&(*node_id, slot as u8)) != Some(h)
+                {
+                    return Err(format!("GPU {slot} on {node_id} held for {h}, which does not list it"));
                 }
             }
             if node.used != node_used.get(node_id).copied().unwrap_or_default() {

@@ -23,7 +23,7 @@ pub struct Candidate {
 impl Candidate {
     /// How many replicas of `per_replica` fit here.
     pub fn replicas_fitting(&self, per_replica: Resources) -> u32 {
-        let by = |avail: u64, need: u64| if need == 0 { u64::from(u32::MAX) } else { avail / need };
+        let by = |avail: u64, need: u64| avail.checked_div(need).unwrap_or(u64::from(u32::MAX));
         let n = by(u64::from(self.available.gpus), u64::from(per_replica.gpus))
             .min(by(self.available.cpu_millis, per_replica.cpu_millis))
             .min(by(self.available.memory_mib, per_replica.memory_mib));
@@ -35,7 +35,7 @@ impl Candidate {
 pub fn score(policy: ScoringPolicy, candidate: &Candidate, demand: Resources) -> i64 {
     let left = candidate.available.saturating_minus(demand);
     // Permille of capacity left free, per dimension; GPUs dominate, CPU then memory break ties.
-    let permille = |left: u64, cap: u64| if cap == 0 { 0 } else { (left * 1000 / cap) as i64 };
+    let permille = |left: u64, cap: u64| (left * 1000).checked_div(cap).unwrap_or(0) as i64;
     let tightness = i64::from(left.gpus) * 1_000_000
         + permille(left.cpu_millis, candidate.capacity.cpu_millis) * 1_000
         + permille(left.memory_mib, candidate.capacity.memory_mib);

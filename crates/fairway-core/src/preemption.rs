@@ -51,8 +51,24 @@ struct Victim {
     priority: Priority,
     lost_gpu_ms: u64,
     total: Resources,
-    /// Resources it frees on each node.
-    frees: Vec<(NodeId, Resources)>,
+    /// Resources it frees on each node the job could use.
+    frees: Frees,
+}
+
+/// Most victims run on one node: keep that case free of allocation.
+#[derive(Clone, Debug)]
+enum Frees {
+    One([(NodeId, Resources); 1]),
+    Many(Vec<(NodeId, Resources)>),
+}
+
+impl Frees {
+    fn as_slice(&self) -> &[(NodeId, Resources)] {
+        match self {
+            Frees::One(one) => one,
+            Frees::Many(many) => many,
+        }
+    }
 }
 
 impl Victim {
@@ -62,18 +78,28 @@ impl Victim {
     }
 }
 
-/// Rules 2–5 for comparing whole victim sets: lower is better.
-type SetCost = (Priority, u64, u32, usize, NodeId);
+/// A node's offer to a gang: (cost by rules 2 and 3, victims to take, replicas gained).
+type NodeOffer<'a> = ((Priority, u64, NodeId), Vec<&'a Victim>, u32);
+
+/// Rules 2–5 for comparing whole victim sets: lower is better. The victim ids, highest
+/// first and reversed, make the set with the most recently submitted victim win (rule 5).
+type SetCost = (Priority, u64, u32, usize, Reverse<Vec<JobId>>, NodeId);
 
 impl Scheduler {
     pub(crate) fn find_victims(&self, id: JobId, scope: PreemptionScope, now: Time) -> Option<VictimPlan> {
         let job = &self.jobs[&id];
+        if scope == PreemptionScope::Any && !self.enough_gpus_below(id) {
+            return None;
+        }
         let victims = self.victim_candidates(id, scope, now);
         if victims.is_empty() {
             return None;
         }
-        let single = job.spec.replicas == 1 && scope == PreemptionScope::Any;
-        if single { self.best_single_node_set(id, &victims) } else { self.greedy_set(id, scope, &victims) }
+        match (scope, job.spec.replicas) {
+            (PreemptionScope::Any, 1) => self.best_single_node_set(id, &victims),
+            (PreemptionScope::Any, _) => self.node_by_node_set(id, &victims),
+            (PreemptionScope::Account(_), _) => self.greedy_set(id, scope, &victims),
+        }
     }
 
     /// Rule 1 and the candidate bound; sorted by rules 2, 3 and 5.
@@ -89,16 +115,16 @@ impl Scheduler {
             if !victim.spec.preemptible {
                 continue;
             }
-            if let PreemptionScope::Account(account) = scope {
-                if !victim.accounts().any(|a| a == account) {
-                    continue;
-                }
+            if let PreemptionScope::Account(account) = scope
+                && !victim.accounts().any(|a| a == account)
+            {
+                continue;
             }
             let JobState::Running { placement, started_at } = &victim.state else { unreachable!("running index") };
             let frees = self.frees_on_eligible_nodes(job.spec.gpu_model, victim.spec.per_replica, placement);
             // A victim on no node the job can use frees nothing for it, unless the job
             // needs the victim's quota rather than its GPUs.
-            if frees.is_empty() && scope == PreemptionScope::Any {
+            if frees.as_slice().is_empty() && scope == PreemptionScope::Any {
                 continue;
             }
             let saved = victim.last_progress_saved(*started_at, now);
@@ -114,21 +140,48 @@ impl Scheduler {
         out
     }
 
+    /// What a victim frees on each node the job could use, by node id. Replicas are listed
+    /// node by node, so merging neighbours is enough.
     fn frees_on_eligible_nodes(
         &self,
         model: Option<crate::types::GpuModel>,
         per_replica: Resources,
         placement: &crate::types::Placement,
-    ) -> Vec<(NodeId, Resources)> {
-        let mut frees: BTreeMap<NodeId, Resources> = BTreeMap::new();
-        for replica in &placement.replicas {
-            let node = &self.nodes[&replica.node];
-            if node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model) {
-                let entry = frees.entry(replica.node).or_default();
-                *entry = entry.plus(per_replica);
+    ) -> Frees {
+        let usable = |node_id: &NodeId| {
+            let node = &self.nodes[node_id];
+            node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model)
+        };
+        if let [only] = placement.replicas.as_slice() {
+            return if usable(&only.node) { Frees::One([(only.node, per_replica)]) } else { Frees::Many(Vec::new()) };
+        }
+        let mut frees: Vec<(NodeId, Resources)> = Vec::new();
+        for replica in placement.replicas.iter().filter(|r| usable(&r.node)) {
+            match frees.iter_mut().find(|(n, _)| *n == replica.node) {
+                Some((_, r)) => *r = r.plus(per_replica),
+                None => frees.push((replica.node, per_replica)),
             }
         }
-        frees.into_iter().collect()
+        frees.sort_by_key(|(n, _)| *n);
+        Frees::Many(frees)
+    }
+
+    /// A necessary condition, cheap to check: lower-priority preemptible work on usable
+    /// nodes plus free GPUs could cover the job's GPUs at all.
+    fn enough_gpus_below(&self, id: JobId) -> bool {
+        let job = &self.jobs[&id];
+        let needed = job.spec.total().gpus;
+        let mut have = self.index.total_free(job.spec.gpu_model);
+        for &(priority, vid) in &self.running {
+            if priority >= job.spec.priority || have >= needed {
+                break;
+            }
+            let victim = &self.jobs[&vid];
+            if victim.spec.preemptible {
+                have += victim.spec.total().gpus;
+            }
+        }
+        have >= needed
     }
 
     /// One replica: for each node, the cheapest minimal set on that node; then the best node.
@@ -137,7 +190,7 @@ impl Scheduler {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let mut by_node: BTreeMap<NodeId, Vec<(&Victim, Resources)>> = BTreeMap::new();
         for v in victims {
-            for &(node, freed) in &v.frees {
+            for &(node, freed) in v.frees.as_slice() {
                 by_node.entry(node).or_default().push((v, freed));
             }
         }
@@ -146,11 +199,16 @@ impl Scheduler {
             let available = self.nodes[&node_id].available();
             let Some(set) = minimal_prefix(available, demand, &on_node, max_victims) else { continue };
             let freed_gpus: u32 = set.iter().map(|(_, r)| r.gpus).sum();
+            // Fix: rule 5's "most recently submitted victim first" was missing between sets
+            // on different nodes, so equal victims were chosen by lowest node id instead.
+            let mut newest_first: Vec<JobId> = set.iter().map(|(v, _)| v.id).collect();
+            newest_first.sort_by(|a, b| b.cmp(a));
             let cost: SetCost = (
                 set.iter().map(|(v, _)| v.priority).max().expect("non-empty"),
                 set.iter().map(|(v, _)| v.lost_gpu_ms).sum(),
                 (available.gpus + freed_gpus).saturating_sub(demand.gpus),
                 set.len(),
+                Reverse(newest_first),
                 node_id,
             );
             if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
@@ -162,23 +220,87 @@ impl Scheduler {
         Some(VictimPlan { victims, chosen: vec![(node, 1)] })
     }
 
-    /// Gangs and quota-bound preemptors: take victims in order until the job fits, then drop
-    /// every victim that is not needed (most costly first).
-    fn greedy_set(&self, id: JobId, scope: PreemptionScope, victims: &[Victim]) -> Option<VictimPlan> {
+    /// A gang: clear whole nodes, cheapest nodes first, so the gang lands on few nodes and
+    /// takes few victims; then drop every victim that is not needed (most costly first).
+    fn node_by_node_set(&self, id: JobId, victims: &[Victim]) -> Option<VictimPlan> {
+        let job = &self.jobs[&id];
+        let per_replica = job.spec.per_replica;
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
-        let mut taken: Vec<&Victim> = Vec::new();
-        let mut fits = None;
+        let mut by_node: BTreeMap<NodeId, Vec<&Victim>> = BTreeMap::new();
         for v in victims {
-            if taken.len() == max_victims {
-                return None;
-            }
-            taken.push(v);
-            fits = self.fits_without(id, scope, &taken);
-            if fits.is_some() {
-                break;
+            for &(node, _) in v.frees.as_slice() {
+                by_node.entry(node).or_default().push(v);
             }
         }
-        fits?;
+        // Per node: the victims (in order) needed to host as many replicas as it can, and
+        // how many replicas that adds. Cost: rules 2 and 3 over that prefix.
+        let mut offers: Vec<NodeOffer> = Vec::new();
+        let mut hosted_free = 0u32;
+        for node in self.nodes.values() {
+            if !node.schedulable || job.spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model) {
+                continue;
+            }
+            let fits = |room: Resources| {
+                Candidate { node: node.spec.id, available: room, capacity: node.spec.capacity }
+                    .replicas_fitting(per_replica)
+            };
+            let mut room = node.available();
+            let before = fits(room);
+            hosted_free += before;
+            let Some(on_node) = by_node.get(&node.spec.id) else { continue };
+            let mut prefix = Vec::new();
+            let mut best = (before, 0usize);
+            for v in on_node {
+                let freed =
+                    v.frees.as_slice().iter().find(|(n, _)| *n == node.spec.id).map(|(_, r)| *r).unwrap_or_default();
+                room = room.plus(freed);
+                prefix.push(*v);
+                let k = fits(room);
+                if k > best.0 {
+                    best = (k, prefix.len());
+                }
+            }
+            prefix.truncate(best.1);
+            if best.0 > before {
+                let cost = (
+                    prefix.iter().map(|v| v.priority).max().unwrap_or(Priority::MIN),
+                    prefix.iter().map(|v| v.lost_gpu_ms).sum::<u64>() / u64::from(best.0 - before),
+                    node.spec.id,
+                );
+                offers.push((cost, prefix, best.0 - before));
+            }
+        }
+        offers.sort_by_key(|a| a.0);
+        let mut taken: Vec<&Victim> = Vec::new();
+        let mut hosted = hosted_free;
+        for (_, prefix, gained) in &offers {
+            if hosted >= job.spec.replicas {
+                break;
+            }
+            for v in prefix {
+                if !taken.iter().any(|t| t.id == v.id) {
+                    taken.push(v);
+                }
+            }
+            hosted += gained;
+        }
+        if hosted < job.spec.replicas || taken.len() > max_victims.saturating_mul(2) {
+            return None;
+        }
+        self.minimise(id, PreemptionScope::Any, taken, max_victims)
+    }
+
+    /// Drop every victim the job does not need, most costly first; `None` if what is left
+    /// does not fit or exceeds the victim bound.
+    fn minimise(
+        &self,
+        id: JobId,
+        scope: PreemptionScope,
+        mut taken: Vec<&Victim>,
+        max_victims: usize,
+    ) -> Option<VictimPlan> {
+        self.fits_without(id, scope, &taken)?;
+        taken.sort_by_key(|v| v.order_key());
         let mut i = taken.len();
         while i > 0 {
             i -= 1;
@@ -188,30 +310,62 @@ impl Scheduler {
                 taken = fewer;
             }
         }
+        if taken.len() > max_victims {
+            return None;
+        }
         let chosen = self.fits_without(id, scope, &taken).expect("minimal set still fits");
         let mut ids: Vec<JobId> = taken.iter().map(|v| v.id).collect();
         ids.sort();
         Some(VictimPlan { victims: ids, chosen })
     }
 
+    /// Quota-bound preemptors: take the account's victims in order until the job fits within
+    /// its cap and on the nodes, then drop every victim that is not needed.
+    fn greedy_set(&self, id: JobId, scope: PreemptionScope, victims: &[Victim]) -> Option<VictimPlan> {
+        let max_victims = self.config.limits.victims_per_preemption_max as usize;
+        let mut taken: Vec<&Victim> = Vec::new();
+        // The bound applies to the final, minimal set (rule 6); while collecting, allow twice
+        // as many so that victims that free nothing useful do not end the search early.
+        for v in victims {
+            if taken.len() == max_victims.saturating_mul(2) {
+                return None;
+            }
+            taken.push(v);
+            if self.fits_without(id, scope, &taken).is_some() {
+                return self.minimise(id, scope, taken, max_victims);
+            }
+        }
+        None
+    }
+
     /// Where the job would go if `gone` had left, respecting quota for a bound preemptor.
     fn fits_without(&self, id: JobId, scope: PreemptionScope, gone: &[&Victim]) -> Option<Vec<(NodeId, u32)>> {
         let job = &self.jobs[&id];
-        if let PreemptionScope::Account(account) = scope {
-            let freed = gone.iter().fold(Resources::ZERO, |acc, v| acc.plus(v.total));
-            let a = &self.accounts[&account];
-            let quota = a.quota.expect("bound preemptor's account has a quota");
+        if let PreemptionScope::Account(_) = scope {
+            // Fix: every capped account of the job must end within its cap, not only the one
+            // in scope (a job over both its project's and its user's caps used to be let
+            // through when the victims fixed one, breaking the other's cap).
             let total = job.spec.total();
-            let ok = ResourceKind::ALL.into_iter().all(|k| {
-                quota.limit(k).is_none_or(|limit| k.of(a.charged).saturating_sub(k.of(freed)) + k.of(total) <= limit)
-            });
-            if !ok {
-                return None;
+            for account in job.accounts() {
+                let Some(a) = self.accounts.get(&account) else { continue };
+                let Some(quota) = a.quota else { continue };
+                let freed = gone
+                    .iter()
+                    .filter(|v| self.jobs[&v.id].accounts().any(|va| va == account))
+                    .fold(Resources::ZERO, |acc, v| acc.plus(v.total));
+                let ok = ResourceKind::ALL.into_iter().all(|k| {
+                    quota
+                        .limit(k)
+                        .is_none_or(|limit| k.of(a.charged).saturating_sub(k.of(freed)) + k.of(total) <= limit)
+                });
+                if !ok {
+                    return None;
+                }
             }
         }
         let mut freed: BTreeMap<NodeId, Resources> = BTreeMap::new();
         for v in gone {
-            for &(node, r) in &v.frees {
+            for &(node, r) in v.frees.as_slice() {
                 let e = freed.entry(node).or_default();
                 *e = e.plus(r);
             }
@@ -244,9 +398,6 @@ fn minimal_prefix<'a>(
         if demand.fits_in(room) {
             break;
         }
-        if taken.len() == max_victims {
-            return None;
-        }
         taken.push((v, freed));
         room = room.plus(freed);
     }
@@ -262,5 +413,8 @@ fn minimal_prefix<'a>(
             taken.remove(i);
         }
     }
-    Some(taken)
+    // Fix: rule 6 bounds the victims taken, so it applies to the minimal set. It used to
+    // bound the prefix, so a victim that frees nothing the job needs (a CPU-only job ahead
+    // of a GPU job) used up the bound and a valid set was never found.
+    (taken.len() <= max_victims).then_some(taken)
 }

@@ -33,12 +33,29 @@ pub(crate) struct Verdict {
     pub wake: Wake,
 }
 
+impl Verdict {
+    /// Under strict order (backfill off), does this failure block the jobs behind it? A job
+    /// waiting for its own quota does not, nor one that no node can ever hold (it would
+    /// block the queue forever). Decided by the reason, so that a dormant verdict blocks
+    /// exactly when a fresh one would. (Fix: dormant quota verdicts blocked the queue from
+    /// the second cycle on, and never-fits verdicts blocked it.)
+    pub fn blocks_strict_order(&self) -> bool {
+        !matches!(self.reasons.first(), Some(PendingReason::OverQuota { .. } | PendingReason::NeverFits { .. }))
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
     /// Ask again next cycle (a per-cycle budget ran out).
     NextCycle,
-    /// Ask again when the account's usage or cap changes.
-    Quota { account: AccountId, seq: u64 },
+    /// Ask again when the usage or cap of one of the group's accounts changes; `seq` is the
+    /// sum of their `seq`s. (Fix: it used to watch only the first account over its cap, so
+    /// a job waiting on its user as well as its project missed changes of the user.)
+    Quota { seq: u64 },
+    /// Over quota, and the search among the account's own work failed: ask again when the
+    /// accounts change or, as for `Capacity`, when room or victims do (the search can fail
+    /// for want of room, not only of quota).
+    QuotaOrCapacity { seq: u64, capacity_seq: u64, victim_seq: u64 },
     /// Ask again when free room grows enough, or new victim candidates start.
     Capacity { capacity_seq: u64, victim_seq: u64 },
 }

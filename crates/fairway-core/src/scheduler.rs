@@ -70,6 +70,10 @@ pub struct Counters {
     pub preemptions: u64,
     pub requeues: u64,
     pub finished: u64,
+    /// Victim searches run (successful or not).
+    pub preemption_searches: u64,
+    /// Pending jobs considered by cycles.
+    pub jobs_considered: u64,
 }
 
 pub struct Scheduler {
@@ -95,6 +99,9 @@ pub struct Scheduler {
     pub(crate) capacity_seq: u64,
     /// Bumped whenever a preemptible job starts (a new victim candidate).
     pub(crate) victim_seq: u64,
+    /// For each priority, the `victim_seq` of the last preemptible start at that priority:
+    /// a group waiting for victims wakes only when one starts below its priority.
+    pub(crate) victim_seq_by_priority: BTreeMap<Priority, u64>,
     /// Under strict order, the job that blocked the last cycle's walk.
     pub(crate) blocked_by: Option<(QueueKey, Priority)>,
 }
@@ -116,6 +123,7 @@ impl Scheduler {
             counters: Counters::default(),
             capacity_seq: 0,
             victim_seq: 0,
+            victim_seq_by_priority: BTreeMap::new(),
             blocked_by: None,
         }
     }
@@ -174,12 +182,12 @@ impl Scheduler {
         let Some(job) = self.jobs.get(&id) else { return Vec::new() };
         let JobState::Pending { reservation } = &job.state else { return Vec::new() };
         if let Some(r) = reservation {
-            return vec![PendingReason::WaitingForPreemption { victims: self.still_terminating(&r.victims) }];
+            return vec![PendingReason::WaitingForPreemption { victims: self.still_terminating(id, &r.victims) }];
         }
-        if let Some((blocker, priority)) = self.blocked_by {
-            if job.key > blocker {
-                return vec![PendingReason::BlockedBehind { job: blocker.id, priority }];
-            }
+        if let Some((blocker, priority)) = self.blocked_by
+            && job.key > blocker
+        {
+            return vec![PendingReason::BlockedBehind { job: blocker.id, priority }];
         }
         match self.queue.groups.get(&job.group).and_then(|g| g.verdict.as_ref()) {
             Some(verdict) => verdict.reasons.clone(),
@@ -187,11 +195,20 @@ impl Scheduler {
         }
     }
 
-    pub(crate) fn still_terminating(&self, victims: &[JobId]) -> Vec<JobId> {
+    /// The victims still terminating for `preemptor`. A victim that exited was requeued and
+    /// may already run again elsewhere, or be terminating for another preemptor: it holds
+    /// nothing of `preemptor`'s any more. (Fix: this used to test for any `Terminating`,
+    /// and the preemptor's readiness for `Pending` victims, so a victim restarted elsewhere
+    /// during the grace period left its preemptor waiting forever.)
+    pub(crate) fn still_terminating(&self, preemptor: JobId, victims: &[JobId]) -> Vec<JobId> {
         victims
             .iter()
             .copied()
-            .filter(|v| self.jobs.get(v).is_some_and(|j| matches!(j.state, JobState::Terminating { .. })))
+            .filter(|v| {
+                self.jobs.get(v).is_some_and(|j| {
+                    matches!(j.state, JobState::Terminating { why: Termination::Preempted { preemptor: p, .. }, .. } if p == preemptor)
+                })
+            })
             .collect()
     }
 
@@ -361,10 +378,19 @@ impl Scheduler {
         let mut held: Vec<JobId> = node.gpu_reserved.iter().flatten().copied().collect();
         // CPU-only replicas own no slot: find every job placed on the node.
         for (jid, job) in &self.jobs {
-            if let JobState::Running { placement, .. } | JobState::Terminating { placement, .. } = &job.state {
-                if placement.replicas.iter().any(|r| r.node == id) {
-                    lost.push(*jid);
-                }
+            if let JobState::Running { placement, .. } | JobState::Terminating { placement, .. } = &job.state
+                && placement.replicas.iter().any(|r| r.node == id)
+            {
+                lost.push(*jid);
+            }
+        }
+        // Fix: likewise, a CPU-only preemptor holds no slot; its hold on the node was kept and
+        // named a removed node.
+        for jid in &self.reserving {
+            if let JobState::Pending { reservation: Some(r) } = &self.jobs[jid].state
+                && r.placement.replicas.iter().any(|r| r.node == id)
+            {
+                held.push(*jid);
             }
         }
         lost.sort();
@@ -463,6 +489,7 @@ impl Scheduler {
         self.running.insert((priority, id));
         if preemptible {
             self.victim_seq += 1;
+            self.victim_seq_by_priority.insert(priority, self.victim_seq);
         }
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id));

@@ -27,7 +27,7 @@ impl Time {
 impl fmt::Display for Time {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0;
-        if ms % 1000 == 0 { write!(f, "{}s", ms / 1000) } else { write!(f, "{}.{:03}s", ms / 1000, ms % 1000) }
+        if ms.is_multiple_of(1000) { write!(f, "{}s", ms / 1000) } else { write!(f, "{}.{:03}s", ms / 1000, ms % 1000) }
     }
 }
 

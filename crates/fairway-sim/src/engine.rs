@@ -130,10 +130,14 @@ pub fn simulate(
     check_workload(jobs)?;
     let mut sim = Sim::new(jobs, config);
     for node in nodes {
-        sim.core.apply(Event::NodeAdded(node.clone()), Time::ZERO).map_err(|source| SimError::Core { at: Time::ZERO, source })?;
+        sim.core
+            .apply(Event::NodeAdded(node.clone()), Time::ZERO)
+            .map_err(|source| SimError::Core { at: Time::ZERO, source })?;
     }
     for (account, quota) in quotas {
-        sim.core.apply(Event::SetQuota { account: *account, quota: Some(*quota) }, Time::ZERO).expect("quotas always apply");
+        sim.core
+            .apply(Event::SetQuota { account: *account, quota: Some(*quota) }, Time::ZERO)
+            .expect("quotas always apply");
     }
     let capacity_gpus = nodes.iter().map(|n| n.capacity.gpus).sum();
     let mut next_arrival = 0usize;
@@ -169,9 +173,6 @@ pub fn simulate(
     }
     progress(next_arrival, jobs.len());
     let end_ms = sim.clock_ms;
-    if std::env::var_os("FAIRWAY_SIM_DEBUG").is_some() {
-        eprintln!("{policy}: {:?}", sim.core.counters());
-    }
     sim.check_conservation(config.horizon_ms.is_some())?;
     Ok(sim.into_result(policy, capacity_gpus, end_ms))
 }
@@ -244,7 +245,9 @@ impl<'a> Sim<'a> {
         self.clock_ms = now.millis();
         self.events += 1;
         self.live[index].phase = Phase::Queued;
-        self.core.apply(Event::Submit(self.jobs[index].spec.clone()), now).map_err(|source| SimError::Core { at: now, source })
+        self.core
+            .apply(Event::Submit(self.jobs[index].spec.clone()), now)
+            .map_err(|source| SimError::Core { at: now, source })
     }
 
     fn report_exits_due(&mut self, t: u64) -> Result<(), SimError> {
@@ -310,7 +313,8 @@ impl<'a> Sim<'a> {
         match decision {
             Decision::Start { job, .. } => {
                 let index = job.0 as usize;
-                let overhead = if self.live[index].first_start_ms.is_some() { self.cost.restart_overhead_ms } else { 0 };
+                let overhead =
+                    if self.live[index].first_start_ms.is_some() { self.cost.restart_overhead_ms } else { 0 };
                 let live = &mut self.live[index];
                 debug_assert_eq!(live.phase, Phase::Queued);
                 live.phase = Phase::Running;
@@ -361,7 +365,8 @@ impl<'a> Sim<'a> {
     /// Every job ends exactly once: finished, or still waiting/running only if the run was
     /// cut by a horizon or the job can never be placed.
     fn check_conservation(&self, cut: bool) -> Result<(), SimError> {
-        let running = self.live.iter().filter(|l| matches!(l.phase, Phase::Running | Phase::Yielding | Phase::Stopping));
+        let running =
+            self.live.iter().filter(|l| matches!(l.phase, Phase::Running | Phase::Yielding | Phase::Stopping));
         let allocated: u32 = running.clone().map(|l| l.gpus).sum();
         if allocated != self.gpus_allocated {
             return Err(SimError::Conservation(format!(

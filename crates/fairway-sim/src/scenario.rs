@@ -300,8 +300,8 @@ pub fn load(path: &Path, overrides: &Overrides) -> Result<Scenario, ScenarioErro
     }
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| ScenarioError::Parse { path: path.into(), message: format!("not UTF-8: {e}") })?;
-    let file: ScenarioFile = serde_saphyr::from_str(text)
-        .map_err(|e| ScenarioError::Parse { path: path.into(), message: e.to_string() })?;
+    let file: ScenarioFile =
+        serde_saphyr::from_str(text).map_err(|e| ScenarioError::Parse { path: path.into(), message: e.to_string() })?;
     let base_dir = path.parent().unwrap_or(Path::new("."));
     resolve(file, base_dir, overrides)
 }
@@ -409,14 +409,22 @@ fn nodes(
         let model = names.gpu_model(&group.gpu_model)?;
         for _ in 0..group.count {
             let id = NodeId(out.len() as u32);
-            out.push(NodeSpec { id, gpu_model: model, capacity: Resources::new(group.gpus, group.cpu_millis, group.memory_mib) });
+            out.push(NodeSpec {
+                id,
+                gpu_model: model,
+                capacity: Resources::new(group.gpus, group.cpu_millis, group.memory_mib),
+            });
         }
     }
     if let Some(path) = &cluster.openb_nodes {
         for node in load_openb_nodes(base_dir.join(path))? {
             let id = NodeId(out.len() as u32);
             let model = names.gpu_model(&node.gpu_model)?;
-            out.push(NodeSpec { id, gpu_model: model, capacity: Resources::new(node.gpus, node.cpu_millis, node.memory_mib) });
+            out.push(NodeSpec {
+                id,
+                gpu_model: model,
+                capacity: Resources::new(node.gpus, node.cpu_millis, node.memory_mib),
+            });
         }
     }
     if let Some(n) = keep {
@@ -451,7 +459,10 @@ fn quota_list(specs: &[QuotaSpec], field: &str, names: &mut Names) -> Result<Vec
             (None, Some(u)) => names.user(u)?,
             _ => return Err(invalid(format!("{field}[{i}]"), "name exactly one of `project` or `user`")),
         };
-        out.push((account, Quota { gpus_max: q.gpus_max, cpu_millis_max: q.cpu_millis_max, memory_mib_max: q.memory_mib_max }));
+        out.push((
+            account,
+            Quota { gpus_max: q.gpus_max, cpu_millis_max: q.cpu_millis_max, memory_mib_max: q.memory_mib_max },
+        ));
     }
     Ok(out)
 }
@@ -517,14 +528,13 @@ fn sim_jobs(
         let tier = t.tier.clone().unwrap_or_else(|| default_tier.clone());
         let (priority, preemption_policy) = tier_priority(classes, &tier)
             .ok_or_else(|| invalid(format!("job {:?}.tier", t.name), unknown_tier(classes, &tier)))?;
-        let gpu_model = match &t.gpu_model {
-            None => None,
-            Some(m) => Some(
-                names
-                    .known_gpu_model(m)
-                    .ok_or_else(|| invalid(format!("job {:?}.gpu_model", t.name), format!("no node has model {m:?}")))?,
-            ),
-        };
+        let gpu_model =
+            match &t.gpu_model {
+                None => None,
+                Some(m) => Some(names.known_gpu_model(m).ok_or_else(|| {
+                    invalid(format!("job {:?}.gpu_model", t.name), format!("no node has model {m:?}"))
+                })?),
+            };
         let spec = JobSpec {
             id: JobId(i as u64),
             user: names.user(&t.user)?,
@@ -539,14 +549,23 @@ fn sim_jobs(
             max_runtime_ms: None,
             checkpoint_interval_ms: t.checkpoint_interval_ms.or(defaults.checkpoint_interval_seconds.map(|s| s * 1000)),
         };
-        out.push(SimJob { spec, name: t.name.clone(), tier, tenant: t.project.clone(), submit_ms: t.submit_ms, work_ms: t.duration_ms });
+        out.push(SimJob {
+            spec,
+            name: t.name.clone(),
+            tier,
+            tenant: t.project.clone(),
+            submit_ms: t.submit_ms,
+            work_ms: t.duration_ms,
+        });
     }
     Ok(out)
 }
 
 fn set_trace_path(source: &mut TraceSource, new: PathBuf) -> Result<(), ScenarioError> {
     match source {
-        TraceSource::PhillyPollux { path, .. } | TraceSource::PhillyChronus { path, .. } | TraceSource::OpenbPods { path, .. } => {
+        TraceSource::PhillyPollux { path, .. }
+        | TraceSource::PhillyChronus { path, .. }
+        | TraceSource::OpenbPods { path, .. } => {
             *path = new;
             Ok(())
         }
@@ -582,17 +601,28 @@ fn policies(
                 "priority" => (name.clone(), Policy::priority()),
                 "fairway" => (name.clone(), Policy::fairway()),
                 other => {
-                    return Err(invalid(format!("policies[{i}]"), format!("unknown preset {other:?} (fifo, priority, fairway)")));
+                    return Err(invalid(
+                        format!("policies[{i}]"),
+                        format!("unknown preset {other:?} (fifo, priority, fairway)"),
+                    ));
                 }
             },
             PolicySpec::Custom(c) => {
                 let order = match c.order.as_str() {
                     "fifo" => QueueOrder::Fifo,
                     "priority" => QueueOrder::Priority,
-                    other => return Err(invalid(format!("policies[{i}].order"), format!("must be fifo or priority, got {other:?}"))),
+                    other => {
+                        return Err(invalid(
+                            format!("policies[{i}].order"),
+                            format!("must be fifo or priority, got {other:?}"),
+                        ));
+                    }
                 };
                 let scoring = ScoringPolicy::from_name(&c.scoring).ok_or_else(|| {
-                    invalid(format!("policies[{i}].scoring"), format!("must be best-fit or spread, got {:?}", c.scoring))
+                    invalid(
+                        format!("policies[{i}].scoring"),
+                        format!("must be best-fit or spread, got {:?}", c.scoring),
+                    )
                 })?;
                 if let Some(own) = &c.quotas {
                     quotas = quota_list(own, &format!("policies[{i}].quotas"), names)?;

@@ -1,1 +1,5 @@
+mod dsl;
+mod oracle;
+mod props;
+mod scenarios;
 mod smoke;

@@ -71,8 +71,10 @@ fn tiny_trace_has_the_hand_computed_waits() {
 #[test]
 fn same_scenario_and_seed_give_byte_identical_output() {
     let overrides = Overrides::default();
-    let first = SimReport::from_runs("pollux-fixture", 11, &run_all(&load("pollux-fixture.yaml", &overrides))).to_json();
-    let second = SimReport::from_runs("pollux-fixture", 11, &run_all(&load("pollux-fixture.yaml", &overrides))).to_json();
+    let first =
+        SimReport::from_runs("pollux-fixture", 11, &run_all(&load("pollux-fixture.yaml", &overrides))).to_json();
+    let second =
+        SimReport::from_runs("pollux-fixture", 11, &run_all(&load("pollux-fixture.yaml", &overrides))).to_json();
     assert_eq!(first, second);
     // A different seed assigns different tiers, so the per-tier figures move.
     let other = Overrides { seed: Some(12), ..Overrides::default() };
@@ -138,7 +140,8 @@ fn bad_scenarios_name_the_field() {
     for (i, (change, field)) in cases.iter().enumerate() {
         let base = std::fs::read_to_string(scenario_path("tiny-preemption.yaml")).unwrap();
         let key = change.split(':').next().unwrap();
-        let mut text: String = base.lines().filter(|l| !l.starts_with(&format!("{key}:"))).collect::<Vec<_>>().join("\n");
+        let mut text: String =
+            base.lines().filter(|l| !l.starts_with(&format!("{key}:"))).collect::<Vec<_>>().join("\n");
         if key == "cluster" {
             text = text.replace("  nodes: [{ name: n, gpus: 8, gpu_model: A100 }]\n", "");
         }

@@ -1,3 +1,3 @@
+mod engine;
 mod metrics;
 mod workload;
-mod engine;

@@ -1,0 +1,457 @@
+//! An outside observer of a [`Scheduler`]: it sees only the events it is fed, the decisions
+//! cycles return and the public queries, and checks properties that must hold whatever the
+//! core does inside. Used by the scenario runner and the property tests.
+//!
+//! Properties checked after every cycle (besides `check_invariants`):
+//! - no GPU is in two live `Start` placements (live: started and not yet released);
+//! - per node, live placements use at most the node's GPUs, CPU and memory;
+//! - a started gang has `replicas` replicas of `per_replica.gpus` GPUs each, on nodes of the
+//!   job's model; a fresh start uses schedulable nodes, a preemptor starts on its reservation;
+//! - a `Preempt` victim was running (or started earlier in the cycle), is preemptible and of strictly lower priority than its
+//!   preemptor, whose policy and the config allow preemption;
+//! - every pending job has a reason, and a job waiting for preemption names victims that are
+//!   still being preempted for it;
+//! - work conservation: after a cycle without preemptions, no pending job that is within its
+//!   quotas and not blocked behind another fits in the free room (a group left dormant when
+//!   its wait was over would show up here), and a job said to never fit indeed fits no node;
+//! - a job blocked behind another (strict order) names a pending job that does block;
+//! - preemption liveness: a pending job that could obviously preempt (taking every eligible
+//!   lower-priority victim, within the victim bound, would make it fit and keep all its
+//!   accounts within their caps) has not been left without trying.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fairway_core::*;
+
+#[derive(Default)]
+pub struct Oracle {
+    nodes: BTreeMap<NodeId, NodeSpec>,
+    drained: BTreeSet<NodeId>,
+    specs: BTreeMap<JobId, JobSpec>,
+    /// Placements of started jobs whose GPUs the core has not released yet.
+    live: BTreeMap<JobId, Placement>,
+    /// Reservations seen just before the current cycle.
+    reserved_before: BTreeMap<JobId, Placement>,
+    /// Jobs running (not terminating) just before the current cycle.
+    running_before: BTreeSet<JobId>,
+}
+
+impl Oracle {
+    pub fn new() -> Oracle {
+        Oracle::default()
+    }
+
+    /// Record an event the scheduler accepted.
+    pub fn applied(&mut self, s: &Scheduler, event: &Event) -> Result<(), String> {
+        match event {
+            Event::Submit(spec) => {
+                self.specs.insert(spec.id, spec.clone());
+            }
+            Event::NodeAdded(spec) => {
+                self.nodes.insert(spec.id, spec.clone());
+                self.drained.remove(&spec.id);
+            }
+            Event::NodeRemoved(id) => {
+                self.nodes.remove(id);
+                self.drained.remove(id);
+            }
+            Event::NodeDrained(id) => {
+                self.drained.insert(*id);
+            }
+            Event::NodeUncordoned(id) => {
+                self.drained.remove(id);
+            }
+            Event::Cancel(_) | Event::Exited { .. } | Event::CheckpointReported { .. } | Event::SetQuota { .. } => {}
+        }
+        self.refresh_live(s)
+    }
+
+    /// Drop live placements the core has released; complain about placements that changed
+    /// without a `Start`.
+    fn refresh_live(&mut self, s: &Scheduler) -> Result<(), String> {
+        let mut gone = Vec::new();
+        for (id, placement) in &self.live {
+            match s.job_status(*id) {
+                Some(
+                    JobStatus::Running { placement: p, .. }
+                    | JobStatus::Preempting { placement: p, .. }
+                    | JobStatus::Stopping { placement: p, .. },
+                ) => {
+                    if p != placement {
+                        return Err(format!("{id} moved from {placement} to {p} without a Start decision"));
+                    }
+                }
+                Some(JobStatus::Pending { .. }) | None => gone.push(*id),
+            }
+        }
+        for id in gone {
+            self.live.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Snapshot what the checks of the next cycle need. Call right before `cycle`.
+    pub fn before_cycle(&mut self, s: &Scheduler) {
+        self.reserved_before.clear();
+        self.running_before.clear();
+        for &id in self.specs.keys() {
+            match s.job_status(id) {
+                Some(JobStatus::Pending { reserved: Some(p), .. }) => {
+                    self.reserved_before.insert(id, p.clone());
+                }
+                Some(JobStatus::Running { .. }) => {
+                    self.running_before.insert(id);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Check a cycle's outcome. Call right after `cycle`.
+    pub fn after_cycle(&mut self, s: &Scheduler, out: &CycleOutcome) -> Result<(), String> {
+        s.check_invariants().map_err(|e| format!("check_invariants: {e}"))?;
+        let config = s.config();
+        let mut started_now: BTreeSet<JobId> = BTreeSet::new();
+        for d in &out.decisions {
+            match d {
+                Decision::Start { job, placement } => {
+                    self.check_start(*job, placement)?;
+                    started_now.insert(*job);
+                }
+                Decision::Preempt { victim, preemptor, .. } => {
+                    let v = self.spec(*victim)?;
+                    let p = self.spec(*preemptor)?;
+                    if !config.policy.preemption {
+                        return Err(format!("{preemptor} preempted {victim} under a policy without preemption"));
+                    }
+                    if p.preemption_policy == PreemptionPolicy::Never {
+                        return Err(format!("{preemptor} has preemptionPolicy Never but preempted {victim}"));
+                    }
+                    if v.priority >= p.priority {
+                        return Err(format!(
+                            "{preemptor} (priority {}) preempted {victim} (priority {})",
+                            p.priority, v.priority
+                        ));
+                    }
+                    if !v.preemptible {
+                        return Err(format!("{preemptor} preempted non-preemptible {victim}"));
+                    }
+                    // A preemptor started in step 3 may be preempted in step 4 of the same cycle.
+                    if !self.running_before.contains(victim) && !started_now.contains(victim) {
+                        return Err(format!("{preemptor} preempted {victim}, which was not running"));
+                    }
+                    match s.job_status(*victim) {
+                        Some(JobStatus::Preempting { preemptor: p2, .. }) if p2 == *preemptor => {}
+                        other => return Err(format!("victim {victim} is {other:?} after being preempted")),
+                    }
+                }
+                Decision::Stop { .. } | Decision::Requeued { .. } => {}
+            }
+        }
+        self.refresh_live(s)?;
+        self.check_capacity()?;
+        self.check_pending(s)?;
+        self.check_work_conserving(s, out)?;
+        self.check_blockers(s)?;
+        self.check_preemption_liveness(s, out)?;
+        Ok(())
+    }
+
+    fn spec(&self, id: JobId) -> Result<&JobSpec, String> {
+        self.specs.get(&id).ok_or(format!("decision names unknown {id}"))
+    }
+
+    fn check_start(&mut self, job: JobId, placement: &Placement) -> Result<(), String> {
+        let spec = self.spec(job)?.clone();
+        if self.live.contains_key(&job) {
+            return Err(format!("{job} started while it still holds GPUs"));
+        }
+        if placement.replicas.len() != spec.replicas as usize {
+            return Err(format!("{job} started with {} of {} replicas", placement.replicas.len(), spec.replicas));
+        }
+        let reserved = self.reserved_before.get(&job);
+        if let Some(r) = reserved
+            && r != placement
+        {
+            return Err(format!("{job} reserved {r} but started on {placement}"));
+        }
+        let mut mine: BTreeSet<(NodeId, u8)> = BTreeSet::new();
+        for r in &placement.replicas {
+            let node = self.nodes.get(&r.node).ok_or(format!("{job} started on unknown {}", r.node))?;
+            if reserved.is_none() && self.drained.contains(&r.node) {
+                return Err(format!("{job} newly placed on drained {}", r.node));
+            }
+            if spec.gpu_model.is_some_and(|m| m != node.gpu_model) {
+                return Err(format!("{job} wants {:?} but started on {} ({})", spec.gpu_model, r.node, node.gpu_model));
+            }
+            if r.gpu_indices.len() != spec.per_replica.gpus as usize {
+                return Err(format!("{job} replica on {} has {} GPUs", r.node, r.gpu_indices.len()));
+            }
+            for &g in &r.gpu_indices {
+                if u32::from(g) >= node.capacity.gpus {
+                    return Err(format!("{job} got GPU {g} on {}, which has {}", r.node, node.capacity.gpus));
+                }
+                if !mine.insert((r.node, g)) {
+                    return Err(format!("{job} got GPU {g} on {} twice", r.node));
+                }
+            }
+        }
+        for (other, p) in &self.live {
+            for r in &p.replicas {
+                for &g in &r.gpu_indices {
+                    if mine.contains(&(r.node, g)) {
+                        return Err(format!("{job} started on GPU {g} of {}, still held by {other}", r.node));
+                    }
+                }
+            }
+        }
+        self.live.insert(job, placement.clone());
+        Ok(())
+    }
+
+    /// Per node and in total, live placements fit the nodes.
+    fn check_capacity(&self) -> Result<(), String> {
+        let mut used: BTreeMap<NodeId, Resources> = BTreeMap::new();
+        for (id, p) in &self.live {
+            let per = self.specs[id].per_replica;
+            for r in &p.replicas {
+                let u = used.entry(r.node).or_default();
+                *u = u.plus(per);
+            }
+        }
+        let mut total_used = 0u32;
+        for (node, u) in &used {
+            let spec = self.nodes.get(node).ok_or(format!("live job on unknown {node}"))?;
+            if !u.fits_in(spec.capacity) {
+                return Err(format!("{node} over capacity: live jobs use {u}, capacity {}", spec.capacity));
+            }
+            total_used += u.gpus;
+        }
+        let capacity: u32 = self.nodes.values().map(|n| n.capacity.gpus).sum();
+        if total_used > capacity {
+            return Err(format!("live jobs use {total_used} GPUs of {capacity}"));
+        }
+        Ok(())
+    }
+
+    fn check_pending(&self, s: &Scheduler) -> Result<(), String> {
+        let complete = s.config().limits.starts_per_cycle_max == Limits::default().starts_per_cycle_max;
+        for id in s.pending() {
+            let reasons = s.why(id);
+            if complete && (reasons.is_empty() || reasons.contains(&PendingReason::NotYetConsidered)) {
+                return Err(format!("pending {id} not considered by a cycle: {reasons:?}"));
+            }
+            for r in &reasons {
+                if let PendingReason::WaitingForPreemption { victims } = r {
+                    if victims.is_empty() {
+                        return Err(format!("{id} waits for preemption of nobody"));
+                    }
+                    for v in victims {
+                        match s.job_status(*v) {
+                            Some(JobStatus::Preempting { preemptor, .. }) if preemptor == id => {}
+                            other => return Err(format!("{id} waits for {v}, which is {other:?}")),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What a new job may take now on each schedulable node.
+    fn free_room(&self, s: &Scheduler) -> BTreeMap<NodeId, Resources> {
+        let mut free: BTreeMap<NodeId, Resources> =
+            self.nodes.iter().filter(|(id, _)| !self.drained.contains(id)).map(|(id, n)| (*id, n.capacity)).collect();
+        let mut take = |node: NodeId, r: Resources| {
+            if let Some(f) = free.get_mut(&node) {
+                *f = f.saturating_minus(r);
+            }
+        };
+        for (id, p) in &self.live {
+            for r in &p.replicas {
+                take(r.node, self.specs[id].per_replica);
+            }
+        }
+        for (id, spec) in &self.specs {
+            if let Some(JobStatus::Pending { reserved: Some(p), .. }) = s.job_status(*id) {
+                for r in &p.replicas {
+                    take(r.node, spec.per_replica);
+                }
+            }
+        }
+        free
+    }
+
+    /// Would the whole gang fit in `free` plus `extra` (per node)?
+    fn fits(&self, spec: &JobSpec, free: &BTreeMap<NodeId, Resources>, extra: &BTreeMap<NodeId, Resources>) -> bool {
+        let fitting: u64 = free
+            .iter()
+            .filter(|(node, _)| spec.gpu_model.is_none_or(|m| m == self.nodes[node].gpu_model))
+            .map(|(node, f)| replicas_fitting(f.plus(extra.get(node).copied().unwrap_or_default()), spec.per_replica))
+            .sum();
+        fitting >= u64::from(spec.replicas)
+    }
+
+    fn check_blockers(&self, s: &Scheduler) -> Result<(), String> {
+        for id in s.pending() {
+            for r in s.why(id) {
+                if let PendingReason::BlockedBehind { job, .. } = r {
+                    if !matches!(s.job_status(job), Some(JobStatus::Pending { .. })) {
+                        return Err(format!("{id} blocked behind {job}, which is not pending"));
+                    }
+                    let theirs = s.why(job);
+                    if matches!(
+                        theirs.first(),
+                        Some(
+                            PendingReason::OverQuota { .. }
+                                | PendingReason::NeverFits { .. }
+                                | PendingReason::BlockedBehind { .. }
+                        )
+                    ) {
+                        return Err(format!("{id} blocked behind {job}, which does not block: {theirs:?}"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// See the module doc. Only a sufficient condition for success is checked, so a miss here
+    /// is a real miss: the victim search takes candidates in order until the job fits, and
+    /// taking all of them makes it fit.
+    fn check_preemption_liveness(&self, s: &Scheduler, out: &CycleOutcome) -> Result<(), String> {
+        let config = s.config();
+        if !config.policy.preemption || config.limits.starts_per_cycle_max != Limits::default().starts_per_cycle_max {
+            return Ok(());
+        }
+        let free = self.free_room(s);
+        // Victims are uncharged when asked to stop: a preemption later in the walk may have
+        // brought an account that was over its cap when a job was considered back under it.
+        let preempted_now = out.decisions.iter().any(|d| matches!(d, Decision::Preempt { .. }));
+        for id in s.pending() {
+            let spec = &self.specs[&id];
+            let reasons = s.why(id);
+            let skip = spec.preemption_policy == PreemptionPolicy::Never
+                || (preempted_now && reasons.iter().any(|r| matches!(r, PendingReason::OverQuota { .. })))
+                || matches!(s.job_status(id), Some(JobStatus::Pending { reserved: Some(_), .. }))
+                || reasons.iter().any(|r| {
+                    matches!(
+                        r,
+                        PendingReason::BlockedBehind { .. }
+                            | PendingReason::PreemptionBudgetExhausted
+                            | PendingReason::NeverFits { .. }
+                    )
+                });
+            if skip {
+                continue;
+            }
+            // Over quota: only the account's own work; else any. Lower priority, preemptible,
+            // running (not already terminating).
+            let scope = over_quota(s, spec, &BTreeMap::new());
+            let victims: Vec<JobId> = self
+                .live
+                .keys()
+                .copied()
+                .filter(|v| {
+                    let vs = &self.specs[v];
+                    vs.priority < spec.priority
+                        && vs.preemptible
+                        && matches!(s.job_status(*v), Some(JobStatus::Running { .. }))
+                        && scope.is_none_or(|a| vs.user == a || vs.project == a)
+                })
+                .collect();
+            let mut extra: BTreeMap<NodeId, Resources> = BTreeMap::new();
+            let mut freed_quota: BTreeMap<AccountId, Resources> = BTreeMap::new();
+            let mut useful = 0;
+            for v in &victims {
+                let vs = &self.specs[v];
+                let mut helps = false;
+                for r in &self.live[v].replicas {
+                    let node = &self.nodes[&r.node];
+                    if !self.drained.contains(&r.node) && spec.gpu_model.is_none_or(|m| m == node.gpu_model) {
+                        let e = extra.entry(r.node).or_default();
+                        *e = e.plus(vs.per_replica);
+                        helps = true;
+                    }
+                }
+                for a in accounts(vs) {
+                    let f = freed_quota.entry(a).or_default();
+                    *f = f.plus(vs.total());
+                }
+                if helps || scope.is_some() {
+                    useful += 1;
+                }
+            }
+            let bound = config.limits.victims_per_preemption_max.min(config.limits.victim_candidates_max);
+            if useful == 0 || useful > bound as usize {
+                continue;
+            }
+            if over_quota(s, spec, &freed_quota).is_some() || !self.fits(spec, &free, &extra) {
+                continue;
+            }
+            return Err(format!(
+                "{id} could preempt {victims:?} (within quota and bound, then it fits) but is left with {reasons:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_work_conserving(&self, s: &Scheduler, out: &CycleOutcome) -> Result<(), String> {
+        if s.config().limits.starts_per_cycle_max != Limits::default().starts_per_cycle_max
+            || out.decisions.iter().any(|d| matches!(d, Decision::Preempt { .. }))
+        {
+            return Ok(());
+        }
+        let free = self.free_room(s);
+        for id in s.pending() {
+            let spec = &self.specs[&id];
+            let reasons = s.why(id);
+            if matches!(s.job_status(id), Some(JobStatus::Pending { reserved: Some(_), .. }))
+                || reasons.iter().any(|r| matches!(r, PendingReason::BlockedBehind { .. }))
+            {
+                continue;
+            }
+            let matches_model = |n: &NodeSpec| spec.gpu_model.is_none_or(|m| m == n.gpu_model);
+            if reasons.iter().any(|r| matches!(r, PendingReason::NeverFits { .. })) {
+                if self.nodes.values().any(|n| matches_model(n) && spec.per_replica.fits_in(n.capacity)) {
+                    return Err(format!("{id} said to never fit, but a node holds a replica: {reasons:?}"));
+                }
+                continue;
+            }
+            if over_quota(s, spec, &BTreeMap::new()).is_some() {
+                continue;
+            }
+            if self.fits(spec, &free, &BTreeMap::new()) {
+                return Err(format!("pending {id} is within quota and fits in free room {free:?}, yet: {reasons:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A job's accounts, as the core charges them: its project, then its user if different.
+fn accounts(spec: &JobSpec) -> Vec<AccountId> {
+    if spec.user == spec.project { vec![spec.project] } else { vec![spec.project, spec.user] }
+}
+
+/// The first of the job's accounts that starting it would take over its cap, once `freed`
+/// (per account) is uncharged.
+fn over_quota(s: &Scheduler, spec: &JobSpec, freed: &BTreeMap<AccountId, Resources>) -> Option<AccountId> {
+    accounts(spec).into_iter().find(|a| {
+        let (charged, quota) = s.account_usage(*a);
+        let freed = freed.get(a).copied().unwrap_or_default();
+        quota.is_some_and(|q| {
+            ResourceKind::ALL.into_iter().any(|k| {
+                q.limit(k).is_some_and(|limit| k.of(charged).saturating_sub(k.of(freed)) + k.of(spec.total()) > limit)
+            })
+        })
+    })
+}
+
+/// How many replicas of `per` fit in `free`.
+fn replicas_fitting(free: Resources, per: Resources) -> u64 {
+    let by = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
+    by(u64::from(free.gpus), u64::from(per.gpus))
+        .min(by(free.cpu_millis, per.cpu_millis))
+        .min(by(free.memory_mib, per.memory_mib))
+}

@@ -1,0 +1,486 @@
+//! Property tests: random event sequences on small clusters. After every cycle the core's
+//! own `check_invariants` and the outside checks of [`Oracle`] must hold; and the same
+//! events fed to two schedulers give the same decisions.
+
+use proptest::prelude::*;
+
+use fairway_core::*;
+
+use crate::oracle::Oracle;
+
+/// User accounts are `0..USERS`, projects `PROJECT_BASE..PROJECT_BASE + PROJECTS`.
+const USERS: u32 = 3;
+const PROJECT_BASE: u32 = 10;
+const PROJECTS: u32 = 2;
+const MODELS: u16 = 2;
+
+#[derive(Clone, Debug)]
+struct JobShape {
+    priority: Priority,
+    gpus: u32,
+    replicas: u32,
+    model: Option<u16>,
+    cpu: u64,
+    mem: u64,
+    user: u32,
+    project: u32,
+    preemptible: bool,
+    never: bool,
+    grace_s: u64,
+    ckpt_s: Option<u64>,
+    max_runtime_s: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+struct NodeShape {
+    gpus: u32,
+    model: u16,
+    cpu: u64,
+}
+
+/// One step. `pick`s choose among what exists when the step runs (modulo its length).
+#[derive(Clone, Debug)]
+enum Op {
+    Submit(JobShape),
+    Cycle { dt_s: u64 },
+    Exit { pick: usize, outcome: ExitOutcome },
+    Cancel { pick: usize },
+    Checkpoint { pick: usize },
+    AddNode(NodeShape),
+    RemoveNode { pick: usize },
+    Drain { pick: usize },
+    Uncordon { pick: usize },
+    SetQuota { account: u32, gpus: Option<u32>, cpu: Option<u64> },
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    config: Config,
+    nodes: Vec<NodeShape>,
+    /// GPU caps set before anything else: `(account, gpus)`.
+    quotas: Vec<(u32, u32)>,
+    ops: Vec<Op>,
+}
+
+fn node_shape() -> impl Strategy<Value = NodeShape> {
+    (prop_oneof![1 => Just(2u32), 2 => Just(4), 2 => Just(8)], 0..MODELS, prop_oneof![Just(8_000u64), Just(64_000)])
+        .prop_map(|(gpus, model, cpu)| NodeShape { gpus, model, cpu })
+}
+
+fn job_shape() -> impl Strategy<Value = JobShape> {
+    (
+        (
+            prop::sample::select(vec![0, 10, 20, 30, 40]),
+            prop_oneof![2 => Just(0u32), 8 => 1..=2u32, 4 => Just(4u32), 2 => Just(8u32), 1 => Just(16u32)],
+            prop_oneof![7 => Just(1u32), 2 => Just(2u32), 1 => Just(3u32)],
+            prop_oneof![4 => Just(None), 1 => (0..MODELS).prop_map(Some)],
+            prop_oneof![Just(0u64), Just(1_000), Just(4_000)],
+            prop_oneof![3 => Just(0u64), 1 => Just(1_000)],
+        ),
+        (
+            0..USERS,
+            0..PROJECTS,
+            prop::bool::weighted(0.9),
+            prop::bool::weighted(0.05),
+            prop_oneof![Just(0u64), Just(10), Just(30)],
+            prop_oneof![3 => Just(None), 1 => (1..40u64).prop_map(Some)],
+            prop_oneof![4 => Just(None), 1 => (0..120u64).prop_map(Some)],
+        ),
+    )
+        .prop_map(
+            |(
+                (priority, gpus, replicas, model, cpu, mem),
+                (user, project, preemptible, never, grace_s, ckpt_s, max_runtime_s),
+            )| {
+                JobShape {
+                    priority,
+                    gpus,
+                    replicas,
+                    model,
+                    cpu,
+                    mem,
+                    user,
+                    project: PROJECT_BASE + project,
+                    preemptible,
+                    never,
+                    grace_s,
+                    ckpt_s,
+                    max_runtime_s,
+                }
+            },
+        )
+}
+
+fn outcome() -> impl Strategy<Value = ExitOutcome> {
+    prop_oneof![Just(ExitOutcome::Succeeded), Just(ExitOutcome::Failed), Just(ExitOutcome::Requeue)]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let pick = any::<usize>();
+    prop_oneof![
+        14 => job_shape().prop_map(Op::Submit),
+        7 => (0..40u64).prop_map(|dt_s| Op::Cycle { dt_s }),
+        5 => (pick, outcome()).prop_map(|(pick, outcome)| Op::Exit { pick, outcome }),
+        1 => pick.prop_map(|pick| Op::Cancel { pick }),
+        1 => pick.prop_map(|pick| Op::Checkpoint { pick }),
+        2 => node_shape().prop_map(Op::AddNode),
+        2 => pick.prop_map(|pick| Op::RemoveNode { pick }),
+        1 => pick.prop_map(|pick| Op::Drain { pick }),
+        1 => pick.prop_map(|pick| Op::Uncordon { pick }),
+        1 => (
+            prop_oneof![0..USERS, PROJECT_BASE..PROJECT_BASE + PROJECTS],
+            prop::option::weighted(0.8, 0..10u32),
+            prop::option::weighted(0.2, prop_oneof![Just(4_000u64), Just(16_000)]),
+        )
+            .prop_map(|(account, gpus, cpu)| Op::SetQuota { account, gpus, cpu }),
+    ]
+}
+
+fn config() -> impl Strategy<Value = Config> {
+    (
+        prop_oneof![1 => Just(Policy::fifo()), 1 => Just(Policy::priority()), 4 => Just(Policy::fairway())],
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![3 => Just(32u32), 1 => 1..4u32],
+        prop_oneof![3 => Just(64u32), 1 => 1..3u32],
+    )
+        .prop_map(|(mut policy, flip_backfill, spread, victims_max, attempts_max)| {
+            if flip_backfill {
+                policy.backfill = !policy.backfill;
+            }
+            if spread {
+                policy.scoring = ScoringPolicy::Spread;
+            }
+            let limits = Limits {
+                victims_per_preemption_max: victims_max,
+                preemption_attempts_per_cycle_max: attempts_max,
+                ..Limits::default()
+            };
+            Config { policy, limits }
+        })
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let quota = (prop_oneof![0..USERS, PROJECT_BASE..PROJECT_BASE + PROJECTS], 2..12u32);
+    (
+        config(),
+        prop::collection::vec(node_shape(), 1..=3),
+        prop::collection::vec(quota, 0..=1),
+        prop::collection::vec(op(), 10..=40),
+    )
+        .prop_map(|(config, nodes, quotas, ops)| Case { config, nodes, quotas, ops })
+}
+
+/// Drives one or two schedulers through a case and checks every cycle.
+struct Driver {
+    s: Scheduler,
+    twin: Option<Scheduler>,
+    oracle: Oracle,
+    now: Time,
+    next_job: u64,
+    next_node: u32,
+    jobs: Vec<JobId>,
+    nodes: Vec<NodeId>,
+    /// The events so far as a scenario script (see `dsl.rs`), printed when a check fails.
+    script: Vec<String>,
+}
+
+impl Driver {
+    fn new(config: &Config, twin: bool) -> Driver {
+        Driver {
+            s: Scheduler::new(config.clone()),
+            twin: twin.then(|| Scheduler::new(config.clone())),
+            oracle: Oracle::new(),
+            now: Time::ZERO,
+            next_job: 0,
+            next_node: 0,
+            jobs: Vec::new(),
+            nodes: Vec::new(),
+            script: vec![script_config(config)],
+        }
+    }
+
+    fn apply(&mut self, event: Event) -> Result<(), String> {
+        let line = script_line(&event, self.now);
+        self.script.push(line);
+        let result = self.s.apply(event.clone(), self.now);
+        if let Some(t) = &mut self.twin {
+            let twin_result = t.apply(event.clone(), self.now);
+            if twin_result != result {
+                return Err(format!("twins disagree on {event:?}: {result:?} vs {twin_result:?}"));
+            }
+        }
+        result.map_err(|e| format!("{event:?} refused: {e}"))?;
+        self.oracle.applied(&self.s, &event)
+    }
+
+    fn add_node(&mut self, n: &NodeShape) -> Result<(), String> {
+        let id = NodeId(self.next_node);
+        self.next_node += 1;
+        self.nodes.push(id);
+        self.apply(Event::NodeAdded(NodeSpec {
+            id,
+            gpu_model: GpuModel(n.model),
+            capacity: Resources::new(n.gpus, n.cpu, 256_000),
+        }))
+    }
+
+    /// Jobs holding GPUs (running, or asked to stop and not gone yet).
+    fn placed(&self) -> Vec<JobId> {
+        self.jobs
+            .iter()
+            .copied()
+            .filter(|id| {
+                matches!(
+                    self.s.job_status(*id),
+                    Some(JobStatus::Running { .. } | JobStatus::Preempting { .. } | JobStatus::Stopping { .. })
+                )
+            })
+            .collect()
+    }
+
+    fn known(&self) -> Vec<JobId> {
+        self.jobs.iter().copied().filter(|id| self.s.job_status(*id).is_some()).collect()
+    }
+
+    fn cycle(&mut self) -> Result<(), String> {
+        self.script.push(format!("cycle at={}ms", self.now.millis()));
+        self.oracle.before_cycle(&self.s);
+        let out = self.s.cycle(self.now);
+        self.oracle.after_cycle(&self.s, &out)?;
+        if let Some(t) = &mut self.twin {
+            let twin_out = t.cycle(self.now);
+            if twin_out != out {
+                return Err(format!("twins decided differently at {}:\n{out:?}\n{twin_out:?}", self.now));
+            }
+            for &id in &self.jobs {
+                if self.s.job_status(id) != t.job_status(id) {
+                    return Err(format!("twins disagree on the state of {id}"));
+                }
+            }
+            if self.s.counters() != t.counters() {
+                return Err("twins disagree on counters".into());
+            }
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, op: &Op) -> Result<(), String> {
+        match op {
+            Op::Submit(j) => {
+                let id = JobId(self.next_job);
+                self.next_job += 1;
+                self.jobs.push(id);
+                let mut spec = JobSpec::new(id, j.priority, Resources::new(j.gpus, j.cpu, j.mem));
+                spec.replicas = j.replicas;
+                spec.gpu_model = j.model.map(GpuModel);
+                spec.user = AccountId(j.user);
+                spec.project = AccountId(j.project);
+                spec.preemptible = j.preemptible;
+                if j.never {
+                    spec.preemption_policy = PreemptionPolicy::Never;
+                }
+                spec.grace_ms = j.grace_s * 1000;
+                spec.checkpoint_interval_ms = j.ckpt_s.map(|s| s * 1000);
+                spec.max_runtime_ms = j.max_runtime_s.map(|s| s * 1000);
+                self.apply(Event::Submit(spec))
+            }
+            Op::Cycle { dt_s } => {
+                self.now = self.now.plus_ms(dt_s * 1000);
+                self.cycle()
+            }
+            Op::Exit { pick, outcome } => {
+                // Half the time, one of the jobs asked to stop: they are the ones expected to exit.
+                let leaving: Vec<JobId> = self
+                    .placed()
+                    .into_iter()
+                    .filter(|id| {
+                        matches!(
+                            self.s.job_status(*id),
+                            Some(JobStatus::Preempting { .. } | JobStatus::Stopping { .. })
+                        )
+                    })
+                    .collect();
+                let placed = if pick % 2 == 0 && !leaving.is_empty() { leaving } else { self.placed() };
+                if placed.is_empty() {
+                    return Ok(());
+                }
+                let job = placed[(pick / 2) % placed.len()];
+                self.apply(Event::Exited { job, outcome: *outcome })
+            }
+            Op::Cancel { pick } => {
+                let known = self.known();
+                if known.is_empty() {
+                    return Ok(());
+                }
+                self.apply(Event::Cancel(known[pick % known.len()]))
+            }
+            Op::Checkpoint { pick } => {
+                let placed = self.placed();
+                if placed.is_empty() {
+                    return Ok(());
+                }
+                let at = self.now;
+                self.apply(Event::CheckpointReported { job: placed[pick % placed.len()], at })
+            }
+            Op::AddNode(n) => self.add_node(n),
+            Op::RemoveNode { pick } => {
+                if self.nodes.is_empty() {
+                    return Ok(());
+                }
+                let node = self.nodes.remove(pick % self.nodes.len());
+                self.apply(Event::NodeRemoved(node))
+            }
+            Op::Drain { pick } | Op::Uncordon { pick } => {
+                if self.nodes.is_empty() {
+                    return Ok(());
+                }
+                let node = self.nodes[pick % self.nodes.len()];
+                let event =
+                    if matches!(op, Op::Drain { .. }) { Event::NodeDrained(node) } else { Event::NodeUncordoned(node) };
+                self.apply(event)
+            }
+            Op::SetQuota { account, gpus, cpu } => {
+                let quota = (gpus.is_some() || cpu.is_some()).then_some(Quota {
+                    gpus_max: *gpus,
+                    cpu_millis_max: *cpu,
+                    memory_mib_max: None,
+                });
+                self.apply(Event::SetQuota { account: AccountId(*account), quota })
+            }
+        }
+    }
+
+    fn run(case: &Case, twin: bool) -> Result<(), String> {
+        let mut d = Driver::new(&case.config, twin);
+        for n in &case.nodes {
+            d.add_node(n)?;
+        }
+        for &(account, gpus) in &case.quotas {
+            d.apply(Event::SetQuota { account: AccountId(account), quota: Some(Quota::gpus(gpus)) })?;
+        }
+        let mut result = Ok(());
+        for (i, op) in case.ops.iter().enumerate() {
+            result = d.step(op).map_err(|e| format!("step {i} ({op:?}) at {}: {e}", d.now));
+            if result.is_err() {
+                break;
+            }
+        }
+        if result.is_ok() {
+            d.now = d.now.plus_ms(1000);
+            result = d.cycle().map_err(|e| format!("final cycle: {e}"));
+        }
+        result.map_err(|e| format!("{e}\nas a scenario (tests/scenarios/*.txt):\n{}\n", d.script.join("\n")))
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    /// Invariants and outside checks hold after every cycle of any event sequence.
+    #[test]
+    fn random_events_keep_invariants(case in case()) {
+        if let Err(e) = Driver::run(&case, false) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// The same events applied to two schedulers yield identical decisions and states.
+    #[test]
+    fn same_events_same_decisions(case in case()) {
+        if let Err(e) = Driver::run(&case, true) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}
+
+/// The config as a scenario `config` line.
+fn script_config(c: &Config) -> String {
+    let order = match c.policy.order {
+        QueueOrder::Fifo => "fifo",
+        QueueOrder::Priority => "priority",
+    };
+    let on = |b: bool| if b { "on" } else { "off" };
+    format!(
+        "config order={order} preemption={} backfill={} scoring={} victims-max={} attempts-max={}",
+        on(c.policy.preemption),
+        on(c.policy.backfill),
+        c.policy.scoring.name(),
+        c.limits.victims_per_preemption_max,
+        c.limits.preemption_attempts_per_cycle_max
+    )
+}
+
+/// An event as a scenario line. Names: `j<id>`, `n<id>`, `m<model>`, accounts `u<id>` for
+/// users and `p<id>` for projects.
+fn script_line(event: &Event, now: Time) -> String {
+    let at = format!("at={}ms", now.millis());
+    let acct = |a: AccountId| if a.0 >= PROJECT_BASE { format!("p{}", a.0) } else { format!("u{}", a.0) };
+    match event {
+        Event::Submit(j) => {
+            let mut line = format!(
+                "submit j{id} id={id} {at} prio={} gpus={} cpu={} mem={} replicas={} user={} project={} grace={}ms",
+                j.priority,
+                j.per_replica.gpus,
+                j.per_replica.cpu_millis,
+                j.per_replica.memory_mib,
+                j.replicas,
+                acct(j.user),
+                acct(j.project),
+                j.grace_ms,
+                id = j.id.0,
+            );
+            if let Some(m) = j.gpu_model {
+                line += &format!(" model=m{}", m.0);
+            }
+            if !j.preemptible {
+                line += " preemptible=no";
+            }
+            if j.preemption_policy == PreemptionPolicy::Never {
+                line += " policy=never";
+            }
+            if let Some(c) = j.checkpoint_interval_ms {
+                line += &format!(" ckpt={c}ms");
+            }
+            if let Some(r) = j.max_runtime_ms {
+                line += &format!(" max-runtime={r}ms");
+            }
+            line
+        }
+        Event::Cancel(j) => format!("cancel j{} {at}", j.0),
+        Event::Exited { job, outcome } => {
+            let outcome = match outcome {
+                ExitOutcome::Succeeded => "succeeded",
+                ExitOutcome::Failed => "failed",
+                ExitOutcome::Requeue => "requeue",
+            };
+            format!("exit j{} {at} outcome={outcome}", job.0)
+        }
+        Event::CheckpointReported { job, .. } => format!("checkpoint j{} {at}", job.0),
+        Event::NodeAdded(n) => format!(
+            "node add n{} {at} gpus={} model=m{} cpu={} mem={}",
+            n.id.0, n.capacity.gpus, n.gpu_model.0, n.capacity.cpu_millis, n.capacity.memory_mib
+        ),
+        Event::NodeRemoved(n) => format!("node remove n{} {at}", n.0),
+        Event::NodeDrained(n) => format!("node drain n{} {at}", n.0),
+        Event::NodeUncordoned(n) => format!("node uncordon n{} {at}", n.0),
+        Event::SetQuota { account, quota: None } => format!("quota {} none {at}", acct(*account)),
+        Event::SetQuota { account, quota: Some(q) } => {
+            let mut line = format!("quota {} {at}", acct(*account));
+            if let Some(g) = q.gpus_max {
+                line += &format!(" gpus={g}");
+            }
+            if let Some(c) = q.cpu_millis_max {
+                line += &format!(" cpu={c}");
+            }
+            if let Some(m) = q.memory_mib_max {
+                line += &format!(" mem={m}");
+            }
+            line
+        }
+    }
+}
