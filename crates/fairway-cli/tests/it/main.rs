@@ -21,7 +21,8 @@ fn sim_json_is_byte_identical_across_runs_and_parses() {
     assert_eq!(a.stdout, b.stdout);
     let doc: serde_json::Value = serde_json::from_slice(&a.stdout).expect("valid JSON");
     assert_eq!(doc["schema_version"], 1);
-    let policies: Vec<&str> = doc["policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap()).collect();
+    let policies: Vec<&str> =
+        doc["policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap()).collect();
     assert_eq!(policies, ["fifo", "priority", "fairway"]);
 }
 
