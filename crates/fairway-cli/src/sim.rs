@@ -18,7 +18,9 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
         time_compression: args.time_compression,
         max_jobs: args.max_jobs,
         policies: args.policy.clone(),
-        trace_path: args.trace.clone(),
+        // A path given on the command line is relative to where the command runs, not to
+        // the scenario file.
+        trace_path: args.trace.as_ref().map(std::path::absolute).transpose().context("--trace")?,
     };
     let scenario =
         scenario::load(&args.scenario, &overrides).with_context(|| format!("scenario {}", args.scenario.display()))?;

@@ -25,7 +25,7 @@ use fairway_spec::{Interner, Origin, PreemptionPolicyDoc, PriorityClassDoc, Prio
 use serde::Deserialize;
 
 use crate::engine::{CostModel, SimJob};
-use crate::workload::{LoadReport, TraceJob, TraceSource, WorkloadSpec, load_openb_nodes, load_philly_vc_quotas};
+use crate::workload::{LoadReport, TraceJob, WorkloadSpec, load_openb_nodes, load_philly_vc_quotas};
 
 /// Largest scenario file read, in bytes.
 pub const SCENARIO_BYTES_MAX: usize = 4 << 20;
@@ -227,7 +227,7 @@ pub struct LimitsSpec {
 /// A scenario error, naming the field and the reason.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("{path}: {source}")]
+    #[error("{path}: cannot read")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: larger than {SCENARIO_BYTES_MAX} bytes")]
     TooLarge { path: PathBuf },
@@ -235,10 +235,11 @@ pub enum ScenarioError {
     Parse { path: PathBuf, message: String },
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },
-    #[error("workload: {0}")]
+    #[error("workload")]
     Workload(#[from] crate::workload::WorkloadError),
+    /// The job-spec errors are the message; they are not repeated as a source.
     #[error("{0}")]
-    Spec(#[from] fairway_spec::SpecErrors),
+    Spec(fairway_spec::SpecErrors),
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
@@ -313,8 +314,9 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
     let nodes = nodes(&file.cluster, base_dir, overrides.nodes, &mut names)?;
     let quotas = quotas(&file, base_dir, &mut names)?;
     let policies = policies(&file.policies, overrides.policies.as_deref(), &quotas, &mut names)?;
-    if let (Some(path), Some(workload)) = (&overrides.trace_path, file.workload.as_mut()) {
-        set_trace_path(&mut workload.source, path.clone())?;
+    let trace_override = overrides.trace_path.clone().zip(file.workload.as_mut());
+    if trace_override.is_some_and(|(path, workload)| !workload.source.set_path(path)) {
+        return Err(invalid("--trace", "the scenario's workload is synthetic, not a trace file"));
     }
     let (trace_jobs, load_report) = match (&file.workload, file.jobs.is_empty()) {
         (Some(w), true) => w.load(base_dir, seed)?,
@@ -483,7 +485,7 @@ fn native_jobs(values: &[serde_json::Value]) -> Result<(Vec<TraceJob>, LoadRepor
         if duration_s == 0 {
             return Err(invalid(field("duration_seconds"), "must be positive"));
         }
-        let doc = fairway_spec::parse_native_job(&value, 0, &format!("jobs[{i}]"))?;
+        let doc = fairway_spec::parse_native_job(&value, 0, &format!("jobs[{i}]")).map_err(ScenarioError::Spec)?;
         jobs.push(TraceJob {
             name: doc.name.clone(),
             submit_ms: submit_s * 1000,
@@ -559,18 +561,6 @@ fn sim_jobs(
         });
     }
     Ok(out)
-}
-
-fn set_trace_path(source: &mut TraceSource, new: PathBuf) -> Result<(), ScenarioError> {
-    match source {
-        TraceSource::PhillyPollux { path, .. }
-        | TraceSource::PhillyChronus { path, .. }
-        | TraceSource::OpenbPods { path, .. } => {
-            *path = new;
-            Ok(())
-        }
-        TraceSource::Synthetic(_) => Err(invalid("--trace", "the scenario's workload is synthetic, not a trace file")),
-    }
 }
 
 /// A tier is a class name, or a bare priority value (as a native job may give).

@@ -163,14 +163,14 @@ pub mod reason {
 #[non_exhaustive]
 pub enum WorkloadError {
     /// The file could not be opened or read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: cannot read", path.display())]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// The CSV structure is broken (e.g. a row with the wrong number of fields).
-    #[error("{}:{line}: malformed CSV: {source}", path.display())]
+    #[error("{}:{line}: malformed CSV", path.display())]
     Csv {
         path: PathBuf,
         /// 1-based line number (the header is line 1); 0 if unknown.
