@@ -1,7 +1,7 @@
 //! The scheduling cycle: one numbered recipe, run by every driver the same way.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::BinaryHeap;
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::config::ScoringPolicy;
@@ -41,15 +41,43 @@ struct Shape {
     replicas: u32,
 }
 
-/// Per-cycle memory of answers already computed. Only looked up, never iterated, so the
-/// hash order cannot reach a decision.
+/// Per-cycle memory of answers already computed. A cycle meets few distinct shapes, so small
+/// vectors searched linearly beat hashing; they are only looked up, never iterated.
 #[derive(Default)]
 struct CycleMemo {
-    no_fit: HashSet<Shape>,
+    no_fit: Memo<Shape, ()>,
     /// Highest priority at which an unrestricted victim search for the shape failed.
-    no_victims: HashMap<Shape, Priority>,
-    never_fits: HashMap<Shape, bool>,
-    free_max: HashMap<Option<GpuModel>, u32>,
+    no_victims: Memo<Shape, Priority>,
+    never_fits: Memo<Shape, bool>,
+    free_max: Memo<Option<GpuModel>, u32>,
+}
+
+struct Memo<K, V>(Vec<(K, V)>);
+
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Memo(Vec::new())
+    }
+}
+
+impl<K: PartialEq + Copy, V: Copy> Memo<K, V> {
+    fn get(&self, key: &K) -> Option<V> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+    fn insert(&mut self, key: K, value: V) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((key, value)),
+        }
+    }
+    fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> V {
+        if let Some(v) = self.get(&key) {
+            return v;
+        }
+        let v = make();
+        self.0.push((key, v));
+        v
+    }
 }
 
 struct PreemptionBudget {
@@ -221,8 +249,7 @@ impl Scheduler {
         let shape = Shape { model: gk.model, per_replica: gk.per_replica, replicas: gk.replicas };
         let capacity_wake = Wake::Capacity { capacity_seq: self.capacity_seq, victim_seq: self.victim_seq };
         // c.
-        let never =
-            *memo.never_fits.entry(shape).or_insert_with(|| !self.any_node_holds(shape.model, shape.per_replica));
+        let never = memo.never_fits.get_or_insert_with(shape, || !self.any_node_holds(shape.model, shape.per_replica));
         if never {
             let reason = PendingReason::NeverFits { gpus_per_replica: shape.per_replica.gpus, gpu_model: shape.model };
             return Considered::Failed(Verdict { reasons: vec![reason], wake: capacity_wake });
@@ -253,7 +280,7 @@ impl Scheduler {
             return Considered::Failed(Verdict { reasons, wake });
         }
         // e.
-        if !memo.no_fit.contains(&shape) {
+        if memo.no_fit.get(&shape).is_none() {
             if let Some(chosen) = self.try_place(shape.model, shape.per_replica, shape.replicas) {
                 let placement = self.assign_slots(id, &chosen, shape.per_replica.gpus);
                 self.start(id, placement.clone(), now);
@@ -261,7 +288,7 @@ impl Scheduler {
                 out.stats.started += 1;
                 return Considered::Started;
             }
-            memo.no_fit.insert(shape);
+            memo.no_fit.insert(shape, ());
         }
         // f.
         let mut reasons = vec![self.no_fit_reason(shape)];
@@ -270,7 +297,7 @@ impl Scheduler {
             // The policy never preempts: nothing to add.
         } else if !may_preempt {
             reasons.push(PendingReason::PreemptionDisabled);
-        } else if memo.no_victims.get(&shape).is_some_and(|p| *p >= gk.priority) {
+        } else if memo.no_victims.get(&shape).is_some_and(|p| p >= gk.priority) {
             reasons.push(PendingReason::NoPreemptionCandidates);
         } else if !budget.take() {
             reasons.push(PendingReason::PreemptionBudgetExhausted);
@@ -340,7 +367,7 @@ impl Scheduler {
 
     /// Could free room now hold one replica of the group? (A quick necessary condition.)
     fn may_fit_now(&self, gk: &GroupKey, memo: &mut CycleMemo) -> bool {
-        let free_max = *memo.free_max.entry(gk.model).or_insert_with(|| self.index.summary(gk.model).0);
+        let free_max = memo.free_max.get_or_insert_with(gk.model, || self.index.summary(gk.model).0);
         gk.per_replica.gpus <= free_max
     }
 
