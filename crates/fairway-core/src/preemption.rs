@@ -136,7 +136,8 @@ impl Scheduler {
                 frees,
             });
         }
-        out.sort_by_key(Victim::order_key);
+        // Keys end in the job id, so they are unique: an unstable sort is still deterministic.
+        out.sort_unstable_by_key(Victim::order_key);
         out
     }
 
@@ -270,7 +271,7 @@ impl Scheduler {
                 offers.push((cost, prefix, best.0 - before));
             }
         }
-        offers.sort_by_key(|a| a.0);
+        offers.sort_unstable_by_key(|a| a.0);
         let mut taken: Vec<&Victim> = Vec::new();
         let mut hosted = hosted_free;
         for (_, prefix, gained) in &offers {
@@ -300,7 +301,7 @@ impl Scheduler {
         max_victims: usize,
     ) -> Option<VictimPlan> {
         self.fits_without(id, scope, &taken)?;
-        taken.sort_by_key(|v| v.order_key());
+        taken.sort_unstable_by_key(|v| v.order_key());
         let mut i = taken.len();
         while i > 0 {
             i -= 1;
