@@ -464,7 +464,7 @@ impl Scheduler {
         let (key, group, priority) = (job.key, job.group, job.spec.priority);
         let preemptible = job.spec.preemptible;
         let deadline = job.runtime_deadline(now);
-        let accounts: Vec<AccountId> = job.accounts().collect();
+        let accounts = job.accounts();
         let total = job.spec.total();
         assert!(
             matches!(job.state, JobState::Pending { reservation: None }),
@@ -482,9 +482,7 @@ impl Scheduler {
                 node.used = node.used.plus(per_replica);
             });
         }
-        for account in accounts {
-            self.accounts.entry(account).or_default().charge(total);
-        }
+        self.charge(accounts, total);
         self.queue.remove(&key, &group);
         self.running.insert((priority, id));
         if preemptible {
@@ -512,10 +510,8 @@ impl Scheduler {
         let priority = job.spec.priority;
         let deadline = job.runtime_deadline(started_at);
         job.state = JobState::Terminating { placement, started_at, why };
-        let accounts: Vec<AccountId> = job.accounts().collect();
-        for account in accounts {
-            self.accounts.get_mut(&account).expect("charged at start").uncharge(total);
-        }
+        let accounts = job.accounts();
+        self.uncharge(accounts, total);
         self.running.remove(&(priority, id));
         if let Some(deadline) = deadline {
             self.runtime_deadlines.remove(&(deadline, id));
@@ -538,7 +534,7 @@ impl Scheduler {
         let per_replica = job.spec.per_replica;
         let total = job.spec.total();
         let priority = job.spec.priority;
-        let accounts: Vec<AccountId> = job.accounts().collect();
+        let accounts = job.accounts();
         for replica in &placement.replicas {
             self.with_node(replica.node, |node| {
                 for &slot in &replica.gpu_indices {
@@ -550,15 +546,26 @@ impl Scheduler {
         }
         self.capacity_seq += 1;
         if charged {
-            for account in accounts {
-                self.accounts.get_mut(&account).expect("charged at start").uncharge(total);
-            }
+            self.uncharge(accounts, total);
             self.running.remove(&(priority, id));
             if let Some(deadline) = deadline {
                 self.runtime_deadlines.remove(&(deadline, id));
             }
         } else {
             self.terminating.remove(&id);
+        }
+    }
+
+    /// Charge a gang's total to each of its accounts (running jobs and held reservations).
+    fn charge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
+        for account in accounts {
+            self.accounts.entry(account).or_default().charge(total);
+        }
+    }
+
+    fn uncharge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
+        for account in accounts {
+            self.accounts.get_mut(&account).expect("uncharging an account that was charged").uncharge(total);
         }
     }
 
@@ -575,7 +582,7 @@ impl Scheduler {
         let job = self.jobs.get(&id).expect("known");
         let per_replica = job.spec.per_replica;
         let total = job.spec.total();
-        let accounts: Vec<AccountId> = job.accounts().collect();
+        let accounts = job.accounts();
         for replica in &reservation.placement.replicas {
             self.with_node(replica.node, |node| {
                 for &slot in &replica.gpu_indices {
@@ -585,9 +592,7 @@ impl Scheduler {
                 node.reserved = node.reserved.plus(per_replica);
             });
         }
-        for account in accounts {
-            self.accounts.entry(account).or_default().charge(total);
-        }
+        self.charge(accounts, total);
         self.reserving.insert(id);
         self.jobs.get_mut(&id).expect("known").state = JobState::Pending { reservation: Some(reservation) };
     }
@@ -599,7 +604,7 @@ impl Scheduler {
         let reservation = reservation.take()?;
         let per_replica = job.spec.per_replica;
         let total = job.spec.total();
-        let accounts: Vec<AccountId> = job.accounts().collect();
+        let accounts = job.accounts();
         for replica in &reservation.placement.replicas {
             self.with_node(replica.node, |node| {
                 for &slot in &replica.gpu_indices {
@@ -609,9 +614,7 @@ impl Scheduler {
                 node.reserved = node.reserved.minus(per_replica);
             });
         }
-        for account in accounts {
-            self.accounts.get_mut(&account).expect("charged at reserve").uncharge(total);
-        }
+        self.uncharge(accounts, total);
         self.reserving.remove(&id);
         self.capacity_seq += 1;
         Some(reservation)

@@ -64,7 +64,8 @@ pub(crate) struct Job {
 
 impl Job {
     /// The accounts this job is charged to: its user and its project (once if the same).
-    pub fn accounts(&self) -> impl Iterator<Item = AccountId> {
+    /// The iterator owns its two ids, so callers may change the scheduler while using it.
+    pub fn accounts(&self) -> impl Iterator<Item = AccountId> + use<> {
         let (u, p) = (self.spec.user, self.spec.project);
         std::iter::once(p).chain((u != p).then_some(u))
     }

@@ -263,7 +263,7 @@ impl<'a> Sim<'a> {
             let outcome = match (due, self.live[index].phase) {
                 (Due::Finish, Phase::Running | Phase::Yielding) => self.finish(index, t),
                 (Due::YieldDeadline, Phase::Yielding) => self.yield_gpus(index, t),
-                (Due::Kill, Phase::Stopping) => self.kill(index, t),
+                (Due::Kill, Phase::Stopping) => self.kill(index),
                 _ => continue, // Already handled by an earlier timer at the same time.
             };
             self.events += 1;
@@ -302,7 +302,7 @@ impl<'a> Sim<'a> {
         ExitOutcome::Requeue
     }
 
-    fn kill(&mut self, index: usize, _t: u64) -> ExitOutcome {
+    fn kill(&mut self, index: usize) -> ExitOutcome {
         let live = &mut self.live[index];
         live.phase = Phase::Failed;
         self.gpus_allocated -= live.gpus;
