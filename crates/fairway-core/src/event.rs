@@ -1,12 +1,15 @@
 //! Inputs to the core. Drivers turn what happened (an API call, a process exit, a trace row)
 //! into one of these and hand it to [`crate::Scheduler::apply`] with the current time.
 
-use crate::types::{AccountId, JobId, JobSpec, NodeId, NodeSpec, Quota, Time};
+use crate::types::{AccountId, JobId, JobSpec, NodeId, NodeSpec, Placement, Quota, Time};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A new job enters the queue. Its queue position is its submit time, then its id.
     Submit(JobSpec),
+    /// A job a driver already knew before it (re)started the core, e.g. after a daemon
+    /// restart: pending at its original queue position, or running where it runs now.
+    Restore(RestoredJob),
     /// Remove a job wherever it is. A running job gets a `Stop` decision.
     Cancel(JobId),
     /// A job the core started (or asked to stop) has exited.
@@ -44,4 +47,24 @@ pub enum ExitOutcome {
     /// outside the core's knowledge). A job the core was preempting is always requeued,
     /// whatever outcome the driver reports, unless the outcome is `Succeeded`.
     Requeue,
+}
+
+/// What a driver remembers of a job across a restart of the core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoredJob {
+    pub spec: JobSpec,
+    /// Its original submit time: its place in the queue.
+    pub submitted_at: Time,
+    /// Run time of finished runs (for the run-time limit).
+    pub runtime_done_ms: u64,
+    pub preemptions: u32,
+    pub last_checkpoint: Option<Time>,
+    /// `Some` when its process is still alive: it keeps its GPUs.
+    pub running: Option<RestoredRun>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoredRun {
+    pub placement: Placement,
+    pub started_at: Time,
 }

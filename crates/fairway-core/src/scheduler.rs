@@ -140,6 +140,7 @@ impl Scheduler {
     pub fn apply(&mut self, event: Event, now: Time) -> Result<(), CoreError> {
         match event {
             Event::Submit(spec) => self.submit(spec, now),
+            Event::Restore(job) => self.restore(job),
             Event::Cancel(job) => self.cancel(job),
             Event::Exited { job, outcome } => self.exited(job, outcome, now),
             Event::CheckpointReported { job, at } => {
@@ -253,7 +254,7 @@ impl Scheduler {
 
     // ---- event handlers --------------------------------------------------------------
 
-    fn submit(&mut self, spec: JobSpec, now: Time) -> Result<(), CoreError> {
+    pub(crate) fn submit(&mut self, spec: JobSpec, now: Time) -> Result<(), CoreError> {
         if self.jobs.contains_key(&spec.id) {
             return Err(CoreError::DuplicateJob(spec.id));
         }

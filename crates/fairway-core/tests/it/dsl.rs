@@ -222,6 +222,23 @@ fn gpu_list(gpus: &[u8]) -> String {
     parts.join(",")
 }
 
+const SUBMIT_KEYS: &[&str] = &[
+    "prio",
+    "gpus",
+    "replicas",
+    "model",
+    "cpu",
+    "mem",
+    "user",
+    "project",
+    "preemptible",
+    "policy",
+    "grace",
+    "ckpt",
+    "max-runtime",
+    "id",
+];
+
 fn parse_time(v: &str) -> Result<u64, String> {
     let bad = || format!("bad time {v:?}");
     if let Some(ms) = v.strip_suffix("ms") {
@@ -361,6 +378,7 @@ impl Runner {
             "node" => self.node(&line),
             "quota" => self.quota(&line),
             "submit" => self.submit(&line),
+            "restore" => self.restore(&line),
             "cancel" => {
                 line.only(&[])?;
                 let job = self.names.job(line.arg(0)?)?;
@@ -548,22 +566,48 @@ impl Runner {
     }
 
     fn submit(&mut self, line: &Line) -> Result<(), String> {
-        line.only(&[
-            "prio",
-            "gpus",
-            "replicas",
-            "model",
-            "cpu",
-            "mem",
-            "user",
-            "project",
-            "preemptible",
-            "policy",
-            "grace",
-            "ckpt",
-            "max-runtime",
-            "id",
-        ])?;
+        line.only(SUBMIT_KEYS)?;
+        let (name, spec) = self.job_spec(line)?;
+        self.apply(&format!("submit {name}"), Event::Submit(spec))
+    }
+
+    /// `restore NAME <submit keys> submitted=T [running=n1:0,1+n2:0,1 started=T]
+    /// [runtime-done=T] [preemptions=N]`: a job known before a driver restart.
+    fn restore(&mut self, line: &Line) -> Result<(), String> {
+        let mut keys = SUBMIT_KEYS.to_vec();
+        keys.extend(["submitted", "running", "started", "runtime-done", "preemptions"]);
+        line.only(&keys)?;
+        let (name, spec) = self.job_spec(line)?;
+        let running = match line.get("running") {
+            None => None,
+            Some(text) => {
+                let started_at = Time(line.get("started").map_or(Ok(0), parse_time)?);
+                Some(RestoredRun { placement: self.placement(text), started_at })
+            }
+        };
+        let restored = RestoredJob {
+            spec,
+            submitted_at: Time(parse_time(line.get("submitted").ok_or("restore: submitted= is required")?)?),
+            runtime_done_ms: line.get("runtime-done").map_or(Ok(0), parse_time)?,
+            preemptions: line.get("preemptions").map_or(Ok(0), |v| parse_num("preemptions", v))?,
+            last_checkpoint: None,
+            running,
+        };
+        self.apply(&format!("restore {name}"), Event::Restore(restored))
+    }
+
+    /// `n1:0,1+n2:2,3`: one replica per `+`, a node and its GPU indices.
+    fn placement(&mut self, text: &str) -> Placement {
+        let mut replicas = Vec::new();
+        for replica in text.split('+') {
+            let (node, gpus) = replica.split_once(':').unwrap_or((replica, ""));
+            let gpu_indices = gpus.split(',').filter(|g| !g.is_empty()).filter_map(|g| g.parse().ok()).collect();
+            replicas.push(ReplicaPlacement { node: self.names.node(node), gpu_indices });
+        }
+        Placement { replicas }
+    }
+
+    fn job_spec(&mut self, line: &Line) -> Result<(String, JobSpec), String> {
         let name = line.arg(0)?;
         let id = self.names.new_job(name, line.get("id").map(|v| parse_num("id", v)).transpose()?)?;
         let num = |k: &str, default: u64| line.get(k).map_or(Ok(default), |v| parse_num::<u64>(k, v));
@@ -585,7 +629,7 @@ impl Runner {
         spec.grace_ms = line.get("grace").map_or(Ok(30_000), parse_time)?;
         spec.checkpoint_interval_ms = line.get("ckpt").map(parse_time).transpose()?;
         spec.max_runtime_ms = line.get("max-runtime").map(parse_time).transpose()?;
-        self.apply(&format!("submit {name}"), Event::Submit(spec))
+        Ok((name.to_string(), spec))
     }
 
     fn cycle(&mut self) -> Result<(), String> {

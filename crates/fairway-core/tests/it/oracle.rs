@@ -47,6 +47,12 @@ impl Oracle {
             Event::Submit(spec) => {
                 self.specs.insert(spec.id, spec.clone());
             }
+            Event::Restore(job) => {
+                self.specs.insert(job.spec.id, job.spec.clone());
+                if let Some(run) = &job.running {
+                    self.live.insert(job.spec.id, run.placement.clone());
+                }
+            }
             Event::NodeAdded(spec) => {
                 self.nodes.insert(spec.id, spec.clone());
                 self.drained.remove(&spec.id);

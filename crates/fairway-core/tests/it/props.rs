@@ -451,6 +451,7 @@ fn script_line(event: &Event, now: Time) -> String {
             }
             line
         }
+        Event::Restore(_) => unreachable!("the property test generates no restores"),
         Event::Cancel(j) => format!("cancel j{} {at}", j.0),
         Event::Exited { job, outcome } => {
             let outcome = match outcome {
