@@ -25,10 +25,22 @@ pub struct JobDoc {
     /// Gang size, 1..=1024.
     pub replicas: u32,
     pub image: Option<String>,
+    /// When no container runtime is available, run `command` as a plain process rather than
+    /// refuse the job. `command` is then non-empty.
+    pub image_optional: bool,
     /// Argv. Empty only when `image` is set (the image's own entrypoint runs).
     pub command: Vec<String>,
+    /// Run `command`, then exactly one string, as `/bin/sh -c <string>`.
+    pub shell: bool,
+    /// Absolute, without NUL, at most 4096 bytes. `None`: the server's choice.
+    pub working_dir: Option<String>,
+    /// Names match `[A-Za-z_][A-Za-z0-9_]*`; none the server sets itself (`FAIRWAY_*`,
+    /// `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES`).
     pub env: BTreeMap<String, String>,
     pub max_runtime_seconds: Option<u64>,
+    /// How many times a failed run (non-zero exit not caused by preemption) is run again
+    /// before the job is marked failed, 0..=100. Preemptions never count.
+    pub retries: u32,
     pub preemptible: bool,
     pub preemption_grace_seconds: u64,
     pub checkpoint_interval_seconds: Option<u64>,
@@ -85,7 +97,7 @@ pub enum SourceFormat {
 }
 
 /// Fields whose input path later checks (priority resolution, cluster fit, duplicate
-/// names) point at.
+/// names, the server's run-time checks) point at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Field {
     Name,
@@ -97,6 +109,14 @@ pub enum Field {
     Replicas,
     Value,
     GlobalDefault,
+    /// Kubernetes: `containers[0].workingDir`.
+    WorkingDir,
+    /// Not mapped from Kubernetes: always the native path.
+    Shell,
+    /// Kubernetes: `spec.backoffLimit`.
+    Retries,
+    /// Not mapped from Kubernetes: always the native path.
+    ImageOptional,
 }
 
 impl Field {
@@ -112,6 +132,10 @@ impl Field {
             Field::Replicas => "replicas",
             Field::Value => "value",
             Field::GlobalDefault => "globalDefault",
+            Field::WorkingDir => "working_dir",
+            Field::Shell => "shell",
+            Field::Retries => "retries",
+            Field::ImageOptional => "image_optional",
         }
     }
 }
@@ -232,18 +256,36 @@ struct NativeOut<'a> {
     replicas: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     image: Option<&'a str>,
+    // The fields added for the server are omitted at their defaults, so that jobs that do
+    // not use them serialize exactly as before.
+    #[serde(skip_serializing_if = "is_false")]
+    image_optional: bool,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     command: &'a [String],
+    #[serde(skip_serializing_if = "is_false")]
+    shell: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    working_dir: Option<&'a str>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     env: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_runtime_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    retries: u32,
     preemptible: bool,
     preemption_grace_seconds: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     checkpoint_interval_seconds: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     preemption_policy: Option<PreemptionPolicyDoc>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize)]
@@ -264,9 +306,13 @@ impl Serialize for JobDoc {
             resources: &self.resources,
             replicas: self.replicas,
             image: self.image.as_deref(),
+            image_optional: self.image_optional,
             command: &self.command,
+            shell: self.shell,
+            working_dir: self.working_dir.as_deref(),
             env: &self.env,
             max_runtime_seconds: self.max_runtime_seconds,
+            retries: self.retries,
             preemptible: self.preemptible,
             preemption_grace_seconds: self.preemption_grace_seconds,
             checkpoint_interval_seconds: self.checkpoint_interval_seconds,

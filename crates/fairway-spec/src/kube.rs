@@ -22,6 +22,9 @@ const PREEMPTIBLE_KEY: &str = "fairway.dev/preemptible";
 const GPU_RESOURCE: &str = "nvidia.com/gpu";
 const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 const DEFAULT_NAMESPACE: &str = "default";
+/// Kubernetes's default `spec.backoffLimit`, kept for Jobs that leave it out, so that a Job
+/// is retried as often as Kubernetes would (the native default is 0).
+pub(crate) const DEFAULT_BACKOFF_LIMIT: u32 = 6;
 
 /// Reads a Job whose envelope (`apiVersion`, `kind`) is already taken. Failures are in
 /// `issues`; the returned job is then a placeholder to discard.
@@ -34,9 +37,13 @@ pub(crate) fn read_job(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
         resources: ResourcesDoc::default(),
         replicas: 1,
         image: None,
+        image_optional: false,
         command: Vec::new(),
+        shell: false,
+        working_dir: None,
         env: BTreeMap::new(),
         max_runtime_seconds: None,
+        retries: DEFAULT_BACKOFF_LIMIT,
         preemptible: true,
         preemption_grace_seconds: DEFAULT_GRACE_SECONDS,
         checkpoint_interval_seconds: None,
@@ -45,6 +52,9 @@ pub(crate) fn read_job(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
     };
     job.origin.paths.insert(Field::Priority, pod_spec_path(obj.path()).field("priorityClassName").as_str().to_owned());
     job.origin.paths.insert(Field::Replicas, obj.path().field("spec").field("parallelism").as_str().to_owned());
+    job.origin.paths.insert(Field::Retries, obj.path().field("spec").field("backoffLimit").as_str().to_owned());
+    let working_dir = pod_spec_path(obj.path()).field("containers").index(0).field("workingDir");
+    job.origin.paths.insert(Field::WorkingDir, working_dir.as_str().to_owned());
     if let Some((v, path)) = obj.require("metadata", issues) {
         read_metadata(v, path, &mut job, issues);
     }
@@ -162,6 +172,9 @@ fn read_job_spec(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
     if let Some((v, path)) = spec.take("activeDeadlineSeconds") {
         job.max_runtime_seconds = native::positive_seconds(v, &path, issues);
     }
+    if let Some((v, path)) = spec.take("backoffLimit") {
+        job.retries = native::retries(v, &path, issues).unwrap_or(DEFAULT_BACKOFF_LIMIT);
+    }
     if let Some((v, path)) = spec.require("template", issues) {
         read_template(v, path, job, issues);
     }
@@ -251,8 +264,8 @@ fn read_containers(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues)
     sum_asks(&asks, &path, job, issues);
 }
 
-/// Image, argv and environment come from the first container only; the same fields in
-/// other containers are warned about as ignored.
+/// Image, argv, working directory and environment come from the first container only; the
+/// same fields in other containers are warned about as ignored.
 fn read_main_container(container: &mut Obj<'_>, job: &mut JobDoc, issues: &mut Issues) {
     if let Some((v, path)) = container.require("image", issues) {
         job.image = native::token(v, &path, issues);
@@ -267,6 +280,9 @@ fn read_main_container(container: &mut Obj<'_>, job: &mut JobDoc, issues: &mut I
             "args without command is not supported: fairway runs an explicit argv, not the image's entrypoint; add command",
         ),
         _ => {}
+    }
+    if let Some((v, path)) = container.take("workingDir") {
+        job.working_dir = native::working_dir(v, &path, issues);
     }
     if let Some((v, path)) = container.take("env") {
         job.env = read_env(v, &path, issues);

@@ -45,17 +45,57 @@ pub(crate) fn token(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Environment variable names: anything but `=` and NUL can be set by execve, but
-/// control characters and an empty name only cause trouble.
+/// Variables the server sets for every job: its GPUs, and its own `FAIRWAY_` variables
+/// (`FAIRWAY_JOB_ID`, `FAIRWAY_RESTART_COUNT`, `FAIRWAY_CHECKPOINT_DIR`,
+/// `FAIRWAY_PREEMPT_NOTICE_FILE`, and any it adds later).
+pub(crate) const RESERVED_ENV_PREFIX: &str = "FAIRWAY_";
+pub(crate) const RESERVED_ENV_NAMES: &[&str] = &["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"];
+
+/// Environment variable names: `[A-Za-z_][A-Za-z0-9_]*` (what a shell can expand), and none
+/// of the names the server sets itself.
 pub(crate) fn env_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("environment variable name must not be empty".to_owned());
     }
-    if name.contains('=') || name.chars().any(char::is_control) {
+    let mut chars = name.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
         return Err(format!(
-            "environment variable name must not contain '=' or control characters, got {}",
+            "environment variable name must match [A-Za-z_][A-Za-z0-9_]*, got {}",
             crate::value::quote(name)
         ));
+    }
+    if name.starts_with(RESERVED_ENV_PREFIX) {
+        return Err(format!(
+            "environment variable {} is reserved: the server sets the {RESERVED_ENV_PREFIX} variables itself",
+            crate::value::quote(name)
+        ));
+    }
+    if RESERVED_ENV_NAMES.contains(&name) {
+        return Err(format!(
+            "environment variable {} is reserved: the server sets it to the GPUs it assigns to the job",
+            crate::value::quote(name)
+        ));
+    }
+    Ok(())
+}
+
+/// Longest working directory accepted, in bytes (Linux's `PATH_MAX`).
+pub(crate) const PATH_MAX: usize = 4096;
+
+/// A working directory: absolute, without NUL (which no path can hold), at most
+/// [`PATH_MAX`] bytes. Relative paths are refused rather than resolved against a directory
+/// the user cannot see (the server's own).
+pub(crate) fn absolute_path(path: &str) -> Result<(), String> {
+    if path.contains('\0') {
+        return Err(format!("must not contain NUL characters, got {}", crate::value::quote(path)));
+    }
+    if path.len() > PATH_MAX {
+        return Err(format!("must be at most {PATH_MAX} bytes, got {}", path.len()));
+    }
+    if !path.starts_with('/') {
+        return Err(format!("must be an absolute path (starting with /), got {}", crate::value::quote(path)));
     }
     Ok(())
 }
@@ -85,5 +125,30 @@ mod tests {
         assert!(token("").is_err());
         assert!(token("a b").is_err());
         assert!(token("a\u{7}").is_err());
+    }
+
+    #[test]
+    fn env_names() {
+        for ok in ["A", "_", "EPOCHS", "lower_case", "A1_B2", "FAIRWAYX", "fairway_job_id", "CUDA_VISIBLE_DEVICES_X"] {
+            assert_eq!(env_name(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "1A", "A-B", "A.B", "A=B", "A B", "É", "A\u{7}"] {
+            assert!(env_name(bad).unwrap_err().contains("must"), "{bad}");
+        }
+        for reserved in ["FAIRWAY_", "FAIRWAY_JOB_ID", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"] {
+            assert!(env_name(reserved).unwrap_err().contains("is reserved"), "{reserved}");
+        }
+    }
+
+    #[test]
+    fn absolute_paths() {
+        assert_eq!(absolute_path("/"), Ok(()));
+        assert_eq!(absolute_path("/data/run 1"), Ok(()));
+        assert_eq!(absolute_path(&format!("/{}", "a".repeat(PATH_MAX - 1))), Ok(()));
+        assert!(absolute_path(&format!("/{}", "a".repeat(PATH_MAX))).unwrap_err().contains("at most 4096 bytes"));
+        assert!(absolute_path("").unwrap_err().contains("absolute"));
+        assert!(absolute_path("data").unwrap_err().contains("absolute"));
+        assert!(absolute_path("~/data").unwrap_err().contains("absolute"));
+        assert!(absolute_path("/a\0b").unwrap_err().contains("NUL"));
     }
 }

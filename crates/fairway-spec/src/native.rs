@@ -20,9 +20,13 @@ const FIELDS: &[&str] = &[
     "resources",
     "replicas",
     "image",
+    "image_optional",
     "command",
+    "shell",
+    "working_dir",
     "env",
     "max_runtime_seconds",
+    "retries",
     "preemptible",
     "preemption_grace_seconds",
     "checkpoint_interval_seconds",
@@ -36,6 +40,9 @@ pub(crate) const REPLICAS_EXPECTATION: &str = "an integer between 1 and 1024";
 /// Any duration beyond ~31,000 years is a mistake; the bound keeps milliseconds in a u64.
 pub(crate) const SECONDS_MAX: u64 = 1_000_000_000_000;
 pub(crate) const DEFAULT_GRACE_SECONDS: u64 = 30;
+/// Runs after the first one, for a job that keeps failing.
+pub(crate) const RETRIES: (u64, u64) = (0, 100);
+pub(crate) const RETRIES_EXPECTATION: &str = "an integer between 0 and 100";
 const ENV_HINT: &str = " (quote numbers and booleans, e.g. \"3\")";
 
 /// Reads one native job. `document` and `path_prefix` place errors: a scenario file that
@@ -64,14 +71,18 @@ pub(crate) fn read(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
     let replicas = obj.take("replicas").map_or(Some(1), |(v, path)| replicas(v, &path, issues));
     let image_given = obj.has("image");
     let image = obj.take("image").and_then(|(v, path)| token(v, &path, issues));
+    let image_optional = obj.take("image_optional").map_or(Some(false), |(v, path)| value::boolean(v, &path, issues));
+    let command_given = obj.has("command");
     let command = obj.take("command").and_then(|(v, path)| value::string_list(v, &path, issues));
-    if !image_given && !obj.has("command") {
-        issues.error(&obj.path().field("command"), "required field is missing (required unless image is given)");
-    } else if !image_given && command.as_ref().is_some_and(Vec::is_empty) {
-        issues.error(&obj.path().field("command"), "must not be empty unless image is given");
+    let shell = obj.take("shell").map_or(Some(false), |(v, path)| value::boolean(v, &path, issues));
+    let run = Run { image_given, image_optional: image_optional.unwrap_or(false), shell: shell.unwrap_or(false) };
+    if let Err(reason) = check_command(command_given, command.as_deref(), run) {
+        issues.error(&obj.path().field("command"), reason);
     }
+    let working_dir = obj.take("working_dir").and_then(|(v, path)| working_dir(v, &path, issues));
     let env = obj.take("env").and_then(|(v, path)| env_map(v, &path, issues));
     let max_runtime_seconds = obj.take("max_runtime_seconds").and_then(|(v, path)| positive_seconds(v, &path, issues));
+    let retries = obj.take("retries").map_or(Some(0), |(v, path)| retries(v, &path, issues));
     let preemptible = obj.take("preemptible").and_then(|(v, path)| value::boolean(v, &path, issues));
     let grace = obj.take("preemption_grace_seconds").and_then(|(v, path)| seconds(v, &path, issues));
     let checkpoint = obj.take("checkpoint_interval_seconds").and_then(|(v, path)| positive_seconds(v, &path, issues));
@@ -85,9 +96,13 @@ pub(crate) fn read(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
         resources: resources.unwrap_or_default(),
         replicas: replicas.unwrap_or(1),
         image,
+        image_optional: image_optional.unwrap_or(false),
         command: command.unwrap_or_default(),
+        shell: shell.unwrap_or(false),
+        working_dir,
         env: env.unwrap_or_default(),
         max_runtime_seconds,
+        retries: retries.unwrap_or(0),
         preemptible: preemptible.unwrap_or(true),
         preemption_grace_seconds: grace.unwrap_or(DEFAULT_GRACE_SECONDS),
         checkpoint_interval_seconds: checkpoint,
@@ -108,12 +123,72 @@ fn native_origin(root: &Path, document: usize) -> Origin {
         (Field::GpuModel, resources.field("gpu_model")),
         (Field::Cpu, resources.field("cpu_millis")),
         (Field::Memory, resources.field("memory_mib")),
+        (Field::WorkingDir, root.field("working_dir")),
+        (Field::Shell, root.field("shell")),
+        (Field::Retries, root.field("retries")),
+        (Field::ImageOptional, root.field("image_optional")),
     ];
     Origin {
         document,
         format: SourceFormat::Native,
         paths: paths.into_iter().map(|(f, p)| (f, p.as_str().to_owned())).collect(),
     }
+}
+
+/// What decides which commands are valid.
+#[derive(Clone, Copy)]
+struct Run {
+    image_given: bool,
+    image_optional: bool,
+    shell: bool,
+}
+
+/// The one problem with `command`, if any, given how the job runs. `given`: the field is
+/// present; `command`: its value, `None` when invalid (and already reported).
+fn check_command(given: bool, command: Option<&[String]>, run: Run) -> Result<(), String> {
+    const SHELL: &str = "the job runs /bin/sh -c <string>";
+    const FALLBACK: &str = "a plain-process fallback needs a command";
+    if !given {
+        let why = if !run.image_given {
+            "required unless image is given".to_owned()
+        } else if run.shell {
+            format!("shell is true: {SHELL}")
+        } else if run.image_optional {
+            format!("image_optional is true: {FALLBACK}")
+        } else {
+            return Ok(());
+        };
+        return Err(format!("required field is missing ({why})"));
+    }
+    let Some(command) = command else { return Ok(()) };
+    if run.shell && command.len() != 1 {
+        let got = if command.is_empty() { "an empty list".to_owned() } else { format!("{} strings", command.len()) };
+        return Err(format!("must be exactly one string when shell is true ({SHELL}), got {got}"));
+    }
+    if command.is_empty() && !run.image_given {
+        return Err("must not be empty unless image is given".to_owned());
+    }
+    if command.is_empty() && run.image_optional {
+        return Err(format!("must not be empty when image_optional is true: {FALLBACK}"));
+    }
+    Ok(())
+}
+
+/// An absolute path.
+pub(crate) fn working_dir(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
+    let dir = value::string(v, path, issues)?;
+    match names::absolute_path(&dir) {
+        Ok(()) => Some(dir),
+        Err(reason) => {
+            issues.error(path, reason);
+            None
+        }
+    }
+}
+
+pub(crate) fn retries(v: &Value, path: &Path, issues: &mut Issues) -> Option<u32> {
+    let n = uint_in(v, path, issues, RETRIES, RETRIES_EXPECTATION)?;
+    u32::try_from(n).ok()
 }
 
 /// Reports a gang whose totals overflow the core's integer types.

@@ -39,6 +39,11 @@ fn article_job_parses_to_the_expected_model() {
     assert!(job.preemptible);
     assert_eq!(job.preemption_grace_seconds, 30);
     assert_eq!(job.max_runtime_seconds, None);
+    // No backoffLimit: Kubernetes's default of 6 retries, not the native 0.
+    assert_eq!(job.retries, 6);
+    assert_eq!(job.working_dir, None);
+    assert!(!job.shell);
+    assert!(!job.image_optional);
     assert_eq!(job.origin.format, SourceFormat::KubernetesJob);
     // restartPolicy is the one field of the article's Job that fairway does not use.
     let warned: Vec<&str> = parsed.warnings.iter().map(|w| w.path.as_str()).collect();

@@ -4,22 +4,6 @@ use fairway_spec::{PriorityClasses, load};
 
 use crate::support::*;
 
-/// A native job with `field: value` replacing or adding one line.
-fn native_with(field: &str, value: &str) -> String {
-    let mut lines: Vec<String> =
-        NATIVE_JOB.lines().filter(|l| !l.starts_with(&format!("{field}:"))).map(str::to_owned).collect();
-    if !value.is_empty() {
-        lines.push(format!("{field}: {value}"));
-    }
-    lines.join("\n") + "\n"
-}
-
-/// The article's Job with one line replaced.
-fn article_job_with(from: &str, to: &str) -> String {
-    assert!(ARTICLE_JOB.contains(from), "{from}");
-    ARTICLE_JOB.replace(from, to)
-}
-
 struct Case {
     name: &'static str,
     input: Vec<u8>,

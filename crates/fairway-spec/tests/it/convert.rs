@@ -46,6 +46,7 @@ fn defaults_of_the_native_format() {
     assert!(doc.command.is_empty());
     assert!(doc.preemptible);
     assert_eq!(doc.preemption_grace_seconds, 30);
+    assert_eq!((doc.working_dir.as_deref(), doc.shell, doc.retries, doc.image_optional), (None, false, 0, false));
     assert_eq!((doc.resources.cpu_millis, doc.resources.memory_mib), (0, 0));
     let spec = jobs[0].to_core(JobId(0), &mut Interner::new()).unwrap();
     assert_eq!(spec.user, spec.project);

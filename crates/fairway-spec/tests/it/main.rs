@@ -7,5 +7,6 @@ mod cluster;
 mod convert;
 mod formats;
 mod quantities;
+mod run_fields;
 mod support;
 mod warnings;

@@ -46,6 +46,23 @@ preemption_grace_seconds: 30
 checkpoint_interval_seconds: 600
 ";
 
+/// A native job with `field: value` replacing or adding one line (removing it when `value`
+/// is empty).
+pub fn native_with(field: &str, value: &str) -> String {
+    let mut lines: Vec<String> =
+        NATIVE_JOB.lines().filter(|l| !l.starts_with(&format!("{field}:"))).map(str::to_owned).collect();
+    if !value.is_empty() {
+        lines.push(format!("{field}: {value}"));
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The article's Job with one line replaced.
+pub fn article_job_with(from: &str, to: &str) -> String {
+    assert!(ARTICLE_JOB.contains(from), "{from}");
+    ARTICLE_JOB.replace(from, to)
+}
+
 pub fn parse(input: &str) -> Result<Parsed, SpecErrors> {
     parse_documents(input.as_bytes(), &ParseLimits::default())
 }

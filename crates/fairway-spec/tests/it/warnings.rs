@@ -40,6 +40,7 @@ spec:
       - name: trainer
         image: img:1
         imagePullPolicy: Always
+        workingDir: /workspace
         command: [python, train.py]
         args: [--epochs, "3"]
         env:
@@ -53,6 +54,7 @@ spec:
       - name: sidecar
         image: logger:1
         command: [tail]
+        workingDir: /var/log
         env: [{ name: A, value: b }]
         resources:
           limits: { nvidia.com/gpu: 1, cpu: 500m, memory: 512Mi }
@@ -78,9 +80,9 @@ fn every_unused_field_is_a_warning_with_its_path() {
             "spec.template.spec.containers[1].command",
             "spec.template.spec.containers[1].env",
             "spec.template.spec.containers[1].image",
+            "spec.template.spec.containers[1].workingDir",
             "spec.template.spec.restartPolicy",
             "spec.template.spec.volumes",
-            "spec.backoffLimit",
             "spec.completions",
             "status",
         ]
@@ -113,7 +115,9 @@ fn every_used_field_is_read() {
     assert_eq!(job.image.as_deref(), Some("img:1"));
     assert_eq!(job.command, ["python", "train.py", "--epochs", "3"]);
     assert_eq!(job.env, BTreeMap::from([("EPOCHS".to_owned(), "3".to_owned())]));
+    assert_eq!(job.working_dir.as_deref(), Some("/workspace"));
     assert_eq!(job.max_runtime_seconds, Some(7200));
+    assert_eq!(job.retries, 2);
     assert!(!job.preemptible);
     assert_eq!(job.preemption_grace_seconds, 60);
     assert_eq!(job.checkpoint_interval_seconds, Some(600));
