@@ -5,21 +5,82 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
+use crate::client::{Client, cluster, jobs, quota};
+
+mod client;
+mod demo;
+mod serve;
 mod sim;
 
 #[derive(Parser)]
 #[command(name = "fairway", version, about = "Priority- and quota-aware scheduler for shared GPU clusters")]
 struct Cli {
+    /// The Fairway server to talk to.
+    // Checked only by the commands that use it: jobs inherit the server's environment, and a
+    // bad FAIRWAY_SERVER there must not stop `__shim` or `example-trainer` from starting.
+    #[arg(long, global = true, env = "FAIRWAY_SERVER", default_value = client::DEFAULT_SERVER, value_name = "URL")]
+    server: String,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the article's story on this machine: a server with 8 simulated GPUs, real
+    /// training processes, a high-priority job preempting low-priority ones.
+    Demo(demo::DemoArgs),
+    /// Run the standalone server: scheduler, store, processes, HTTP API, metrics.
+    Serve(serve::ServeArgs),
     /// Replay a workload through the scheduler with a virtual clock and compare policies.
     Sim(SimArgs),
+    /// Submit jobs and priority classes from YAML or JSON files.
+    Submit(jobs::SubmitArgs),
+    /// List jobs (unfinished ones unless --all or --state), newest first.
+    #[command(visible_alias = "list")]
+    Ls(jobs::LsArgs),
+    /// Show a job in detail: placement, reasons, preemption, spec, events.
+    Describe(jobs::JobArgs),
+    /// Why a job is not running.
+    Why(jobs::JobArgs),
+    /// Cancel jobs (running ones are stopped).
+    Cancel(jobs::CancelArgs),
+    /// Print a job's output.
+    Logs(jobs::LogsArgs),
+    /// List nodes and their GPUs.
+    Nodes(cluster::ListArgs),
+    /// List priority classes.
+    PriorityClasses(cluster::ListArgs),
+    /// Show quotas and usage; `quota set` and `quota delete` change them.
+    Quota(quota::QuotaArgs),
+    /// Print a shell completion script to stdout.
+    Completions { shell: clap_complete::Shell },
+    /// The demo and test trainer: a fake training loop with checkpoints.
+    ///
+    /// Counts steps, saves a checkpoint into $FAIRWAY_CHECKPOINT_DIR every few steps, resumes from
+    /// the last one when restarted (e.g. after a preemption), and on SIGTERM saves one and exits
+    /// 143. Use it as the `command` of demo and test jobs.
+    ExampleTrainer(TrainerCli),
+    /// The supervisor every job runs under (started by the server, not by people).
+    #[command(name = "__shim", hide = true)]
+    Shim { run_dir: PathBuf },
+}
+
+#[derive(clap::Args)]
+struct TrainerCli {
+    /// Steps in the whole run.
+    #[arg(long, default_value_t = fairway_exec::TrainerArgs::default().steps)]
+    steps: u64,
+    /// Save a checkpoint every this many steps (0: only on SIGTERM).
+    #[arg(long, default_value_t = fairway_exec::TrainerArgs::default().checkpoint_every)]
+    checkpoint_every: u64,
+    /// How long one step takes, in milliseconds.
+    #[arg(long, default_value_t = fairway_exec::TrainerArgs::default().step_ms)]
+    step_ms: u64,
+    /// Exit with code 1 on reaching this step (to test retries).
+    #[arg(long)]
+    fail_at_step: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -66,8 +127,34 @@ pub enum Output {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let server = &cli.server;
     let result = match cli.command {
         Command::Sim(args) => sim::run(&args),
+        Command::Serve(args) => serve::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::Submit(args) => with_client(server, async |c| jobs::submit(c, &args).await),
+        Command::Ls(args) => with_client(server, async |c| jobs::ls(c, &args).await),
+        Command::Describe(args) => with_client(server, async |c| jobs::describe(c, &args).await),
+        Command::Why(args) => with_client(server, async |c| jobs::why(c, &args).await),
+        Command::Cancel(args) => with_client(server, async |c| jobs::cancel(c, &args).await),
+        Command::Logs(args) => with_client(server, async |c| jobs::logs(c, &args).await),
+        Command::Nodes(args) => with_client(server, async |c| cluster::nodes(c, &args).await),
+        Command::PriorityClasses(args) => with_client(server, async |c| cluster::priority_classes(c, &args).await),
+        Command::Quota(args) => with_client(server, async |c| quota::quota(c, &args).await),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "fairway", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::ExampleTrainer(args) => {
+            let args = fairway_exec::TrainerArgs {
+                steps: args.steps,
+                checkpoint_every: args.checkpoint_every,
+                step_ms: args.step_ms,
+                fail_at_step: args.fail_at_step,
+            };
+            return exit_code(fairway_exec::run_example_trainer(args));
+        }
+        Command::Shim { run_dir } => return exit_code(fairway_exec::run_shim(&run_dir)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,7 +166,42 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs a client command against the server on a single-threaded runtime. A bad `--server`
+/// is a usage error (exit 2).
+fn with_client(server: &str, command: impl AsyncFnOnce(&Client) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    let url = client::parse_server_url(server).unwrap_or_else(|e| {
+        let message = format!("invalid value '{server}' for '--server <URL>': {e}");
+        Cli::command().error(clap::error::ErrorKind::ValueValidation, message).exit()
+    });
+    let client = Client::new(&url)?;
+    client::block_on(command(&client))
+}
+
+/// A child-style exit status (0-255) as the process's own.
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
 /// Show a progress bar only to a person watching.
 pub fn progress_wanted(disabled: bool) -> bool {
     !disabled && std::io::stderr().is_terminal()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn shim_subcommand_matches_what_the_executor_launches() {
+        let cli = Cli::command();
+        let shim = cli.find_subcommand(fairway_exec::SHIM_SUBCOMMAND).expect("the shim subcommand");
+        assert!(shim.is_hide_set());
+    }
 }

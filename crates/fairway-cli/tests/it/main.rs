@@ -55,3 +55,7 @@ fn report_writes_markdown_and_plots() {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
 }
+
+mod client;
+mod fake_server;
+mod server;

@@ -1,0 +1,833 @@
+//! Pure formatting of API answers for people: tables, ages, quantities, `describe` text. Every
+//! function takes the current time as a parameter, so the output is a function of its input.
+
+use std::fmt::Write;
+
+use fairway_server::api::{
+    EventView, GpuView, JobDetail, JobState, JobView, NodeView, PriorityClassView, QuotaView, ReasonView, ReplicaView,
+    SubmitResponse, WhyView,
+};
+
+/// Longest reason message the narrow job table shows; `-o wide` shows it whole.
+const REASON_CHARS_MAX: usize = 60;
+
+/// An empty cell.
+const NONE: &str = "-";
+
+/// Left-aligned columns, three spaces apart, no trailing spaces (kubectl's layout).
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        debug_assert_eq!(row.len(), headers.len());
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                line.push_str("   ");
+            }
+            line.push_str(cell);
+            line.extend(std::iter::repeat_n(' ', width - cell.chars().count()));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A duration as one rounded-down unit: `5s`, `3m`, `47h`, `4d` (hours up to two days, like
+/// kubectl's ages).
+pub fn duration(seconds: u64) -> String {
+    match seconds {
+        0..60 => format!("{seconds}s"),
+        60..3_600 => format!("{}m", seconds / 60),
+        3_600..172_800 => format!("{}h", seconds / 3_600),
+        _ => format!("{}d", seconds / 86_400),
+    }
+}
+
+/// How long ago `at_ms` was (never negative, whatever the clocks say).
+pub fn age(at_ms: u64, now_ms: u64) -> String {
+    duration(now_ms.saturating_sub(at_ms) / 1_000)
+}
+
+/// A point in time as `2026-01-01T12:00:00Z` (whole seconds, UTC).
+pub fn timestamp(at_ms: u64) -> String {
+    let seconds = i64::try_from(at_ms / 1_000).unwrap_or(i64::MAX);
+    match jiff::Timestamp::from_second(seconds) {
+        Ok(ts) => ts.to_string(),
+        Err(_) => format!("{at_ms} ms"),
+    }
+}
+
+/// A point in time with how far it is from now: `2026-01-01T12:00:00Z (5m ago)` or `(in 25s)`.
+pub fn timestamp_relative(at_ms: u64, now_ms: u64) -> String {
+    if at_ms > now_ms {
+        format!("{} (in {})", timestamp(at_ms), duration((at_ms - now_ms) / 1_000))
+    } else {
+        format!("{} ({} ago)", timestamp(at_ms), age(at_ms, now_ms))
+    }
+}
+
+/// CPU in cores (`64`) or millicores (`2500m`), as Kubernetes writes quantities.
+pub fn cpu(millis: u64) -> String {
+    if millis.is_multiple_of(1_000) { format!("{}", millis / 1_000) } else { format!("{millis}m") }
+}
+
+/// Memory in `Gi` when it is whole gibibytes, else `Mi`.
+pub fn memory(mib: u64) -> String {
+    if mib != 0 && mib.is_multiple_of(1_024) { format!("{}Gi", mib / 1_024) } else { format!("{mib}Mi") }
+}
+
+/// `used/max`, with `-` for an unlimited max.
+fn used_of(used: String, max: Option<String>) -> String {
+    format!("{used}/{}", max.as_deref().unwrap_or(NONE))
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "true" } else { "false" }.to_string()
+}
+
+/// `high` when the priority came from a class, else the number.
+fn priority(job: &JobView) -> String {
+    job.priority_class.clone().unwrap_or_else(|| job.priority.to_string())
+}
+
+/// `4`, or `2x4` for a gang of two replicas of four GPUs.
+fn gpus(job: &JobView) -> String {
+    if job.replicas == 1 {
+        job.gpus_per_replica.to_string()
+    } else {
+        format!("{}x{}", job.replicas, job.gpus_per_replica)
+    }
+}
+
+fn gpu_list(gpus: &[u32]) -> String {
+    gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// `node-a[0,1],node-b[2,3]`.
+fn placement(replicas: &[ReplicaView]) -> String {
+    if replicas.is_empty() {
+        return NONE.to_string();
+    }
+    replicas.iter().map(|r| format!("{}[{}]", r.node, gpu_list(&r.gpus))).collect::<Vec<_>>().join(",")
+}
+
+fn truncate(s: &str, chars_max: usize) -> String {
+    if s.chars().count() <= chars_max {
+        s.to_string()
+    } else {
+        let mut out: String = s.chars().take(chars_max.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// The REASON column, like squeue's NODELIST(REASON): why a pending job waits, who preempts
+/// a preempting one, how a failed one ended.
+fn reason_cell(job: &JobView, wide: bool) -> String {
+    match job.state {
+        JobState::Pending => match job.reasons.first() {
+            Some(first) => {
+                let message = if wide { first.message.clone() } else { truncate(&first.message, REASON_CHARS_MAX) };
+                let more = job.reasons.len() - 1;
+                if more > 0 {
+                    format!("{}: {message} (+{more} more)", first.code)
+                } else {
+                    format!("{}: {message}", first.code)
+                }
+            }
+            None => NONE.to_string(),
+        },
+        JobState::Preempting => match &job.preemption {
+            Some(p) => format!("preempted for job {}", p.preemptor),
+            None => NONE.to_string(),
+        },
+        JobState::Failed => exit_text(job).unwrap_or_else(|| NONE.to_string()),
+        _ => NONE.to_string(),
+    }
+}
+
+/// `exit code 1` or `signal 9`, if the job has exited.
+fn exit_text(job: &JobView) -> Option<String> {
+    match (job.exit_code, job.exit_signal) {
+        (_, Some(signal)) => Some(format!("signal {signal}")),
+        (Some(code), None) => Some(format!("exit code {code}")),
+        (None, None) => None,
+    }
+}
+
+/// `fairway ls`: one row per job; `wide` adds the model, restarts, preemptions and placement.
+pub fn jobs_table(jobs: &[JobView], now_ms: u64, wide: bool) -> String {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|job| {
+            let mut row = vec![
+                job.id.to_string(),
+                job.name.clone(),
+                job.project.clone(),
+                job.user.clone(),
+                priority(job),
+                job.state.as_str().to_string(),
+                gpus(job),
+            ];
+            if wide {
+                row.push(job.gpu_model.clone().unwrap_or_else(|| NONE.to_string()));
+            }
+            row.push(age(job.submitted_at_ms, now_ms));
+            row.push(duration(job.wait_seconds.max(0.0) as u64));
+            if wide {
+                row.push(job.restart_count.to_string());
+                row.push(job.preemptions.to_string());
+                row.push(placement(&job.placement));
+            }
+            row.push(reason_cell(job, wide));
+            row
+        })
+        .collect();
+    if wide {
+        let headers = [
+            "ID",
+            "NAME",
+            "PROJECT",
+            "USER",
+            "PRIORITY",
+            "STATE",
+            "GPUS",
+            "MODEL",
+            "AGE",
+            "WAIT",
+            "RESTARTS",
+            "PREEMPTIONS",
+            "PLACEMENT",
+            "REASON",
+        ];
+        table(&headers, &rows)
+    } else {
+        table(&["ID", "NAME", "PROJECT", "USER", "PRIORITY", "STATE", "GPUS", "AGE", "WAIT", "REASON"], &rows)
+    }
+}
+
+/// `fairway nodes`; `wide` adds what runs on each GPU.
+pub fn nodes_table(nodes: &[NodeView], wide: bool) -> String {
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|node| {
+            let mut row = vec![
+                node.name.clone(),
+                node.gpu_model.clone(),
+                node.gpus_total.to_string(),
+                node.gpus_allocated.to_string(),
+                cpu(node.cpu_millis),
+                memory(node.memory_mib),
+                yes_no(node.schedulable),
+            ];
+            if wide {
+                row.push(gpu_jobs(&node.gpus));
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec!["NODE", "MODEL", "GPUS", "ALLOCATED", "CPU", "MEMORY", "SCHEDULABLE"];
+    if wide {
+        headers.push("GPU JOBS");
+    }
+    table(&headers, &rows)
+}
+
+/// `0:12 1:12 2:- 3:-(held-for-14)`: each GPU's job, `-` when free.
+fn gpu_jobs(gpus: &[GpuView]) -> String {
+    if gpus.is_empty() {
+        return NONE.to_string();
+    }
+    let cells: Vec<String> = gpus
+        .iter()
+        .map(|g| {
+            let job = g.job.map_or_else(|| NONE.to_string(), |j| j.to_string());
+            match g.held_for {
+                Some(preemptor) => format!("{}:{job}(held-for-{preemptor})", g.index),
+                None => format!("{}:{job}", g.index),
+            }
+        })
+        .collect();
+    cells.join(" ")
+}
+
+/// `fairway quota`: usage against caps.
+pub fn quotas_table(quotas: &[QuotaView]) -> String {
+    let rows: Vec<Vec<String>> = quotas
+        .iter()
+        .map(|q| {
+            vec![
+                q.kind.clone(),
+                q.account.clone(),
+                used_of(q.gpus_used.to_string(), q.gpus_max.map(|m| m.to_string())),
+                used_of(cpu(q.cpu_millis_used), q.cpu_millis_max.map(cpu)),
+                used_of(memory(q.memory_mib_used), q.memory_mib_max.map(memory)),
+            ]
+        })
+        .collect();
+    table(&["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY"], &rows)
+}
+
+/// `gpus 8, cpu unlimited, memory 64Gi`.
+pub fn quota_caps(gpus_max: Option<u32>, cpu_millis_max: Option<u64>, memory_mib_max: Option<u64>) -> String {
+    let or_unlimited = |v: Option<String>| v.unwrap_or_else(|| "unlimited".to_string());
+    format!(
+        "gpus {}, cpu {}, memory {}",
+        or_unlimited(gpus_max.map(|g| g.to_string())),
+        or_unlimited(cpu_millis_max.map(cpu)),
+        or_unlimited(memory_mib_max.map(memory))
+    )
+}
+
+/// `fairway priority-classes`.
+pub fn priority_classes_table(classes: &[PriorityClassView]) -> String {
+    let rows: Vec<Vec<String>> = classes
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.clone(),
+                c.value.to_string(),
+                c.preemption_policy.clone(),
+                yes_no(c.global_default),
+                c.description.clone().unwrap_or_else(|| NONE.to_string()),
+            ]
+        })
+        .collect();
+    table(&["NAME", "VALUE", "PREEMPTION", "GLOBAL-DEFAULT", "DESCRIPTION"], &rows)
+}
+
+/// `fairway submit`: one line per job and class.
+pub fn submitted(response: &SubmitResponse) -> String {
+    let mut out = String::new();
+    for job in &response.jobs {
+        let _ = writeln!(out, "job/{} submitted (id {})", job.name, job.id);
+    }
+    for class in &response.priority_classes {
+        let _ = writeln!(out, "priorityclass/{class} configured");
+    }
+    out
+}
+
+/// Reasons as an indented table, or `<none>`.
+fn reasons_block(out: &mut String, reasons: &[ReasonView]) {
+    if reasons.is_empty() {
+        out.push_str("  <none>\n");
+        return;
+    }
+    let rows: Vec<Vec<String>> = reasons.iter().map(|r| vec![r.code.clone(), r.message.clone()]).collect();
+    indent(out, &table(&["CODE", "MESSAGE"], &rows));
+}
+
+fn indent(out: &mut String, text: &str) {
+    for line in text.lines() {
+        if line.is_empty() {
+            out.push('\n');
+        } else {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+}
+
+/// `fairway why`: the job's state and the reasons it waits.
+pub fn why(view: &WhyView) -> String {
+    let mut out = String::new();
+    match (view.state, view.reasons.is_empty()) {
+        (JobState::Pending, true) => {
+            let _ = writeln!(out, "job {} is pending; the scheduler has not given a reason yet", view.id);
+        }
+        (state, true) => {
+            let _ = writeln!(out, "job {} is {}; nothing keeps it waiting", view.id, state.as_str());
+        }
+        (state, false) => {
+            let _ = writeln!(out, "job {} is {}:", view.id, state.as_str());
+            for reason in &view.reasons {
+                let _ = writeln!(out, "  {}: {}", reason.code, reason.message);
+            }
+        }
+    }
+    out
+}
+
+/// The width of the field labels in `describe`.
+const LABEL_WIDTH: usize = 17;
+
+fn field(out: &mut String, label: &str, value: impl std::fmt::Display) {
+    let label = format!("{label}:");
+    let _ = writeln!(out, "{label:<LABEL_WIDTH$}{value}");
+}
+
+/// `fairway describe`: kubectl-describe sections. `spec_yaml` is the spec already rendered.
+pub fn describe(detail: &JobDetail, spec_yaml: Option<&str>, now_ms: u64) -> String {
+    let job = &detail.job;
+    let mut out = String::new();
+    describe_fields(&mut out, job, now_ms);
+
+    out.push_str("Placement:\n");
+    if job.placement.is_empty() {
+        out.push_str("  <none>\n");
+    } else {
+        let rows: Vec<Vec<String>> = job.placement.iter().map(|r| vec![r.node.clone(), gpu_list(&r.gpus)]).collect();
+        indent(&mut out, &table(&["NODE", "GPUS"], &rows));
+    }
+    if job.state == JobState::Pending || !job.reasons.is_empty() {
+        out.push_str("Reasons:\n");
+        reasons_block(&mut out, &job.reasons);
+    }
+    if let Some(p) = &job.preemption {
+        out.push_str("Preemption:\n");
+        let _ = writeln!(out, "  Preemptor:     job {}", p.preemptor);
+        let _ = writeln!(out, "  Kill deadline: {}", timestamp_relative(p.deadline_ms, now_ms));
+    }
+    if let Some(spec) = spec_yaml {
+        out.push_str("Spec:\n");
+        indent(&mut out, spec.trim_start_matches("---\n"));
+    }
+    out.push_str("Events:\n");
+    events_block(&mut out, &detail.events, now_ms);
+    out
+}
+
+fn describe_fields(out: &mut String, job: &JobView, now_ms: u64) {
+    field(out, "Name", &job.name);
+    field(out, "ID", job.id);
+    field(out, "Project", &job.project);
+    field(out, "User", &job.user);
+    match &job.priority_class {
+        Some(class) => field(out, "Priority", format!("{} (class {class})", job.priority)),
+        None => field(out, "Priority", job.priority),
+    }
+    field(out, "State", job.state.as_str());
+    let model = job.gpu_model.as_deref().unwrap_or("any model");
+    if job.replicas == 1 {
+        field(out, "GPUs", format!("{} ({model})", job.gpus_per_replica));
+    } else {
+        let total = u64::from(job.replicas) * u64::from(job.gpus_per_replica);
+        field(out, "GPUs", format!("{total} ({} replicas x {}, {model})", job.replicas, job.gpus_per_replica));
+    }
+    field(out, "Submitted", timestamp_relative(job.submitted_at_ms, now_ms));
+    let times = [
+        ("First started", job.first_started_at_ms),
+        ("Started", job.started_at_ms),
+        ("Finished", job.finished_at_ms),
+        ("Last checkpoint", job.last_checkpoint_ms),
+    ];
+    for (label, at_ms) in times {
+        if let Some(at_ms) = at_ms {
+            field(out, label, timestamp_relative(at_ms, now_ms));
+        }
+    }
+    field(out, "Wait", duration(job.wait_seconds.max(0.0) as u64));
+    field(out, "Restarts", job.restart_count);
+    field(out, "Preemptions", job.preemptions);
+    field(out, "Failures", format!("{} (retries allowed: {})", job.failures, job.retries));
+    if let Some(exit) = exit_text(job) {
+        field(out, "Exit", exit);
+    }
+}
+
+fn events_block(out: &mut String, events: &[EventView], now_ms: u64) {
+    if events.is_empty() {
+        out.push_str("  <none>\n");
+        return;
+    }
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                age(e.at_ms, now_ms),
+                timestamp(e.at_ms),
+                e.kind.clone(),
+                e.reason.clone().unwrap_or_else(|| NONE.to_string()),
+                e.message.clone(),
+            ]
+        })
+        .collect();
+    indent(out, &table(&["AGE", "TIME", "KIND", "REASON", "MESSAGE"], &rows));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use fairway_server::api::{FieldError, PreemptionView, SubmittedJob};
+
+    use super::*;
+
+    /// 2026-01-01T00:00:00Z.
+    const T0: u64 = 1_767_225_600_000;
+
+    fn job(id: i64, name: &str, state: JobState) -> JobView {
+        JobView {
+            id,
+            name: name.to_string(),
+            user: "alice".to_string(),
+            project: "ads".to_string(),
+            priority: 1000,
+            priority_class: Some("high".to_string()),
+            state,
+            gpus_per_replica: 2,
+            replicas: 1,
+            gpu_model: Some("A100".to_string()),
+            submitted_at_ms: T0,
+            first_started_at_ms: None,
+            started_at_ms: None,
+            finished_at_ms: None,
+            wait_seconds: 0.0,
+            restart_count: 0,
+            preemptions: 0,
+            failures: 0,
+            retries: 0,
+            last_checkpoint_ms: None,
+            exit_code: None,
+            exit_signal: None,
+            placement: vec![],
+            reasons: vec![],
+            preemption: None,
+        }
+    }
+
+    fn reason(code: &str, message: &str) -> ReasonView {
+        ReasonView { code: code.to_string(), message: message.to_string(), data: BTreeMap::new() }
+    }
+
+    fn sample_jobs() -> Vec<JobView> {
+        let mut pending = job(14, "big-train", JobState::Pending);
+        pending.priority_class = None;
+        pending.priority = 500;
+        pending.replicas = 2;
+        pending.gpus_per_replica = 4;
+        pending.gpu_model = None;
+        pending.project = "research".to_string();
+        pending.user = "bob".to_string();
+        pending.submitted_at_ms = T0 + 3_000_000;
+        pending.wait_seconds = 600.0;
+        pending.reasons = vec![
+            reason("over_quota", "project research would hold 12 of its 8 GPUs"),
+            reason("no_fit", "no node has 4 free GPUs"),
+        ];
+        let mut running = job(12, "ctr-model", JobState::Running);
+        running.started_at_ms = Some(T0 + 5_000);
+        running.first_started_at_ms = Some(T0 + 5_000);
+        running.wait_seconds = 5.0;
+        running.restart_count = 1;
+        running.preemptions = 1;
+        running.placement = vec![ReplicaView { node: "node-a".to_string(), gpus: vec![0, 1] }];
+        let mut preempting = job(9, "sweep-3", JobState::Preempting);
+        preempting.priority_class = Some("low".to_string());
+        preempting.priority = 100;
+        preempting.submitted_at_ms = T0 - 3 * 86_400_000;
+        preempting.placement = vec![
+            ReplicaView { node: "node-a".to_string(), gpus: vec![2] },
+            ReplicaView { node: "node-b".to_string(), gpus: vec![0] },
+        ];
+        preempting.preemption = Some(PreemptionView { preemptor: 14, deadline_ms: T0 + 3_630_000 });
+        let mut failed = job(3, "oom", JobState::Failed);
+        failed.exit_code = Some(137);
+        failed.exit_signal = Some(9);
+        vec![pending, running, preempting, failed]
+    }
+
+    const NOW: u64 = T0 + 3_600_000;
+
+    #[test]
+    fn durations_pick_one_unit() {
+        let cases = [
+            (0, "0s"),
+            (59, "59s"),
+            (60, "1m"),
+            (3_599, "59m"),
+            (3_600, "1h"),
+            (172_799, "47h"),
+            (172_800, "2d"),
+            (4 * 86_400 + 5, "4d"),
+        ];
+        for (seconds, want) in cases {
+            assert_eq!(duration(seconds), want, "{seconds}s");
+        }
+        assert_eq!(age(NOW + 10_000, NOW), "0s", "a clock ahead of ours is not a negative age");
+    }
+
+    #[test]
+    fn quantities() {
+        let cases = [(cpu(8_000), "8"), (cpu(2_500), "2500m"), (cpu(0), "0")];
+        for (got, want) in cases {
+            assert_eq!(got, want);
+        }
+        let cases = [(memory(65_536), "64Gi"), (memory(1_536), "1536Mi"), (memory(0), "0Mi")];
+        for (got, want) in cases {
+            assert_eq!(got, want);
+        }
+        assert_eq!(timestamp(T0 + 999), "2026-01-01T00:00:00Z");
+        assert_eq!(timestamp_relative(T0, T0 + 120_000), "2026-01-01T00:00:00Z (2m ago)");
+        assert_eq!(timestamp_relative(T0 + 25_000, T0), "2026-01-01T00:00:25Z (in 25s)");
+    }
+
+    #[test]
+    fn jobs_table_narrow() {
+        let got = jobs_table(&sample_jobs(), NOW, false);
+        let want = "\
+ID   NAME        PROJECT    USER    PRIORITY   STATE        GPUS   AGE   WAIT   REASON
+14   big-train   research   bob     500        pending      2x4    10m   10m    over_quota: project research would hold 12 of its 8 GPUs (+1 more)
+12   ctr-model   ads        alice   high       running      2      1h    5s     -
+9    sweep-3     ads        alice   low        preempting   2      3d    0s     preempted for job 14
+3    oom         ads        alice   high       failed       2      1h    0s     signal 9
+";
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn jobs_table_wide() {
+        let got = jobs_table(&sample_jobs()[1..3], NOW, true);
+        let want = "\
+ID   NAME        PROJECT   USER    PRIORITY   STATE        GPUS   MODEL   AGE   WAIT   RESTARTS   PREEMPTIONS   PLACEMENT             REASON
+12   ctr-model   ads       alice   high       running      2      A100    1h    5s     1          1             node-a[0,1]           -
+9    sweep-3     ads       alice   low        preempting   2      A100    3d    0s     0          0             node-a[2],node-b[0]   preempted for job 14
+";
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn long_reasons_are_cut_in_the_narrow_table_only() {
+        let mut j = job(1, "a", JobState::Pending);
+        j.reasons = vec![reason("no_fit", &"x".repeat(80))];
+        let narrow = jobs_table(std::slice::from_ref(&j), NOW, false);
+        assert!(narrow.lines().nth(1).unwrap().ends_with(&format!("no_fit: {}…", "x".repeat(59))), "{narrow}");
+        let wide = jobs_table(&[j], NOW, true);
+        assert!(wide.lines().nth(1).unwrap().ends_with(&format!("no_fit: {}", "x".repeat(80))), "{wide}");
+    }
+
+    #[test]
+    fn empty_tables_have_headers_only() {
+        assert_eq!(
+            jobs_table(&[], NOW, false),
+            "ID   NAME   PROJECT   USER   PRIORITY   STATE   GPUS   AGE   WAIT   REASON\n"
+        );
+        assert_eq!(quotas_table(&[]), "KIND   ACCOUNT   GPUS   CPU   MEMORY\n");
+    }
+
+    fn node(name: &str, gpus: Vec<GpuView>) -> NodeView {
+        NodeView {
+            name: name.to_string(),
+            gpu_model: "A100".to_string(),
+            gpus_total: gpus.len() as u32,
+            gpus_allocated: gpus.iter().filter(|g| g.job.is_some()).count() as u32,
+            cpu_millis: 64_000,
+            memory_mib: 524_288,
+            schedulable: true,
+            gpus,
+        }
+    }
+
+    fn gpu(index: u32, job: Option<i64>, held_for: Option<i64>) -> GpuView {
+        GpuView { index, job, held_for }
+    }
+
+    #[test]
+    fn nodes_tables() {
+        let mut b = node("node-b", vec![gpu(0, None, None), gpu(1, None, None)]);
+        b.schedulable = false;
+        b.cpu_millis = 7_500;
+        b.memory_mib = 1_000;
+        let nodes = [
+            node(
+                "node-a",
+                vec![gpu(0, Some(12), None), gpu(1, Some(12), None), gpu(2, Some(9), Some(14)), gpu(3, None, Some(14))],
+            ),
+            b,
+        ];
+        let want = "\
+NODE     MODEL   GPUS   ALLOCATED   CPU     MEMORY   SCHEDULABLE
+node-a   A100    4      3           64      512Gi    true
+node-b   A100    2      0           7500m   1000Mi   false
+";
+        assert_eq!(nodes_table(&nodes, false), want);
+        let want = "\
+NODE     MODEL   GPUS   ALLOCATED   CPU     MEMORY   SCHEDULABLE   GPU JOBS
+node-a   A100    4      3           64      512Gi    true          0:12 1:12 2:9(held-for-14) 3:-(held-for-14)
+node-b   A100    2      0           7500m   1000Mi   false         0:- 1:-
+";
+        assert_eq!(nodes_table(&nodes, true), want);
+    }
+
+    #[test]
+    fn quota_table_and_caps() {
+        let quotas = [
+            QuotaView {
+                kind: "project".to_string(),
+                account: "ads".to_string(),
+                gpus_max: Some(8),
+                cpu_millis_max: None,
+                memory_mib_max: Some(131_072),
+                gpus_used: 6,
+                cpu_millis_used: 24_000,
+                memory_mib_used: 98_304,
+            },
+            QuotaView {
+                kind: "user".to_string(),
+                account: "bob".to_string(),
+                gpus_max: None,
+                cpu_millis_max: None,
+                memory_mib_max: None,
+                gpus_used: 2,
+                cpu_millis_used: 500,
+                memory_mib_used: 0,
+            },
+        ];
+        let want = "\
+KIND      ACCOUNT   GPUS   CPU      MEMORY
+project   ads       6/8    24/-     96Gi/128Gi
+user      bob       2/-    500m/-   0Mi/-
+";
+        assert_eq!(quotas_table(&quotas), want);
+        assert_eq!(quota_caps(Some(8), None, Some(2_048)), "gpus 8, cpu unlimited, memory 2Gi");
+    }
+
+    #[test]
+    fn priority_classes() {
+        let classes = [
+            PriorityClassView {
+                name: "critical".to_string(),
+                value: 100_000,
+                preemption_policy: "PreemptLowerPriority".to_string(),
+                global_default: false,
+                description: Some("production inference".to_string()),
+            },
+            PriorityClassView {
+                name: "medium".to_string(),
+                value: 1_000,
+                preemption_policy: "Never".to_string(),
+                global_default: true,
+                description: None,
+            },
+        ];
+        let want = "\
+NAME       VALUE    PREEMPTION             GLOBAL-DEFAULT   DESCRIPTION
+critical   100000   PreemptLowerPriority   false            production inference
+medium     1000     Never                  true             -
+";
+        assert_eq!(priority_classes_table(&classes), want);
+    }
+
+    #[test]
+    fn submit_lines() {
+        let response = SubmitResponse {
+            jobs: vec![
+                SubmittedJob { id: 7, name: "ctr-model".to_string(), project: "ads".to_string() },
+                SubmittedJob { id: 8, name: "eval".to_string(), project: "ads".to_string() },
+            ],
+            priority_classes: vec!["urgent".to_string()],
+            warnings: vec![FieldError { document: 1, path: "x".to_string(), reason: "y".to_string() }],
+        };
+        let want = "\
+job/ctr-model submitted (id 7)
+job/eval submitted (id 8)
+priorityclass/urgent configured
+";
+        assert_eq!(submitted(&response), want);
+    }
+
+    #[test]
+    fn why_text() {
+        let cases = [
+            (JobState::Pending, vec![], "job 5 is pending; the scheduler has not given a reason yet\n"),
+            (JobState::Running, vec![], "job 5 is running; nothing keeps it waiting\n"),
+            (
+                JobState::Pending,
+                vec![reason("over_quota", "project ads is at its quota"), reason("no_fit", "no node fits")],
+                "job 5 is pending:\n  over_quota: project ads is at its quota\n  no_fit: no node fits\n",
+            ),
+        ];
+        for (state, reasons, want) in cases {
+            assert_eq!(why(&WhyView { id: 5, state, reasons }), want);
+        }
+    }
+
+    #[test]
+    fn describe_pending_job() {
+        let jobs = sample_jobs();
+        let detail = JobDetail {
+            job: jobs[0].clone(),
+            spec: serde_json::Value::Null,
+            events: vec![EventView {
+                at_ms: T0 + 3_000_000,
+                kind: "submitted".to_string(),
+                reason: None,
+                message: "submitted by bob".to_string(),
+            }],
+        };
+        let got = describe(&detail, Some("name: big-train\nreplicas: 2\n"), NOW);
+        let want = "\
+Name:            big-train
+ID:              14
+Project:         research
+User:            bob
+Priority:        500
+State:           pending
+GPUs:            8 (2 replicas x 4, any model)
+Submitted:       2026-01-01T00:50:00Z (10m ago)
+Wait:            10m
+Restarts:        0
+Preemptions:     0
+Failures:        0 (retries allowed: 0)
+Placement:
+  <none>
+Reasons:
+  CODE         MESSAGE
+  over_quota   project research would hold 12 of its 8 GPUs
+  no_fit       no node has 4 free GPUs
+Spec:
+  name: big-train
+  replicas: 2
+Events:
+  AGE   TIME                   KIND        REASON   MESSAGE
+  10m   2026-01-01T00:50:00Z   submitted   -        submitted by bob
+";
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn describe_preempting_job() {
+        let mut j = sample_jobs()[2].clone();
+        j.first_started_at_ms = Some(T0 - 86_400_000);
+        j.started_at_ms = Some(T0 - 60_000);
+        j.last_checkpoint_ms = Some(T0 + 3_500_000);
+        j.exit_code = None;
+        let detail = JobDetail { job: j, spec: serde_json::Value::Null, events: vec![] };
+        let got = describe(&detail, None, NOW);
+        let want = "\
+Name:            sweep-3
+ID:              9
+Project:         ads
+User:            alice
+Priority:        100 (class low)
+State:           preempting
+GPUs:            2 (A100)
+Submitted:       2025-12-29T00:00:00Z (3d ago)
+First started:   2025-12-31T00:00:00Z (25h ago)
+Started:         2025-12-31T23:59:00Z (1h ago)
+Last checkpoint: 2026-01-01T00:58:20Z (1m ago)
+Wait:            0s
+Restarts:        0
+Preemptions:     0
+Failures:        0 (retries allowed: 0)
+Placement:
+  NODE     GPUS
+  node-a   2
+  node-b   0
+Preemption:
+  Preemptor:     job 14
+  Kill deadline: 2026-01-01T01:00:30Z (in 30s)
+Events:
+  <none>
+";
+        assert_eq!(got, want);
+    }
+}

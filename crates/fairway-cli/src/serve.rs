@@ -1,0 +1,71 @@
+//! `fairway serve`: the standalone server in the foreground.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use fairway_server::{ConfigFile, ServerConfig};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Where the store, logs and checkpoints live.
+    #[arg(long, env = "FAIRWAY_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address to listen on (loopback unless told otherwise; port 0 picks a free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Configuration file (YAML): priority classes, quotas, images, limits.
+    #[arg(long, env = "FAIRWAY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Simulated GPUs instead of NVML: `8` (one node) or `16x8` (16 nodes of 8).
+    #[arg(long, value_name = "N|NODESxGPUS")]
+    pub gpus: Option<String>,
+    /// Model name of simulated GPUs.
+    #[arg(long, value_name = "NAME")]
+    pub gpu_model: Option<String>,
+    /// Milliseconds between scheduling ticks when no event arrives.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub tick_ms: u64,
+}
+
+/// Merges the file and the flags (flags win) into the server's settings.
+pub fn config(args: &ServeArgs) -> Result<ServerConfig> {
+    let file = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    let data_dir = args.data_dir.clone().or(file.data_dir.clone()).unwrap_or_else(|| PathBuf::from("fairway-data"));
+    let mut config = ServerConfig::new(data_dir);
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    } else if let Some(listen) = &file.listen {
+        config.listen = listen.parse().with_context(|| format!("config listen: {listen:?} is not HOST:PORT"))?;
+    }
+    config.simulated_gpus = args.gpus.clone().or(file.gpus.clone());
+    config.gpu_model = args.gpu_model.clone().or(file.gpu_model.clone()).unwrap_or_else(|| "GPU".into());
+    config.tick_ms = args.tick_ms.max(10);
+    config.file = file;
+    Ok(config)
+}
+
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let config = config(args)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let data_dir = config.data_dir.clone();
+        let server = fairway_server::start(config).await?;
+        println!("fairway: listening on http://{} (data in {})", server.addr, data_dir.display());
+        wait_for_signal().await;
+        println!("fairway: stopping; running jobs keep running and are re-adopted at the next start");
+        server.shutdown().await;
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

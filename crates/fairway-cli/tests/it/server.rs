@@ -1,0 +1,415 @@
+//! The standalone server end to end: a real server on an ephemeral loopback port, real
+//! SQLite, real `fairway example-trainer` processes under real shims, real signals.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fairway_server::api::{JobDetail, JobList, JobState, JobView, NodeList, SubmitResponse};
+use serde_json::Value;
+
+const FAIRWAY: &str = env!("CARGO_BIN_EXE_fairway");
+/// Generous: the CI machine has two busy cores.
+const WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// A blocking HTTP client for the tests.
+pub struct Api {
+    pub base: String,
+    rt: tokio::runtime::Runtime,
+    http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: String) -> Api {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // No pooled connections: a connection the server closed after refusing an oversized
+        // body must not be reused by the next request.
+        let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        Api { base, rt, http }
+    }
+
+    pub fn request(&self, method: &str, path: &str, body: Option<Vec<u8>>) -> (u16, Vec<u8>) {
+        let url = format!("{}{path}", self.base);
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        self.rt.block_on(async {
+            let mut req = self.http.request(method, &url);
+            if let Some(body) = body {
+                req = req.body(body);
+            }
+            match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    (status, resp.bytes().await.map(|b| b.to_vec()).unwrap_or_default())
+                }
+                Err(_) => (0, Vec::new()),
+            }
+        })
+    }
+
+    pub fn json(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, bytes) = self.request(method, path, body.map(|b| b.as_bytes().to_vec()));
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    pub fn submit(&self, yaml: &str) -> Vec<i64> {
+        let (status, bytes) = self.request("POST", "/v1/jobs", Some(yaml.as_bytes().to_vec()));
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
+        let answer: SubmitResponse = serde_json::from_slice(&bytes).unwrap();
+        answer.jobs.iter().map(|j| j.id).collect()
+    }
+
+    pub fn job(&self, id: i64) -> JobDetail {
+        let (status, bytes) = self.request("GET", &format!("/v1/jobs/{id}"), None);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    pub fn jobs(&self, query: &str) -> Vec<JobView> {
+        let (status, bytes) = self.request("GET", &format!("/v1/jobs?{query}"), None);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+        serde_json::from_slice::<JobList>(&bytes).unwrap().jobs
+    }
+
+    pub fn log(&self, id: i64) -> String {
+        String::from_utf8(self.request("GET", &format!("/v1/jobs/{id}/logs"), None).1).unwrap()
+    }
+
+    /// Polls `f` until it returns `Some`, or fails the test with `what`.
+    pub fn wait_for<T>(&self, what: &str, mut f: impl FnMut(&Api) -> Option<T>) -> T {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = f(self) {
+                return v;
+            }
+            assert!(start.elapsed() < WAIT_MAX, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn wait_state(&self, id: i64, state: JobState) -> JobDetail {
+        self.wait_for(&format!("job {id} to be {}", state.as_str()), |api| {
+            let job = api.job(id);
+            (job.job.state == state).then_some(job)
+        })
+    }
+}
+
+/// A server running in this test process.
+pub struct InProcess {
+    pub api: Api,
+    pub data_dir: tempfile::TempDir,
+    rt: Option<tokio::runtime::Runtime>,
+    server: Option<fairway_server::RunningServer>,
+}
+
+impl InProcess {
+    pub fn start(gpus: &str, config_yaml: &str) -> InProcess {
+        let data_dir = tempfile::tempdir().unwrap();
+        let mut config = fairway_server::ServerConfig::new(data_dir.path().to_path_buf());
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.simulated_gpus = Some(gpus.into());
+        config.gpu_model = "A100".into();
+        config.tick_ms = 100;
+        config.shim_exe = PathBuf::from(FAIRWAY);
+        config.file = fairway_server::ConfigFile::parse(config_yaml).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let server = rt.block_on(fairway_server::start(config)).unwrap();
+        let api = Api::new(format!("http://{}", server.addr));
+        InProcess { api, data_dir, rt: Some(rt), server: Some(server) }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        if let (Some(rt), Some(server)) = (self.rt.take(), self.server.take()) {
+            rt.block_on(server.shutdown());
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+        kill_jobs_under(self.data_dir.path());
+    }
+}
+
+/// Kills every shim left running for a data directory (tests must not leak processes).
+pub fn kill_jobs_under(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    let needle = data_dir.display().to_string();
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if cmdline.contains("__shim") && cmdline.contains(&needle) {
+            // A shim leads its job's process group; signal_group refuses 0 and 1.
+            let _ = fairway_exec::signal_group(pid, fairway_exec::Signal::Kill);
+        }
+    }
+}
+
+/// A native job running the example trainer.
+pub fn trainer_job(name: &str, project: &str, priority: &str, gpus: u32, steps: u64, step_ms: u64) -> String {
+    format!(
+        "---\nname: {name}\ntenant: {{ user: {project}-user, project: {project} }}\npriority: {priority}\n\
+         resources: {{ gpus: {gpus} }}\n\
+         command: [{FAIRWAY:?}, example-trainer, --steps, \"{steps}\", --checkpoint-every, \"5\", --step-ms, \"{step_ms}\"]\n\
+         preemption_grace_seconds: 20\n"
+    )
+}
+
+#[test]
+fn high_priority_preempts_low_which_checkpoints_and_resumes() {
+    let server = InProcess::start("2", "");
+    let api = &server.api;
+    let low = api.submit(&trainer_job("nightly", "vision", "low", 2, 80, 40))[0];
+    api.wait_for("the low job to checkpoint", |api| api.log(low).contains("checkpoint saved at step 5").then_some(()));
+
+    let high = api.submit(&trainer_job("ctr-model", "ads", "high", 2, 5, 20))[0];
+    let high_done = api.wait_state(high, JobState::Succeeded);
+    assert!(high_done.job.wait_seconds < 20.0, "high waited {}s", high_done.job.wait_seconds);
+    let low_done = api.wait_state(low, JobState::Succeeded);
+    assert_eq!((low_done.job.preemptions, low_done.job.restart_count, low_done.job.failures), (1, 1, 0));
+    let log = api.log(low);
+    assert!(log.contains("got SIGTERM"), "{log}");
+    let resumed = log.lines().find(|l| l.starts_with("resumed from step")).unwrap_or_else(|| panic!("{log}"));
+    assert!(resumed.ends_with("(restart 1)"), "{resumed}");
+    let step: u64 = resumed.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(step >= 5, "resumed from step {step}");
+    let kinds: Vec<&str> = low_done.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["submitted", "started", "preempting", "requeued", "started", "succeeded"]);
+    let preempting = &low_done.events[2];
+    assert_eq!(preempting.reason.as_deref(), Some("preempted"));
+    assert!(preempting.message.contains(&format!("preempted by job {high} (priority high)")), "{preempting:?}");
+    // The victim exited after SIGTERM within its grace period, and the high job started on
+    // its GPUs right after: its start follows the victim's exit, nothing else ran between.
+    let requeued_at = low_done.events[3].at_ms;
+    let high_started_at = high_done.job.first_started_at_ms.unwrap();
+    assert!(high_started_at >= requeued_at && high_started_at - preempting.at_ms < 20_000);
+    let high_kinds: Vec<&str> = high_done.events.iter().map(|e| e.kind.as_str()).collect();
+    assert!(high_kinds.starts_with(&["submitted", "preempting"]), "{high_kinds:?}");
+}
+
+#[test]
+fn a_failing_job_is_retried_then_failed_and_preemption_does_not_use_retries() {
+    let server = InProcess::start("1", "");
+    let api = &server.api;
+    let job = format!(
+        "name: flaky\ntenant: {{ project: p }}\nresources: {{ gpus: 1 }}\nretries: 1\n\
+         command: [{FAIRWAY:?}, example-trainer, --steps, \"10\", --step-ms, \"1\", --fail-at-step, \"3\"]\n"
+    );
+    let id = api.submit(&job)[0];
+    let done = api.wait_state(id, JobState::Failed);
+    assert_eq!((done.job.failures, done.job.restart_count, done.job.preemptions), (2, 1, 0));
+    let kinds: Vec<&str> = done.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["submitted", "started", "retrying", "started", "failed"]);
+    assert_eq!(done.job.exit_code, Some(1));
+}
+
+#[test]
+fn quotas_bad_input_and_oversized_bodies_through_the_api() {
+    let server = InProcess::start("4", "quotas:\n  - { project: ads, gpus_max: 2 }\n");
+    let api = &server.api;
+    let a = api.submit(&trainer_job("a", "ads", "critical", 2, 200, 50))[0];
+    let b = api.submit(&trainer_job("b", "ads", "critical", 2, 5, 10))[0];
+    api.wait_state(a, JobState::Running);
+    let pending = api.wait_for("b to be held by the quota", |api| {
+        let j = api.job(b).job;
+        (j.reasons.first().map(|r| r.code.as_str()) == Some("over_quota")).then_some(j)
+    });
+    assert_eq!(pending.state, JobState::Pending);
+    assert_eq!(pending.reasons[0].data["account"], "ads");
+    let (status, quotas) = api.json("GET", "/v1/quotas", None);
+    assert_eq!(status, 200);
+    let ads = quotas["quotas"].as_array().unwrap().iter().find(|q| q["account"] == "ads").unwrap().clone();
+    assert_eq!((ads["gpus_used"].as_u64(), ads["gpus_max"].as_u64()), (Some(2), Some(2)));
+
+    // Raising the cap through the API lets b start.
+    let (status, view) = api.json("PUT", "/v1/quotas/project/ads", Some(r#"{"gpus_max": 4}"#));
+    assert_eq!(status, 200, "{view}");
+    api.wait_for("b to leave the queue", |api| (api.job(b).job.state != JobState::Pending).then_some(()));
+    let (status, err) = api.json("PUT", "/v1/quotas/team/ads", Some(r#"{"gpus_max": 4}"#));
+    assert_eq!((status, err["error"]["code"].as_str()), (400, Some("bad_request")), "{err}");
+    let (status, err) = api.json("PUT", "/v1/quotas/project/ads", Some(r#"{"gpu_max": 4}"#));
+    assert_eq!(status, 400, "{err}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("gpu_max"), "{err}");
+
+    // Bad submissions: 4xx with the document and field path, and nothing stored.
+    let before = api.jobs("limit=10000").len();
+    let cases = [
+        ("name: x\ntenant: { project: p }\nresources: { gpus: 0 }\ncommand: [\"true\"]\n", "resources.gpus"),
+        ("name: x\ntenant: { project: p }\nresources: { gpus: 9 }\ncommand: [\"true\"]\n", "resources.gpus"),
+        (
+            "name: x\ntenant: { project: p }\npriority: urgent\nresources: { gpus: 1 }\ncommand: [\"true\"]\n",
+            "priority",
+        ),
+        (
+            "name: x\ntenant: { project: p }\nresources: { gpus: 1, gpu_model: H100 }\ncommand: [\"true\"]\n",
+            "resources.gpu_model",
+        ),
+        (
+            "name: ok\ntenant: { project: p }\nresources: { gpus: 1 }\ncommand: [\"true\"]\n---\nname: x\ntenant: { project: p }\nresources: { gpus: 1 }\nreplica: 2\ncommand: [\"true\"]\n",
+            "replica",
+        ),
+        (
+            "name: x\ntenant: { project: p }\nresources: { gpus: 1 }\nimage: pytorch/pytorch\ncommand: [python]\n",
+            "image",
+        ),
+    ];
+    for (body, path) in cases {
+        let (status, err) = api.json("POST", "/v1/jobs", Some(body));
+        assert_eq!(status, 400, "{body}: {err}");
+        assert_eq!(err["error"]["code"], "invalid_spec", "{err}");
+        let details = err["error"]["details"].as_array().unwrap();
+        assert!(details.iter().any(|d| d["path"] == path), "{body}: want {path} in {err}");
+    }
+    let (status, _) = api.request("POST", "/v1/jobs", Some(vec![0xff, 0xfe, b'\n']));
+    assert_eq!(status, 400);
+    let huge = vec![b'#'; 5 << 20];
+    let (status, body) = api.request("POST", "/v1/jobs", Some(huge));
+    let err: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, err["error"]["code"].as_str()), (413, Some("payload_too_large")));
+    assert_eq!(api.jobs("limit=10000").len(), before, "a refused submission stored nothing");
+    let (status, err) = api.json("GET", "/v1/jobs/999999", None);
+    assert_eq!((status, err["error"]["code"].as_str()), (404, Some("not_found")));
+    let (status, _) = api.json("GET", "/v1/jobs?state=sleeping", None);
+    assert_eq!(status, 400);
+}
+
+#[test]
+fn metrics_openapi_nodes_and_health() {
+    let server = InProcess::start("2x4", "");
+    let api = &server.api;
+    let id = api.submit(&trainer_job("m", "p", "medium", 4, 100, 50))[0];
+    let job = api.wait_state(id, JobState::Running).job;
+    assert_eq!(job.placement.len(), 1, "a 4-GPU replica sits on one node");
+    let (status, bytes) = api.request("GET", "/v1/nodes", None);
+    assert_eq!(status, 200);
+    let nodes: NodeList = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!((nodes.nodes.len(), nodes.gpu_source.as_str()), (2, "simulated"));
+    let busy: u32 = nodes.nodes.iter().map(|n| n.gpus_allocated).sum();
+    assert_eq!(busy, 4);
+    let (status, metrics) = api.request("GET", "/metrics", None);
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert_eq!(status, 200);
+    for needle in [
+        "fairway_jobs{tier=\"medium\",state=\"running\"} 1",
+        "fairway_job_wait_seconds_bucket{",
+        "fairway_gpus 8",
+        "fairway_preemptions_total 0",
+        "fairway_scheduling_cycle_seconds_count",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing from\n{metrics}");
+    }
+    let (status, spec) = api.request("GET", "/openapi.yaml", None);
+    assert_eq!(status, 200);
+    let spec = String::from_utf8(spec).unwrap();
+    for (method, path) in fairway_server::http::ROUTES {
+        let at = spec.find(&format!("\n  {path}:\n")).unwrap_or_else(|| panic!("{path} missing from openapi.yaml"));
+        let section = &spec[at..];
+        let end = section[1..].find("\n  /").map_or(section.len(), |e| e + 1);
+        assert!(section[..end].contains(&format!("\n    {method}:")), "{method} {path} missing from openapi.yaml");
+    }
+    let (status, health) = api.json("GET", "/healthz", None);
+    assert_eq!((status, health["gpus_total"].as_u64()), (200, Some(8)));
+    api.json("POST", &format!("/v1/jobs/{id}/cancel"), None);
+    let cancelled = api.wait_state(id, JobState::Cancelled);
+    assert_eq!(cancelled.events.last().unwrap().kind, "cancelled");
+}
+
+/// `fairway serve` as a child process, for kill -9.
+struct ServeProcess {
+    child: Child,
+    base: String,
+}
+
+fn serve(data_dir: &Path) -> ServeProcess {
+    let mut child = Command::new(FAIRWAY)
+        .args(["serve", "--gpus", "4", "--gpu-model", "A100", "--listen", "127.0.0.1:0", "--tick-ms", "100"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let base =
+        line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}")).to_owned();
+    ServeProcess { child, base }
+}
+
+#[test]
+fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut first = serve(data_dir.path());
+    let api = Api::new(first.base.clone());
+    let running: Vec<i64> =
+        (0..2).map(|i| api.submit(&trainer_job(&format!("long-{i}"), "p", "medium", 2, 150, 40))[0]).collect();
+    for &id in &running {
+        api.wait_state(id, JobState::Running);
+    }
+    let before: Vec<JobView> = running.iter().map(|&id| api.job(id).job).collect();
+
+    // Submissions in flight while the server dies: every one answered 201 must survive.
+    let base = first.base.clone();
+    let submitter = std::thread::spawn(move || {
+        let api = Api::new(base);
+        let mut acknowledged = Vec::new();
+        for i in 0.. {
+            let (status, bytes) = api.request(
+                "POST",
+                "/v1/jobs",
+                Some(trainer_job(&format!("q-{i}"), "p", "low", 1, 3, 10).into_bytes()),
+            );
+            if status != 201 {
+                break;
+            }
+            let answer: SubmitResponse = serde_json::from_slice(&bytes).unwrap();
+            acknowledged.push(answer.jobs[0].id);
+        }
+        acknowledged
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let acknowledged = submitter.join().unwrap();
+    assert!(!acknowledged.is_empty(), "some submissions were acknowledged before the kill");
+
+    let mut second = serve(data_dir.path());
+    let api = Api::new(second.base.clone());
+    for &id in &acknowledged {
+        let (status, _) = api.request("GET", &format!("/v1/jobs/{id}"), None);
+        assert_eq!(status, 200, "acknowledged job {id} lost");
+    }
+    for old in &before {
+        let now = api.job(old.id).job;
+        assert_eq!(now.state, JobState::Running, "job {} re-adopted", old.id);
+        assert_eq!(
+            (now.placement.clone(), now.started_at_ms, now.restart_count),
+            (old.placement.clone(), old.started_at_ms, 0)
+        );
+    }
+    // Nothing runs twice on one GPU while the adopted runs hold theirs.
+    let nodes: NodeList = serde_json::from_slice(&api.request("GET", "/v1/nodes", None).1).unwrap();
+    let running_now = api.jobs("state=running,preempting,stopping");
+    let mut gpus: Vec<(String, u32)> = running_now
+        .iter()
+        .flat_map(|j| j.placement.iter().flat_map(|r| r.gpus.iter().map(|g| (r.node.clone(), *g))))
+        .collect();
+    let n = gpus.len();
+    gpus.sort();
+    gpus.dedup();
+    assert_eq!(gpus.len(), n, "a GPU is assigned twice: {running_now:?}");
+    assert!(nodes.nodes[0].gpus_allocated <= 4);
+
+    for &id in running.iter().chain(&acknowledged) {
+        api.wait_state(id, JobState::Succeeded);
+    }
+    for &id in &running {
+        let log = api.log(id);
+        assert!(!log.contains("resumed from step"), "re-adopted, not restarted: {log}");
+        assert_eq!(log.matches("starting from step 0").count(), 1, "{log}");
+    }
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    kill_jobs_under(data_dir.path());
+}

@@ -1,0 +1,257 @@
+//! The HTTP API's wire types: what the server sends and the CLI reads. They are plain data
+//! with serde on both sides, documented in `docs/openapi.yaml`; changing a field's meaning
+//! is a breaking change of `/v1`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use fairway_store::JobState;
+
+/// Every error answer: `{"error": {...}}` with a stable `code`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `invalid_spec`, `not_found`, `payload_too_large`,
+    /// `queue_full`, `conflict`, `unsupported`, `internal`, …
+    pub code: String,
+    pub message: String,
+    /// One entry per problem in a submission, each naming its document and field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<FieldError>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldError {
+    /// 1-based document number in the submitted body.
+    pub document: usize,
+    /// The field path, e.g. `resources.gpus` or `spec.template.spec.containers[0].image`.
+    pub path: String,
+    pub reason: String,
+}
+
+/// The answer to a submission (201).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitResponse {
+    pub jobs: Vec<SubmittedJob>,
+    /// Priority classes the submission added (or confirmed unchanged).
+    #[serde(default)]
+    pub priority_classes: Vec<String>,
+    #[serde(default)]
+    pub warnings: Vec<FieldError>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmittedJob {
+    pub id: i64,
+    pub name: String,
+    pub project: String,
+}
+
+/// A job as `get`/`list` show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: i64,
+    pub name: String,
+    pub user: String,
+    pub project: String,
+    pub priority: i32,
+    /// The class the priority came from, if any.
+    pub priority_class: Option<String>,
+    pub state: JobState,
+    pub gpus_per_replica: u32,
+    pub replicas: u32,
+    pub gpu_model: Option<String>,
+    pub submitted_at_ms: u64,
+    pub first_started_at_ms: Option<u64>,
+    pub started_at_ms: Option<u64>,
+    pub finished_at_ms: Option<u64>,
+    /// Time from submission to the first start (or until now while it has never run).
+    pub wait_seconds: f64,
+    /// Runs after the first.
+    pub restart_count: u32,
+    pub preemptions: u32,
+    pub failures: u32,
+    /// Failed runs allowed before the job is marked failed; preemptions do not count.
+    pub retries: u32,
+    pub last_checkpoint_ms: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    /// Where it runs (running, preempting, stopping).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement: Vec<ReplicaView>,
+    /// Why it is not running (pending jobs), from the core's last cycle.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<ReasonView>,
+    /// Set while it is being preempted: for whom, and when it is killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaView {
+    pub node: String,
+    pub gpus: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreemptionView {
+    pub preemptor: i64,
+    pub deadline_ms: u64,
+}
+
+/// One machine-readable reason and its sentence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasonView {
+    /// Stable label, e.g. `over_quota`, `no_fit`, `waiting_for_preemption`.
+    pub code: String,
+    pub message: String,
+    /// Structured fields of the reason (jobs named by id, accounts by name).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub data: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+}
+
+/// A job with its full spec and event history (`describe`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobDetail {
+    pub job: JobView,
+    pub spec: serde_json::Value,
+    pub events: Vec<EventView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventView {
+    pub at_ms: u64,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventList {
+    pub events: Vec<EventView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhyView {
+    pub id: i64,
+    pub state: JobState,
+    pub reasons: Vec<ReasonView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeList {
+    pub nodes: Vec<NodeView>,
+    /// `nvml` or `simulated`.
+    pub gpu_source: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    pub gpu_model: String,
+    pub gpus_total: u32,
+    pub gpus_allocated: u32,
+    pub cpu_millis: u64,
+    pub memory_mib: u64,
+    pub schedulable: bool,
+    pub gpus: Vec<GpuView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuView {
+    pub index: u32,
+    /// The job on it, if any.
+    pub job: Option<i64>,
+    /// The preemptor it is held for while victims terminate, if any.
+    pub held_for: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorityClassList {
+    pub priority_classes: Vec<PriorityClassView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorityClassView {
+    pub name: String,
+    pub value: i32,
+    pub preemption_policy: String,
+    pub global_default: bool,
+    pub description: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaList {
+    pub quotas: Vec<QuotaView>,
+}
+
+/// An account's cap and what it holds now. Accounts without a cap are listed when they hold
+/// something.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaView {
+    /// `user` or `project`.
+    pub kind: String,
+    pub account: String,
+    pub gpus_max: Option<u32>,
+    pub cpu_millis_max: Option<u64>,
+    pub memory_mib_max: Option<u64>,
+    pub gpus_used: u32,
+    pub cpu_millis_used: u64,
+    pub memory_mib_used: u64,
+}
+
+/// `PUT /v1/quotas/{kind}/{account}` body. Absent fields are unlimited.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSpec {
+    pub gpus_max: Option<u32>,
+    pub cpu_millis_max: Option<u64>,
+    pub memory_mib_max: Option<u64>,
+}
+
+/// `POST /v1/jobs/{id}/checkpoint` body: the job saved its progress at `at_ms` (now if absent).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointReport {
+    pub at_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelResponse {
+    pub id: i64,
+    /// The state after the request: `cancelled` for a pending job, `stopping` for one that
+    /// still has to exit, unchanged for a finished one.
+    pub state: JobState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+    pub jobs_pending: u64,
+    pub jobs_running: u64,
+    pub gpus_total: u32,
+    pub gpus_allocated: u32,
+    /// `docker`, `podman`, or none.
+    pub container_runtime: Option<String>,
+    /// Configured images to keep warm and whether each is present.
+    pub images: Vec<ImageView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageView {
+    pub image: String,
+    /// `present`, `pulling`, `failed: …`, or `no container runtime`.
+    pub status: String,
+}

@@ -1,0 +1,388 @@
+//! The engine: one thread that owns the scheduling core and the store's writer. Everything
+//! that changes state goes through its command channel, so the core sees one ordered stream
+//! of events, exactly as in the simulator. The HTTP handlers never decide anything inline:
+//! they send a command and wait for the answer.
+//!
+//! One turn of the loop:
+//! 1. Wait for a command, or for the tick (run-time limits, checkpoint markers).
+//! 2. Take every command already queued (up to a batch limit).
+//! 3. Submissions of the batch: validate each, write all valid ones in one transaction,
+//!    commit (durable), then hand them to the core and answer 201.
+//! 4. Other commands in arrival order: run ends, launches, cancels, checkpoints, quotas.
+//! 5. On a tick: read checkpoint markers of running jobs.
+//! 6. If anything changed (or on a tick): run one core cycle; write its decisions in one
+//!    transaction, commit, then give them to the executor.
+//! 7. Answer the queries of the batch (after the cycle, so reasons are fresh).
+
+mod recovery;
+mod runs;
+mod submit;
+mod views;
+
+pub(crate) use runs::parse_placement;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fairway_core::{AccountId, Config, Event, JobId, Limits, NodeId, NodeSpec, Resources, Scheduler, Time};
+use fairway_exec::{ContainerRuntime, GpuLayout, GpuSource};
+use fairway_spec::{ClusterShape, Interner, ModelShape, PriorityClasses, ResolvedJob};
+use fairway_store::{JobState, Store};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
+
+use crate::api::{
+    CancelResponse, Health, NodeList, PreemptionView, PriorityClassList, QuotaList, QuotaSpec, QuotaView, ReasonView,
+    SubmitResponse,
+};
+use crate::config::ServerConfig;
+use crate::error::ApiError;
+use crate::executor::{ExecCommand, ProcessRecord, RunExit};
+use crate::metrics::Metrics;
+
+/// Commands taken per loop turn: bounds the latency of the turn and the size of a commit.
+const BATCH_MAX: usize = 512;
+
+/// Milliseconds since the Unix epoch: the core's clock in the server. The engine is the
+/// only place that reads the wall clock for scheduling.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+pub type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
+
+/// What the engine is asked to do.
+pub enum Command {
+    Submit {
+        parsed: fairway_spec::Parsed,
+        reply: Reply<SubmitResponse>,
+    },
+    Cancel {
+        id: i64,
+        reply: Reply<CancelResponse>,
+    },
+    Checkpoint {
+        id: i64,
+        at_ms: Option<u64>,
+        reply: Reply<()>,
+    },
+    SetQuota {
+        kind: String,
+        account: String,
+        quota: Option<QuotaSpec>,
+        reply: Reply<Option<QuotaView>>,
+    },
+    /// Live facts of jobs (reasons, preemption) the store does not hold.
+    Live {
+        ids: Vec<i64>,
+        reply: oneshot::Sender<BTreeMap<i64, LiveView>>,
+    },
+    Nodes {
+        reply: oneshot::Sender<NodeList>,
+    },
+    Quotas {
+        reply: oneshot::Sender<QuotaList>,
+    },
+    Classes {
+        reply: oneshot::Sender<PriorityClassList>,
+    },
+    Health {
+        reply: oneshot::Sender<Health>,
+    },
+    /// From the executor: a run's supervisors are up.
+    Launched {
+        job: i64,
+        run: u32,
+        processes: Vec<ProcessRecord>,
+    },
+    /// From the executor: a run is over.
+    RunEnded {
+        job: i64,
+        run: u32,
+        exit: RunExit,
+    },
+    Shutdown,
+}
+
+/// What only the engine knows about a job right now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveView {
+    pub reasons: Vec<ReasonView>,
+    pub preemption: Option<PreemptionView>,
+}
+
+/// A job the engine still schedules (not finished).
+pub(crate) struct ActiveJob {
+    pub resolved: ResolvedJob,
+    pub state: JobState,
+    pub submitted_at_ms: u64,
+    pub first_started_at_ms: Option<u64>,
+    /// The number of the current (or next) run, from 0: its restart count.
+    pub run: u32,
+    /// A run is launched or being launched.
+    pub in_flight: bool,
+    pub started_at_ms: Option<u64>,
+    pub failures: u32,
+    pub last_checkpoint_ms: Option<u64>,
+    /// Restored while being preempted: its exit is a preemption, not a failure.
+    pub recovered_preempting: bool,
+}
+
+/// The cluster as the server runs it: node `i` is the core's `NodeId(i)`.
+pub struct Cluster {
+    pub layout: GpuLayout,
+    pub source: GpuSource,
+    pub shape: ClusterShape,
+}
+
+impl Cluster {
+    pub fn new(layout: GpuLayout, source: GpuSource) -> Cluster {
+        let mut shape = ClusterShape::default();
+        for node in &layout.nodes {
+            let m = shape.models.entry(node.gpu_model.clone()).or_insert(ModelShape::default());
+            m.gpus_per_node_max = m.gpus_per_node_max.max(node.gpus.len() as u32);
+            m.cpu_millis_max = m.cpu_millis_max.max(node.cpu_millis);
+            m.memory_mib_max = m.memory_mib_max.max(node.memory_mib);
+        }
+        Cluster { layout, source, shape }
+    }
+
+    pub fn node_name(&self, node: NodeId) -> &str {
+        self.layout.nodes.get(node.0 as usize).map_or("?", |n| n.name.as_str())
+    }
+}
+
+pub struct Engine {
+    pub(crate) core: Scheduler,
+    pub(crate) store: Store,
+    pub(crate) interner: Interner,
+    pub(crate) classes: PriorityClasses,
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) jobs: BTreeMap<i64, ActiveJob>,
+    pub(crate) config: ServerConfig,
+    pub(crate) exec: UnboundedSender<ExecCommand>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) runtime: Option<ContainerRuntime>,
+    pub(crate) images: Arc<RwLock<Vec<crate::api::ImageView>>>,
+    /// Something changed since the last cycle.
+    dirty: bool,
+    last_tick: Instant,
+}
+
+/// Everything the engine needs to start.
+pub struct EngineParts {
+    pub config: ServerConfig,
+    pub store: Store,
+    pub cluster: Arc<Cluster>,
+    pub exec: UnboundedSender<ExecCommand>,
+    pub metrics: Arc<Metrics>,
+    pub runtime: Option<ContainerRuntime>,
+    pub images: Arc<RwLock<Vec<crate::api::ImageView>>>,
+}
+
+impl Engine {
+    /// Builds the core from the store: nodes, classes, quotas, then every unfinished job
+    /// (pending ones at their original positions, live runs re-adopted).
+    pub fn start(parts: EngineParts) -> Result<Engine, crate::ServerError> {
+        let limits = Limits { jobs_max: parts.config.file.limits.jobs_active_max, ..Limits::default() };
+        let core = Scheduler::new(Config { limits, ..Config::default() });
+        let mut engine = Engine {
+            core,
+            store: parts.store,
+            interner: Interner::new(),
+            classes: PriorityClasses::builtin(),
+            cluster: parts.cluster,
+            jobs: BTreeMap::new(),
+            config: parts.config,
+            exec: parts.exec,
+            metrics: parts.metrics,
+            runtime: parts.runtime,
+            images: parts.images,
+            dirty: true,
+            last_tick: Instant::now(),
+        };
+        engine.add_nodes()?;
+        engine.load_classes()?;
+        engine.load_quotas()?;
+        engine.recover()?;
+        Ok(engine)
+    }
+
+    fn add_nodes(&mut self) -> Result<(), crate::ServerError> {
+        let now = Time(now_ms());
+        for (i, node) in self.cluster.layout.nodes.iter().enumerate() {
+            let gpu_model = self
+                .interner
+                .gpu_model(&node.gpu_model)
+                .map_err(|e| crate::ServerError::Config(format!("GPU model {}: {e}", node.gpu_model)))?;
+            let capacity = Resources::new(node.gpus.len() as u32, node.cpu_millis, node.memory_mib);
+            let spec = NodeSpec { id: NodeId(i as u32), gpu_model, capacity };
+            self.core.apply(Event::NodeAdded(spec), now).map_err(|e| crate::ServerError::Config(e.to_string()))?;
+        }
+        let (total, _) = self.core.gpu_totals();
+        self.metrics.gpus_total.set(i64::from(total));
+        Ok(())
+    }
+
+    /// The account of a user or a project. Users and projects are separate namespaces: a
+    /// quota on project `ads` does not cap a user called `ads`.
+    pub(crate) fn account(&mut self, kind: AccountKind, name: &str) -> Result<AccountId, ApiError> {
+        account_in(&mut self.interner, kind, name)
+    }
+
+    pub(crate) fn account_name(&self, id: AccountId) -> (String, String) {
+        let full = self.interner.name_of(id).unwrap_or("?:?");
+        let (kind, name) = full.split_once(':').unwrap_or(("?", full));
+        (kind.to_owned(), name.to_owned())
+    }
+
+    /// Runs the loop until `Shutdown` or until every sender is gone.
+    pub fn run(mut self, commands: Receiver<Command>) {
+        loop {
+            let tick = Duration::from_millis(self.config.tick_ms);
+            let timeout = tick.saturating_sub(self.last_tick.elapsed());
+            let first = match commands.recv_timeout(timeout) {
+                Ok(Command::Shutdown) => return,
+                Ok(c) => Some(c),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            let mut batch: Vec<Command> = first.into_iter().collect();
+            while batch.len() < BATCH_MAX {
+                match commands.try_recv() {
+                    Ok(Command::Shutdown) => return,
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            self.turn(batch);
+        }
+    }
+
+    /// One turn of the loop (steps 3–7 of the module recipe).
+    fn turn(&mut self, batch: Vec<Command>) {
+        let now = now_ms();
+        let (submissions, rest): (Vec<Command>, Vec<Command>) =
+            batch.into_iter().partition(|c| matches!(c, Command::Submit { .. }));
+        if !submissions.is_empty() {
+            self.submit_batch(submissions, now);
+        }
+        let mut queries = Vec::new();
+        for command in rest {
+            match command {
+                Command::RunEnded { job, run, exit } => self.run_ended(job, run, exit, now),
+                Command::Launched { job, run, processes } => self.launched(job, run, &processes),
+                Command::Cancel { id, reply } => {
+                    let _ = reply.send(self.cancel(id, now));
+                }
+                Command::Checkpoint { id, at_ms, reply } => {
+                    let _ = reply.send(self.checkpoint(id, at_ms.unwrap_or(now).min(now)));
+                }
+                Command::SetQuota { kind, account, quota, reply } => {
+                    let _ = reply.send(self.set_quota(&kind, &account, quota));
+                }
+                query => queries.push(query),
+            }
+        }
+        let ticked = self.last_tick.elapsed() >= Duration::from_millis(self.config.tick_ms);
+        if ticked {
+            self.last_tick = Instant::now();
+            self.poll_checkpoint_markers();
+        }
+        if self.dirty || ticked || self.core.next_wakeup().is_some_and(|t| t.millis() <= now) {
+            self.dirty = false;
+            self.cycle(now_ms());
+            let (_, allocated) = self.core.gpu_totals();
+            self.metrics.gpus_allocated.set(i64::from(allocated));
+        }
+        for query in queries {
+            self.answer(query);
+        }
+    }
+
+    fn cycle(&mut self, now: u64) {
+        let started = Instant::now();
+        let outcome = self.core.cycle(Time(now));
+        self.metrics.cycle_seconds.observe(started.elapsed().as_secs_f64());
+        if !outcome.decisions.is_empty() {
+            self.carry_out(outcome.decisions, now);
+        }
+    }
+
+    /// Marks that the next turn must run a cycle.
+    pub(crate) fn touch(&mut self) {
+        self.dirty = true;
+    }
+
+    /// Moves a job between live states, keeping the gauges in step.
+    pub(crate) fn set_live_state(&mut self, id: i64, state: JobState) {
+        let Some(job) = self.jobs.get_mut(&id) else { return };
+        let tier = tier_label(&job.resolved);
+        self.metrics.job_state(&tier, job.state, -1);
+        job.state = state;
+        self.metrics.job_state(&tier, state, 1);
+    }
+
+    /// Forgets a finished job.
+    pub(crate) fn finish(&mut self, id: i64) {
+        if let Some(job) = self.jobs.remove(&id) {
+            self.metrics.job_state(&tier_label(&job.resolved), job.state, -1);
+        }
+    }
+
+    // ---- paths -----------------------------------------------------------------------
+
+    pub(crate) fn job_dir(&self, id: i64) -> PathBuf {
+        job_dir(&self.config.data_dir, id)
+    }
+}
+
+/// Where a job keeps its checkpoint directory, logs and run directories.
+pub fn job_dir(data_dir: &Path, id: i64) -> PathBuf {
+    data_dir.join("jobs").join(id.to_string())
+}
+
+/// A replica's log file.
+pub fn log_path(data_dir: &Path, id: i64, replica: u32) -> PathBuf {
+    job_dir(data_dir, id).join("logs").join(format!("replica-{replica}.log"))
+}
+
+pub(crate) fn account_in(interner: &mut Interner, kind: AccountKind, name: &str) -> Result<AccountId, ApiError> {
+    interner
+        .account(&format!("{}:{name}", kind.as_str()))
+        .map_err(|e| ApiError::internal(format!("account {name}: {e}")))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccountKind {
+    User,
+    Project,
+}
+
+impl AccountKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccountKind::User => "user",
+            AccountKind::Project => "project",
+        }
+    }
+    pub fn parse(s: &str) -> Option<AccountKind> {
+        match s {
+            "user" => Some(AccountKind::User),
+            "project" => Some(AccountKind::Project),
+            _ => None,
+        }
+    }
+}
+
+/// The metrics label of a job's tier: its class name, or `custom` for a bare value.
+pub(crate) fn tier_label(job: &ResolvedJob) -> String {
+    job.priority_class.clone().unwrap_or_else(|| "custom".into())
+}
+
+pub(crate) fn core_id(id: i64) -> JobId {
+    JobId(id as u64)
+}

@@ -1,0 +1,552 @@
+//! Runs: carrying out the core's decisions, and judging how runs end.
+//!
+//! The store is written before the executor acts (a run is `running` in the store before its
+//! process exists), so after a crash the store never forgets a process that might exist;
+//! recovery then finds it by its run directory.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use fairway_core::{Decision, Event, ExitOutcome, JobStatus, Placement, StopCause, Time};
+use fairway_exec::{ContainerRun, LaunchSpec, PreemptNotice};
+use fairway_store::{JobState, NewEvent, RunEnd, RunRow, Tx};
+
+use super::{AccountKind, Engine, core_id, now_ms, tier_label};
+use crate::api::{CancelResponse, QuotaSpec, QuotaView};
+use crate::error::ApiError;
+use crate::executor::{ExecCommand, ProcessRecord, RunExit};
+
+/// One store write of a cycle's decisions.
+enum Write {
+    Running(i64, RunRow, NewEvent),
+    State(i64, JobState, NewEvent),
+    Event(NewEvent),
+}
+
+/// How the engine judges a finished run.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Succeeded,
+    /// Failed; `retry` when the job's retry budget allows another run.
+    Failed {
+        retry: bool,
+        why: String,
+    },
+    /// Preempted: back to the queue; never counts against retries.
+    Preempted {
+        why: String,
+    },
+    Cancelled,
+    RuntimeLimit,
+    /// The run never started because the server died first: run it again, nothing counts.
+    NotStarted,
+}
+
+impl Engine {
+    /// Step 6: write every decision in one transaction, commit, then tell the executor.
+    pub(crate) fn carry_out(&mut self, decisions: Vec<Decision>, now: u64) {
+        let mut commands = Vec::new();
+        let mut writes = Vec::new();
+        for decision in decisions {
+            match decision {
+                Decision::Start { job, placement } => {
+                    let id = job.0 as i64;
+                    let (row, command, event) = self.start_run(id, &placement, now);
+                    writes.push(Write::Running(id, row, event));
+                    commands.push(command);
+                }
+                Decision::Preempt { victim, preemptor, deadline } => {
+                    let (victim, preemptor) = (victim.0 as i64, preemptor.0 as i64);
+                    let (event, command) = self.preempt(victim, preemptor, deadline, now);
+                    writes.push(Write::State(victim, JobState::Preempting, event));
+                    writes.push(Write::Event(NewEvent {
+                        job_id: preemptor,
+                        at_ms: now,
+                        kind: "preempting".into(),
+                        reason: Some("waiting_for_preemption".into()),
+                        message: format!("job {victim} asked to stop; its GPUs are held for this job"),
+                    }));
+                    commands.extend(command);
+                    self.set_live_state(victim, JobState::Preempting);
+                    self.metrics.preemptions.inc();
+                }
+                Decision::Stop { job, cause } => {
+                    let id = job.0 as i64;
+                    let (event, command) = self.stop(id, cause, now);
+                    writes.push(Write::State(id, JobState::Stopping, event));
+                    commands.extend(command);
+                    self.set_live_state(id, JobState::Stopping);
+                }
+                Decision::Requeued { job, cause } => {
+                    // Nodes are never removed in standalone mode; kept total for safety.
+                    tracing::warn!(job = job.0, ?cause, "requeued by the core");
+                }
+            }
+        }
+        let written = self.write(|tx| {
+            for write in &writes {
+                match write {
+                    Write::Running(id, row, event) => tx.set_running(*id, row, event)?,
+                    Write::State(id, state, event) => tx.set_state(*id, *state, event)?,
+                    Write::Event(event) => tx.event(event)?,
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            // The core already moved on. Processes are still started: refusing to run because
+            // the event log is unwritable would strand GPUs.
+            tracing::error!("cannot record decisions: {e}");
+        }
+        for command in commands {
+            let _ = self.exec.send(command);
+        }
+    }
+
+    /// Prepares a run: its store row, the executor's launch, and the `started` event.
+    fn start_run(&mut self, id: i64, placement: &Placement, now: u64) -> (RunRow, ExecCommand, NewEvent) {
+        let job = self.jobs.get_mut(&id).expect("the core starts only known jobs");
+        job.in_flight = true;
+        job.started_at_ms = Some(now);
+        let first = job.first_started_at_ms.is_none();
+        if first {
+            job.first_started_at_ms = Some(now);
+            let wait = now.saturating_sub(job.submitted_at_ms) as f64 / 1000.0;
+            self.metrics.wait_seconds(&tier_label(&job.resolved), wait);
+        }
+        let wait_s = now.saturating_sub(job.submitted_at_ms) as f64 / 1000.0;
+        let run = job.run;
+        let grace_ms = job.resolved.doc.preemption_grace_seconds * 1000;
+        let run_dir = self.job_dir(id).join("runs").join(run.to_string());
+        let replicas = self.launch_specs(id, placement, &run_dir);
+        let placement_text = self.placement_text(placement);
+        let message = if first {
+            format!("started on {placement_text} after waiting {wait_s:.1}s")
+        } else {
+            format!("run {} started on {placement_text} (restart {run})", run + 1)
+        };
+        let row = RunRow {
+            started_at_ms: now,
+            placement_json: placement_json(placement),
+            run_dir: run_dir.display().to_string(),
+        };
+        self.set_live_state(id, JobState::Running);
+        self.metrics.starts.inc();
+        let event = NewEvent { job_id: id, at_ms: now, kind: "started".into(), reason: None, message };
+        (row, ExecCommand::Start { job: id, run, replicas, grace_ms }, event)
+    }
+
+    /// One launch per replica: argv (through a container runtime for image jobs), the
+    /// environment the job is promised, its logs and run directory.
+    fn launch_specs(&self, id: i64, placement: &Placement, run_dir: &std::path::Path) -> Vec<LaunchSpec> {
+        let job = &self.jobs[&id];
+        let doc = &job.resolved.doc;
+        let checkpoint_dir = self.job_dir(id).join("checkpoint");
+        let notice = self.job_dir(id).join("preempt-notice.json");
+        let _ = std::fs::create_dir_all(&checkpoint_dir);
+        // A notice from an earlier preemption must not be read as a new one.
+        let _ = std::fs::remove_file(&notice);
+        let limits = &self.config.file.limits;
+        let replicas = placement.replicas.len();
+        placement
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(i, replica)| {
+                let devices: Vec<String> = replica.gpu_indices.iter().map(|g| g.to_string()).collect();
+                let mut env = doc.env.clone();
+                env.insert("CUDA_VISIBLE_DEVICES".into(), devices.join(","));
+                env.insert("NVIDIA_VISIBLE_DEVICES".into(), devices.join(","));
+                env.insert("FAIRWAY_JOB_ID".into(), id.to_string());
+                env.insert("FAIRWAY_JOB_NAME".into(), doc.name.clone());
+                env.insert("FAIRWAY_RESTART_COUNT".into(), job.run.to_string());
+                env.insert("FAIRWAY_CHECKPOINT_DIR".into(), checkpoint_dir.display().to_string());
+                env.insert("FAIRWAY_PREEMPT_NOTICE_FILE".into(), notice.display().to_string());
+                env.insert("FAIRWAY_REPLICA_INDEX".into(), i.to_string());
+                env.insert("FAIRWAY_REPLICAS".into(), replicas.to_string());
+                env.insert("FAIRWAY_NODE".into(), self.cluster.node_name(replica.node).to_owned());
+                let argv = self.argv(id, doc, replica.gpu_indices.iter().map(|&g| u32::from(g)).collect(), &env);
+                LaunchSpec {
+                    job_id: id as u64,
+                    run_dir: run_dir.join(format!("replica-{i}")),
+                    log_path: super::log_path(&self.config.data_dir, id, i as u32),
+                    log_bytes_max: limits.log_bytes_max,
+                    log_files_max: limits.log_files_max,
+                    argv,
+                    cwd: doc.working_dir.as_ref().map(PathBuf::from),
+                    env,
+                    shim_exe: self.config.shim_exe.clone(),
+                }
+            })
+            .collect()
+    }
+
+    fn argv(&self, id: i64, doc: &fairway_spec::JobDoc, gpus: Vec<u32>, env: &BTreeMap<String, String>) -> Vec<String> {
+        let command = if doc.shell {
+            vec!["/bin/sh".into(), "-c".into(), doc.command.first().cloned().unwrap_or_default()]
+        } else {
+            doc.command.clone()
+        };
+        match (&doc.image, &self.runtime) {
+            (Some(image), Some(runtime)) => {
+                let run = ContainerRun {
+                    name: fairway_exec::container_name(id as u64),
+                    image: image.clone(),
+                    gpu_indices: gpus,
+                    real_gpus: self.cluster.source == fairway_exec::GpuSource::Nvml,
+                    checkpoint_dir: Some(self.job_dir(id).join("checkpoint")),
+                    container_checkpoint_dir: fairway_exec::CONTAINER_CHECKPOINT_DIR.into(),
+                    env: env.clone(),
+                    argv: command,
+                    workdir: doc.working_dir.clone(),
+                };
+                fairway_exec::container_argv(runtime, &run)
+            }
+            // No runtime: validation let it through only with image_optional.
+            _ => command,
+        }
+    }
+
+    fn preempt(&mut self, victim: i64, preemptor: i64, deadline: Time, now: u64) -> (NewEvent, Option<ExecCommand>) {
+        let preemptor_tier = self.jobs.get(&preemptor).map(|j| tier_label(&j.resolved)).unwrap_or_default();
+        let job = self.jobs.get(&victim).expect("the core preempts only known jobs");
+        let grace_s = deadline.millis().saturating_sub(now) / 1000;
+        let reason = format!("preempted by job {preemptor} (priority {preemptor_tier})");
+        let event = NewEvent {
+            job_id: victim,
+            at_ms: now,
+            kind: "preempting".into(),
+            reason: Some("preempted".into()),
+            message: format!("{reason}: notice written, SIGTERM now, SIGKILL after {grace_s}s if still running"),
+        };
+        let notice = PreemptNotice {
+            deadline_unix_ms: deadline.millis(),
+            preemptor_job_id: Some(preemptor as u64),
+            grace_seconds: grace_s,
+            reason,
+        };
+        let path = self.job_dir(victim).join("preempt-notice.json");
+        let command = job.in_flight.then(|| ExecCommand::Terminate {
+            job: victim,
+            run: job.run,
+            notice: Some((path, notice)),
+            kill_at_unix_ms: deadline.millis(),
+        });
+        (event, command)
+    }
+
+    fn stop(&mut self, id: i64, cause: StopCause, now: u64) -> (NewEvent, Option<ExecCommand>) {
+        let job = self.jobs.get(&id).expect("the core stops only known jobs");
+        let grace_ms = job.resolved.doc.preemption_grace_seconds * 1000;
+        let (reason, message) = match cause {
+            StopCause::Cancelled => ("cancelled", "cancelled: SIGTERM now".to_string()),
+            StopCause::RuntimeLimit => (
+                "runtime_limit",
+                format!(
+                    "run-time limit of {}s reached: SIGTERM now",
+                    job.resolved.doc.max_runtime_seconds.unwrap_or_default()
+                ),
+            ),
+        };
+        let event = NewEvent { job_id: id, at_ms: now, kind: "stopping".into(), reason: Some(reason.into()), message };
+        let command = job.in_flight.then(|| ExecCommand::Terminate {
+            job: id,
+            run: job.run,
+            notice: None,
+            kill_at_unix_ms: now + grace_ms,
+        });
+        (event, command)
+    }
+
+    /// The executor launched a run: remember its processes for re-adoption.
+    pub(crate) fn launched(&mut self, id: i64, run: u32, processes: &[ProcessRecord]) {
+        if !self.jobs.get(&id).is_some_and(|j| j.run == run && j.in_flight) {
+            return;
+        }
+        let json = serde_json::to_string(processes).expect("plain data");
+        if let Err(e) = self.write(|tx| tx.set_processes(id, &json)) {
+            tracing::error!(id, "cannot record the processes of a run: {e}");
+        }
+    }
+
+    /// A run ended: judge it, tell the core, record it.
+    pub(crate) fn run_ended(&mut self, id: i64, run: u32, exit: RunExit, now: u64) {
+        let Some(job) = self.jobs.get(&id).filter(|j| j.run == run && j.in_flight) else { return };
+        let verdict = self.judge(id, &exit);
+        let outcome = match &verdict {
+            Verdict::Succeeded => ExitOutcome::Succeeded,
+            Verdict::Failed { retry: true, .. } | Verdict::Preempted { .. } | Verdict::NotStarted => {
+                ExitOutcome::Requeue
+            }
+            Verdict::Failed { retry: false, .. } | Verdict::Cancelled | Verdict::RuntimeLimit => ExitOutcome::Failed,
+        };
+        let runtime_ms = job.started_at_ms.map_or(0, |s| now.saturating_sub(s));
+        if let Err(e) = self.core.apply(Event::Exited { job: core_id(id), outcome }, Time(now)) {
+            tracing::error!(id, "core refused an exit: {e}");
+            return;
+        }
+        // A job cancelled during its preemption is gone from the core although requeued.
+        let requeued = matches!(self.core.job_status(core_id(id)), Some(JobStatus::Pending { .. }));
+        let (state, kind, reason, message) = describe_end(&verdict, &exit, requeued);
+        let end = RunEnd {
+            state,
+            runtime_ms,
+            will_restart: requeued && verdict != Verdict::NotStarted,
+            preempted: matches!(verdict, Verdict::Preempted { .. }),
+            failed: matches!(verdict, Verdict::Failed { .. }),
+            exit_code: exit_code(&exit),
+            exit_signal: exit_signal(&exit),
+        };
+        let event = NewEvent { job_id: id, at_ms: now, kind: kind.into(), reason: reason.map(Into::into), message };
+        if let Err(e) = self.write(|tx| tx.end_run(id, &end, &event)) {
+            tracing::error!(id, "cannot record the end of a run: {e}");
+        }
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.in_flight = false;
+        job.recovered_preempting = false;
+        job.started_at_ms = None;
+        if end.failed {
+            job.failures += 1;
+        }
+        if end.will_restart {
+            job.run += 1;
+        }
+        if requeued {
+            self.set_live_state(id, JobState::Pending);
+        } else {
+            self.metrics.finished(&tier_label(&self.jobs[&id].resolved), state);
+            self.finish(id);
+        }
+        self.touch();
+    }
+
+    fn judge(&self, id: i64, exit: &RunExit) -> Verdict {
+        let job = &self.jobs[&id];
+        let success = matches!(exit, RunExit::Exited(r) if r.success());
+        if *exit == RunExit::NotStarted {
+            return Verdict::NotStarted;
+        }
+        match self.core.job_status(core_id(id)) {
+            Some(JobStatus::Preempting { .. }) if !success => Verdict::Preempted { why: exit_text(exit) },
+            Some(JobStatus::Stopping { cause: StopCause::Cancelled, .. }) if !success => Verdict::Cancelled,
+            Some(JobStatus::Stopping { cause: StopCause::RuntimeLimit, .. }) if !success => Verdict::RuntimeLimit,
+            Some(JobStatus::Running { .. }) if !success && job.recovered_preempting => {
+                Verdict::Preempted { why: exit_text(exit) }
+            }
+            _ if success => Verdict::Succeeded,
+            _ => Verdict::Failed { retry: job.failures < job.resolved.doc.retries, why: exit_text(exit) },
+        }
+    }
+
+    /// Cancels a job: a pending one at once, a running one through a `Stop` decision.
+    pub(crate) fn cancel(&mut self, id: i64, now: u64) -> Result<CancelResponse, ApiError> {
+        let Some(job) = self.jobs.get(&id) else {
+            let row = self.store.job(id).map_err(ApiError::store)?.ok_or_else(|| ApiError::not_found(id))?;
+            return Ok(CancelResponse { id, state: row.state });
+        };
+        let was_pending = !job.in_flight;
+        self.core.apply(Event::Cancel(core_id(id)), Time(now)).map_err(|e| ApiError::internal(e.to_string()))?;
+        if was_pending {
+            let event = NewEvent {
+                job_id: id,
+                at_ms: now,
+                kind: "cancelled".into(),
+                reason: Some("cancelled".into()),
+                message: "cancelled while pending".into(),
+            };
+            self.write(|tx| tx.set_state(id, JobState::Cancelled, &event)).map_err(ApiError::store)?;
+            self.metrics.finished(&tier_label(&self.jobs[&id].resolved), JobState::Cancelled);
+            self.finish(id);
+            self.touch();
+            return Ok(CancelResponse { id, state: JobState::Cancelled });
+        }
+        self.touch();
+        Ok(CancelResponse { id, state: JobState::Stopping })
+    }
+
+    pub(crate) fn checkpoint(&mut self, id: i64, at_ms: u64) -> Result<(), ApiError> {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return match self.store.job(id).map_err(ApiError::store)? {
+                Some(_) => Err(ApiError::conflict(format!("job {id} is finished"))),
+                None => Err(ApiError::not_found(id)),
+            };
+        };
+        if job.last_checkpoint_ms.is_some_and(|t| t >= at_ms) {
+            return Ok(());
+        }
+        job.last_checkpoint_ms = Some(at_ms);
+        self.core
+            .apply(Event::CheckpointReported { job: core_id(id), at: Time(at_ms) }, Time(now_ms()))
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        self.write(|tx| tx.set_checkpoint(id, at_ms)).map_err(ApiError::store)
+    }
+
+    /// Step 5: jobs report checkpoints by touching a marker in their checkpoint directory.
+    pub(crate) fn poll_checkpoint_markers(&mut self) {
+        let running: Vec<(i64, Option<u64>)> =
+            self.jobs.iter().filter(|(_, j)| j.in_flight).map(|(id, j)| (*id, j.last_checkpoint_ms)).collect();
+        for (id, last) in running {
+            let dir = self.job_dir(id).join("checkpoint");
+            if let Some(at) = fairway_exec::checkpoint_marker_time(&dir)
+                && last.is_none_or(|l| at > l)
+                && let Err(e) = self.checkpoint(id, at.min(now_ms()))
+            {
+                tracing::warn!(id, "checkpoint marker: {e}");
+            }
+        }
+    }
+
+    pub(crate) fn set_quota(
+        &mut self,
+        kind: &str,
+        account: &str,
+        quota: Option<QuotaSpec>,
+    ) -> Result<Option<QuotaView>, ApiError> {
+        let kind = super::AccountKind::parse(kind)
+            .ok_or_else(|| ApiError::bad_request(format!("kind: {kind:?} is not user or project")))?;
+        if account.is_empty() || account.len() > 253 || account.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ApiError::bad_request(format!("account: {account:?} is not a valid name")));
+        }
+        let id = self.account(kind, account)?;
+        let row = quota.as_ref().map(|q| fairway_store::QuotaRow {
+            account_kind: kind.as_str().into(),
+            account: account.into(),
+            gpus_max: q.gpus_max,
+            cpu_millis_max: q.cpu_millis_max,
+            memory_mib_max: q.memory_mib_max,
+        });
+        self.write(|tx| match &row {
+            Some(row) => tx.set_quota(row),
+            None => tx.delete_quota(kind.as_str(), account).map(|_| ()),
+        })
+        .map_err(ApiError::store)?;
+        let core_quota = quota.as_ref().map(|q| fairway_core::Quota {
+            gpus_max: q.gpus_max,
+            cpu_millis_max: q.cpu_millis_max,
+            memory_mib_max: q.memory_mib_max,
+        });
+        self.core
+            .apply(Event::SetQuota { account: id, quota: core_quota }, Time(now_ms()))
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        self.touch();
+        Ok(row.map(|_| self.quota_view(kind, account, id)))
+    }
+
+    pub(crate) fn quota_view(&self, kind: AccountKind, account: &str, id: fairway_core::AccountId) -> QuotaView {
+        let (used, quota) = self.core.account_usage(id);
+        QuotaView {
+            kind: kind.as_str().into(),
+            account: account.into(),
+            gpus_max: quota.and_then(|q| q.gpus_max),
+            cpu_millis_max: quota.and_then(|q| q.cpu_millis_max),
+            memory_mib_max: quota.and_then(|q| q.memory_mib_max),
+            gpus_used: used.gpus,
+            cpu_millis_used: used.cpu_millis,
+            memory_mib_used: used.memory_mib,
+        }
+    }
+
+    /// Runs `f` in one committed transaction.
+    pub(crate) fn write<T>(
+        &mut self,
+        f: impl FnOnce(&mut Tx<'_>) -> fairway_store::Result<T>,
+    ) -> fairway_store::Result<T> {
+        let mut tx = self.store.transaction()?;
+        let out = f(&mut tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    pub(crate) fn placement_text(&self, placement: &Placement) -> String {
+        placement
+            .replicas
+            .iter()
+            .map(|r| {
+                let gpus: Vec<String> = r.gpu_indices.iter().map(|g| g.to_string()).collect();
+                format!("{} GPUs {}", self.cluster.node_name(r.node), gpus.join(","))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// `[[node, [gpu, …]], …]`: compact and independent of core types.
+pub(crate) fn placement_json(placement: &Placement) -> String {
+    let replicas: Vec<(u32, Vec<u8>)> = placement.replicas.iter().map(|r| (r.node.0, r.gpu_indices.clone())).collect();
+    serde_json::to_string(&replicas).expect("plain data")
+}
+
+pub(crate) fn parse_placement(json: &str) -> Option<Placement> {
+    let replicas: Vec<(u32, Vec<u8>)> = serde_json::from_str(json).ok()?;
+    Some(Placement {
+        replicas: replicas
+            .into_iter()
+            .map(|(node, gpu_indices)| fairway_core::ReplicaPlacement { node: fairway_core::NodeId(node), gpu_indices })
+            .collect(),
+    })
+}
+
+fn describe_end(
+    verdict: &Verdict,
+    exit: &RunExit,
+    requeued: bool,
+) -> (JobState, &'static str, Option<&'static str>, String) {
+    match verdict {
+        Verdict::Succeeded => (JobState::Succeeded, "succeeded", None, "exited with code 0".into()),
+        Verdict::Preempted { why } if requeued => (
+            JobState::Pending,
+            "requeued",
+            Some("preempted"),
+            format!("preempted ({why}); back in the queue at its original position"),
+        ),
+        Verdict::Preempted { .. } | Verdict::Cancelled => {
+            (JobState::Cancelled, "cancelled", Some("cancelled"), format!("cancelled ({})", exit_text(exit)))
+        }
+        Verdict::RuntimeLimit => (
+            JobState::Failed,
+            "failed",
+            Some("runtime_limit"),
+            format!("stopped at its run-time limit ({})", exit_text(exit)),
+        ),
+        Verdict::Failed { retry: true, why } => {
+            (JobState::Pending, "retrying", Some("failed"), format!("failed ({why}); will run again"))
+        }
+        Verdict::Failed { retry: false, why } => {
+            (JobState::Failed, "failed", Some("failed"), format!("failed ({why})"))
+        }
+        Verdict::NotStarted => (
+            JobState::Pending,
+            "requeued",
+            Some("not_started"),
+            "the server stopped before the run started; back in the queue".into(),
+        ),
+    }
+}
+
+fn exit_text(exit: &RunExit) -> String {
+    match exit {
+        RunExit::Exited(r) => match (&r.spawn_error, r.code, r.signal) {
+            (Some(e), _, _) => format!("could not start: {e}"),
+            (None, Some(code), _) => format!("exit code {code}"),
+            (None, None, Some(sig)) => format!("killed by signal {sig}"),
+            (None, None, None) => "exited".into(),
+        },
+        RunExit::Lost => "its process disappeared without an exit status".into(),
+        RunExit::LaunchFailed(e) => format!("could not launch: {e}"),
+        RunExit::NotStarted => "never started".into(),
+    }
+}
+
+fn exit_code(exit: &RunExit) -> Option<i32> {
+    match exit {
+        RunExit::Exited(r) => r.code,
+        _ => None,
+    }
+}
+
+fn exit_signal(exit: &RunExit) -> Option<i32> {
+    match exit {
+        RunExit::Exited(r) => r.signal,
+        _ => None,
+    }
+}

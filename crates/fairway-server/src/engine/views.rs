@@ -1,0 +1,199 @@
+//! Answers to queries, built from the core's state and its machine-readable reasons, with
+//! ids turned back into names.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fairway_core::{JobStatus, PendingReason};
+use fairway_store::JobState;
+use serde_json::json;
+
+use super::{AccountKind, Command, Engine, LiveView, core_id};
+use crate::api::{
+    GpuView, Health, NodeList, NodeView, PreemptionView, PriorityClassList, PriorityClassView, QuotaList, ReasonView,
+};
+
+impl Engine {
+    /// Step 7 of the loop.
+    pub(crate) fn answer(&mut self, query: Command) {
+        match query {
+            Command::Live { ids, reply } => {
+                let views = ids.into_iter().filter_map(|id| self.live_view(id).map(|v| (id, v))).collect();
+                let _ = reply.send(views);
+            }
+            Command::Nodes { reply } => {
+                let _ = reply.send(self.nodes_view());
+            }
+            Command::Quotas { reply } => {
+                let _ = reply.send(self.quotas_view());
+            }
+            Command::Classes { reply } => {
+                let _ = reply.send(self.classes_view());
+            }
+            Command::Health { reply } => {
+                let _ = reply.send(self.health());
+            }
+            _ => unreachable!("only queries are deferred"),
+        }
+    }
+
+    pub(crate) fn live_view(&self, id: i64) -> Option<LiveView> {
+        match self.core.job_status(core_id(id))? {
+            JobStatus::Pending { reasons, .. } => {
+                Some(LiveView { reasons: reasons.iter().map(|r| self.reason_view(r)).collect(), preemption: None })
+            }
+            JobStatus::Preempting { preemptor, deadline, .. } => Some(LiveView {
+                reasons: Vec::new(),
+                preemption: Some(PreemptionView { preemptor: preemptor.0 as i64, deadline_ms: deadline.millis() }),
+            }),
+            _ => Some(LiveView::default()),
+        }
+    }
+
+    /// A reason with names instead of the core's ids.
+    pub(crate) fn reason_view(&self, reason: &PendingReason) -> ReasonView {
+        let model = |m: Option<fairway_core::GpuModel>| m.and_then(|m| self.interner.name_of(m)).map(str::to_owned);
+        let (message, data) = match reason {
+            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+                let (kind, name) = self.account_name(*account);
+                (
+                    format!(
+                        "over quota: {kind} {name} uses {used} of its {limit} {}; the job asks {requested}",
+                        resource.name()
+                    ),
+                    json!({"account_kind": kind, "account": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
+                )
+            }
+            PendingReason::NeverFits { gpus_per_replica, gpu_model } => (
+                format!(
+                    "no node{} can ever hold a replica of {gpus_per_replica} GPUs",
+                    model(*gpu_model).map(|m| format!(" of {m}")).unwrap_or_default()
+                ),
+                json!({"gpus_per_replica": gpus_per_replica, "gpu_model": model(*gpu_model)}),
+            ),
+            PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => (
+                format!(
+                    "no room: needs {replicas}x{gpus_per_replica} GPUs{}; the most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",
+                    model(*gpu_model).map(|m| format!(" of {m}")).unwrap_or_default()
+                ),
+                json!({"gpus_per_replica": gpus_per_replica, "replicas": replicas, "gpu_model": model(*gpu_model), "gpus_free_max": gpus_free_max, "nodes_matching": nodes_matching}),
+            ),
+            PendingReason::WaitingForPreemption { victims } => {
+                let ids: Vec<i64> = victims.iter().map(|v| v.0 as i64).collect();
+                let list: Vec<String> = ids.iter().map(|v| format!("job {v}")).collect();
+                (
+                    format!("waiting for preemption of {}; their GPUs are held for this job", list.join(", ")),
+                    json!({"victims": ids}),
+                )
+            }
+            PendingReason::BlockedBehind { job, priority } => (
+                format!("blocked behind job {} (priority {priority}), which is waiting for GPUs", job.0),
+                json!({"job": job.0, "priority": priority}),
+            ),
+            other => (other.to_string(), json!({})),
+        };
+        let data = match data {
+            serde_json::Value::Object(map) => map.into_iter().collect(),
+            _ => BTreeMap::new(),
+        };
+        ReasonView { code: reason.label().into(), message, data }
+    }
+
+    fn nodes_view(&self) -> NodeList {
+        let mut nodes: Vec<NodeView> = self
+            .cluster
+            .layout
+            .nodes
+            .iter()
+            .map(|n| NodeView {
+                name: n.name.clone(),
+                gpu_model: n.gpu_model.clone(),
+                gpus_total: n.gpus.len() as u32,
+                gpus_allocated: 0,
+                cpu_millis: n.cpu_millis,
+                memory_mib: n.memory_mib,
+                schedulable: true,
+                gpus: n.gpus.iter().map(|g| GpuView { index: g.index, job: None, held_for: None }).collect(),
+            })
+            .collect();
+        for (&id, job) in &self.jobs {
+            let (placement, held) = match self.core.job_status(core_id(id)) {
+                Some(
+                    JobStatus::Running { placement, .. }
+                    | JobStatus::Preempting { placement, .. }
+                    | JobStatus::Stopping { placement, .. },
+                ) => (placement, false),
+                Some(JobStatus::Pending { reserved: Some(placement), .. }) => (placement, true),
+                _ => continue,
+            };
+            let _ = job;
+            for replica in &placement.replicas {
+                let Some(node) = nodes.get_mut(replica.node.0 as usize) else { continue };
+                for &g in &replica.gpu_indices {
+                    let Some(gpu) = node.gpus.get_mut(g as usize) else { continue };
+                    if held {
+                        gpu.held_for = Some(id);
+                    } else {
+                        gpu.job = Some(id);
+                    }
+                }
+            }
+        }
+        for node in &mut nodes {
+            node.gpus_allocated = node.gpus.iter().filter(|g| g.job.is_some()).count() as u32;
+        }
+        let source = match self.cluster.source {
+            fairway_exec::GpuSource::Nvml => "nvml",
+            fairway_exec::GpuSource::Simulated => "simulated",
+        };
+        NodeList { nodes, gpu_source: source.into() }
+    }
+
+    fn quotas_view(&mut self) -> QuotaList {
+        let mut accounts: BTreeSet<(String, String)> = BTreeSet::new();
+        if let Ok(rows) = self.store.quotas() {
+            accounts.extend(rows.into_iter().map(|r| (r.account_kind, r.account)));
+        }
+        for job in self.jobs.values().filter(|j| j.in_flight) {
+            accounts.insert(("project".into(), job.resolved.doc.project.clone()));
+            accounts.insert(("user".into(), job.resolved.doc.user.clone()));
+        }
+        let mut quotas = Vec::new();
+        for (kind, name) in accounts {
+            let Some(k) = AccountKind::parse(&kind) else { continue };
+            let Ok(id) = self.account(k, &name) else { continue };
+            quotas.push(self.quota_view(k, &name, id));
+        }
+        QuotaList { quotas }
+    }
+
+    fn classes_view(&self) -> PriorityClassList {
+        PriorityClassList {
+            priority_classes: self
+                .classes
+                .iter()
+                .map(|c| PriorityClassView {
+                    name: c.name.clone(),
+                    value: c.value,
+                    preemption_policy: format!("{:?}", c.preemption_policy),
+                    global_default: c.global_default,
+                    description: Some(c.description.clone()).filter(|d| !d.is_empty()),
+                })
+                .collect(),
+        }
+    }
+
+    fn health(&self) -> Health {
+        let (total, allocated) = self.core.gpu_totals();
+        let pending = self.jobs.values().filter(|j| j.state == JobState::Pending).count() as u64;
+        Health {
+            status: "ok".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            jobs_pending: pending,
+            jobs_running: self.jobs.len() as u64 - pending,
+            gpus_total: total,
+            gpus_allocated: allocated,
+            container_runtime: self.runtime.as_ref().map(|r| r.kind.program().to_owned()),
+            images: self.images.read().map(|i| i.clone()).unwrap_or_default(),
+        }
+    }
+}

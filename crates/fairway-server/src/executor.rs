@@ -1,0 +1,242 @@
+//! Carries out the engine's decisions on real processes: launch a run's replicas (each under
+//! its shim), watch them, signal them, and report back how the run ended. It decides nothing:
+//! what runs where, and what an exit means, is the engine's business.
+//!
+//! A run ends when all its replicas have exited. When one replica of a gang fails, the others
+//! are stopped (SIGTERM, then SIGKILL after the job's grace period): a gang lives and dies whole.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use fairway_exec::{ExitRecord, LaunchSpec, PreemptNotice, Signal};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::engine::Command;
+
+/// How often adopted processes (not our children) are checked for liveness.
+const ADOPTED_POLL: Duration = Duration::from_millis(100);
+
+/// One replica's supervisor, as stored for re-adoption after a restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub run_dir: PathBuf,
+}
+
+/// What the engine asks for.
+#[derive(Debug)]
+pub enum ExecCommand {
+    /// Launch every replica of a run.
+    Start { job: i64, run: u32, replicas: Vec<LaunchSpec>, grace_ms: u64 },
+    /// Watch a run started by an earlier server process.
+    Adopt { job: i64, run: u32, replicas: Vec<ProcessRecord>, grace_ms: u64 },
+    /// SIGTERM now (after writing the notice, if any), SIGKILL at `kill_at_unix_ms`.
+    Terminate { job: i64, run: u32, notice: Option<(PathBuf, PreemptNotice)>, kill_at_unix_ms: u64 },
+}
+
+/// How a run ended, for the engine to judge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunExit {
+    /// Every replica exited; the first that did not succeed, or the last one.
+    Exited(ExitRecord),
+    /// A replica's supervisor vanished without recording an exit (SIGKILL, reboot).
+    Lost,
+    /// The run never started: its supervisors could not be launched.
+    LaunchFailed(String),
+    /// Found at recovery: the server stopped after recording the run and before launching it.
+    NotStarted,
+}
+
+/// Internal: what replica watchers tell the executor loop.
+enum Watch {
+    ReplicaExited { job: i64, run: u32, replica: usize, record: Option<ExitRecord> },
+    KillNow { job: i64, run: u32 },
+}
+
+struct Run {
+    run: u32,
+    replicas: Vec<ReplicaState>,
+    grace_ms: u64,
+    /// Set once the run was told to stop (by the engine or because a gang member failed).
+    terminating: bool,
+    /// The first replica outcome that was not a success.
+    first_failure: Option<RunExit>,
+    last_record: Option<ExitRecord>,
+}
+
+struct ReplicaState {
+    pgid: u32,
+    done: bool,
+}
+
+pub struct Executor {
+    runs: BTreeMap<i64, Run>,
+    engine: Sender<Command>,
+    watch_tx: UnboundedSender<Watch>,
+}
+
+/// Starts the executor loop on the current tokio runtime.
+pub fn spawn(engine: Sender<Command>) -> UnboundedSender<ExecCommand> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (watch_tx, watch_rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor = Executor { runs: BTreeMap::new(), engine, watch_tx };
+    tokio::spawn(executor.run(rx, watch_rx));
+    tx
+}
+
+impl Executor {
+    async fn run(mut self, mut commands: UnboundedReceiver<ExecCommand>, mut watches: UnboundedReceiver<Watch>) {
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(command) => self.handle(command),
+                    None => break,
+                },
+                Some(watch) = watches.recv() => self.watched(watch),
+            }
+        }
+    }
+
+    fn handle(&mut self, command: ExecCommand) {
+        match command {
+            ExecCommand::Start { job, run, replicas, grace_ms } => self.start(job, run, replicas, grace_ms),
+            ExecCommand::Adopt { job, run, replicas, grace_ms } => self.adopt(job, run, replicas, grace_ms),
+            ExecCommand::Terminate { job, run, notice, kill_at_unix_ms } => {
+                self.terminate(job, run, notice, kill_at_unix_ms)
+            }
+        }
+    }
+
+    fn start(&mut self, job: i64, run: u32, replicas: Vec<LaunchSpec>, grace_ms: u64) {
+        let mut launched = Vec::new();
+        let mut records = Vec::new();
+        for spec in &replicas {
+            match fairway_exec::launch(spec) {
+                Ok(l) => {
+                    records.push(ProcessRecord {
+                        pid: l.pid,
+                        start_ticks: l.start_ticks,
+                        run_dir: spec.run_dir.clone(),
+                    });
+                    launched.push(l);
+                }
+                Err(e) => {
+                    // A gang starts whole or not at all: stop what did start.
+                    for l in &launched {
+                        let _ = fairway_exec::signal_group(l.pid, Signal::Kill);
+                    }
+                    for mut l in launched {
+                        let _ = l.child.wait();
+                    }
+                    let _ =
+                        self.engine.send(Command::RunEnded { job, run, exit: RunExit::LaunchFailed(e.to_string()) });
+                    return;
+                }
+            }
+        }
+        let _ = self.engine.send(Command::Launched { job, run, processes: records.clone() });
+        let states = launched.iter().map(|l| ReplicaState { pgid: l.pid, done: false }).collect();
+        self.runs.insert(job, new_run(run, states, grace_ms));
+        for (replica, (l, record)) in launched.into_iter().zip(records).enumerate() {
+            let watch = self.watch_tx.clone();
+            let mut child = l.child;
+            tokio::task::spawn_blocking(move || {
+                let _ = child.wait();
+                let record = fairway_exec::read_exit(&record.run_dir).ok().flatten();
+                let _ = watch.send(Watch::ReplicaExited { job, run, replica, record });
+            });
+        }
+    }
+
+    fn adopt(&mut self, job: i64, run: u32, replicas: Vec<ProcessRecord>, grace_ms: u64) {
+        let states = replicas.iter().map(|r| ReplicaState { pgid: r.pid, done: false }).collect();
+        self.runs.insert(job, new_run(run, states, grace_ms));
+        for (replica, record) in replicas.into_iter().enumerate() {
+            let watch = self.watch_tx.clone();
+            tokio::spawn(async move {
+                while fairway_exec::is_same_process_alive(record.pid, record.start_ticks) {
+                    tokio::time::sleep(ADOPTED_POLL).await;
+                }
+                let exit = fairway_exec::read_exit(&record.run_dir).ok().flatten();
+                let _ = watch.send(Watch::ReplicaExited { job, run, replica, record: exit });
+            });
+        }
+    }
+
+    fn terminate(&mut self, job: i64, run: u32, notice: Option<(PathBuf, PreemptNotice)>, kill_at_unix_ms: u64) {
+        let Some(state) = self.runs.get_mut(&job).filter(|r| r.run == run) else { return };
+        if let Some((path, notice)) = notice
+            && let Err(e) = fairway_exec::write_preempt_notice(&path, &notice)
+        {
+            tracing::warn!(job, "cannot write the preemption notice: {e}");
+        }
+        state.terminating = true;
+        signal_live(state, Signal::Term);
+        let delay = Duration::from_millis(kill_at_unix_ms.saturating_sub(crate::engine::now_ms()));
+        let watch = self.watch_tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = watch.send(Watch::KillNow { job, run });
+        });
+    }
+
+    fn watched(&mut self, watch: Watch) {
+        match watch {
+            Watch::KillNow { job, run } => {
+                if let Some(state) = self.runs.get(&job).filter(|r| r.run == run) {
+                    signal_live(state, Signal::Kill);
+                }
+            }
+            Watch::ReplicaExited { job, run, replica, record } => self.replica_exited(job, run, replica, record),
+        }
+    }
+
+    fn replica_exited(&mut self, job: i64, run: u32, replica: usize, record: Option<ExitRecord>) {
+        let Some(state) = self.runs.get_mut(&job).filter(|r| r.run == run) else { return };
+        state.replicas[replica].done = true;
+        let outcome = match record {
+            Some(r) if r.success() => {
+                state.last_record = Some(r);
+                None
+            }
+            Some(r) => Some(RunExit::Exited(r)),
+            None => Some(RunExit::Lost),
+        };
+        if let Some(failure) = outcome {
+            if state.first_failure.is_none() {
+                state.first_failure = Some(failure);
+            }
+            if !state.terminating && state.replicas.len() > 1 {
+                // One gang member failed: the others cannot make progress alone.
+                state.terminating = true;
+                signal_live(state, Signal::Term);
+                let (watch, grace) = (self.watch_tx.clone(), state.grace_ms);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(grace)).await;
+                    let _ = watch.send(Watch::KillNow { job, run });
+                });
+            }
+        }
+        if state.replicas.iter().all(|r| r.done) {
+            let state = self.runs.remove(&job).expect("present");
+            let exit = state.first_failure.or(state.last_record.map(RunExit::Exited)).unwrap_or(RunExit::Lost);
+            let _ = self.engine.send(Command::RunEnded { job, run, exit });
+        }
+    }
+}
+
+fn new_run(run: u32, replicas: Vec<ReplicaState>, grace_ms: u64) -> Run {
+    Run { run, replicas, grace_ms, terminating: false, first_failure: None, last_record: None }
+}
+
+fn signal_live(run: &Run, signal: Signal) {
+    for r in run.replicas.iter().filter(|r| !r.done) {
+        if let Err(e) = fairway_exec::signal_group(r.pgid, signal) {
+            tracing::warn!(pgid = r.pgid, "cannot signal the process group: {e}");
+        }
+    }
+}

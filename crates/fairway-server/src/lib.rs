@@ -1,0 +1,197 @@
+//! # fairway-server
+//!
+//! The standalone server (`fairway serve`): the scheduling core driven by real events, an
+//! embedded SQLite store, jobs as real processes on local (or simulated) GPUs, an HTTP API
+//! and Prometheus metrics. One binary, zero setup.
+//!
+//! Threads and tasks:
+//! - the **engine** thread ([`engine`]) owns the core and the store's writer; every change
+//!   goes through its command channel, in order;
+//! - the **executor** task ([`executor`]) launches, watches and signals processes;
+//! - the **HTTP** tasks ([`http`]) parse requests, read the store, and ask the engine.
+
+pub mod api;
+pub mod config;
+pub mod engine;
+mod error;
+pub mod executor;
+pub mod http;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use fairway_exec::{GpuLayout, GpuSource, SimulatedGpus};
+use fairway_store::Store;
+use tokio::sync::oneshot;
+
+pub use config::{ConfigFile, ServerConfig};
+pub use error::{ApiError, ServerError};
+
+use crate::api::ImageView;
+use crate::engine::{Cluster, Command, Engine, EngineParts};
+use crate::metrics::Metrics;
+
+/// A started server. Dropping it does not stop it; call [`RunningServer::shutdown`].
+pub struct RunningServer {
+    /// The address it listens on (the real port when asked for port 0).
+    pub addr: SocketAddr,
+    engine: std::sync::mpsc::Sender<Command>,
+    http_stop: Option<oneshot::Sender<()>>,
+    http_done: tokio::task::JoinHandle<()>,
+    engine_done: std::thread::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Stops taking requests and stops the engine. Running jobs keep running: a server
+    /// started later on the same data directory re-adopts them.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.http_stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self.http_done.await;
+        let _ = self.engine.send(Command::Shutdown);
+        let _ = tokio::task::spawn_blocking(move || self.engine_done.join()).await;
+    }
+
+    /// Waits until the HTTP server stops (it stops on [`RunningServer::shutdown`] only).
+    pub async fn wait(self) {
+        let _ = (&mut { self }.http_done).await;
+    }
+}
+
+/// Opens the store, finds the GPUs, recovers jobs, and starts the engine, the executor and
+/// the HTTP server. Must run inside a tokio runtime.
+pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|source| ServerError::Io { what: format!("creating {}", config.data_dir.display()), source })?;
+    let store = Store::open(&config.db_path())?;
+    let (layout, source) = discover_gpus(&config)?;
+    let cluster = Arc::new(Cluster::new(layout, source));
+    let metrics = Arc::new(Metrics::new());
+    let runtime = choose_runtime(config.file.container_runtime.as_deref())?;
+    let images = Arc::new(RwLock::new(Vec::new()));
+    prepull_images(&config.file.images, runtime.clone(), images.clone());
+
+    let (engine_tx, engine_rx) = std::sync::mpsc::channel();
+    let exec = executor::spawn(engine_tx.clone());
+    let parts = EngineParts {
+        config: config.clone(),
+        store,
+        cluster: cluster.clone(),
+        exec,
+        metrics: metrics.clone(),
+        runtime,
+        images,
+    };
+    let engine = Engine::start(parts)?;
+    let engine_done = std::thread::Builder::new()
+        .name("fairway-engine".into())
+        .spawn(move || engine.run(engine_rx))
+        .map_err(|source| ServerError::Io { what: "starting the engine thread".into(), source })?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServerError::Io { what: format!("listening on {}", config.listen), source })?;
+    let addr = listener.local_addr().map_err(|source| ServerError::Io { what: "local address".into(), source })?;
+    let state = http::AppState {
+        engine: engine_tx.clone(),
+        readers: http::Readers::new(config.db_path()),
+        cluster,
+        metrics,
+        data_dir: config.data_dir.clone(),
+        body_bytes_max: config.file.limits.request_body_bytes_max,
+        list_jobs_max: config.file.limits.list_jobs_max,
+    };
+    let (http_stop, stopped) = oneshot::channel::<()>();
+    let app = http::router(state);
+    let http_done = tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+            let _ = stopped.await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!("HTTP server: {e}");
+        }
+    });
+    Ok(RunningServer { addr, engine: engine_tx, http_stop: Some(http_stop), http_done, engine_done })
+}
+
+fn discover_gpus(config: &ServerConfig) -> Result<(GpuLayout, GpuSource), ServerError> {
+    let simulated = config.simulated_gpus.as_deref().map(SimulatedGpus::parse).transpose()?;
+    fairway_exec::discover(simulated.as_ref(), &config.gpu_model).map_err(|e| {
+        ServerError::Config(format!("{e}; on a machine without NVIDIA GPUs, run with --gpus N (simulated devices)"))
+    })
+}
+
+/// The container runtime to use: the configured one, or one found on the PATH whose daemon
+/// answers (a docker CLI without a daemon would only make image jobs fail later).
+fn choose_runtime(setting: Option<&str>) -> Result<Option<fairway_exec::ContainerRuntime>, ServerError> {
+    let runtime = match setting.unwrap_or("auto") {
+        "none" => return Ok(None),
+        "auto" => match fairway_exec::detect_runtime() {
+            Some(r) => r,
+            None => return Ok(None),
+        },
+        path if std::path::Path::new(path).is_file() => {
+            fairway_exec::ContainerRuntime::from_configured(std::path::Path::new(path))
+        }
+        path => {
+            return Err(ServerError::Config(format!(
+                "container_runtime: {path:?} is not auto, none, or an existing docker/podman executable"
+            )));
+        }
+    };
+    let answers = std::process::Command::new(&runtime.path)
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !answers {
+        tracing::warn!("{} found but its daemon does not answer; image jobs are refused", runtime.path.display());
+        return Ok(None);
+    }
+    Ok(Some(runtime))
+}
+
+/// Pulls the configured images in the background and records whether each is present.
+fn prepull_images(
+    images: &[String],
+    runtime: Option<fairway_exec::ContainerRuntime>,
+    status: Arc<RwLock<Vec<ImageView>>>,
+) {
+    let set = |image: &str, s: String| {
+        let mut all = status.write().expect("not poisoned");
+        match all.iter_mut().find(|v| v.image == image) {
+            Some(v) => v.status = s,
+            None => all.push(ImageView { image: image.to_owned(), status: s }),
+        }
+    };
+    let Some(runtime) = runtime else {
+        for image in images {
+            set(image, "no container runtime".into());
+        }
+        return;
+    };
+    for image in images {
+        set(image, "pulling".into());
+    }
+    let images = images.to_vec();
+    std::thread::spawn(move || {
+        for image in images {
+            let s = if fairway_exec::image_present(&runtime, &image) {
+                "present".to_owned()
+            } else {
+                match fairway_exec::pull_image(&runtime, &image) {
+                    Ok(()) => "present".to_owned(),
+                    Err(e) => format!("failed: {e}"),
+                }
+            };
+            let mut all = status.write().expect("not poisoned");
+            if let Some(v) = all.iter_mut().find(|v| v.image == image) {
+                v.status = s;
+            }
+        }
+    });
+}

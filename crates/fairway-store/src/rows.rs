@@ -1,0 +1,284 @@
+//! Row types: what the store reads and writes, as plain data.
+
+use rusqlite::Row;
+use serde::{Deserialize, Serialize};
+
+use crate::{Result, StoreError};
+
+/// A job's lifecycle state as stored. `preempting` and `stopping` still hold GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Pending,
+    Running,
+    Preempting,
+    Stopping,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 7] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Preempting,
+        JobState::Stopping,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Running => "running",
+            JobState::Preempting => "preempting",
+            JobState::Stopping => "stopping",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Finished for good: the job will not run again.
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled)
+    }
+}
+
+/// A submission, before it has an id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewJob {
+    pub name: String,
+    pub user: String,
+    pub project: String,
+    pub priority: i32,
+    pub priority_class: Option<String>,
+    /// The server's wire spec, opaque to the store.
+    pub spec_json: String,
+    pub submitted_at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JobRow {
+    pub id: i64,
+    pub name: String,
+    pub user: String,
+    pub project: String,
+    pub priority: i32,
+    pub priority_class: Option<String>,
+    pub spec_json: String,
+    pub state: JobState,
+    pub submitted_at_ms: u64,
+    pub first_started_at_ms: Option<u64>,
+    pub started_at_ms: Option<u64>,
+    pub finished_at_ms: Option<u64>,
+    pub placement_json: Option<String>,
+    pub run_dir: Option<String>,
+    /// The run's supervisor processes (one per replica), as the server wrote them.
+    pub processes_json: Option<String>,
+    /// Runs started after the first.
+    pub restart_count: u32,
+    pub preemptions: u32,
+    pub failures: u32,
+    pub runtime_done_ms: u64,
+    pub last_checkpoint_ms: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+}
+
+/// The start of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunRow {
+    pub started_at_ms: u64,
+    pub placement_json: String,
+    pub run_dir: String,
+}
+
+/// The end of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunEnd {
+    /// `pending` when it will run again, else a finished state.
+    pub state: JobState,
+    pub runtime_ms: u64,
+    pub will_restart: bool,
+    pub preempted: bool,
+    pub failed: bool,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewEvent {
+    pub job_id: i64,
+    pub at_ms: u64,
+    /// A stable, machine-readable kind: `submitted`, `started`, `preempting`, `requeued`, …
+    pub kind: String,
+    /// A machine-readable reason label, where one applies.
+    pub reason: Option<String>,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventRow {
+    pub id: i64,
+    pub job_id: i64,
+    pub at_ms: u64,
+    pub kind: String,
+    pub reason: Option<String>,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaRow {
+    /// `user` or `project`.
+    pub account_kind: String,
+    pub account: String,
+    pub gpus_max: Option<u32>,
+    pub cpu_millis_max: Option<u64>,
+    pub memory_mib_max: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorityClassRow {
+    pub name: String,
+    pub value: i32,
+    pub preemption_policy: String,
+    pub global_default: bool,
+    pub description: Option<String>,
+}
+
+/// Which jobs to list. Every field narrows; `limit` caps the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobFilter {
+    pub states: Vec<JobState>,
+    pub user: Option<String>,
+    pub project: Option<String>,
+    pub priority_class: Option<String>,
+    pub priority_min: Option<i32>,
+    pub name: Option<String>,
+    pub limit: u32,
+}
+
+impl Default for JobFilter {
+    fn default() -> Self {
+        JobFilter {
+            states: Vec::new(),
+            user: None,
+            project: None,
+            priority_class: None,
+            priority_min: None,
+            name: None,
+            limit: 1000,
+        }
+    }
+}
+
+impl JobFilter {
+    pub(crate) fn where_clause(&self) -> (String, Vec<rusqlite::types::Value>) {
+        use rusqlite::types::Value;
+        let mut terms = Vec::new();
+        let mut args: Vec<Value> = Vec::new();
+        if !self.states.is_empty() {
+            let marks: Vec<String> = self
+                .states
+                .iter()
+                .map(|s| {
+                    args.push(Value::Text(s.as_str().into()));
+                    format!("?{}", args.len())
+                })
+                .collect();
+            terms.push(format!("state IN ({})", marks.join(", ")));
+        }
+        let mut eq = |column: &str, value: &Option<String>| {
+            if let Some(v) = value {
+                args.push(Value::Text(v.clone()));
+                terms.push(format!("{column} = ?{}", args.len()));
+            }
+        };
+        eq("user", &self.user);
+        eq("project", &self.project);
+        eq("priority_class", &self.priority_class);
+        eq("name", &self.name);
+        if let Some(p) = self.priority_min {
+            args.push(Value::Integer(p.into()));
+            terms.push(format!("priority >= ?{}", args.len()));
+        }
+        let clause = if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
+        (clause, args)
+    }
+}
+
+pub(crate) const JOB_COLUMNS: &str = "id, name, user, project, priority, priority_class, spec_json, state, \
+    submitted_at_ms, first_started_at_ms, started_at_ms, finished_at_ms, placement_json, run_dir, \
+    processes_json, restart_count, preemptions, failures, runtime_done_ms, last_checkpoint_ms, exit_code, exit_signal";
+
+/// Reads one job row; a state the schema should have prevented is reported, not guessed.
+pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
+    let id: i64 = r.get(0)?;
+    let state: String = r.get(7)?;
+    let Some(state) = JobState::parse(&state) else {
+        return Ok(Err(StoreError::Corrupt { id, column: "state", value: state }));
+    };
+    let u = |v: Option<i64>| v.map(|v| v as u64);
+    Ok(Ok(JobRow {
+        id,
+        name: r.get(1)?,
+        user: r.get(2)?,
+        project: r.get(3)?,
+        priority: r.get(4)?,
+        priority_class: r.get(5)?,
+        spec_json: r.get(6)?,
+        state,
+        submitted_at_ms: r.get::<_, i64>(8)? as u64,
+        first_started_at_ms: u(r.get(9)?),
+        started_at_ms: u(r.get(10)?),
+        finished_at_ms: u(r.get(11)?),
+        placement_json: r.get(12)?,
+        run_dir: r.get(13)?,
+        processes_json: r.get(14)?,
+        restart_count: r.get(15)?,
+        preemptions: r.get(16)?,
+        failures: r.get(17)?,
+        runtime_done_ms: r.get::<_, i64>(18)? as u64,
+        last_checkpoint_ms: u(r.get(19)?),
+        exit_code: r.get(20)?,
+        exit_signal: r.get(21)?,
+    }))
+}
+
+pub(crate) fn event_row(r: &Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok(EventRow {
+        id: r.get(0)?,
+        job_id: r.get(1)?,
+        at_ms: r.get::<_, i64>(2)? as u64,
+        kind: r.get(3)?,
+        reason: r.get(4)?,
+        message: r.get(5)?,
+    })
+}
+
+pub(crate) fn quota_row(r: &Row<'_>) -> rusqlite::Result<QuotaRow> {
+    Ok(QuotaRow {
+        account_kind: r.get(0)?,
+        account: r.get(1)?,
+        gpus_max: r.get(2)?,
+        cpu_millis_max: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+        memory_mib_max: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+    })
+}
+
+pub(crate) fn class_row(r: &Row<'_>) -> rusqlite::Result<PriorityClassRow> {
+    Ok(PriorityClassRow {
+        name: r.get(0)?,
+        value: r.get(1)?,
+        preemption_policy: r.get(2)?,
+        global_default: r.get(3)?,
+        description: r.get(4)?,
+    })
+}

@@ -1,0 +1,194 @@
+//! The store against a real SQLite file in a temporary directory.
+
+use fairway_store::*;
+
+fn new_job(name: &str, project: &str, priority: i32, at: u64) -> NewJob {
+    NewJob {
+        name: name.into(),
+        user: "alice".into(),
+        project: project.into(),
+        priority,
+        priority_class: Some("medium".into()),
+        spec_json: format!("{{\"name\":\"{name}\"}}"),
+        submitted_at_ms: at,
+    }
+}
+
+fn event(job_id: i64, at_ms: u64, kind: &str) -> NewEvent {
+    NewEvent { job_id, at_ms, kind: kind.into(), reason: None, message: format!("{kind} message") }
+}
+
+#[test]
+fn migrates_a_new_file_and_reopens_it_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fairway.db");
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let mut tx = store.transaction().unwrap();
+    let id = tx.insert_job(&new_job("a", "ads", 10, 1_000)).unwrap();
+    tx.commit().unwrap();
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let row = store.job(id).unwrap().expect("job survives reopening");
+    assert_eq!((row.name.as_str(), row.state, row.submitted_at_ms), ("a", JobState::Pending, 1_000));
+    let journal: String =
+        rusqlite::Connection::open(&path).unwrap().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(journal, "wal");
+}
+
+#[test]
+fn refuses_a_store_from_a_newer_fairway() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fairway.db");
+    drop(Store::open(&path).unwrap());
+    rusqlite::Connection::open(&path).unwrap().pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+    let err = Store::open(&path).err().expect("newer schema refused");
+    assert!(matches!(err, StoreError::TooNew { found, .. } if found == SCHEMA_VERSION + 1), "{err}");
+    assert!(err.to_string().contains("upgrade Fairway"), "{err}");
+}
+
+#[test]
+fn ids_grow_and_a_dropped_transaction_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let a = tx.insert_job(&new_job("a", "p", 1, 1)).unwrap();
+    let b = tx.insert_job(&new_job("b", "p", 1, 2)).unwrap();
+    tx.commit().unwrap();
+    assert!(b > a);
+    let mut tx = store.transaction().unwrap();
+    tx.insert_job(&new_job("c", "p", 1, 3)).unwrap();
+    drop(tx);
+    let all = store.jobs(&JobFilter::default()).unwrap();
+    assert_eq!(all.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["b", "a"], "newest first, c rolled back");
+    let mut tx = store.transaction().unwrap();
+    let d = tx.insert_job(&new_job("d", "p", 1, 4)).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(store.job(d).unwrap().unwrap().name, "d");
+    assert!(store.job(a).unwrap().is_some() && d > b);
+}
+
+#[test]
+fn a_run_and_its_end_update_counters_and_the_event_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let id = tx.insert_job(&new_job("train", "ads", 1000, 10)).unwrap();
+    let run = RunRow { started_at_ms: 20, placement_json: "[[0,[0,1]]]".into(), run_dir: "/tmp/r1".into() };
+    tx.set_running(id, &run, &event(id, 20, "started")).unwrap();
+    tx.set_processes(id, "[[4242,99]]").unwrap();
+    tx.commit().unwrap();
+    let row = store.job(id).unwrap().unwrap();
+    assert_eq!(
+        (row.state, row.processes_json.as_deref(), row.first_started_at_ms),
+        (JobState::Running, Some("[[4242,99]]"), Some(20))
+    );
+
+    let mut tx = store.transaction().unwrap();
+    let end = RunEnd {
+        state: JobState::Pending,
+        runtime_ms: 500,
+        will_restart: true,
+        preempted: true,
+        failed: false,
+        exit_code: Some(143),
+        exit_signal: None,
+    };
+    tx.end_run(id, &end, &event(id, 520, "requeued")).unwrap();
+    tx.set_checkpoint(id, 510).unwrap();
+    tx.set_checkpoint(id, 505).unwrap();
+    tx.set_running(id, &RunRow { started_at_ms: 600, ..run }, &event(id, 600, "started")).unwrap();
+    tx.commit().unwrap();
+    let row = store.job(id).unwrap().unwrap();
+    assert_eq!(row.state, JobState::Running);
+    assert_eq!((row.restart_count, row.preemptions, row.failures, row.runtime_done_ms), (1, 1, 0, 500));
+    assert_eq!(row.first_started_at_ms, Some(20), "the first start is kept for the wait time");
+    assert_eq!(row.last_checkpoint_ms, Some(510), "checkpoint times only move forward");
+    assert_eq!(row.processes_json, None, "a new run has no process until it is spawned");
+
+    let mut tx = store.transaction().unwrap();
+    let done = RunEnd {
+        state: JobState::Succeeded,
+        runtime_ms: 100,
+        will_restart: false,
+        preempted: false,
+        failed: false,
+        exit_code: Some(0),
+        exit_signal: None,
+    };
+    tx.end_run(id, &done, &event(id, 700, "succeeded")).unwrap();
+    tx.commit().unwrap();
+    let row = store.job(id).unwrap().unwrap();
+    assert_eq!((row.state, row.finished_at_ms, row.runtime_done_ms), (JobState::Succeeded, Some(700), 600));
+    let kinds: Vec<String> = store.events(id).unwrap().into_iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, ["submitted", "started", "requeued", "started", "succeeded"]);
+    assert!(store.unfinished_jobs().unwrap().is_empty());
+}
+
+#[test]
+fn filters_and_unfinished_jobs_in_submission_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let a = tx.insert_job(&new_job("a", "ads", 1_000_000, 1)).unwrap();
+    let b = tx.insert_job(&new_job("b", "vision", 1000, 2)).unwrap();
+    let c = tx.insert_job(&new_job("c", "ads", 1000, 3)).unwrap();
+    tx.set_state(b, JobState::Cancelled, &event(b, 4, "cancelled")).unwrap();
+    tx.commit().unwrap();
+    let names = |f: JobFilter| store.jobs(&f).unwrap().into_iter().map(|j| j.name).collect::<Vec<_>>();
+    assert_eq!(names(JobFilter { project: Some("ads".into()), ..JobFilter::default() }), ["c", "a"]);
+    assert_eq!(names(JobFilter { states: vec![JobState::Cancelled], ..JobFilter::default() }), ["b"]);
+    assert_eq!(names(JobFilter { priority_min: Some(1_000_000), ..JobFilter::default() }), ["a"]);
+    assert_eq!(names(JobFilter { limit: 1, ..JobFilter::default() }), ["c"]);
+    let unfinished: Vec<i64> = store.unfinished_jobs().unwrap().into_iter().map(|j| j.id).collect();
+    assert_eq!(unfinished, [a, c]);
+    assert_eq!(store.job(b).unwrap().unwrap().finished_at_ms, Some(4));
+    let counts = store.state_counts().unwrap();
+    assert_eq!(counts, [(JobState::Cancelled, 1), (JobState::Pending, 2)]);
+}
+
+#[test]
+fn quotas_and_priority_classes_upsert() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+    let q = QuotaRow {
+        account_kind: "project".into(),
+        account: "ads".into(),
+        gpus_max: Some(4),
+        cpu_millis_max: None,
+        memory_mib_max: None,
+    };
+    let mut tx = store.transaction().unwrap();
+    tx.set_quota(&q).unwrap();
+    tx.set_quota(&QuotaRow { gpus_max: Some(6), ..q.clone() }).unwrap();
+    tx.upsert_priority_class(&PriorityClassRow {
+        name: "urgent".into(),
+        value: 5_000_000,
+        preemption_policy: "PreemptLowerPriority".into(),
+        global_default: false,
+        description: None,
+    })
+    .unwrap();
+    tx.commit().unwrap();
+    assert_eq!(store.quotas().unwrap(), [QuotaRow { gpus_max: Some(6), ..q }]);
+    assert_eq!(store.priority_classes().unwrap()[0].value, 5_000_000);
+    let mut tx = store.transaction().unwrap();
+    assert!(tx.delete_quota("project", "ads").unwrap());
+    assert!(!tx.delete_quota("project", "ads").unwrap());
+    tx.commit().unwrap();
+    assert!(store.quotas().unwrap().is_empty());
+}
+
+#[test]
+fn a_reader_sees_committed_writes_while_the_writer_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let mut writer = Store::open(&path).unwrap();
+    let reader = Store::open_reader(&path).unwrap();
+    let mut tx = writer.transaction().unwrap();
+    let id = tx.insert_job(&new_job("a", "p", 1, 1)).unwrap();
+    assert!(reader.job(id).unwrap().is_none(), "uncommitted work is invisible");
+    tx.commit().unwrap();
+    assert_eq!(reader.job(id).unwrap().unwrap().name, "a");
+}
