@@ -413,3 +413,77 @@ fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
     second.child.wait().unwrap();
     kill_jobs_under(data_dir.path());
 }
+
+fn cli(server: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(FAIRWAY)
+        .args(["--server", server])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (out.status.code().unwrap_or(-1), text(out.stdout), text(out.stderr))
+}
+
+#[test]
+fn cli_submit_ls_describe_logs_cancel_against_a_live_server() {
+    let server = InProcess::start("2", "");
+    let base = server.api.base.clone();
+    let (code, out, err) = cli(&base, &["submit", "-f", "-"], Some(&trainer_job("busy", "vision", "low", 2, 400, 50)));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("job/busy submitted (id 1)"), "{out}");
+    server.api.wait_state(1, JobState::Running);
+    // A medium job that may not preempt: it waits, and says why.
+    let waiting = trainer_job("waiting", "ads", "medium", 2, 5, 10) + "preemption_policy: Never\n";
+    let (code, out, err) = cli(&base, &["submit", "-f", "-"], Some(&waiting));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("job/waiting submitted (id 2)"), "{out}");
+    server.api.wait_for("a reason for the waiting job", |api| (!api.job(2).job.reasons.is_empty()).then_some(()));
+
+    let (code, out, err) = cli(&base, &["ls"], None);
+    assert_eq!(code, 0, "{err}");
+    let busy = out.lines().find(|l| l.contains("busy")).unwrap_or_else(|| panic!("{out}"));
+    assert!(busy.contains("running") && busy.contains("vision"), "{busy}");
+    let waiting = out.lines().find(|l| l.contains("waiting")).unwrap_or_else(|| panic!("{out}"));
+    assert!(waiting.contains("pending") && waiting.contains("no_fit") && waiting.contains("+1 more"), "{waiting}");
+
+    let (code, out, err) = cli(&base, &["describe", "waiting"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("preemption_disabled") && out.contains("submitted"), "{out}");
+
+    server.api.wait_for("the busy job's output", |api| api.log(1).contains("step 2/400").then_some(()));
+    let (code, out, err) = cli(&base, &["logs", "busy", "--tail", "50"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("starting from step 0") && out.contains("step 1/400"), "{out}");
+
+    let (code, out, err) = cli(&base, &["cancel", "busy"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains('1'), "{out}");
+    server.api.wait_state(1, JobState::Cancelled);
+    server.api.wait_state(2, JobState::Succeeded);
+    let (code, out, _) = cli(&base, &["ls", "-A", "-o", "json"], None);
+    assert_eq!(code, 0);
+    let list: JobList = serde_json::from_str(&out).unwrap();
+    let states: Vec<(String, JobState)> = list.jobs.into_iter().map(|j| (j.name, j.state)).collect();
+    assert_eq!(states, [("waiting".to_string(), JobState::Succeeded), ("busy".to_string(), JobState::Cancelled)]);
+
+    let (code, _, err) = cli(&base, &["describe", "nope"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("nope"), "{err}");
+    let (code, _, err) = cli(
+        &base,
+        &["submit", "-f", "-"],
+        Some("name: x\ntenant: { project: p }\nresources: { gpus: 3 }\ncommand: [a]\n"),
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("resources.gpus"), "{err}");
+}
