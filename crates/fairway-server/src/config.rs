@@ -109,6 +109,9 @@ pub struct LimitsConfig {
     pub log_files_max: u32,
     /// Jobs one list request returns at most.
     pub list_jobs_max: u32,
+    /// The longest grace period a job may ask for: how long a victim may keep GPUs that a
+    /// higher-priority job is waiting for.
+    pub grace_seconds_max: u64,
 }
 
 impl Default for LimitsConfig {
@@ -120,6 +123,7 @@ impl Default for LimitsConfig {
             log_bytes_max: 16 << 20,
             log_files_max: 3,
             list_jobs_max: 10_000,
+            grace_seconds_max: 600,
         }
     }
 }

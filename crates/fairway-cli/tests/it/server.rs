@@ -114,6 +114,8 @@ impl InProcess {
         config.tick_ms = 100;
         config.shim_exe = PathBuf::from(FAIRWAY);
         config.file = fairway_server::ConfigFile::parse(config_yaml).unwrap();
+        // The same answers on machines with and without a container runtime.
+        config.file.container_runtime.get_or_insert_with(|| "none".into());
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let server = rt.block_on(fairway_server::start(config)).unwrap();
         let api = Api::new(format!("http://{}", server.addr));
@@ -252,6 +254,10 @@ fn quotas_bad_input_and_oversized_bodies_through_the_api() {
         (
             "name: x\ntenant: { project: p }\nresources: { gpus: 1 }\nimage: pytorch/pytorch\ncommand: [python]\n",
             "image",
+        ),
+        (
+            "name: x\ntenant: { project: p }\nresources: { gpus: 1 }\npreemption_grace_seconds: 601\ncommand: [x]\n",
+            "preemption_grace_seconds",
         ),
     ];
     for (body, path) in cases {

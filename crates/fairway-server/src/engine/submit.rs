@@ -86,6 +86,7 @@ impl Engine {
             errors.append(&mut e);
         }
         errors.extend(parsed.jobs.iter().filter_map(|job| self.check_image(job)));
+        errors.extend(parsed.jobs.iter().filter_map(|job| self.check_grace(job)));
         if !errors.is_empty() {
             errors.sort_by(|a, b| (a.document, &a.path).cmp(&(b.document, &b.path)));
             return Err(ApiError::invalid_spec(SpecErrors(errors)));
@@ -106,6 +107,22 @@ impl Engine {
             "this server has no container runtime (docker or podman on its PATH); remove the image, \
              or set image_optional: true to run the command as a plain process",
         ))
+    }
+
+    /// A victim may hold GPUs a higher-priority job waits for at most this long.
+    fn check_grace(&self, job: &fairway_spec::JobDoc) -> Option<SpecError> {
+        let max = self.config.file.limits.grace_seconds_max;
+        (job.preemption_grace_seconds > max).then(|| {
+            let path = match job.origin.format {
+                fairway_spec::SourceFormat::Native => "preemption_grace_seconds",
+                _ => "spec.template.spec.terminationGracePeriodSeconds",
+            };
+            SpecError::new(
+                job.origin.document,
+                path,
+                format!("{}s is above this server's limit of {max}s", job.preemption_grace_seconds),
+            )
+        })
     }
 
     /// Writes every prepared job and class in one transaction and commits it.
