@@ -27,13 +27,22 @@ pub struct ProcessRecord {
     pub run_dir: PathBuf,
 }
 
+/// An image job's container, to remove if its run must be killed.
+#[derive(Clone, Debug)]
+pub struct Container {
+    pub runtime: fairway_exec::ContainerRuntime,
+    pub name: String,
+}
+
 /// What the engine asks for.
 #[derive(Debug)]
 pub enum ExecCommand {
-    /// Launch every replica of a run.
-    Start { job: i64, run: u32, replicas: Vec<LaunchSpec>, grace_ms: u64 },
+    /// Launch every replica of a run. `container`: the runtime and container name of an
+    /// image job, removed when the run is killed (SIGKILL stops the `docker run` client,
+    /// not the container).
+    Start { job: i64, run: u32, replicas: Vec<LaunchSpec>, grace_ms: u64, container: Option<Container> },
     /// Watch a run started by an earlier server process.
-    Adopt { job: i64, run: u32, replicas: Vec<ProcessRecord>, grace_ms: u64 },
+    Adopt { job: i64, run: u32, replicas: Vec<ProcessRecord>, grace_ms: u64, container: Option<Container> },
     /// SIGTERM now (after writing the notice, if any), SIGKILL at `kill_at_unix_ms`.
     Terminate { job: i64, run: u32, notice: Option<(PathBuf, PreemptNotice)>, kill_at_unix_ms: u64 },
 }
@@ -59,6 +68,7 @@ enum Watch {
 
 struct Run {
     run: u32,
+    container: Option<Container>,
     replicas: Vec<ReplicaState>,
     grace_ms: u64,
     /// Set once the run was told to stop (by the engine or because a gang member failed).
@@ -103,15 +113,19 @@ impl Executor {
 
     fn handle(&mut self, command: ExecCommand) {
         match command {
-            ExecCommand::Start { job, run, replicas, grace_ms } => self.start(job, run, replicas, grace_ms),
-            ExecCommand::Adopt { job, run, replicas, grace_ms } => self.adopt(job, run, replicas, grace_ms),
+            ExecCommand::Start { job, run, replicas, grace_ms, container } => {
+                self.start(job, run, replicas, grace_ms, container)
+            }
+            ExecCommand::Adopt { job, run, replicas, grace_ms, container } => {
+                self.adopt(job, run, replicas, grace_ms, container)
+            }
             ExecCommand::Terminate { job, run, notice, kill_at_unix_ms } => {
                 self.terminate(job, run, notice, kill_at_unix_ms)
             }
         }
     }
 
-    fn start(&mut self, job: i64, run: u32, replicas: Vec<LaunchSpec>, grace_ms: u64) {
+    fn start(&mut self, job: i64, run: u32, replicas: Vec<LaunchSpec>, grace_ms: u64, container: Option<Container>) {
         let mut launched = Vec::new();
         let mut records = Vec::new();
         for spec in &replicas {
@@ -140,7 +154,7 @@ impl Executor {
         }
         let _ = self.engine.send(Command::Launched { job, run, processes: records.clone() });
         let states = launched.iter().map(|l| ReplicaState { pgid: l.pid, done: false }).collect();
-        self.runs.insert(job, new_run(run, states, grace_ms));
+        self.runs.insert(job, Run { container, ..new_run(run, states, grace_ms) });
         for (replica, (l, record)) in launched.into_iter().zip(records).enumerate() {
             let watch = self.watch_tx.clone();
             let mut child = l.child;
@@ -152,9 +166,9 @@ impl Executor {
         }
     }
 
-    fn adopt(&mut self, job: i64, run: u32, replicas: Vec<ProcessRecord>, grace_ms: u64) {
+    fn adopt(&mut self, job: i64, run: u32, replicas: Vec<ProcessRecord>, grace_ms: u64, container: Option<Container>) {
         let states = replicas.iter().map(|r| ReplicaState { pgid: r.pid, done: false }).collect();
-        self.runs.insert(job, new_run(run, states, grace_ms));
+        self.runs.insert(job, Run { container, ..new_run(run, states, grace_ms) });
         for (replica, record) in replicas.into_iter().enumerate() {
             let watch = self.watch_tx.clone();
             tokio::spawn(async move {
@@ -189,6 +203,13 @@ impl Executor {
             Watch::KillNow { job, run } => {
                 if let Some(state) = self.runs.get(&job).filter(|r| r.run == run) {
                     signal_live(state, Signal::Kill);
+                    if let Some(c) = state.container.clone() {
+                        tokio::task::spawn_blocking(move || {
+                            if let Err(e) = fairway_exec::remove_container(&c.runtime, &c.name) {
+                                tracing::warn!(job, "cannot remove container {}: {e}", c.name);
+                            }
+                        });
+                    }
                 }
             }
             Watch::ReplicaExited { job, run, replica, record } => self.replica_exited(job, run, replica, record),
@@ -230,7 +251,7 @@ impl Executor {
 }
 
 fn new_run(run: u32, replicas: Vec<ReplicaState>, grace_ms: u64) -> Run {
-    Run { run, replicas, grace_ms, terminating: false, first_failure: None, last_record: None }
+    Run { run, container: None, replicas, grace_ms, terminating: false, first_failure: None, last_record: None }
 }
 
 fn signal_live(run: &Run, signal: Signal) {

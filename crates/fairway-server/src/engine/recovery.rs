@@ -174,7 +174,8 @@ impl Engine {
         let run = active.run;
         self.jobs.insert(id, active);
         if !processes.is_empty() {
-            let _ = self.exec.send(ExecCommand::Adopt { job: id, run, replicas: processes, grace_ms });
+            let container = self.container_of(id);
+            let _ = self.exec.send(ExecCommand::Adopt { job: id, run, replicas: processes, grace_ms, container });
             if was == JobState::Stopping && self.stopped_by_cancel(id)? {
                 self.core
                     .apply(Event::Cancel(core_id(id)), Time(now_ms()))

@@ -133,7 +133,19 @@ impl Engine {
         self.set_live_state(id, JobState::Running);
         self.metrics.starts.inc();
         let event = NewEvent { job_id: id, at_ms: now, kind: "started".into(), reason: None, message };
-        (row, ExecCommand::Start { job: id, run, replicas, grace_ms }, event)
+        let container = self.container_of(id);
+        (row, ExecCommand::Start { job: id, run, replicas, grace_ms, container }, event)
+    }
+
+    /// The container of an image job run through a runtime.
+    pub(crate) fn container_of(&self, id: i64) -> Option<crate::executor::Container> {
+        match (&self.jobs.get(&id)?.resolved.doc.image, &self.runtime) {
+            (Some(_), Some(runtime)) => Some(crate::executor::Container {
+                runtime: runtime.clone(),
+                name: fairway_exec::container_name(id as u64),
+            }),
+            _ => None,
+        }
     }
 
     /// One launch per replica: argv (through a container runtime for image jobs), the
