@@ -90,6 +90,9 @@ pub struct JobView {
     /// Set while it is being preempted: for whom, and when it is killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<PreemptionView>,
+    /// Its place in the scheduling order among pending jobs (1 goes first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

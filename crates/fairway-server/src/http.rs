@@ -418,5 +418,6 @@ pub(crate) fn job_view(state: &AppState, row: &JobRow, live: Option<&LiveView>) 
         placement,
         reasons: live.map(|l| l.reasons.clone()).unwrap_or_default(),
         preemption: live.and_then(|l| l.preemption.clone()),
+        queue_position: live.and_then(|l| l.queue_position),
     }
 }

@@ -491,6 +491,7 @@ mod tests {
             placement: vec![],
             reasons: vec![],
             preemption: None,
+            queue_position: None,
         }
     }
 

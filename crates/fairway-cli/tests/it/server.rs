@@ -354,6 +354,18 @@ fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
         api.wait_state(id, JobState::Running);
     }
     let before: Vec<JobView> = running.iter().map(|&id| api.job(id).job).collect();
+    // Three jobs that cannot start while the long runs hold their GPUs: their queue order is
+    // priority first, then submission (p1 before p3 although both are low).
+    let p1 = api.submit(&trainer_job("p1", "p", "low", 4, 3, 10))[0];
+    let p2 = api.submit(&(trainer_job("p2", "p", "medium", 4, 3, 10) + "preemption_policy: Never\n"))[0];
+    let p3 = api.submit(&trainer_job("p3", "p", "low", 4, 3, 10))[0];
+    let queue_order = |api: &Api| {
+        let mut positioned: Vec<(u64, i64)> =
+            [p1, p2, p3].iter().map(|&id| (api.job(id).job.queue_position.expect("pending"), id)).collect();
+        positioned.sort();
+        positioned.into_iter().map(|(_, id)| id).collect::<Vec<_>>()
+    };
+    assert_eq!(queue_order(&api), [p2, p1, p3]);
 
     // Submissions in flight while the server dies: every one answered 201 must survive.
     let base = first.base.clone();
@@ -386,6 +398,7 @@ fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
         let (status, _) = api.request("GET", &format!("/v1/jobs/{id}"), None);
         assert_eq!(status, 200, "acknowledged job {id} lost");
     }
+    assert_eq!(queue_order(&api), [p2, p1, p3], "pending jobs keep their order across the restart");
     for old in &before {
         let now = api.job(old.id).job;
         assert_eq!(now.state, JobState::Running, "job {} re-adopted", old.id);
@@ -407,7 +420,7 @@ fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
     assert_eq!(gpus.len(), n, "a GPU is assigned twice: {running_now:?}");
     assert!(nodes.nodes[0].gpus_allocated <= 4);
 
-    for &id in running.iter().chain(&acknowledged) {
+    for &id in running.iter().chain(&acknowledged).chain(&[p1, p2, p3]) {
         api.wait_state(id, JobState::Succeeded);
     }
     for &id in &running {

@@ -112,6 +112,7 @@ pub enum Command {
 pub struct LiveView {
     pub reasons: Vec<ReasonView>,
     pub preemption: Option<PreemptionView>,
+    pub queue_position: Option<u64>,
 }
 
 /// A job the engine still schedules (not finished).

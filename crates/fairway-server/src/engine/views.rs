@@ -17,7 +17,9 @@ impl Engine {
     pub(crate) fn answer(&mut self, query: Command) {
         match query {
             Command::Live { ids, reply } => {
-                let views = ids.into_iter().filter_map(|id| self.live_view(id).map(|v| (id, v))).collect();
+                let mut views: BTreeMap<i64, LiveView> =
+                    ids.into_iter().filter_map(|id| self.live_view(id).map(|v| (id, v))).collect();
+                self.fill_queue_positions(&mut views);
                 let _ = reply.send(views);
             }
             Command::Nodes { reply } => {
@@ -39,13 +41,31 @@ impl Engine {
     pub(crate) fn live_view(&self, id: i64) -> Option<LiveView> {
         match self.core.job_status(core_id(id))? {
             JobStatus::Pending { reasons, .. } => {
-                Some(LiveView { reasons: reasons.iter().map(|r| self.reason_view(r)).collect(), preemption: None })
+                Some(LiveView { reasons: reasons.iter().map(|r| self.reason_view(r)).collect(), ..LiveView::default() })
             }
             JobStatus::Preempting { preemptor, deadline, .. } => Some(LiveView {
-                reasons: Vec::new(),
                 preemption: Some(PreemptionView { preemptor: preemptor.0 as i64, deadline_ms: deadline.millis() }),
+                ..LiveView::default()
             }),
             _ => Some(LiveView::default()),
+        }
+    }
+
+    /// Positions in the core's pending order; walks the queue only as far as the last
+    /// pending job asked about.
+    fn fill_queue_positions(&self, views: &mut BTreeMap<i64, LiveView>) {
+        let mut wanted = views.iter().filter(|(id, _)| self.jobs.get(id).is_some_and(|j| !j.in_flight)).count();
+        if wanted == 0 {
+            return;
+        }
+        for (i, job) in self.core.pending().enumerate() {
+            if let Some(view) = views.get_mut(&(job.0 as i64)) {
+                view.queue_position = Some(i as u64 + 1);
+                wanted -= 1;
+                if wanted == 0 {
+                    break;
+                }
+            }
         }
     }
 
