@@ -49,17 +49,30 @@ pub fn config(args: &ServeArgs) -> Result<ServerConfig> {
 }
 
 pub fn run(args: &ServeArgs) -> Result<()> {
+    init_logging();
     let config = config(args)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let data_dir = config.data_dir.clone();
-        let server = fairway_server::start(config).await?;
+        let mut server = fairway_server::start(config).await?;
         println!("fairway: listening on http://{} (data in {})", server.addr, data_dir.display());
-        wait_for_signal().await;
+        tokio::select! {
+            () = wait_for_signal() => {}
+            () = server.engine_stopped() => {
+                anyhow::bail!("the scheduling engine stopped unexpectedly (see the log above); running jobs keep running and are re-adopted at the next start");
+            }
+        }
         println!("fairway: stopping; running jobs keep running and are re-adopted at the next start");
         server.shutdown().await;
         Ok(())
     })
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default: info).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 async fn wait_for_signal() {

@@ -40,6 +40,19 @@ pub struct RunningServer {
     http_stop: Option<oneshot::Sender<()>>,
     http_done: tokio::task::JoinHandle<()>,
     engine_done: std::thread::JoinHandle<()>,
+    /// Fires when the engine thread ends, however it ends.
+    engine_exited: Option<oneshot::Receiver<()>>,
+}
+
+/// Sends on drop: tells the server the engine thread ended, even by a panic.
+struct ExitSignal(Option<oneshot::Sender<()>>);
+
+impl Drop for ExitSignal {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 impl RunningServer {
@@ -54,9 +67,15 @@ impl RunningServer {
         let _ = tokio::task::spawn_blocking(move || self.engine_done.join()).await;
     }
 
-    /// Waits until the HTTP server stops (it stops on [`RunningServer::shutdown`] only).
-    pub async fn wait(self) {
-        let _ = (&mut { self }.http_done).await;
+    /// Resolves if the engine thread ends before [`RunningServer::shutdown`]: a bug (it
+    /// panicked). The server cannot schedule any more and should exit.
+    pub async fn engine_stopped(&mut self) {
+        match self.engine_exited.as_mut() {
+            Some(rx) => {
+                let _ = rx.await;
+            }
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -67,9 +86,19 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .map_err(|source| ServerError::Io { what: format!("creating {}", config.data_dir.display()), source })?;
     let store = Store::open(&config.db_path())?;
     let (layout, source) = discover_gpus(&config)?;
+    tracing::info!(
+        gpus = layout.gpu_count(),
+        nodes = layout.nodes.len(),
+        source = ?source,
+        "GPUs found"
+    );
     let cluster = Arc::new(Cluster::new(layout, source));
     let metrics = Arc::new(Metrics::new());
     let runtime = choose_runtime(config.file.container_runtime.as_deref())?;
+    match &runtime {
+        Some(r) => tracing::info!("container runtime: {}", r.path.display()),
+        None => tracing::info!("no container runtime: image jobs are refused unless image_optional"),
+    }
     let images = Arc::new(RwLock::new(Vec::new()));
     prepull_images(&config.file.images, runtime.clone(), images.clone());
 
@@ -85,9 +114,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         images,
     };
     let engine = Engine::start(parts)?;
+    let (exited_tx, engine_exited) = oneshot::channel();
     let engine_done = std::thread::Builder::new()
         .name("fairway-engine".into())
-        .spawn(move || engine.run(engine_rx))
+        .spawn(move || {
+            let _signal = ExitSignal(Some(exited_tx));
+            engine.run(engine_rx)
+        })
         .map_err(|source| ServerError::Io { what: "starting the engine thread".into(), source })?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -113,7 +146,14 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             tracing::error!("HTTP server: {e}");
         }
     });
-    Ok(RunningServer { addr, engine: engine_tx, http_stop: Some(http_stop), http_done, engine_done })
+    Ok(RunningServer {
+        addr,
+        engine: engine_tx,
+        http_stop: Some(http_stop),
+        http_done,
+        engine_done,
+        engine_exited: Some(engine_exited),
+    })
 }
 
 fn discover_gpus(config: &ServerConfig) -> Result<(GpuLayout, GpuSource), ServerError> {

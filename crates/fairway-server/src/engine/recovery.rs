@@ -93,6 +93,9 @@ impl Engine {
 
     pub(crate) fn recover(&mut self) -> Result<(), ServerError> {
         let rows = self.store.unfinished_jobs()?;
+        if !rows.is_empty() {
+            tracing::info!(jobs = rows.len(), "restoring unfinished jobs from the store");
+        }
         let mut ended = Vec::new();
         for row in rows {
             let id = row.id;
