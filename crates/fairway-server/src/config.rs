@@ -197,6 +197,15 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_parses() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fairway.yaml");
+        let file = ConfigFile::load(&path).unwrap();
+        assert_eq!(file.quotas.len(), 3);
+        assert_eq!(file.limits.grace_seconds_max, 300);
+        assert_eq!(file.container_runtime.as_deref(), Some("auto"));
+    }
+
+    #[test]
     fn bad_files_name_the_field() {
         let cases = [
             ("quota: []\n", "quota"),
