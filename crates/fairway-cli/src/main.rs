@@ -9,6 +9,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::client::{Client, cluster, jobs, quota};
 
+mod bench;
 mod client;
 mod demo;
 mod serve;
@@ -33,6 +34,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the standalone server: scheduler, store, processes, HTTP API, metrics.
     Serve(serve::ServeArgs),
+    /// Measure Fairway on this machine (`bench server`: submissions/s, start and preemption latency).
+    Bench(bench::BenchArgs),
     /// Replay a workload through the scheduler with a virtual clock and compare policies.
     Sim(SimArgs),
     /// Submit jobs and priority classes from YAML or JSON files.
@@ -132,6 +135,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Submit(args) => with_client(server, async |c| jobs::submit(c, &args).await),
         Command::Ls(args) => with_client(server, async |c| jobs::ls(c, &args).await),
         Command::Describe(args) => with_client(server, async |c| jobs::describe(c, &args).await),

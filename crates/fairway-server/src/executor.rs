@@ -160,6 +160,7 @@ impl Executor {
             let mut child = l.child;
             tokio::task::spawn_blocking(move || {
                 let _ = child.wait();
+                sweep_group(record.pid);
                 let record = fairway_exec::read_exit(&record.run_dir).ok().flatten();
                 let _ = watch.send(Watch::ReplicaExited { job, run, replica, record });
             });
@@ -175,6 +176,7 @@ impl Executor {
                 while fairway_exec::is_same_process_alive(record.pid, record.start_ticks) {
                     tokio::time::sleep(ADOPTED_POLL).await;
                 }
+                sweep_group(record.pid);
                 let exit = fairway_exec::read_exit(&record.run_dir).ok().flatten();
                 let _ = watch.send(Watch::ReplicaExited { job, run, replica, record: exit });
             });
@@ -247,6 +249,15 @@ impl Executor {
             let exit = state.first_failure.or(state.last_record.map(RunExit::Exited)).unwrap_or(RunExit::Lost);
             let _ = self.engine.send(Command::RunEnded { job, run, exit });
         }
+    }
+}
+
+/// Kills what is left of a replica's process group once its shim is gone: a job's children
+/// that outlived it must not keep using GPUs the scheduler now hands to someone else. Safe
+/// after the shim is reaped: Linux does not reuse a pid while a group still bears its number.
+fn sweep_group(pgid: u32) {
+    if let Err(e) = fairway_exec::signal_group(pgid, Signal::Kill) {
+        tracing::warn!(pgid, "cannot sweep the process group: {e}");
     }
 }
 

@@ -56,6 +56,7 @@ fn report_writes_markdown_and_plots() {
     }
 }
 
+mod bench;
 mod client;
 mod fake_server;
 mod server;

@@ -506,3 +506,33 @@ fn cli_submit_ls_describe_logs_cancel_against_a_live_server() {
     assert_eq!(code, 1);
     assert!(err.contains("resources.gpus"), "{err}");
 }
+
+/// Processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        if !zombie && String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn children_left_behind_by_a_finished_job_are_killed() {
+    let server = InProcess::start("1", "");
+    let api = &server.api;
+    // The job's shell exits at once, leaving a background child in its process group.
+    let marker = format!("{}.{}", std::process::id(), 4242);
+    let job = format!(
+        "name: leaky\ntenant: {{ project: p }}\nresources: {{ gpus: 1 }}\nshell: true\n\
+         command: [\"sleep {marker} & echo started\"]\n"
+    );
+    let id = api.submit(&job)[0];
+    api.wait_state(id, JobState::Succeeded);
+    assert!(processes_with(&format!("sleep {marker}")).is_empty(), "a leftover process still runs");
+}
