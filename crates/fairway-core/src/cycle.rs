@@ -8,7 +8,7 @@ use crate::config::ScoringPolicy;
 use crate::decision::{Decision, PendingReason, StopCause};
 use crate::placement::{Candidate, choose_nodes};
 use crate::preemption::{PreemptionScope, VictimPlan};
-use crate::queue::{GroupKey, Verdict, Wake};
+use crate::queue::{GroupKey, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
 use crate::state::{JobState, QueueKey, Reservation, Termination};
 use crate::types::{AccountId, GpuModel, JobId, NodeId, Placement, Priority, ReplicaPlacement, Resources, Time};
@@ -179,47 +179,63 @@ impl Scheduler {
         let mut memo = CycleMemo::default();
         let mut budget = PreemptionBudget { left: self.config.limits.preemption_attempts_per_cycle_max };
         self.blocked_by = None;
-        // 4a. Wake groups whose wait may be over; remember the earliest dormant head, which
-        // under strict order blocks everything behind it.
-        let mut heads: BinaryHeap<Reverse<(QueueKey, GroupKey)>> = BinaryHeap::new();
-        let mut dormant_head: Option<(QueueKey, Priority)> = None;
-        for (gk, group) in &self.queue.groups {
-            let head = *group.members.first().expect("groups are never empty");
-            if let Some(v) = group.verdict.as_ref().filter(|v| self.still_dormant(gk, v, &mut memo)) {
-                if v.blocks_strict_order() && dormant_head.is_none_or(|(k, _)| head < k) {
-                    dormant_head = Some((head, gk.priority));
-                }
-            } else {
-                heads.push(Reverse((head, *gk)));
+        // 4a. Wake the sleeping groups that what changed since the last cycle may concern.
+        let changes = std::mem::take(&mut self.changes);
+        let index = &self.index;
+        self.queue.wake_for(changes, |model| memo.free_max.get_or_insert_with(model, || index.summary(model).0));
+        // Under strict order the first sleeping group that blocks blocks everything behind it.
+        let asleep_head = self.queue.asleep_blocking.first().map(|(k, gk)| (*k, gk.priority)).filter(|_| strict);
+        // Awake heads are taken in order from the queue's own set (a start moves a group's
+        // head later, where the walk finds it again); members behind a head that holds GPUs
+        // for its victims wait in `behind_holders`.
+        let mut last_head: Option<(QueueKey, GroupKey)> = None;
+        let mut behind_holders: BinaryHeap<Reverse<(QueueKey, GroupKey)>> = BinaryHeap::new();
+        loop {
+            let next_head = match last_head {
+                None => self.queue.awake.first(),
+                Some(last) => self.queue.awake.range((Excluded(last), Unbounded)).next(),
             }
-        }
-        while let Some(Reverse((key, gk))) = heads.pop() {
-            if strict && dormant_head.is_some_and(|(k, _)| k < key) {
+            .copied();
+            let next_behind = behind_holders.peek().map(|Reverse(e)| *e);
+            let (key, gk, is_head) = match (next_head, next_behind) {
+                (None, None) => break,
+                (Some(h), Some(b)) if b < h => (b.0, b.1, false),
+                (Some(h), _) => (h.0, h.1, true),
+                (None, Some(b)) => (b.0, b.1, false),
+            };
+            if strict && asleep_head.is_some_and(|(k, _)| k < key) {
                 break;
             }
             if out.stats.started >= self.config.limits.starts_per_cycle_max {
                 break;
             }
+            if is_head {
+                last_head = Some((key, gk));
+            } else {
+                behind_holders.pop();
+            }
             out.stats.jobs_considered += 1;
             match self.consider(key.id, &gk, now, &mut memo, &mut budget, out) {
-                Considered::Started | Considered::Preempting | Considered::Holding => {
-                    if let Some(g) = self.queue.groups.get_mut(&gk) {
-                        // Something changed for this group: its old verdict no longer holds.
-                        g.verdict = None;
-                    }
+                considered @ (Considered::Started | Considered::Preempting | Considered::Holding) => {
+                    // Something changed for this group: its old verdict no longer holds.
+                    self.queue.clear_verdict(&gk);
                     if strict && !matches!(self.jobs[&key.id].state, JobState::Running { .. }) {
                         self.blocked_by = Some((key, gk.priority));
                         return;
                     }
-                    let next =
-                        self.queue.groups.get(&gk).and_then(|g| g.members.range((Excluded(key), Unbounded)).next());
-                    if let Some(&next) = next {
-                        heads.push(Reverse((next, gk)));
+                    // A started head left the group: its next member is the group's new
+                    // head, found again in `awake`. Otherwise the next member waits here.
+                    if !(is_head && matches!(considered, Considered::Started)) {
+                        let next =
+                            self.queue.groups.get(&gk).and_then(|g| g.members.range((Excluded(key), Unbounded)).next());
+                        if let Some(&next) = next {
+                            behind_holders.push(Reverse((next, gk)));
+                        }
                     }
                 }
                 Considered::Failed(verdict) => {
                     let blocks = strict && verdict.blocks_strict_order();
-                    self.queue.groups.get_mut(&gk).expect("group of a pending job").verdict = Some(verdict);
+                    self.queue.fail(gk, verdict);
                     if blocks {
                         self.blocked_by = Some((key, gk.priority));
                         return;
@@ -228,7 +244,7 @@ impl Scheduler {
             }
         }
         if strict {
-            self.blocked_by = self.blocked_by.or(dormant_head);
+            self.blocked_by = self.blocked_by.or(asleep_head);
         }
     }
 
@@ -247,31 +263,30 @@ impl Scheduler {
             return Considered::Holding;
         }
         let shape = Shape { model: gk.model, per_replica: gk.per_replica, replicas: gk.replicas };
-        let capacity_wake = Wake::Capacity { capacity_seq: self.capacity_seq, victim_seq: self.victim_seq };
+        let preempt_capable = self.config.policy.preemption && gk.may_preempt;
         // c.
         let never = memo.never_fits.get_or_insert_with(shape, || !self.any_node_holds(shape.model, shape.per_replica));
         if never {
             let reason = PendingReason::NeverFits { gpus_per_replica: shape.per_replica.gpus, gpu_model: shape.model };
-            return Considered::Failed(Verdict { reasons: vec![reason], wake: capacity_wake });
+            // Node sizes are what it waits for: a node added or back from a drain.
+            let wake = Wake::On(WakeOn { room: RoomWake::Any, ..WakeOn::default() });
+            return Considered::Failed(Verdict { reasons: vec![reason], wake });
         }
-        let may_preempt = self.config.policy.preemption && gk.may_preempt;
         // d.
         if let Some((account, reason)) = self.quota_shortfall(id) {
-            let seq = self.accounts_seq(gk);
             let mut reasons = vec![reason];
-            let mut wake = Wake::Quota { seq };
+            let mut wake = Wake::On(WakeOn { accounts: true, ..WakeOn::default() });
             // Fix: a failed search, or a spent budget, used to leave the group dormant until
             // the account changed, though room appearing (or the next cycle's budget) could
             // let the same search succeed.
-            if may_preempt {
+            if preempt_capable {
                 if budget.take() {
                     out.stats.preemption_searches += 1;
                     if let Some(plan) = self.find_victims(id, PreemptionScope::Account(account), now) {
                         self.carry_out_preemption(id, plan, now, out);
                         return Considered::Preempting;
                     }
-                    let (capacity_seq, victim_seq) = (self.capacity_seq, self.victim_seq);
-                    wake = Wake::QuotaOrCapacity { seq, capacity_seq, victim_seq };
+                    wake = Wake::On(WakeOn { accounts: true, room: RoomWake::Any, victims: true });
                 } else {
                     reasons.push(PendingReason::PreemptionBudgetExhausted);
                     wake = Wake::NextCycle;
@@ -292,10 +307,10 @@ impl Scheduler {
         }
         // f.
         let mut reasons = vec![self.no_fit_reason(shape)];
-        let mut wake = capacity_wake;
+        let mut wake = Wake::On(self.wake_on_room(gk, preempt_capable));
         if !self.config.policy.preemption {
             // The policy never preempts: nothing to add.
-        } else if !may_preempt {
+        } else if !preempt_capable {
             reasons.push(PendingReason::PreemptionDisabled);
         } else if memo.no_victims.get(&shape).is_some_and(|p| p >= gk.priority) {
             reasons.push(PendingReason::NoPreemptionCandidates);
@@ -319,56 +334,14 @@ impl Scheduler {
         Considered::Failed(Verdict { reasons, wake })
     }
 
-    /// Is a failed group still sure to fail? Cheap checks only; a wrong "no" costs one
-    /// extra evaluation, never a wrong decision.
-    fn still_dormant(&self, gk: &GroupKey, verdict: &Verdict, memo: &mut CycleMemo) -> bool {
-        match verdict.wake {
-            Wake::NextCycle => false,
-            Wake::Quota { seq } => self.accounts_seq(gk) == seq,
-            Wake::QuotaOrCapacity { seq, capacity_seq, victim_seq } => {
-                self.accounts_seq(gk) == seq && self.capacity_still_short(gk, verdict, capacity_seq, victim_seq, memo)
-            }
-            Wake::Capacity { capacity_seq, victim_seq } => {
-                self.capacity_still_short(gk, verdict, capacity_seq, victim_seq, memo)
-            }
-        }
-    }
-
-    /// Changes whenever the usage or cap of one of the group's accounts does (each `seq`
-    /// only grows).
-    fn accounts_seq(&self, gk: &GroupKey) -> u64 {
-        let seq = |a: AccountId| self.accounts.get(&a).map_or(0, |a| a.seq);
-        seq(gk.project) + if gk.user == gk.project { 0 } else { seq(gk.user) }
-    }
-
-    /// The `Capacity` part of `still_dormant`.
-    fn capacity_still_short(
-        &self,
-        gk: &GroupKey,
-        verdict: &Verdict,
-        capacity_seq: u64,
-        victim_seq: u64,
-        memo: &mut CycleMemo,
-    ) -> bool {
-        let may_find_victims = self.config.policy.preemption
-            && gk.may_preempt
-            && self.running.first().is_some_and(|(p, _)| *p < gk.priority);
-        // "No replica fits in free room" proves nothing for a group that may preempt (free
-        // room plus its victims' may now suffice) nor for a never-fits verdict (it is about
-        // node sizes: a node too drained to show in the free index may now hold a replica).
-        // Fix: both used to stay dormant, leaving a preemptor waiting forever and a stale
-        // "never fits".
-        let never_fits = verdict.reasons.iter().any(|r| matches!(r, PendingReason::NeverFits { .. }));
-        let room_same =
-            capacity_seq == self.capacity_seq || (!may_find_victims && !never_fits && !self.may_fit_now(gk, memo));
-        let victims_same = !may_find_victims || victim_seq == self.victim_seq;
-        room_same && victims_same
-    }
-
-    /// Could free room now hold one replica of the group? (A quick necessary condition.)
-    fn may_fit_now(&self, gk: &GroupKey, memo: &mut CycleMemo) -> bool {
-        let free_max = memo.free_max.get_or_insert_with(gk.model, || self.index.summary(gk.model).0);
-        gk.per_replica.gpus <= free_max
+    /// What wakes a group that found no room. One that may preempt and has running work
+    /// below it wakes on any growth of room (free room plus its victims may now suffice)
+    /// and on new victims; one that may not wakes when one of its replicas may fit in free
+    /// room (or, if it may preempt, when a victim starts below it).
+    fn wake_on_room(&self, gk: &GroupKey, preempt_capable: bool) -> WakeOn {
+        let work_below = self.running.first().is_some_and(|(p, _)| *p < gk.priority);
+        let room = if preempt_capable && work_below { RoomWake::Any } else { RoomWake::Fits };
+        WakeOn { accounts: false, room, victims: preempt_capable }
     }
 
     /// The first of the job's accounts that starting it would take over quota.

@@ -17,7 +17,10 @@ impl Scheduler {
     /// - Usage is within quota: what is charged to each account (running jobs and
     ///   reservations) matches the jobs and is within its cap (or the grandfathered usage).
     /// - Reserved GPUs belong to exactly one preemptor, which is pending and lists them.
+    /// - The pending queue's indexes agree with its groups (every sleeping group is
+    ///   indexed under what wakes it).
     pub fn check_invariants(&self) -> Result<(), String> {
+        self.queue.check()?;
         let mut owner_seen: BTreeMap<(NodeId, u8), JobId> = BTreeMap::new();
         let mut held_seen: BTreeMap<(NodeId, u8), JobId> = BTreeMap::new();
         let mut charged: BTreeMap<AccountId, Resources> = BTreeMap::new();

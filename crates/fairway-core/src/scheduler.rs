@@ -8,7 +8,7 @@ use crate::cluster::{FreeIndex, Node};
 use crate::config::{Config, QueueOrder};
 use crate::decision::{Decision, PendingReason, RequeueCause, StopCause};
 use crate::event::{Event, ExitOutcome};
-use crate::queue::{GroupKey, PendingQueue};
+use crate::queue::{Changes, GroupKey, PendingQueue};
 use crate::state::{Account, Job, JobState, QueueKey, Reservation, Termination};
 use crate::types::{
     AccountId, JobId, JobSpec, NodeId, NodeSpec, Placement, PreemptionPolicy, Priority, Quota, ReplicaPlacement,
@@ -95,13 +95,8 @@ pub struct Scheduler {
     /// Decisions produced by events (stops, requeues), handed out by the next cycle.
     pub(crate) outbox: Vec<Decision>,
     pub(crate) counters: Counters,
-    /// Bumped whenever free room may have grown (an exit, a node, a dropped hold).
-    pub(crate) capacity_seq: u64,
-    /// Bumped whenever a preemptible job starts (a new victim candidate).
-    pub(crate) victim_seq: u64,
-    /// For each priority, the `victim_seq` of the last preemptible start at that priority:
-    /// a group waiting for victims wakes only when one starts below its priority.
-    pub(crate) victim_seq_by_priority: BTreeMap<Priority, u64>,
+    /// What changed since the last cycle woke sleeping groups (room, accounts, victims).
+    pub(crate) changes: Changes,
     /// Under strict order, the job that blocked the last cycle's walk.
     pub(crate) blocked_by: Option<(QueueKey, Priority)>,
 }
@@ -121,9 +116,7 @@ impl Scheduler {
             accounts: BTreeMap::new(),
             outbox: Vec::new(),
             counters: Counters::default(),
-            capacity_seq: 0,
-            victim_seq: 0,
-            victim_seq_by_priority: BTreeMap::new(),
+            changes: Changes::default(),
             blocked_by: None,
         }
     }
@@ -369,7 +362,7 @@ impl Scheduler {
             self.config.limits.gpus_per_node_max,
         );
         self.nodes.insert(node.spec.id, node);
-        self.capacity_seq += 1;
+        self.changes.room_grew = true;
         Ok(())
     }
 
@@ -424,7 +417,7 @@ impl Scheduler {
             return Ok(());
         }
         node.schedulable = schedulable;
-        self.capacity_seq += 1;
+        self.changes.room_grew = true;
         let (model, level) = (node.spec.gpu_model, node.available_gpus());
         if schedulable {
             self.index.insert(model, level, id, self.config.limits.gpus_per_node_max);
@@ -437,9 +430,9 @@ impl Scheduler {
     fn set_quota(&mut self, id: AccountId, quota: Option<Quota>) {
         let account = self.accounts.entry(id).or_default();
         account.quota = quota;
-        account.seq += 1;
         // Whatever runs now may keep running under a lowered cap; it may only shrink.
         account.grandfathered = account.charged;
+        self.changes.accounts.push(id);
     }
 
     // ---- state transitions shared by the handlers and the cycle ----------------------
@@ -487,8 +480,7 @@ impl Scheduler {
         self.queue.remove(&key, &group);
         self.running.insert((priority, id));
         if preemptible {
-            self.victim_seq += 1;
-            self.victim_seq_by_priority.insert(priority, self.victim_seq);
+            self.changes.victim_started(priority);
         }
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id));
@@ -545,7 +537,7 @@ impl Scheduler {
                 node.used = node.used.minus(per_replica);
             });
         }
-        self.capacity_seq += 1;
+        self.changes.room_grew = true;
         if charged {
             self.uncharge(accounts, total);
             self.running.remove(&(priority, id));
@@ -561,12 +553,14 @@ impl Scheduler {
     fn charge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
         for account in accounts {
             self.accounts.entry(account).or_default().charge(total);
+            self.changes.accounts.push(account);
         }
     }
 
     fn uncharge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
         for account in accounts {
             self.accounts.get_mut(&account).expect("uncharging an account that was charged").uncharge(total);
+            self.changes.accounts.push(account);
         }
     }
 
@@ -617,7 +611,7 @@ impl Scheduler {
         }
         self.uncharge(accounts, total);
         self.reserving.remove(&id);
-        self.capacity_seq += 1;
+        self.changes.room_grew = true;
         Some(reservation)
     }
 

@@ -99,8 +99,6 @@ pub(crate) struct Account {
     /// Usage above a lowered cap that was already running when the cap changed: allowed
     /// to drain, never to grow.
     pub grandfathered: Resources,
-    /// Bumped whenever `charged` or `quota` changes, to wake groups waiting on this account.
-    pub seq: u64,
 }
 
 impl Account {
@@ -116,12 +114,10 @@ impl Account {
 
     pub fn charge(&mut self, r: Resources) {
         self.charged = self.charged.plus(r);
-        self.seq += 1;
     }
 
     pub fn uncharge(&mut self, r: Resources) {
         self.charged = self.charged.minus(r);
-        self.seq += 1;
         self.grandfathered = Resources {
             gpus: self.grandfathered.gpus.min(self.charged.gpus),
             cpu_millis: self.grandfathered.cpu_millis.min(self.charged.cpu_millis),
