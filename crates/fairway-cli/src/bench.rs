@@ -1,4 +1,5 @@
-//! `fairway bench server`: the standalone server's figures, measured on this machine.
+//! `fairway bench server`: the standalone server's figures, measured on this machine
+//! (`fairway bench sim`, the simulator's, is in `bench/sim.rs`).
 //!
 //! Each measurement starts a fresh server in this process, as `fairway demo` does (a
 //! temporary data directory, simulated GPUs, jobs as real processes under real shims), and
@@ -35,6 +36,8 @@ use serde::Serialize;
 
 use crate::Output;
 
+mod sim;
+
 #[derive(clap::Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
@@ -47,6 +50,9 @@ pub enum BenchCommand {
     /// signalled (each on a fresh in-process server with simulated GPUs; release build
     /// expected).
     Server(ServerBenchArgs),
+    /// The simulator: events per second through the core, and a whole trace end to end
+    /// (load, replay, summary) for each policy of a scenario (release build expected).
+    Sim(sim::SimBenchArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -166,6 +172,7 @@ impl Percentiles {
 pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.command {
         BenchCommand::Server(a) => server(a),
+        BenchCommand::Sim(a) => sim::run(a),
     }
 }
 

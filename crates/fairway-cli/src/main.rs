@@ -34,7 +34,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the standalone server: scheduler, store, processes, HTTP API, metrics.
     Serve(serve::ServeArgs),
-    /// Measure Fairway on this machine (`bench server`: submissions/s, start and preemption latency).
+    /// Measure Fairway on this machine (`bench server`: submissions/s, start and preemption
+    /// latency; `bench sim`: simulator events/s and whole-trace time).
     Bench(bench::BenchArgs),
     /// Replay a workload through the scheduler with a virtual clock and compare policies.
     Sim(SimArgs),

@@ -18,6 +18,9 @@ pub(crate) struct Node {
     pub used: Resources,
     /// Resources held for preemptors.
     pub reserved: Resources,
+    /// Slots neither owned nor held, as last counted by `recount` (every change of the
+    /// slots goes through `Scheduler::with_node`, which recounts; checked as an invariant).
+    gpus_available: u32,
 }
 
 impl Node {
@@ -30,11 +33,29 @@ impl Node {
             gpu_reserved: vec![None; slots],
             used: Resources::ZERO,
             reserved: Resources::ZERO,
+            gpus_available: slots as u32,
         }
     }
 
     /// GPU slots neither used nor held: what a new job may take right now.
     pub fn available_gpus(&self) -> u32 {
+        self.gpus_available
+    }
+
+    /// Count the free slots again after they changed; returns the new count.
+    pub fn recount(&mut self) -> u32 {
+        self.gpus_available = self.count_available_gpus();
+        self.gpus_available
+    }
+
+    /// Tests of the invariant check: pretend the count is `gpus`.
+    #[cfg(test)]
+    pub fn recount_as(&mut self, gpus: u32) {
+        self.gpus_available = gpus;
+    }
+
+    /// Free slots, counted one by one.
+    pub fn count_available_gpus(&self) -> u32 {
         self.gpu_owner.iter().zip(&self.gpu_reserved).filter(|(o, r)| o.is_none() && r.is_none()).count() as u32
     }
 

@@ -339,7 +339,7 @@ impl Scheduler {
     /// and on new victims; one that may not wakes when one of its replicas may fit in free
     /// room (or, if it may preempt, when a victim starts below it).
     fn wake_on_room(&self, gk: &GroupKey, preempt_capable: bool) -> WakeOn {
-        let work_below = self.running.first().is_some_and(|(p, _)| *p < gk.priority);
+        let work_below = self.running.first_key_value().is_some_and(|((p, _), _)| *p < gk.priority);
         let room = if preempt_capable && work_below { RoomWake::Any } else { RoomWake::Fits };
         WakeOn { accounts: false, room, victims: preempt_capable }
     }
@@ -392,11 +392,10 @@ impl Scheduler {
             return Vec::new();
         }
         let spread_single = replicas == 1 && self.config.policy.scoring == ScoringPolicy::Spread;
-        let levels: Box<dyn Iterator<Item = u32>> =
-            if spread_single { Box::new((lowest..=highest).rev()) } else { Box::new(lowest..=highest) };
         let cap = self.config.limits.candidate_nodes_scored_max as usize;
         let mut out = Vec::new();
-        for level in levels {
+        for step in 0..=(highest - lowest) {
+            let level = if spread_single { highest - step } else { lowest + step };
             for node_id in self.index.at_level(model, level) {
                 let node = &self.nodes[&node_id];
                 let available = node.available();

@@ -4,9 +4,9 @@
 //! per-node and per-account sums go into vectors found by binary search over the (few,
 //! sorted) node and account ids.
 
-use crate::scheduler::Scheduler;
+use crate::scheduler::{RunningEntry, Scheduler};
 use crate::state::JobState;
-use crate::types::{AccountId, JobId, JobSpec, NodeId, Placement, Resources};
+use crate::types::{AccountId, JobId, JobSpec, NodeId, Placement, Priority, Resources};
 
 /// What the placements and reservations add up to on one node.
 #[derive(Clone, Copy, Default)]
@@ -69,7 +69,7 @@ impl Scheduler {
             charged[i] = charged[i].plus(r);
             Ok::<(), String>(())
         };
-        let placed = self.running.iter().map(|(_, id)| *id).chain(self.terminating.iter().copied());
+        let placed = self.running.keys().map(|(_, id)| *id).chain(self.terminating.iter().copied());
         for id in placed {
             let job = self.jobs.get(&id).ok_or_else(|| format!("{id} indexed but not held"))?;
             let (placement, is_charged) = match &job.state {
@@ -98,6 +98,7 @@ impl Scheduler {
                 }
             }
         }
+        self.check_running_index()?;
         for &id in &self.reserving {
             let job = self.jobs.get(&id).ok_or_else(|| format!("reserving {id} not held"))?;
             let JobState::Pending { reservation: Some(res) } = &job.state else {
@@ -129,6 +130,12 @@ impl Scheduler {
             if SlotSet::of(&node.gpu_reserved) != sums.held_slots {
                 return Err(format!("{node_id} has a GPU recorded as held that no reservation lists"));
             }
+            if node.available_gpus() != node.count_available_gpus() {
+                return Err(format!(
+                    "{node_id} counts {} GPUs available, its slots say otherwise",
+                    node.available_gpus()
+                ));
+            }
             if node.used != sums.used {
                 return Err(format!("{node_id} used {} disagrees with its jobs", node.used));
             }
@@ -146,6 +153,39 @@ impl Scheduler {
             if !account.within_quota() {
                 return Err(format!("{id} charged {} over its quota {:?}", account.charged, account.quota));
             }
+        }
+        Ok(())
+    }
+}
+
+impl Scheduler {
+    /// The running index's entries say what their jobs say, and the preemptible-GPU tally
+    /// adds them up (with no empty levels).
+    fn check_running_index(&self) -> Result<(), String> {
+        let mut tally: Vec<(Priority, u32)> = Vec::new();
+        for (&(priority, id), entry) in &self.running {
+            let job = &self.jobs[&id];
+            let JobState::Running { placement, .. } = &job.state else {
+                return Err(format!("{id} indexed as running but not running"));
+            };
+            let node = match placement.replicas.as_slice() {
+                [only] => Some(only.node),
+                _ => None,
+            };
+            let expected = RunningEntry { preemptible: job.spec.preemptible, per_replica: job.spec.per_replica, node };
+            if priority != job.spec.priority || *entry != expected {
+                return Err(format!("running index entry of {id} disagrees with the job"));
+            }
+            let gpus = job.spec.total().gpus;
+            if entry.preemptible && gpus > 0 {
+                match tally.last_mut() {
+                    Some((p, sum)) if *p == priority => *sum += gpus,
+                    _ => tally.push((priority, gpus)),
+                }
+            }
+        }
+        if !tally.iter().copied().eq(self.preemptible_gpus.iter().map(|(p, g)| (*p, *g))) {
+            return Err("the preemptible-GPU tally disagrees with the running jobs".into());
         }
         Ok(())
     }
@@ -254,6 +294,20 @@ mod tests {
         let held = node.gpu_reserved.iter().position(|h| h.is_some()).expect("job 10 holds slots");
         node.gpu_reserved[held] = None;
         broken(&s, "a held slot lost its record");
+    }
+
+    #[test]
+    fn a_stale_running_index_is_caught() {
+        let mut s = busy();
+        let priority = *s.preemptible_gpus.keys().next().expect("preemptible work runs");
+        *s.preemptible_gpus.get_mut(&priority).unwrap() += 1;
+        broken(&s, "the preemptible-GPU tally counts a GPU too many");
+        let mut s = busy();
+        s.running.values_mut().next().unwrap().preemptible = false;
+        broken(&s, "a running entry disagrees with its job");
+        let mut s = busy();
+        s.nodes.get_mut(&NodeId(1)).unwrap().recount_as(7);
+        broken(&s, "a node's cached count of available GPUs is stale");
     }
 
     #[test]

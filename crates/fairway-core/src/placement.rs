@@ -54,6 +54,11 @@ pub fn choose_nodes(
     policy: ScoringPolicy,
 ) -> Option<Vec<(NodeId, u32)>> {
     assert!(replicas >= 1, "a gang has at least one replica");
+    if replicas == 1 {
+        // The common case, without the gang's bookkeeping: the best-scored node that fits.
+        let fitting = candidates.iter().filter(|c| per_replica.fits_in(c.available));
+        return best_scored(fitting, per_replica, policy).map(|node| vec![(node, 1)]);
+    }
     let mut fits: Vec<(Candidate, u32)> =
         candidates.iter().map(|c| (*c, c.replicas_fitting(per_replica))).filter(|(_, k)| *k > 0).collect();
     let total: u64 = fits.iter().map(|(_, k)| u64::from(*k)).sum();

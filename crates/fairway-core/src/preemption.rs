@@ -24,7 +24,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use crate::placement::{Candidate, choose_nodes};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{RunningEntry, Scheduler};
 use crate::state::JobState;
 use crate::types::{AccountId, JobId, NodeId, Priority, ResourceKind, Resources, Time};
 
@@ -78,12 +78,53 @@ impl Victim {
     }
 }
 
+/// A victim as the single-replica search sees it on one node.
+#[derive(Clone, Copy, Debug)]
+struct NodeVictim {
+    id: JobId,
+    priority: Priority,
+    lost_gpu_ms: u64,
+    /// What it frees on that node.
+    freed: Resources,
+}
+
+impl NodeVictim {
+    /// Rules 2, 3 and 5, as `Victim::order_key`.
+    fn order_key(&self) -> (Priority, u64, Reverse<JobId>) {
+        (self.priority, self.lost_gpu_ms, Reverse(self.id))
+    }
+}
+
+/// The best set on one node so far: rules 2, 3, 4 and the set size, then (rule 5) its
+/// victims and the node.
+struct NodeSet {
+    cost: (Priority, u64, u32, usize),
+    victims: Vec<NodeVictim>,
+    node: NodeId,
+}
+
+/// The single-replica scan's notes.
+#[derive(Default)]
+struct SingleScan {
+    /// Nodes touched so far: room with the victims so far, and where the node stands.
+    nodes: BTreeMap<NodeId, (Resources, NodeScan)>,
+    /// Nodes touched in the current level.
+    touched: Vec<NodeId>,
+    /// (node, victim, what it frees there) for every candidate on a node still short.
+    seen: Vec<(NodeId, JobId, Resources)>,
+}
+
+/// Where a node stands in the single-replica scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeScan {
+    /// Its victims so far do not make room.
+    Short,
+    /// It made room at some level and was judged there; later levels cannot change its set.
+    Decided,
+}
+
 /// A node's offer to a gang: (cost by rules 2 and 3, victims to take, replicas gained).
 type NodeOffer<'a> = ((Priority, u64, NodeId), Vec<&'a Victim>, u32);
-
-/// Rules 2–5 for comparing whole victim sets: lower is better. The victim ids, highest
-/// first and reversed, make the set with the most recently submitted victim win (rule 5).
-type SetCost = (Priority, u64, u32, usize, Reverse<Vec<JobId>>, NodeId);
 
 impl Scheduler {
     pub(crate) fn find_victims(&self, id: JobId, scope: PreemptionScope, now: Time) -> Option<VictimPlan> {
@@ -91,14 +132,16 @@ impl Scheduler {
         if scope == PreemptionScope::Any && !self.enough_gpus_below(id) {
             return None;
         }
+        if let (PreemptionScope::Any, 1) = (scope, job.spec.replicas) {
+            return self.best_single_node_set(id, now);
+        }
         let victims = self.victim_candidates(id, scope, now);
         if victims.is_empty() {
             return None;
         }
-        match (scope, job.spec.replicas) {
-            (PreemptionScope::Any, 1) => self.best_single_node_set(id, &victims),
-            (PreemptionScope::Any, _) => self.node_by_node_set(id, &victims),
-            (PreemptionScope::Account(_), _) => self.greedy_set(id, scope, &victims),
+        match scope {
+            PreemptionScope::Any => self.node_by_node_set(id, &victims),
+            PreemptionScope::Account(_) => self.greedy_set(id, scope, &victims),
         }
     }
 
@@ -107,14 +150,14 @@ impl Scheduler {
         let job = &self.jobs[&id];
         let limit = self.config.limits.victim_candidates_max as usize;
         let mut out = Vec::new();
-        for &(priority, vid) in &self.running {
+        for (&(priority, vid), entry) in &self.running {
             if priority >= job.spec.priority || out.len() >= limit {
                 break;
             }
-            let victim = &self.jobs[&vid];
-            if !victim.spec.preemptible {
+            if !entry.preemptible {
                 continue;
             }
+            let victim = &self.jobs[&vid];
             if let PreemptionScope::Account(account) = scope
                 && !victim.accounts().any(|a| a == account)
             {
@@ -167,58 +210,160 @@ impl Scheduler {
         Frees::Many(frees)
     }
 
-    /// A necessary condition, cheap to check: lower-priority preemptible work on usable
-    /// nodes plus free GPUs could cover the job's GPUs at all.
+    /// A necessary condition, cheap to check: lower-priority preemptible work (on any node)
+    /// plus free GPUs could cover the job's GPUs at all. Costs one step per priority level.
     fn enough_gpus_below(&self, id: JobId) -> bool {
         let job = &self.jobs[&id];
         let needed = job.spec.total().gpus;
         let mut have = self.index.total_free(job.spec.gpu_model);
-        for &(priority, vid) in &self.running {
-            if priority >= job.spec.priority || have >= needed {
+        for (_, gpus) in self.preemptible_gpus.range(..job.spec.priority) {
+            if have >= needed {
                 break;
             }
-            let victim = &self.jobs[&vid];
-            if victim.spec.preemptible {
-                have += victim.spec.total().gpus;
-            }
+            have += gpus;
         }
         have >= needed
     }
 
     /// One replica: for each node, the cheapest minimal set on that node; then the best node.
-    fn best_single_node_set(&self, id: JobId, victims: &[Victim]) -> Option<VictimPlan> {
-        let demand = self.jobs[&id].spec.per_replica;
-        let max_victims = self.config.limits.victims_per_preemption_max as usize;
-        let mut by_node: BTreeMap<NodeId, Vec<(&Victim, Resources)>> = BTreeMap::new();
-        for v in victims {
-            for &(node, freed) in v.frees.as_slice() {
-                by_node.entry(node).or_default().push((v, freed));
+    ///
+    /// Rule 2 puts first the node whose set has the lowest highest priority, and a node's
+    /// minimal set reaches exactly up to the priority level at which the node's victims
+    /// first make room. So the candidates are scanned once, level by level, lowest first,
+    /// adding up what each node would free and noting each (node, victim) pair; at the end
+    /// of the first level where some node has room and its set keeps within the bound, the
+    /// sets of just those nodes are built from the notes and ranked by rules 3–5. A node
+    /// that made room at a lower level but broke the bound is out: its set cannot change.
+    fn best_single_node_set(&self, id: JobId, now: Time) -> Option<VictimPlan> {
+        let job = &self.jobs[&id];
+        let limit = self.config.limits.victim_candidates_max as usize;
+        let mut scan = SingleScan::default();
+        let mut candidates = 0usize;
+        let mut level: Option<Priority> = None;
+        for (&(priority, vid), entry) in &self.running {
+            if priority >= job.spec.priority || candidates >= limit {
+                break;
+            }
+            if let Some(end) = level.filter(|l| priority > *l)
+                && let Some(plan) = self.close_level(id, end, &mut scan, now)
+            {
+                return Some(plan);
+            }
+            level = Some(priority);
+            if !entry.preemptible {
+                continue;
+            }
+            let frees = self.frees_of_entry(job.spec.gpu_model, vid, entry);
+            if frees.as_slice().is_empty() {
+                continue;
+            }
+            candidates += 1;
+            for &(node, freed) in frees.as_slice() {
+                let (room, state) =
+                    scan.nodes.entry(node).or_insert_with(|| (self.nodes[&node].available(), NodeScan::Short));
+                if *state == NodeScan::Short {
+                    *room = room.plus(freed);
+                    scan.touched.push(node);
+                    scan.seen.push((node, vid, freed));
+                }
             }
         }
-        let mut best: Option<(SetCost, Vec<JobId>, NodeId)> = None;
-        for (node_id, on_node) in by_node {
-            let available = self.nodes[&node_id].available();
-            let Some(set) = minimal_prefix(available, demand, &on_node, max_victims) else { continue };
-            let freed_gpus: u32 = set.iter().map(|(_, r)| r.gpus).sum();
-            // Fix: rule 5's "most recently submitted victim first" was missing between sets
-            // on different nodes, so equal victims were chosen by lowest node id instead.
-            let mut newest_first: Vec<JobId> = set.iter().map(|(v, _)| v.id).collect();
-            newest_first.sort_by(|a, b| b.cmp(a));
-            let cost: SetCost = (
-                set.iter().map(|(v, _)| v.priority).max().expect("non-empty"),
-                set.iter().map(|(v, _)| v.lost_gpu_ms).sum(),
+        self.close_level(id, level?, &mut scan, now)
+    }
+
+    /// The end of one priority level of the single-replica scan: the nodes that now have
+    /// room get their minimal sets built; the best of those within the bound wins.
+    fn close_level(&self, id: JobId, level: Priority, scan: &mut SingleScan, now: Time) -> Option<VictimPlan> {
+        let demand = self.jobs[&id].spec.per_replica;
+        scan.touched.sort_unstable();
+        scan.touched.dedup();
+        let mut ready: Vec<NodeId> = Vec::new();
+        for node in scan.touched.drain(..) {
+            let (room, state) = scan.nodes.get_mut(&node).expect("touched nodes are tracked");
+            if *state == NodeScan::Short && demand.fits_in(*room) {
+                *state = NodeScan::Decided;
+                ready.push(node);
+            }
+        }
+        if ready.is_empty() {
+            return None;
+        }
+        // The ready nodes' victims, node by node, each node's in the order of rules 2, 3, 5.
+        let mut on_ready: Vec<(NodeId, NodeVictim)> = scan
+            .seen
+            .iter()
+            .filter(|(node, ..)| ready.binary_search(node).is_ok())
+            .map(|&(node, vid, freed)| (node, self.node_victim(vid, freed, now)))
+            .collect();
+        on_ready.sort_unstable_by_key(|(node, v)| (*node, v.order_key()));
+        debug_assert!(on_ready.iter().all(|(_, v)| v.priority <= level));
+        let max_victims = self.config.limits.victims_per_preemption_max as usize;
+        let mut best: Option<NodeSet> = None;
+        let mut set: Vec<NodeVictim> = Vec::new();
+        for on_node in on_ready.chunk_by(|a, b| a.0 == b.0) {
+            let node = on_node[0].0;
+            let available = self.nodes[&node].available();
+            if !minimal_prefix(available, demand, on_node, max_victims, &mut set) {
+                continue;
+            }
+            let freed_gpus: u32 = set.iter().map(|v| v.freed.gpus).sum();
+            let cost = (
+                set.iter().map(|v| v.priority).max().expect("non-empty"),
+                set.iter().map(|v| v.lost_gpu_ms).sum(),
                 (available.gpus + freed_gpus).saturating_sub(demand.gpus),
                 set.len(),
-                Reverse(newest_first),
-                node_id,
             );
-            if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
-                best = Some((cost, set.iter().map(|(v, _)| v.id).collect(), node_id));
+            let better = match &best {
+                None => true,
+                Some(b) => match cost.cmp(&b.cost) {
+                    std::cmp::Ordering::Less => true,
+                    std::cmp::Ordering::Greater => false,
+                    // Fix: rule 5's "most recently submitted victim first" was missing
+                    // between sets on different nodes, so equal victims were chosen by
+                    // lowest node id instead. Then the lowest node id (`node` ascends).
+                    std::cmp::Ordering::Equal => newest_first(&set) > newest_first(&b.victims),
+                },
+            };
+            if better {
+                best = Some(NodeSet { cost, victims: std::mem::take(&mut set), node });
             }
         }
-        let (_, mut victims, node) = best?;
+        let best = best?;
+        let mut victims: Vec<JobId> = best.victims.iter().map(|v| v.id).collect();
         victims.sort();
-        Some(VictimPlan { victims, chosen: vec![(node, 1)] })
+        Some(VictimPlan { victims, chosen: vec![(best.node, 1)] })
+    }
+
+    /// A victim on one node: what it would lose now and what it frees there.
+    fn node_victim(&self, vid: JobId, freed: Resources, now: Time) -> NodeVictim {
+        let victim = &self.jobs[&vid];
+        let JobState::Running { started_at, .. } = &victim.state else { unreachable!("running index") };
+        let saved = victim.last_progress_saved(*started_at, now);
+        NodeVictim {
+            id: vid,
+            priority: victim.spec.priority,
+            lost_gpu_ms: now.ms_since(saved) * u64::from(victim.spec.total().gpus.max(1)),
+            freed,
+        }
+    }
+
+    /// What a running job frees on the nodes a job of `model` may use; read from its index
+    /// entry when it runs on one node, from its placement otherwise.
+    fn frees_of_entry(&self, model: Option<crate::types::GpuModel>, vid: JobId, entry: &RunningEntry) -> Frees {
+        match entry.node {
+            Some(node_id) => {
+                let node = &self.nodes[&node_id];
+                if node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model) {
+                    Frees::One([(node_id, entry.per_replica)])
+                } else {
+                    Frees::Many(Vec::new())
+                }
+            }
+            None => {
+                let JobState::Running { placement, .. } = &self.jobs[&vid].state else { unreachable!("running index") };
+                self.frees_on_eligible_nodes(model, entry.per_replica, placement)
+            }
+        }
     }
 
     /// A gang: clear whole nodes, cheapest nodes first, so the gang lands on few nodes and
@@ -386,29 +531,31 @@ impl Scheduler {
 }
 
 /// Take victims on one node in order until `demand` fits, then drop the ones not needed
-/// (most costly first). `None` when even all of them (within the bound) are not enough.
-fn minimal_prefix<'a>(
+/// (most costly first), into `taken`. False when even all of them (within the bound) are
+/// not enough.
+fn minimal_prefix(
     available: Resources,
     demand: Resources,
-    on_node: &[(&'a Victim, Resources)],
+    on_node: &[(NodeId, NodeVictim)],
     max_victims: usize,
-) -> Option<Vec<(&'a Victim, Resources)>> {
-    let mut taken: Vec<(&Victim, Resources)> = Vec::new();
+    taken: &mut Vec<NodeVictim>,
+) -> bool {
+    taken.clear();
     let mut room = available;
-    for &(v, freed) in on_node {
+    for (_, v) in on_node {
         if demand.fits_in(room) {
             break;
         }
-        taken.push((v, freed));
-        room = room.plus(freed);
+        taken.push(*v);
+        room = room.plus(v.freed);
     }
     if !demand.fits_in(room) {
-        return None;
+        return false;
     }
     let mut i = taken.len();
     while i > 0 {
         i -= 1;
-        let without = room.minus(taken[i].1);
+        let without = room.minus(taken[i].freed);
         if demand.fits_in(without) {
             room = without;
             taken.remove(i);
@@ -417,5 +564,12 @@ fn minimal_prefix<'a>(
     // Fix: rule 6 bounds the victims taken, so it applies to the minimal set. It used to
     // bound the prefix, so a victim that frees nothing the job needs (a CPU-only job ahead
     // of a GPU job) used up the bound and a valid set was never found.
-    (taken.len() <= max_victims).then_some(taken)
+    taken.len() <= max_victims
+}
+
+/// A set's victim ids, newest (highest) first: rule 5 prefers the set that is larger here.
+fn newest_first(set: &[NodeVictim]) -> Vec<JobId> {
+    let mut ids: Vec<JobId> = set.iter().map(|v| v.id).collect();
+    ids.sort_by(|a, b| b.cmp(a));
+    ids
 }

@@ -76,15 +76,28 @@ pub struct Counters {
     pub jobs_considered: u64,
 }
 
+/// What the victim search needs of a running job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RunningEntry {
+    pub preemptible: bool,
+    pub per_replica: Resources,
+    /// The node of a one-replica job; `None` for a gang (whose placement the search reads).
+    pub node: Option<NodeId>,
+}
+
 pub struct Scheduler {
     pub(crate) config: Config,
     pub(crate) nodes: BTreeMap<NodeId, Node>,
     pub(crate) index: FreeIndex,
-    pub(crate) jobs: BTreeMap<JobId, Job>,
+    /// Boxed: B-tree nodes then move pointers, not whole jobs, when they split or merge.
+    pub(crate) jobs: BTreeMap<JobId, Box<Job>>,
     /// Pending jobs in scheduling order, grouped by equivalence.
     pub(crate) queue: PendingQueue,
-    /// Running (not terminating) jobs, lowest priority first: the victim candidates.
-    pub(crate) running: BTreeSet<(Priority, JobId)>,
+    /// Running (not terminating) jobs, lowest priority first: the victim candidates, with
+    /// what the victim search needs of each, so that it reads no job while it scans.
+    pub(crate) running: BTreeMap<(Priority, JobId), RunningEntry>,
+    /// GPUs of running preemptible jobs by priority: the victim search's cheap first test.
+    pub(crate) preemptible_gpus: BTreeMap<Priority, u32>,
     /// Jobs asked to stop that still hold their GPUs.
     pub(crate) terminating: BTreeSet<JobId>,
     /// Pending jobs that hold a reservation.
@@ -109,7 +122,8 @@ impl Scheduler {
             index: FreeIndex::default(),
             jobs: BTreeMap::new(),
             queue: PendingQueue::default(),
-            running: BTreeSet::new(),
+            running: BTreeMap::new(),
+            preemptible_gpus: BTreeMap::new(),
             terminating: BTreeSet::new(),
             reserving: BTreeSet::new(),
             runtime_deadlines: BTreeSet::new(),
@@ -289,7 +303,7 @@ impl Scheduler {
             cancelled: false,
         };
         self.queue.insert(key, group);
-        self.jobs.insert(key.id, job);
+        self.jobs.insert(key.id, Box::new(job));
         Ok(())
     }
 
@@ -442,7 +456,7 @@ impl Scheduler {
         let node = self.nodes.get_mut(&id).expect("placement names a known node");
         let before = node.available_gpus();
         let out = f(node);
-        let after = node.available_gpus();
+        let after = node.recount();
         if node.schedulable && before != after {
             let model = node.spec.gpu_model;
             self.index.remove(model, before, id);
@@ -478,10 +492,11 @@ impl Scheduler {
         }
         self.charge(accounts, total);
         self.queue.remove(&key, &group);
-        self.running.insert((priority, id));
-        if preemptible {
-            self.changes.victim_started(priority);
-        }
+        let node = match placement.replicas.as_slice() {
+            [only] => Some(only.node),
+            _ => None,
+        };
+        self.add_running(priority, id, RunningEntry { preemptible, per_replica, node }, total.gpus);
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id));
         }
@@ -505,7 +520,7 @@ impl Scheduler {
         job.state = JobState::Terminating { placement, started_at, why };
         let accounts = job.accounts();
         self.uncharge(accounts, total);
-        self.running.remove(&(priority, id));
+        self.remove_running(priority, id, total.gpus);
         if let Some(deadline) = deadline {
             self.runtime_deadlines.remove(&(deadline, id));
         }
@@ -540,12 +555,35 @@ impl Scheduler {
         self.changes.room_grew = true;
         if charged {
             self.uncharge(accounts, total);
-            self.running.remove(&(priority, id));
+            self.remove_running(priority, id, total.gpus);
             if let Some(deadline) = deadline {
                 self.runtime_deadlines.remove(&(deadline, id));
             }
         } else {
             self.terminating.remove(&id);
+        }
+    }
+
+    /// Index a job that starts running as a victim candidate.
+    fn add_running(&mut self, priority: Priority, id: JobId, entry: RunningEntry, gpus: u32) {
+        if entry.preemptible {
+            if gpus > 0 {
+                *self.preemptible_gpus.entry(priority).or_default() += gpus;
+            }
+            self.changes.victim_started(priority);
+        }
+        let fresh = self.running.insert((priority, id), entry).is_none();
+        debug_assert!(fresh, "{id} indexed as running twice");
+    }
+
+    fn remove_running(&mut self, priority: Priority, id: JobId, gpus: u32) {
+        let entry = self.running.remove(&(priority, id)).expect("running job is indexed");
+        if entry.preemptible && gpus > 0 {
+            let tally = self.preemptible_gpus.get_mut(&priority).expect("tallied at start");
+            *tally -= gpus;
+            if *tally == 0 {
+                self.preemptible_gpus.remove(&priority);
+            }
         }
     }
 
