@@ -1,5 +1,5 @@
-//! `fairway bench server` runs end to end with tiny counts. Figures are not checked: timing
-//! depends on the machine; `docs/benchmarks.md` records them.
+//! `fairway bench server` and `fairway bench sim` run end to end with tiny counts. Figures
+//! are not checked: timing depends on the machine; `docs/benchmarks.md` records them.
 
 use std::process::Command;
 
@@ -16,4 +16,43 @@ fn bench_server_runs_and_names_its_figures() {
     for figure in figures.into_iter().chain(["preemptor_start_latency", "short_job_throughput", "probe_exec"]) {
         assert!(stdout.lines().any(|l| l.starts_with(&format!("{figure} "))), "{figure} missing:\n{stdout}");
     }
+}
+
+/// `fairway bench sim` replays what `fairway sim` replays: per policy, the same events and
+/// cycles as the simulator's own JSON reports, and figures derived from them.
+#[test]
+fn bench_sim_counts_what_sim_replays() {
+    let scenario = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fairway-sim/tests/scenarios/pollux-fixture.yaml")
+        .to_string_lossy()
+        .into_owned();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fairway")).args(args).output().expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let bench = run(&["bench", "sim", &scenario, "--repeat", "2", "-o", "json"]);
+    let sim = run(&["sim", &scenario, "--no-progress", "-o", "json"]);
+    let bench_policies = bench["policies"].as_array().expect("policies");
+    let sim_policies = sim["policies"].as_array().expect("policies");
+    assert_eq!(bench_policies.len(), sim_policies.len());
+    for (b, s) in bench_policies.iter().zip(sim_policies) {
+        assert_eq!(b["policy"], s["policy"]);
+        assert_eq!(b["events"], s["cluster"]["events_processed"], "{}", b["policy"]);
+        assert_eq!(b["cycles"], s["cluster"]["cycles"], "{}", b["policy"]);
+        let (events, seconds) = (b["events"].as_f64().unwrap(), b["loop_seconds"].as_f64().unwrap());
+        assert!(events > 0.0 && seconds > 0.0);
+        assert!((b["events_per_s"].as_f64().unwrap() - events / seconds).abs() < 1e-6 * events / seconds);
+        assert!(b["whole_seconds"].as_f64().unwrap() >= seconds);
+    }
+}
+
+#[test]
+fn bench_sim_refuses_zero_repeats() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fairway"))
+        .args(["bench", "sim", "examples/article-8xA100.yaml", "--repeat", "0"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--repeat"));
 }
