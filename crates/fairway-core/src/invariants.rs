@@ -165,15 +165,10 @@ impl Scheduler {
         let mut tally: Vec<(Priority, u32)> = Vec::new();
         for (&(priority, id), entry) in &self.running {
             let job = &self.jobs[&id];
-            let JobState::Running { placement, .. } = &job.state else {
+            let JobState::Running { placement, started_at } = &job.state else {
                 return Err(format!("{id} indexed as running but not running"));
             };
-            let node = match placement.replicas.as_slice() {
-                [only] => Some(only.node),
-                _ => None,
-            };
-            let expected = RunningEntry { preemptible: job.spec.preemptible, per_replica: job.spec.per_replica, node };
-            if priority != job.spec.priority || *entry != expected {
+            if priority != job.spec.priority || *entry != RunningEntry::of(job, placement, *started_at) {
                 return Err(format!("running index entry of {id} disagrees with the job"));
             }
             let gpus = job.spec.total().gpus;

@@ -110,8 +110,8 @@ struct SingleScan {
     nodes: BTreeMap<NodeId, (Resources, NodeScan)>,
     /// Nodes touched in the current level.
     touched: Vec<NodeId>,
-    /// (node, victim, what it frees there) for every candidate on a node still short.
-    seen: Vec<(NodeId, JobId, Resources)>,
+    /// Every candidate on a node still short, with what it frees there.
+    seen: Vec<(NodeId, NodeVictim)>,
 }
 
 /// Where a node stands in the single-replica scan.
@@ -245,7 +245,7 @@ impl Scheduler {
                 break;
             }
             if let Some(end) = level.filter(|l| priority > *l)
-                && let Some(plan) = self.close_level(id, end, &mut scan, now)
+                && let Some(plan) = self.close_level(id, end, &mut scan)
             {
                 return Some(plan);
             }
@@ -264,16 +264,17 @@ impl Scheduler {
                 if *state == NodeScan::Short {
                     *room = room.plus(freed);
                     scan.touched.push(node);
-                    scan.seen.push((node, vid, freed));
+                    let lost_gpu_ms = entry.lost_gpu_ms(now);
+                    scan.seen.push((node, NodeVictim { id: vid, priority, lost_gpu_ms, freed }));
                 }
             }
         }
-        self.close_level(id, level?, &mut scan, now)
+        self.close_level(id, level?, &mut scan)
     }
 
     /// The end of one priority level of the single-replica scan: the nodes that now have
     /// room get their minimal sets built; the best of those within the bound wins.
-    fn close_level(&self, id: JobId, level: Priority, scan: &mut SingleScan, now: Time) -> Option<VictimPlan> {
+    fn close_level(&self, id: JobId, level: Priority, scan: &mut SingleScan) -> Option<VictimPlan> {
         let demand = self.jobs[&id].spec.per_replica;
         scan.touched.sort_unstable();
         scan.touched.dedup();
@@ -288,20 +289,31 @@ impl Scheduler {
         if ready.is_empty() {
             return None;
         }
-        // The ready nodes' victims, node by node, each node's in the order of rules 2, 3, 5.
-        let mut on_ready: Vec<(NodeId, NodeVictim)> = scan
-            .seen
-            .iter()
-            .filter(|(node, ..)| ready.binary_search(node).is_ok())
-            .map(|&(node, vid, freed)| (node, self.node_victim(vid, freed, now)))
-            .collect();
-        on_ready.sort_unstable_by_key(|(node, v)| (*node, v.order_key()));
-        debug_assert!(on_ready.iter().all(|(_, v)| v.priority <= level));
+        // The ready nodes' victims, node by node (a counting sort: nodes are few, victims
+        // per node fewer), each node's in the order of rules 2, 3, 5.
+        let mut starts = vec![0usize; ready.len() + 1];
+        let at: Vec<(usize, NodeVictim)> =
+            scan.seen.iter().filter_map(|(node, v)| ready.binary_search(node).ok().map(|i| (i, *v))).collect();
+        let Some(&(_, any)) = at.first() else { unreachable!("a ready node has victims") };
+        for (i, _) in &at {
+            starts[i + 1] += 1;
+        }
+        for i in 0..ready.len() {
+            starts[i + 1] += starts[i];
+        }
+        let mut next = starts.clone();
+        let mut by_node = vec![any; at.len()];
+        for (i, v) in at {
+            by_node[next[i]] = v;
+            next[i] += 1;
+        }
+        debug_assert!(by_node.iter().all(|v| v.priority <= level));
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let mut best: Option<NodeSet> = None;
         let mut set: Vec<NodeVictim> = Vec::new();
-        for on_node in on_ready.chunk_by(|a, b| a.0 == b.0) {
-            let node = on_node[0].0;
+        for (i, &node) in ready.iter().enumerate() {
+            let on_node = &mut by_node[starts[i]..starts[i + 1]];
+            on_node.sort_unstable_by_key(NodeVictim::order_key);
             let available = self.nodes[&node].available();
             if !minimal_prefix(available, demand, on_node, max_victims, &mut set) {
                 continue;
@@ -332,19 +344,6 @@ impl Scheduler {
         let mut victims: Vec<JobId> = best.victims.iter().map(|v| v.id).collect();
         victims.sort();
         Some(VictimPlan { victims, chosen: vec![(best.node, 1)] })
-    }
-
-    /// A victim on one node: what it would lose now and what it frees there.
-    fn node_victim(&self, vid: JobId, freed: Resources, now: Time) -> NodeVictim {
-        let victim = &self.jobs[&vid];
-        let JobState::Running { started_at, .. } = &victim.state else { unreachable!("running index") };
-        let saved = victim.last_progress_saved(*started_at, now);
-        NodeVictim {
-            id: vid,
-            priority: victim.spec.priority,
-            lost_gpu_ms: now.ms_since(saved) * u64::from(victim.spec.total().gpus.max(1)),
-            freed,
-        }
     }
 
     /// What a running job frees on the nodes a job of `model` may use; read from its index
@@ -536,13 +535,13 @@ impl Scheduler {
 fn minimal_prefix(
     available: Resources,
     demand: Resources,
-    on_node: &[(NodeId, NodeVictim)],
+    on_node: &[NodeVictim],
     max_victims: usize,
     taken: &mut Vec<NodeVictim>,
 ) -> bool {
     taken.clear();
     let mut room = available;
-    for (_, v) in on_node {
+    for v in on_node {
         if demand.fits_in(room) {
             break;
         }

@@ -76,13 +76,44 @@ pub struct Counters {
     pub jobs_considered: u64,
 }
 
-/// What the victim search needs of a running job.
+/// What the victim search needs of a running job (copied from the job when it starts, and
+/// kept in step with its checkpoint reports; checked as an invariant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RunningEntry {
     pub preemptible: bool,
     pub per_replica: Resources,
     /// The node of a one-replica job; `None` for a gang (whose placement the search reads).
     pub node: Option<NodeId>,
+    pub gpus_total: u32,
+    pub started_at: Time,
+    pub checkpoint_interval_ms: Option<u64>,
+    pub last_checkpoint: Option<Time>,
+}
+
+impl RunningEntry {
+    /// The entry of a job that runs since `started_at` on `placement`.
+    pub fn of(job: &Job, placement: &Placement, started_at: Time) -> RunningEntry {
+        let node = match placement.replicas.as_slice() {
+            [only] => Some(only.node),
+            _ => None,
+        };
+        RunningEntry {
+            preemptible: job.spec.preemptible,
+            per_replica: job.spec.per_replica,
+            node,
+            gpus_total: job.spec.total().gpus,
+            started_at,
+            checkpoint_interval_ms: job.spec.checkpoint_interval_ms,
+            last_checkpoint: job.last_checkpoint,
+        }
+    }
+
+    /// GPU-time lost since the run's last saved progress if it stopped at `now`.
+    pub fn lost_gpu_ms(&self, now: Time) -> u64 {
+        let saved =
+            crate::state::last_progress_saved(self.checkpoint_interval_ms, self.last_checkpoint, self.started_at, now);
+        now.ms_since(saved) * u64::from(self.gpus_total.max(1))
+    }
 }
 
 pub struct Scheduler {
@@ -150,9 +181,13 @@ impl Scheduler {
             Event::Restore(job) => self.restore(job),
             Event::Cancel(job) => self.cancel(job),
             Event::Exited { job, outcome } => self.exited(job, outcome, now),
-            Event::CheckpointReported { job, at } => {
-                let job = self.jobs.get_mut(&job).ok_or(CoreError::UnknownJob(job))?;
+            Event::CheckpointReported { job: id, at } => {
+                let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
                 job.last_checkpoint = Some(job.last_checkpoint.map_or(at, |t| t.max(at)));
+                let (priority, last_checkpoint) = (job.spec.priority, job.last_checkpoint);
+                if let Some(entry) = self.running.get_mut(&(priority, id)) {
+                    entry.last_checkpoint = last_checkpoint;
+                }
                 Ok(())
             }
             Event::NodeAdded(spec) => self.add_node(spec),
@@ -470,7 +505,6 @@ impl Scheduler {
         let job = self.jobs.get(&id).expect("starting a known job");
         let per_replica = job.spec.per_replica;
         let (key, group, priority) = (job.key, job.group, job.spec.priority);
-        let preemptible = job.spec.preemptible;
         let deadline = job.runtime_deadline(now);
         let accounts = job.accounts();
         let total = job.spec.total();
@@ -492,11 +526,8 @@ impl Scheduler {
         }
         self.charge(accounts, total);
         self.queue.remove(&key, &group);
-        let node = match placement.replicas.as_slice() {
-            [only] => Some(only.node),
-            _ => None,
-        };
-        self.add_running(priority, id, RunningEntry { preemptible, per_replica, node }, total.gpus);
+        let entry = RunningEntry::of(&self.jobs[&id], &placement, now);
+        self.add_running(priority, id, entry, total.gpus);
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id));
         }

@@ -78,16 +78,27 @@ impl Job {
     /// When the job's progress was last safe: the latest reported checkpoint, or the
     /// checkpoint its interval hint implies, or its start.
     pub fn last_progress_saved(&self, started_at: Time, now: Time) -> Time {
-        let by_hint = match self.spec.checkpoint_interval_ms {
-            Some(interval) if interval > 0 => {
-                let ran = now.ms_since(started_at);
-                started_at.plus_ms(ran - ran % interval)
-            }
-            _ => started_at,
-        };
-        let reported = self.last_checkpoint.filter(|t| *t >= started_at).unwrap_or(started_at);
-        by_hint.max(reported)
+        last_progress_saved(self.spec.checkpoint_interval_ms, self.last_checkpoint, started_at, now)
     }
+}
+
+/// When a run started at `started_at` last had its progress saved, as of `now`: the latest
+/// checkpoint reported during the run, or the one its interval hint implies, or its start.
+pub(crate) fn last_progress_saved(
+    checkpoint_interval_ms: Option<u64>,
+    last_checkpoint: Option<Time>,
+    started_at: Time,
+    now: Time,
+) -> Time {
+    let by_hint = match checkpoint_interval_ms {
+        Some(interval) if interval > 0 => {
+            let ran = now.ms_since(started_at);
+            started_at.plus_ms(ran - ran % interval)
+        }
+        _ => started_at,
+    };
+    let reported = last_checkpoint.filter(|t| *t >= started_at).unwrap_or(started_at);
+    by_hint.max(reported)
 }
 
 /// A quota account: its cap and what is charged to it. Charged = running jobs plus GPUs
