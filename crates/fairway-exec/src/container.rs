@@ -11,6 +11,8 @@ use crate::ExecError;
 
 /// Where the job's checkpoint directory is mounted inside a container by default.
 pub const CONTAINER_CHECKPOINT_DIR: &str = "/fairway/checkpoint";
+/// Where the directory holding the job's preemption notice is mounted (read-only).
+pub const CONTAINER_NOTICE_DIR: &str = "/fairway/notice";
 
 /// Which container CLI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -91,6 +93,9 @@ pub struct ContainerRun {
     pub checkpoint_dir: Option<PathBuf>,
     /// Where it is mounted in the container, normally [`CONTAINER_CHECKPOINT_DIR`].
     pub container_checkpoint_dir: String,
+    /// The host file the server writes the preemption notice to, if any. Its directory is
+    /// mounted read-only at [`CONTAINER_NOTICE_DIR`], so it should hold nothing else.
+    pub notice_file: Option<PathBuf>,
     /// Environment inside the container (`-e K=V`, in key order).
     pub env: BTreeMap<String, String>,
     /// The command after the image; empty runs the image's entrypoint/cmd.
@@ -100,7 +105,11 @@ pub struct ContainerRun {
 }
 
 /// The full command line, runtime executable first:
-/// `docker run --rm --name N --init -e K=V … -v HOST:CONTAINER [-w DIR] [GPU flags] IMAGE ARGV…`.
+/// `docker run --rm --name N --init -e K=V … -v HOST:CONTAINER … [-w DIR] [GPU flags] IMAGE ARGV…`.
+///
+/// Paths the job is given are paths inside the container: `FAIRWAY_CHECKPOINT_DIR` names
+/// the mounted checkpoint directory and `FAIRWAY_PREEMPT_NOTICE_FILE` the notice in the
+/// mounted notice directory, whatever host paths `env` held for them.
 ///
 /// GPU flags only when `real_gpus`: Docker gets `--gpus "device=0,1"` (the double quotes are part
 /// of the argument, since Docker splits an unquoted value at commas), Podman one
@@ -110,6 +119,16 @@ pub fn container_argv(runtime: &ContainerRuntime, run: &ContainerRun) -> Vec<Str
     let mut argv: Vec<String> = vec![runtime.path.to_string_lossy().into_owned()];
     argv.extend(["run", "--rm", "--name", &run.name, "--init"].map(String::from));
     let mut env = run.env.clone();
+    if run.checkpoint_dir.is_some() {
+        env.insert("FAIRWAY_CHECKPOINT_DIR".to_owned(), run.container_checkpoint_dir.clone());
+    }
+    let notice = run.notice_file.as_ref().and_then(|f| Some((f.parent()?, f.file_name()?)));
+    if let Some((_, name)) = notice {
+        env.insert(
+            "FAIRWAY_PREEMPT_NOTICE_FILE".to_owned(),
+            format!("{CONTAINER_NOTICE_DIR}/{}", name.to_string_lossy()),
+        );
+    }
     if run.real_gpus && !run.gpu_indices.is_empty() {
         let renumbered: Vec<String> = (0..run.gpu_indices.len()).map(|i| i.to_string()).collect();
         env.insert("CUDA_VISIBLE_DEVICES".to_owned(), renumbered.join(","));
@@ -121,6 +140,10 @@ pub fn container_argv(runtime: &ContainerRuntime, run: &ContainerRun) -> Vec<Str
     if let Some(host) = &run.checkpoint_dir {
         argv.push("-v".to_owned());
         argv.push(format!("{}:{}", host.display(), run.container_checkpoint_dir));
+    }
+    if let Some((dir, _)) = notice {
+        argv.push("-v".to_owned());
+        argv.push(format!("{}:{CONTAINER_NOTICE_DIR}:ro", dir.display()));
     }
     if let Some(workdir) = &run.workdir {
         argv.push("-w".to_owned());

@@ -65,8 +65,8 @@ mod trainer;
 
 pub use checkpoint::{CHECKPOINT_MARKER_FILE, checkpoint_marker_time, write_checkpoint_marker};
 pub use container::{
-    CONTAINER_CHECKPOINT_DIR, ContainerRun, ContainerRuntime, RuntimeKind, container_argv, container_name,
-    detect_runtime, detect_runtime_in, image_present, pull_image, remove_container,
+    CONTAINER_CHECKPOINT_DIR, CONTAINER_NOTICE_DIR, ContainerRun, ContainerRuntime, RuntimeKind, container_argv,
+    container_name, detect_runtime, detect_runtime_in, image_present, pull_image, remove_container,
 };
 pub use error::ExecError;
 pub use gpus::{

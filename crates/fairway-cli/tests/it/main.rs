@@ -58,5 +58,6 @@ fn report_writes_markdown_and_plots() {
 
 mod bench;
 mod client;
+mod containers;
 mod fake_server;
 mod server;

@@ -19,9 +19,15 @@ fn run(real_gpus: bool) -> ContainerRun {
         real_gpus,
         checkpoint_dir: Some(PathBuf::from("/var/lib/fairway/ckpt/12")),
         container_checkpoint_dir: CONTAINER_CHECKPOINT_DIR.into(),
+        notice_file: Some(PathBuf::from("/var/lib/fairway/jobs/12/notice/preempt-notice.json")),
+        // The host paths the server gives a plain process; inside they must be mounted paths.
         env: BTreeMap::from([
             ("CUDA_VISIBLE_DEVICES".to_owned(), "2,3".to_owned()),
-            ("FAIRWAY_CHECKPOINT_DIR".to_owned(), CONTAINER_CHECKPOINT_DIR.to_owned()),
+            ("FAIRWAY_CHECKPOINT_DIR".to_owned(), "/var/lib/fairway/ckpt/12".to_owned()),
+            (
+                "FAIRWAY_PREEMPT_NOTICE_FILE".to_owned(),
+                "/var/lib/fairway/jobs/12/notice/preempt-notice.json".to_owned(),
+            ),
         ]),
         argv: vec!["python".into(), "train.py".into()],
         workdir: Some("/workspace".into()),
@@ -47,8 +53,12 @@ fn docker_argv_with_real_gpus() {
             "CUDA_VISIBLE_DEVICES=0,1",
             "-e",
             "FAIRWAY_CHECKPOINT_DIR=/fairway/checkpoint",
+            "-e",
+            "FAIRWAY_PREEMPT_NOTICE_FILE=/fairway/notice/preempt-notice.json",
             "-v",
             "/var/lib/fairway/ckpt/12:/fairway/checkpoint",
+            "-v",
+            "/var/lib/fairway/jobs/12/notice:/fairway/notice:ro",
             "-w",
             "/workspace",
             "--gpus",
@@ -75,8 +85,12 @@ fn podman_argv_with_real_gpus_uses_cdi_devices() {
             "CUDA_VISIBLE_DEVICES=0,1",
             "-e",
             "FAIRWAY_CHECKPOINT_DIR=/fairway/checkpoint",
+            "-e",
+            "FAIRWAY_PREEMPT_NOTICE_FILE=/fairway/notice/preempt-notice.json",
             "-v",
             "/var/lib/fairway/ckpt/12:/fairway/checkpoint",
+            "-v",
+            "/var/lib/fairway/jobs/12/notice:/fairway/notice:ro",
             "-w",
             "/workspace",
             "--device",
@@ -94,6 +108,7 @@ fn podman_argv_with_real_gpus_uses_cdi_devices() {
 fn simulated_gpus_get_no_gpu_flags_and_keep_the_env() {
     let mut minimal = run(false);
     minimal.checkpoint_dir = None;
+    minimal.notice_file = None;
     minimal.workdir = None;
     minimal.argv.clear();
     assert_eq!(
@@ -107,8 +122,11 @@ fn simulated_gpus_get_no_gpu_flags_and_keep_the_env() {
             "--init",
             "-e",
             "CUDA_VISIBLE_DEVICES=2,3",
+            // Nothing mounted: the paths are left as given.
             "-e",
-            "FAIRWAY_CHECKPOINT_DIR=/fairway/checkpoint",
+            "FAIRWAY_CHECKPOINT_DIR=/var/lib/fairway/ckpt/12",
+            "-e",
+            "FAIRWAY_PREEMPT_NOTICE_FILE=/var/lib/fairway/jobs/12/notice/preempt-notice.json",
             "nvcr.io/nvidia/pytorch:24.01-py3",
         ]
     );

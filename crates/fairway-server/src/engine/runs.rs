@@ -154,8 +154,9 @@ impl Engine {
         let job = &self.jobs[&id];
         let doc = &job.resolved.doc;
         let checkpoint_dir = self.job_dir(id).join("checkpoint");
-        let notice = self.job_dir(id).join("preempt-notice.json");
+        let notice = notice_file(&self.job_dir(id));
         let _ = std::fs::create_dir_all(&checkpoint_dir);
+        let _ = std::fs::create_dir_all(notice.parent().expect("in the job's directory"));
         // A notice from an earlier preemption must not be read as a new one.
         let _ = std::fs::remove_file(&notice);
         let limits = &self.config.file.limits;
@@ -208,6 +209,7 @@ impl Engine {
                     real_gpus: self.cluster.source == fairway_exec::GpuSource::Nvml,
                     checkpoint_dir: Some(self.job_dir(id).join("checkpoint")),
                     container_checkpoint_dir: fairway_exec::CONTAINER_CHECKPOINT_DIR.into(),
+                    notice_file: Some(notice_file(&self.job_dir(id))),
                     env: env.clone(),
                     argv: command,
                     workdir: doc.working_dir.clone(),
@@ -237,7 +239,7 @@ impl Engine {
             grace_seconds: grace_s,
             reason,
         };
-        let path = self.job_dir(victim).join("preempt-notice.json");
+        let path = notice_file(&self.job_dir(victim));
         let command = job.in_flight.then(|| ExecCommand::Terminate {
             job: victim,
             run: job.run,
@@ -561,4 +563,10 @@ fn exit_signal(exit: &RunExit) -> Option<i32> {
         RunExit::Exited(r) => r.signal,
         _ => None,
     }
+}
+
+/// Where a job's preemption notice is written: alone in its own directory, which an image
+/// job gets mounted read-only (the job directory's other contents stay outside).
+fn notice_file(job_dir: &std::path::Path) -> PathBuf {
+    job_dir.join("notice").join("preempt-notice.json")
 }
