@@ -158,9 +158,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 
 fn discover_gpus(config: &ServerConfig) -> Result<(GpuLayout, GpuSource), ServerError> {
     let simulated = config.simulated_gpus.as_deref().map(SimulatedGpus::parse).transpose()?;
-    fairway_exec::discover(simulated.as_ref(), &config.gpu_model).map_err(|e| {
-        ServerError::Config(format!("{e}; on a machine without NVIDIA GPUs, run with --gpus N (simulated devices)"))
-    })
+    // The exec error already says how to run without NVIDIA GPUs (--gpus N).
+    fairway_exec::discover(simulated.as_ref(), &config.gpu_model).map_err(|e| ServerError::Config(e.to_string()))
 }
 
 /// The container runtime to use: the configured one, or one found on the PATH whose daemon
