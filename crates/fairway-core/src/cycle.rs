@@ -180,9 +180,9 @@ impl Scheduler {
         let mut budget = PreemptionBudget { left: self.config.limits.preemption_attempts_per_cycle_max };
         self.blocked_by = None;
         // 4a. Wake the sleeping groups that what changed since the last cycle may concern.
-        let changes = std::mem::take(&mut self.changes);
         let index = &self.index;
-        self.queue.wake_for(changes, |model| memo.free_max.get_or_insert_with(model, || index.summary(model).0));
+        self.queue
+            .wake_for(&mut self.changes, |model| memo.free_max.get_or_insert_with(model, || index.summary(model).0));
         // Under strict order the first sleeping group that blocks blocks everything behind it.
         let asleep_head = self.queue.asleep_blocking.first().map(|(k, gk)| (*k, gk.priority)).filter(|_| strict);
         // Awake heads are taken in order from the queue's own set (a start moves a group's
@@ -393,7 +393,7 @@ impl Scheduler {
         }
         let spread_single = replicas == 1 && self.config.policy.scoring == ScoringPolicy::Spread;
         let cap = self.config.limits.candidate_nodes_scored_max as usize;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(cap.min(16));
         for step in 0..=(highest - lowest) {
             let level = if spread_single { highest - step } else { lowest + step };
             for node_id in self.index.at_level(model, level) {

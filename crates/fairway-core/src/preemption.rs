@@ -104,7 +104,6 @@ struct NodeSet {
 }
 
 /// The single-replica scan's notes.
-#[derive(Default)]
 struct SingleScan {
     /// Nodes touched so far: room with the victims so far, and where the node stands.
     nodes: BTreeMap<NodeId, (Resources, NodeScan)>,
@@ -237,7 +236,8 @@ impl Scheduler {
     fn best_single_node_set(&self, id: JobId, now: Time) -> Option<VictimPlan> {
         let job = &self.jobs[&id];
         let limit = self.config.limits.victim_candidates_max as usize;
-        let mut scan = SingleScan::default();
+        let mut scan =
+            SingleScan { nodes: BTreeMap::new(), touched: Vec::with_capacity(64), seen: Vec::with_capacity(128) };
         let mut candidates = 0usize;
         let mut level: Option<Priority> = None;
         for (&(priority, vid), entry) in &self.running {

@@ -277,13 +277,16 @@ impl PendingQueue {
 
     /// Wake the sleeping groups that `changes` may concern. `free_gpus_max(model)` is the
     /// most GPUs free on one schedulable node of the model (or any model for `None`).
-    pub fn wake_for(&mut self, changes: Changes, mut free_gpus_max: impl FnMut(Option<GpuModel>) -> u32) {
+    /// `changes` is emptied, keeping its allocation for the next cycle.
+    pub fn wake_for(&mut self, changes: &mut Changes, mut free_gpus_max: impl FnMut(Option<GpuModel>) -> u32) {
         let mut woken: Vec<GroupKey> = Vec::new();
-        for account in changes.accounts {
+        changes.accounts.sort_unstable();
+        changes.accounts.dedup();
+        for account in changes.accounts.drain(..) {
             let range = (Included((account, GroupKey::MIN)), Unbounded);
             woken.extend(self.by_account.range(range).take_while(|(a, _)| *a == account).map(|(_, gk)| *gk));
         }
-        if changes.room_grew {
+        if std::mem::take(&mut changes.room_grew) {
             woken.extend(self.by_room_any.iter().copied());
             let any_model_max = free_gpus_max(None);
             for &(gpus, gk) in self.by_room_fits.range(..=(any_model_max, GroupKey::MAX)) {
@@ -292,7 +295,7 @@ impl PendingQueue {
                 }
             }
         }
-        if let Some(p) = changes.victim_priority_min {
+        if let Some(p) = changes.victim_priority_min.take() {
             let range = (Excluded((p, GroupKey::MAX)), Unbounded);
             woken.extend(self.by_victims.range(range).map(|(_, gk)| *gk));
         }
