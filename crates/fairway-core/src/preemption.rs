@@ -162,18 +162,16 @@ impl Scheduler {
             {
                 continue;
             }
-            let JobState::Running { placement, started_at } = &victim.state else { unreachable!("running index") };
-            let frees = self.frees_on_eligible_nodes(job.spec.gpu_model, victim.spec.per_replica, placement);
+            let frees = self.frees_of_entry(job.spec.gpu_model, vid, entry);
             // A victim on no node the job can use frees nothing for it, unless the job
             // needs the victim's quota rather than its GPUs.
             if frees.as_slice().is_empty() && scope == PreemptionScope::Any {
                 continue;
             }
-            let saved = victim.last_progress_saved(*started_at, now);
             out.push(Victim {
                 id: vid,
                 priority,
-                lost_gpu_ms: now.ms_since(saved) * u64::from(victim.spec.total().gpus.max(1)),
+                lost_gpu_ms: entry.lost_gpu_ms(now),
                 total: victim.spec.total(),
                 frees,
             });

@@ -508,6 +508,7 @@ impl Scheduler {
         let deadline = job.runtime_deadline(now);
         let accounts = job.accounts();
         let total = job.spec.total();
+        let entry = RunningEntry::of(job, &placement, now);
         assert!(
             matches!(job.state, JobState::Pending { reservation: None }),
             "{id} must be pending without reservation"
@@ -526,8 +527,7 @@ impl Scheduler {
         }
         self.charge(accounts, total);
         self.queue.remove(&key, &group);
-        let entry = RunningEntry::of(&self.jobs[&id], &placement, now);
-        self.add_running(priority, id, entry, total.gpus);
+        self.add_running(priority, id, entry);
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id));
         }
@@ -551,7 +551,7 @@ impl Scheduler {
         job.state = JobState::Terminating { placement, started_at, why };
         let accounts = job.accounts();
         self.uncharge(accounts, total);
-        self.remove_running(priority, id, total.gpus);
+        self.remove_running(priority, id);
         if let Some(deadline) = deadline {
             self.runtime_deadlines.remove(&(deadline, id));
         }
@@ -586,7 +586,7 @@ impl Scheduler {
         self.changes.room_grew = true;
         if charged {
             self.uncharge(accounts, total);
-            self.remove_running(priority, id, total.gpus);
+            self.remove_running(priority, id);
             if let Some(deadline) = deadline {
                 self.runtime_deadlines.remove(&(deadline, id));
             }
@@ -596,10 +596,10 @@ impl Scheduler {
     }
 
     /// Index a job that starts running as a victim candidate.
-    fn add_running(&mut self, priority: Priority, id: JobId, entry: RunningEntry, gpus: u32) {
+    fn add_running(&mut self, priority: Priority, id: JobId, entry: RunningEntry) {
         if entry.preemptible {
-            if gpus > 0 {
-                *self.preemptible_gpus.entry(priority).or_default() += gpus;
+            if entry.gpus_total > 0 {
+                *self.preemptible_gpus.entry(priority).or_default() += entry.gpus_total;
             }
             self.changes.victim_started(priority);
         }
@@ -607,11 +607,11 @@ impl Scheduler {
         debug_assert!(fresh, "{id} indexed as running twice");
     }
 
-    fn remove_running(&mut self, priority: Priority, id: JobId, gpus: u32) {
+    fn remove_running(&mut self, priority: Priority, id: JobId) {
         let entry = self.running.remove(&(priority, id)).expect("running job is indexed");
-        if entry.preemptible && gpus > 0 {
+        if entry.preemptible && entry.gpus_total > 0 {
             let tally = self.preemptible_gpus.get_mut(&priority).expect("tallied at start");
-            *tally -= gpus;
+            *tally -= entry.gpus_total;
             if *tally == 0 {
                 self.preemptible_gpus.remove(&priority);
             }

@@ -74,12 +74,6 @@ impl Job {
     pub fn runtime_deadline(&self, started_at: Time) -> Option<Time> {
         self.spec.max_runtime_ms.map(|limit| started_at.plus_ms(limit.saturating_sub(self.runtime_done_ms)))
     }
-
-    /// When the job's progress was last safe: the latest reported checkpoint, or the
-    /// checkpoint its interval hint implies, or its start.
-    pub fn last_progress_saved(&self, started_at: Time, now: Time) -> Time {
-        last_progress_saved(self.spec.checkpoint_interval_ms, self.last_checkpoint, started_at, now)
-    }
 }
 
 /// When a run started at `started_at` last had its progress saved, as of `now`: the latest

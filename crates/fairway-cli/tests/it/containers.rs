@@ -1,10 +1,11 @@
 //! Image jobs through a container runtime, end to end: a real server, real shims and
 //! trainer processes, and a stand-in for the `docker` CLI (no container engine runs on this
 //! machine or in CI). The stand-in records every call, answers `version` (the server's check
-//! that a daemon answers), `image inspect`, `pull` and `rm -f`, and runs `docker run`'s command in place of a container: it exports the `-e`
-//! variables and, as a bind mount would, resolves paths under each `-v` target to the host
-//! directory mounted there, then `exec`s the command, so signals reach it as they reach a
-//! container's init through docker's signal proxy.
+//! that a daemon answers), `image inspect`, `pull` and `rm -f`, and runs `docker run`'s
+//! command in place of a container: it exports the `-e` variables and, as a bind mount
+//! would, resolves paths under each `-v` target to the host directory mounted there, then
+//! `exec`s the command, so signals reach it as they reach a container's init through
+//! docker's signal proxy.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
