@@ -72,6 +72,49 @@ pub struct RunResult {
     pub end_ms: u64,
 }
 
+impl RunResult {
+    /// A 64-bit FNV-1a digest of what the run decided: every job's first start, finish,
+    /// preemptions and lost GPU time, the allocation step function, the event and cycle
+    /// counts and the end time. Two builds that make the same decisions on the same
+    /// scenario give the same digest; `fairway bench sim` prints it so that a change meant
+    /// to be faster, not different, can be checked on a whole trace.
+    pub fn decisions_digest(&self) -> u64 {
+        let mut digest = Fnv1a::default();
+        for r in &self.records {
+            digest.u64(r.first_start_ms.map_or(u64::MAX, |t| t));
+            digest.u64(r.finish_ms.map_or(u64::MAX, |t| t));
+            digest.u64(u64::from(r.preemptions));
+            digest.u64(r.lost_gpu_ms);
+        }
+        for s in &self.util {
+            digest.u64(s.t_ms);
+            digest.u64(u64::from(s.gpus_allocated));
+        }
+        digest.u64(self.events_processed);
+        digest.u64(self.cycles);
+        digest.u64(self.end_ms);
+        digest.0
+    }
+}
+
+/// FNV-1a over 64-bit words (little-endian bytes): stable across platforms and builds.
+struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Fnv1a {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv1a {
+    fn u64(&mut self, word: u64) {
+        for byte in word.to_le_bytes() {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
 /// Wait time (first start − submit) over the jobs that started, in seconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct WaitStats {

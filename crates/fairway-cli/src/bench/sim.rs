@@ -74,6 +74,8 @@ pub struct PolicyFigures {
     pub whole_seconds: f64,
     pub target_events_per_s: f64,
     pub target_whole_seconds: f64,
+    /// `RunResult::decisions_digest` as 16 hex digits: equal across builds that decide alike.
+    pub decisions_digest: String,
 }
 
 pub fn run(args: &SimBenchArgs) -> Result<()> {
@@ -135,6 +137,7 @@ pub fn run(args: &SimBenchArgs) -> Result<()> {
             whole_seconds: load_seconds + loop_seconds + summary_seconds,
             target_events_per_s: TARGET_EVENTS_PER_S,
             target_whole_seconds: TARGET_WHOLE_SECONDS,
+            decisions_digest: format!("{:016x}", run.decisions_digest()),
         });
     }
     let report = SimBenchReport {
@@ -155,13 +158,13 @@ pub fn run(args: &SimBenchArgs) -> Result<()> {
 fn print_table(r: &SimBenchReport) {
     println!("scenario {}: {} jobs on {} GPUs; loading took {:.3} s", r.scenario, r.jobs, r.gpus, r.load_seconds);
     println!(
-        "{:<10} {:>9} {:>9} {:>9} {:>13} {:>11} {:>9}",
-        "policy", "events", "cycles", "loop s", "events/s", "whole s", "targets"
+        "{:<10} {:>9} {:>9} {:>9} {:>13} {:>11} {:>9}  {:<16}",
+        "policy", "events", "cycles", "loop s", "events/s", "whole s", "targets", "decisions digest"
     );
     for p in &r.policies {
         let met = |ok: bool| if ok { "✓" } else { "✗" };
         println!(
-            "{:<10} {:>9} {:>9} {:>9.3} {:>13.0} {:>11.3} {:>4} {:>4}",
+            "{:<10} {:>9} {:>9} {:>9.3} {:>13.0} {:>11.3} {:>4} {:>4}  {}",
             p.policy,
             p.events,
             p.cycles,
@@ -170,6 +173,7 @@ fn print_table(r: &SimBenchReport) {
             p.whole_seconds,
             met(p.events_per_s >= p.target_events_per_s),
             met(p.whole_seconds < p.target_whole_seconds),
+            p.decisions_digest,
         );
     }
     println!("targets: ≥ {:.0} events/s in the loop; whole run < {:.0} s", TARGET_EVENTS_PER_S, TARGET_WHOLE_SECONDS);

@@ -564,3 +564,34 @@ fn write_report_reports_io_errors_with_the_path() {
     assert!(err.to_string().contains("blocked"), "{err}");
     std::fs::remove_file(&dir).unwrap();
 }
+
+/// The digest covers every decision-bearing field: equal runs agree, and changing any one
+/// job's start, finish, preemptions or lost work, or the utilisation curve, changes it.
+#[test]
+fn decisions_digest_sees_every_decision() {
+    let base = tiny("fairway");
+    assert_eq!(base.decisions_digest(), tiny("fairway").decisions_digest());
+    // Names, tiers and the policy label are not decisions.
+    let mut renamed = tiny("other");
+    renamed.records[0].name = "renamed".into();
+    assert_eq!(base.decisions_digest(), renamed.decisions_digest());
+    let changes: [fn(&mut RunResult); 7] = [
+        |r| r.records[0].first_start_ms = Some(2_000),
+        |r| r.records[1].finish_ms = Some(90_000),
+        |r| r.records[1].preemptions = 2,
+        |r| r.records[1].lost_gpu_ms += 1,
+        |r| r.util[1].t_ms += 1,
+        |r| r.cycles += 1,
+        // Two jobs swapping their starts is a different schedule.
+        |r| {
+            let (a, b) = (r.records[0].first_start_ms, r.records[1].first_start_ms);
+            r.records[0].first_start_ms = b;
+            r.records[1].first_start_ms = a;
+        },
+    ];
+    for (i, change) in changes.iter().enumerate() {
+        let mut changed = tiny("fairway");
+        change(&mut changed);
+        assert_ne!(base.decisions_digest(), changed.decisions_digest(), "change {i}");
+    }
+}
