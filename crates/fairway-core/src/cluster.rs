@@ -1,62 +1,56 @@
 //! Nodes, their GPU slots, and an index of schedulable nodes by free GPU count so that
 //! placement never scans the whole cluster.
+//!
+//! Nodes are kept in a vector sorted by id; a node's position there ([`NodeIx`]) is what
+//! the free index and the per-search scratch use. Positions change only when a node is
+//! added or removed (rare), and the index is then rebuilt; everything that outlives a cycle
+//! names nodes by [`NodeId`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::jobs::JobIx;
+use crate::types::{GpuModel, GpuSet, NodeId, NodeSpec, Resources};
 
-use crate::types::{GpuModel, JobId, NodeId, NodeSpec, Resources};
+/// A node's position in [`Nodes`] (id order). Valid until a node is added or removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct NodeIx(pub u32);
 
 /// One node's live state.
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
     pub spec: NodeSpec,
     pub schedulable: bool,
-    /// Which job runs on each GPU slot (running or terminating).
-    pub gpu_owner: Vec<Option<JobId>>,
-    /// Which preemptor each slot is held for while its victims terminate.
-    pub gpu_reserved: Vec<Option<JobId>>,
+    /// Slots assigned to placed jobs (running or terminating).
+    pub owned: GpuSet,
+    /// Slots held for preemptors while their victims terminate (a held slot may still be
+    /// owned by a victim).
+    pub held: GpuSet,
     /// Resources of jobs placed here (running or terminating).
     pub used: Resources,
     /// Resources held for preemptors.
     pub reserved: Resources,
-    /// Slots neither owned nor held, as last counted by `recount` (every change of the
-    /// slots goes through `Scheduler::with_node`, which recounts; checked as an invariant).
-    gpus_available: u32,
+    /// Jobs with a replica here (running or terminating), each once, in no order.
+    pub placed: Vec<JobIx>,
 }
 
 impl Node {
     pub fn new(spec: NodeSpec) -> Node {
-        let slots = spec.capacity.gpus as usize;
         Node {
             spec,
             schedulable: true,
-            gpu_owner: vec![None; slots],
-            gpu_reserved: vec![None; slots],
+            owned: GpuSet::EMPTY,
+            held: GpuSet::EMPTY,
             used: Resources::ZERO,
             reserved: Resources::ZERO,
-            gpus_available: slots as u32,
+            placed: Vec::new(),
         }
     }
 
-    /// GPU slots neither used nor held: what a new job may take right now.
+    /// Slots neither owned nor held: what a new job may take right now.
+    pub fn free_slots(&self) -> GpuSet {
+        GpuSet::first(self.spec.capacity.gpus).minus(self.owned.union(self.held))
+    }
+
     pub fn available_gpus(&self) -> u32 {
-        self.gpus_available
-    }
-
-    /// Count the free slots again after they changed; returns the new count.
-    pub fn recount(&mut self) -> u32 {
-        self.gpus_available = self.count_available_gpus();
-        self.gpus_available
-    }
-
-    /// Tests of the invariant check: pretend the count is `gpus`.
-    #[cfg(test)]
-    pub fn recount_as(&mut self, gpus: u32) {
-        self.gpus_available = gpus;
-    }
-
-    /// Free slots, counted one by one.
-    pub fn count_available_gpus(&self) -> u32 {
-        self.gpu_owner.iter().zip(&self.gpu_reserved).filter(|(o, r)| o.is_none() && r.is_none()).count() as u32
+        self.free_slots().len()
     }
 
     /// What a new job may take right now. CPU and memory held for a preemptor count as
@@ -70,60 +64,202 @@ impl Node {
         }
     }
 
-    /// Lowest-index slots that are free and either unheld or held for `holder`.
-    pub fn pick_slots(&self, count: u32, holder: Option<JobId>) -> Vec<u8> {
-        let mut slots = Vec::with_capacity(count as usize);
-        for (i, (owner, held)) in self.gpu_owner.iter().zip(&self.gpu_reserved).enumerate() {
-            if slots.len() == count as usize {
-                break;
-            }
-            if owner.is_none() && (held.is_none() || *held == holder) {
-                slots.push(i as u8);
-            }
+    /// Note a job placed here (once, however many of its replicas land here).
+    pub fn place(&mut self, job: JobIx) {
+        if !self.placed.contains(&job) {
+            self.placed.push(job);
         }
-        slots
+    }
+
+    /// Forget a job that leaves (called once per replica: the first call removes it).
+    pub fn unplace(&mut self, job: JobIx) {
+        if let Some(i) = self.placed.iter().position(|j| *j == job) {
+            self.placed.swap_remove(i);
+        }
+    }
+
+    /// The lowest-index free slots.
+    pub fn pick_slots(&self, count: u32) -> GpuSet {
+        self.free_slots().lowest(count)
     }
 }
 
-/// Schedulable nodes bucketed by model and available GPU count. Buckets are ordered sets,
-/// so iteration (and hence every placement) is deterministic.
+/// The cluster's nodes, in id order, with the free index kept in step.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Nodes {
+    nodes: Vec<Node>,
+    pub index: FreeIndex,
+}
+
+impl Nodes {
+    pub fn ix_of(&self, id: NodeId) -> Option<NodeIx> {
+        self.nodes.binary_search_by_key(&id, |n| n.spec.id).ok().map(|i| NodeIx(i as u32))
+    }
+
+    pub fn get(&self, id: NodeId) -> Option<&Node> {
+        self.ix_of(id).map(|ix| &self.nodes[ix.0 as usize])
+    }
+
+    /// The node of a placement (placements name known nodes).
+    pub fn by_id(&self, id: NodeId) -> &Node {
+        self.get(id).expect("placement names a known node")
+    }
+
+    /// For tests of the invariant checks, which break nodes on purpose (the index is not
+    /// kept in step).
+    #[cfg(test)]
+    pub fn get_mut_for_tests(&mut self, id: NodeId) -> &mut Node {
+        let ix = self.ix_of(id).expect("known node");
+        &mut self.nodes[ix.0 as usize]
+    }
+
+    pub fn at(&self, ix: NodeIx) -> &Node {
+        &self.nodes[ix.0 as usize]
+    }
+
+    /// Nodes in id order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Node> {
+        self.nodes.iter()
+    }
+
+    pub fn add(&mut self, node: Node, gpus_per_node_max: u32) {
+        let at = self.nodes.partition_point(|n| n.spec.id < node.spec.id);
+        self.nodes.insert(at, node);
+        self.rebuild_index(gpus_per_node_max);
+    }
+
+    pub fn remove(&mut self, id: NodeId, gpus_per_node_max: u32) -> Option<Node> {
+        let ix = self.ix_of(id)?;
+        let node = self.nodes.remove(ix.0 as usize);
+        self.rebuild_index(gpus_per_node_max);
+        Some(node)
+    }
+
+    /// Change a node and keep the free index in step.
+    pub fn update<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> R {
+        let ix = self.ix_of(id).expect("placement names a known node");
+        let node = &mut self.nodes[ix.0 as usize];
+        let (before, was_schedulable) = (node.available_gpus(), node.schedulable);
+        let out = f(node);
+        let (after, schedulable) = (node.available_gpus(), node.schedulable);
+        if (before, was_schedulable) != (after, schedulable) {
+            let model = node.spec.gpu_model;
+            if was_schedulable {
+                self.index.remove(model, before, ix);
+            }
+            if schedulable {
+                self.index.insert(model, after, ix);
+            }
+        }
+        out
+    }
+
+    fn rebuild_index(&mut self, gpus_per_node_max: u32) {
+        let mut models: Vec<GpuModel> = self.nodes.iter().map(|n| n.spec.gpu_model).collect();
+        models.sort_unstable();
+        models.dedup();
+        self.index = FreeIndex::new(&models, gpus_per_node_max, self.nodes.len());
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.schedulable {
+                self.index.insert(node.spec.gpu_model, node.available_gpus(), NodeIx(i as u32));
+            }
+        }
+    }
+}
+
+/// Schedulable nodes bucketed by model and available GPU count: one bit set over node
+/// positions per (model, level), so iteration (and hence every placement) is in (model,
+/// id) order, and moving a node between levels allocates nothing.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FreeIndex {
-    /// model -> available GPUs -> nodes.
-    buckets: BTreeMap<GpuModel, Vec<BTreeSet<NodeId>>>,
+    /// Ascending by model.
+    models: Vec<ModelLevels>,
+    /// Words per level.
+    words: usize,
+    levels: usize,
+}
+
+#[derive(Clone, Debug)]
+struct ModelLevels {
+    model: GpuModel,
+    /// `levels × words` bits: node position `i` at level `l` is bit `i % 64` of word
+    /// `l * words + i / 64`.
+    bits: Vec<u64>,
+    /// Nodes per level.
+    counts: Vec<u32>,
 }
 
 impl FreeIndex {
-    pub fn insert(&mut self, model: GpuModel, level: u32, node: NodeId, gpus_per_node_max: u32) {
-        let levels = self.buckets.entry(model).or_insert_with(|| vec![BTreeSet::new(); gpus_per_node_max as usize + 1]);
-        let fresh = levels[level as usize].insert(node);
-        debug_assert!(fresh, "{node} indexed twice");
+    fn new(models: &[GpuModel], gpus_per_node_max: u32, nodes: usize) -> FreeIndex {
+        let levels = gpus_per_node_max as usize + 1;
+        let words = nodes.div_ceil(64).max(1);
+        let models = models
+            .iter()
+            .map(|&model| ModelLevels { model, bits: vec![0; levels * words], counts: vec![0; levels] })
+            .collect();
+        FreeIndex { models, words, levels }
     }
 
-    pub fn remove(&mut self, model: GpuModel, level: u32, node: NodeId) {
-        let removed = self.buckets.get_mut(&model).is_some_and(|levels| levels[level as usize].remove(&node));
-        debug_assert!(removed, "{node} missing from index at level {level}");
+    fn model_mut(&mut self, model: GpuModel) -> &mut ModelLevels {
+        let i = self.models.binary_search_by_key(&model, |m| m.model).expect("indexed model");
+        &mut self.models[i]
+    }
+
+    pub fn insert(&mut self, model: GpuModel, level: u32, node: NodeIx) {
+        let words = self.words;
+        let m = self.model_mut(model);
+        let (word, bit) = (level as usize * words + node.0 as usize / 64, 1u64 << (node.0 % 64));
+        debug_assert!(m.bits[word] & bit == 0, "{node:?} indexed twice");
+        m.bits[word] |= bit;
+        m.counts[level as usize] += 1;
+    }
+
+    pub fn remove(&mut self, model: GpuModel, level: u32, node: NodeIx) {
+        let words = self.words;
+        let m = self.model_mut(model);
+        let (word, bit) = (level as usize * words + node.0 as usize / 64, 1u64 << (node.0 % 64));
+        debug_assert!(m.bits[word] & bit != 0, "{node:?} missing from index at level {level}");
+        m.bits[word] &= !bit;
+        m.counts[level as usize] -= 1;
     }
 
     /// Models a job may use, ascending.
-    pub fn models(&self, wanted: Option<GpuModel>) -> impl Iterator<Item = (&GpuModel, &Vec<BTreeSet<NodeId>>)> {
-        self.buckets.iter().filter(move |(m, _)| wanted.is_none_or(|w| w == **m))
+    fn models(&self, wanted: Option<GpuModel>) -> impl Iterator<Item = &ModelLevels> {
+        self.models.iter().filter(move |m| wanted.is_none_or(|w| w == m.model))
+    }
+
+    /// Is any node of the wanted model(s) at `level`?
+    pub fn any_at_level(&self, wanted: Option<GpuModel>, level: u32) -> bool {
+        self.models(wanted).any(|m| m.counts.get(level as usize).is_some_and(|c| *c > 0))
     }
 
     /// Nodes of the wanted model(s) with exactly `level` GPUs available, by model then id.
-    pub fn at_level(&self, wanted: Option<GpuModel>, level: u32) -> impl Iterator<Item = NodeId> + '_ {
-        self.models(wanted).flat_map(move |(_, levels)| levels.get(level as usize).into_iter().flatten().copied())
+    pub fn at_level(&self, wanted: Option<GpuModel>, level: u32) -> impl Iterator<Item = NodeIx> + '_ {
+        let words = self.words;
+        let level = level as usize;
+        self.models(wanted).filter(move |m| m.counts.get(level).is_some_and(|c| *c > 0)).flat_map(move |m| {
+            m.bits[level * words..(level + 1) * words].iter().enumerate().flat_map(|(w, &bits)| {
+                let mut rest = bits;
+                std::iter::from_fn(move || {
+                    (rest != 0).then(|| {
+                        let i = rest.trailing_zeros();
+                        rest &= rest - 1;
+                        NodeIx(w as u32 * 64 + i)
+                    })
+                })
+            })
+        })
     }
 
     /// (most GPUs available on one node, number of schedulable nodes) for the model(s).
     pub fn summary(&self, wanted: Option<GpuModel>) -> (u32, u32) {
         let mut max = 0;
         let mut count = 0;
-        for (_, levels) in self.models(wanted) {
-            for (level, nodes) in levels.iter().enumerate() {
-                if !nodes.is_empty() {
+        for m in self.models(wanted) {
+            for (level, &n) in m.counts.iter().enumerate() {
+                if n > 0 {
                     max = max.max(level as u32);
-                    count += nodes.len() as u32;
+                    count += n;
                 }
             }
         }
@@ -132,13 +268,79 @@ impl FreeIndex {
 
     /// GPUs available on all schedulable nodes of the model(s).
     pub fn total_free(&self, wanted: Option<GpuModel>) -> u32 {
-        self.models(wanted)
-            .flat_map(|(_, levels)| levels.iter().enumerate())
-            .map(|(level, nodes)| level as u32 * nodes.len() as u32)
-            .sum()
+        self.models(wanted).flat_map(|m| m.counts.iter().enumerate()).map(|(level, &n)| level as u32 * n).sum()
     }
 
     pub fn level_max(&self) -> u32 {
-        self.buckets.values().map(|l| l.len() as u32 - 1).max().unwrap_or(0)
+        self.levels.saturating_sub(1) as u32
+    }
+
+    /// The index agrees with the nodes: each schedulable node once, at its level, and the
+    /// per-level counts count the bits.
+    pub fn check<'a>(&self, nodes: impl Iterator<Item = &'a Node>) -> Result<(), String> {
+        let mut listed_total = 0;
+        for m in &self.models {
+            for level in 0..self.levels {
+                let listed: u32 =
+                    m.bits[level * self.words..(level + 1) * self.words].iter().map(|w| w.count_ones()).sum();
+                if listed != m.counts[level] {
+                    return Err(format!(
+                        "free index counts {} nodes at level {level}, lists {listed}",
+                        m.counts[level]
+                    ));
+                }
+                listed_total += listed;
+            }
+        }
+        let mut schedulable = 0;
+        for (i, node) in nodes.enumerate() {
+            if !node.schedulable {
+                continue;
+            }
+            schedulable += 1;
+            let level = node.available_gpus() as usize;
+            let at_level = self
+                .models
+                .binary_search_by_key(&node.spec.gpu_model, |m| m.model)
+                .is_ok_and(|k| self.models[k].bits[level * self.words + i / 64] & (1 << (i % 64)) != 0);
+            if !at_level {
+                return Err(format!("{} is not indexed at its level {level}", node.spec.id));
+            }
+        }
+        if listed_total != schedulable {
+            return Err(format!("free index lists {listed_total} nodes, {schedulable} are schedulable"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: u32, model: u16, gpus: u32) -> Node {
+        Node::new(NodeSpec { id: NodeId(id), gpu_model: GpuModel(model), capacity: Resources::gpus(gpus) })
+    }
+
+    #[test]
+    fn the_free_index_lists_nodes_by_model_then_id() {
+        let mut nodes = Nodes::default();
+        for (id, model) in [(70, 1), (3, 0), (130, 0), (9, 1)] {
+            nodes.add(node(id, model, 8), 64);
+        }
+        fn ids(nodes: &Nodes, level: u32) -> Vec<u32> {
+            nodes.index.at_level(None, level).map(|ix| nodes.at(ix).spec.id.0).collect()
+        }
+        assert_eq!(ids(&nodes, 8), vec![3, 130, 9, 70]);
+        nodes.update(NodeId(130), |n| n.owned = GpuSet::first(3));
+        assert_eq!(ids(&nodes, 8), vec![3, 9, 70]);
+        assert_eq!(ids(&nodes, 5), vec![130]);
+        assert_eq!(nodes.index.summary(Some(GpuModel(0))), (8, 2));
+        assert_eq!(nodes.index.total_free(None), 29);
+        nodes.update(NodeId(3), |n| n.schedulable = false);
+        assert_eq!(ids(&nodes, 8), vec![9, 70]);
+        assert_eq!(nodes.index.check(nodes.iter()), Ok(()));
+        nodes.remove(NodeId(9), 64);
+        assert_eq!(ids(&nodes, 8), vec![70]);
     }
 }

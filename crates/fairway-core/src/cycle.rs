@@ -6,12 +6,13 @@ use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::config::ScoringPolicy;
 use crate::decision::{Decision, PendingReason, StopCause};
+use crate::jobs::JobIx;
 use crate::placement::{Candidate, choose_nodes};
 use crate::preemption::{PreemptionScope, VictimPlan};
-use crate::queue::{GroupKey, RoomWake, Verdict, Wake, WakeOn};
+use crate::queue::{GroupIx, GroupKey, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
 use crate::state::{JobState, QueueKey, Reservation, Termination};
-use crate::types::{AccountId, GpuModel, JobId, NodeId, Placement, Priority, ReplicaPlacement, Resources, Time};
+use crate::types::{AccountId, GpuModel, GpuSet, NodeId, Placement, Priority, ReplicaPlacement, Resources, Time};
 
 /// What one cycle did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -137,34 +138,38 @@ impl Scheduler {
 
     /// Step 2.
     fn enforce_runtime_limits(&mut self, now: Time, out: &mut CycleOutcome) {
-        while let Some(&(deadline, job)) = self.runtime_deadlines.first() {
+        while let Some(&(deadline, job, ix)) = self.runtime_deadlines.first() {
             if deadline > now {
                 break;
             }
-            self.begin_termination(job, Termination::Stopped(StopCause::RuntimeLimit));
+            self.begin_termination(ix, Termination::Stopped(StopCause::RuntimeLimit));
             out.decisions.push(Decision::Stop { job, cause: StopCause::RuntimeLimit });
         }
     }
 
     /// Step 3.
     fn start_ready_preemptors(&mut self, now: Time, out: &mut CycleOutcome) {
-        let ready: Vec<JobId> = self
+        if self.reserving.is_empty() {
+            return;
+        }
+        let ready: Vec<JobIx> = self
             .reserving
             .iter()
-            .copied()
-            .filter(|id| {
-                let JobState::Pending { reservation: Some(r) } = &self.jobs[id].state else { unreachable!() };
-                self.still_terminating(*id, &r.victims).is_empty()
+            .filter(|&(&id, &ix)| {
+                let JobState::Pending { reservation: Some(r) } = &self.jobs[ix].state else { unreachable!() };
+                self.still_terminating(id, &r.victims).is_empty()
             })
+            .map(|(_, &ix)| ix)
             .collect();
-        for id in ready {
+        for ix in ready {
             // Fix: turning the hold into the running job moves a charge, it adds nothing. The
             // uncharge in `drop_reservation` would shrink what a quota lowered meanwhile had
             // grandfathered, and the charge in `start` then broke the quota invariant.
+            let id = self.jobs[ix].spec.id;
             let grandfathered: Vec<(AccountId, Resources)> =
-                self.jobs[&id].accounts().map(|a| (a, self.accounts[&a].grandfathered)).collect();
-            let reservation = self.drop_reservation(id).expect("reserving job holds a reservation");
-            self.start(id, reservation.placement.clone(), now);
+                self.jobs[ix].accounts().map(|a| (a, self.accounts[&a].grandfathered)).collect();
+            let reservation = self.drop_reservation(ix).expect("reserving job holds a reservation");
+            self.start(ix, reservation.placement.clone(), now);
             for (a, g) in grandfathered {
                 self.accounts.get_mut(&a).expect("charged at start").grandfathered = g;
             }
@@ -180,16 +185,21 @@ impl Scheduler {
         let mut budget = PreemptionBudget { left: self.config.limits.preemption_attempts_per_cycle_max };
         self.blocked_by = None;
         // 4a. Wake the sleeping groups that what changed since the last cycle may concern.
-        let index = &self.index;
+        let index = &self.nodes.index;
         self.queue
             .wake_for(&mut self.changes, |model| memo.free_max.get_or_insert_with(model, || index.summary(model).0));
         // Under strict order the first sleeping group that blocks blocks everything behind it.
-        let asleep_head = self.queue.asleep_blocking.first().map(|(k, gk)| (*k, gk.priority)).filter(|_| strict);
+        let asleep_head = self
+            .queue
+            .asleep_blocking
+            .first()
+            .map(|&(k, gix)| (k, self.queue.group(gix).key.priority))
+            .filter(|_| strict);
         // Awake heads are taken in order from the queue's own set (a start moves a group's
         // head later, where the walk finds it again); members behind a head that holds GPUs
         // for its victims wait in `behind_holders`.
-        let mut last_head: Option<(QueueKey, GroupKey)> = None;
-        let mut behind_holders: BinaryHeap<Reverse<(QueueKey, GroupKey)>> = BinaryHeap::new();
+        let mut last_head: Option<(QueueKey, GroupIx)> = None;
+        let mut behind_holders: BinaryHeap<Reverse<(QueueKey, GroupIx)>> = BinaryHeap::new();
         loop {
             let next_head = match last_head {
                 None => self.queue.awake.first(),
@@ -197,7 +207,7 @@ impl Scheduler {
             }
             .copied();
             let next_behind = behind_holders.peek().map(|Reverse(e)| *e);
-            let (key, gk, is_head) = match (next_head, next_behind) {
+            let (key, gix, is_head) = match (next_head, next_behind) {
                 (None, None) => break,
                 (Some(h), Some(b)) if b < h => (b.0, b.1, false),
                 (Some(h), _) => (h.0, h.1, true),
@@ -210,32 +220,37 @@ impl Scheduler {
                 break;
             }
             if is_head {
-                last_head = Some((key, gk));
+                last_head = Some((key, gix));
             } else {
                 behind_holders.pop();
             }
             out.stats.jobs_considered += 1;
-            match self.consider(key.id, &gk, now, &mut memo, &mut budget, out) {
+            let gk = self.queue.group(gix).key;
+            match self.consider(key.ix, &gk, now, &mut memo, &mut budget, out) {
                 considered @ (Considered::Started | Considered::Preempting | Considered::Holding) => {
-                    // Something changed for this group: its old verdict no longer holds.
-                    self.queue.clear_verdict(&gk);
-                    if strict && !matches!(self.jobs[&key.id].state, JobState::Running { .. }) {
+                    // Something changed for this group: its old verdict no longer holds. (A
+                    // started job may have been its group's last: then the group is gone.)
+                    let group_left = matches!(considered, Considered::Started) && self.queue.is_gone(gix, &gk);
+                    if !group_left {
+                        self.queue.clear_verdict(gix);
+                    }
+                    if strict && !matches!(self.jobs[key.ix].state, JobState::Running { .. }) {
                         self.blocked_by = Some((key, gk.priority));
                         return;
                     }
                     // A started head left the group: its next member is the group's new
                     // head, found again in `awake`. Otherwise the next member waits here.
-                    if !(is_head && matches!(considered, Considered::Started)) {
-                        let next =
-                            self.queue.groups.get(&gk).and_then(|g| g.members.range((Excluded(key), Unbounded)).next());
+                    let started_head = is_head && matches!(considered, Considered::Started);
+                    if !(started_head || group_left) {
+                        let next = self.queue.group(gix).members.range((Excluded(key), Unbounded)).next();
                         if let Some(&next) = next {
-                            behind_holders.push(Reverse((next, gk)));
+                            behind_holders.push(Reverse((next, gix)));
                         }
                     }
                 }
                 Considered::Failed(verdict) => {
                     let blocks = strict && verdict.blocks_strict_order();
-                    self.queue.fail(gk, verdict);
+                    self.queue.fail(gix, verdict);
                     if blocks {
                         self.blocked_by = Some((key, gk.priority));
                         return;
@@ -251,7 +266,7 @@ impl Scheduler {
     /// Steps 4b–4g for one job.
     fn consider(
         &mut self,
-        id: JobId,
+        ix: JobIx,
         gk: &GroupKey,
         now: Time,
         memo: &mut CycleMemo,
@@ -259,7 +274,7 @@ impl Scheduler {
         out: &mut CycleOutcome,
     ) -> Considered {
         // b.
-        if matches!(self.jobs[&id].state, JobState::Pending { reservation: Some(_) }) {
+        if matches!(self.jobs[ix].state, JobState::Pending { reservation: Some(_) }) {
             return Considered::Holding;
         }
         let shape = Shape { model: gk.model, per_replica: gk.per_replica, replicas: gk.replicas };
@@ -273,7 +288,7 @@ impl Scheduler {
             return Considered::Failed(Verdict { reasons: vec![reason], wake });
         }
         // d.
-        if let Some((account, reason)) = self.quota_shortfall(id) {
+        if let Some((account, reason)) = self.quota_shortfall(ix) {
             let mut reasons = vec![reason];
             let mut wake = Wake::On(WakeOn { accounts: true, ..WakeOn::default() });
             // Fix: a failed search, or a spent budget, used to leave the group dormant until
@@ -282,8 +297,8 @@ impl Scheduler {
             if preempt_capable {
                 if budget.take() {
                     out.stats.preemption_searches += 1;
-                    if let Some(plan) = self.find_victims(id, PreemptionScope::Account(account), now) {
-                        self.carry_out_preemption(id, plan, now, out);
+                    if let Some(plan) = self.find_victims(ix, PreemptionScope::Account(account), now) {
+                        self.carry_out_preemption(ix, plan, now, out);
                         return Considered::Preempting;
                     }
                     wake = Wake::On(WakeOn { accounts: true, room: RoomWake::Any, victims: true });
@@ -297,8 +312,9 @@ impl Scheduler {
         // e.
         if memo.no_fit.get(&shape).is_none() {
             if let Some(chosen) = self.try_place(shape.model, shape.per_replica, shape.replicas) {
-                let placement = self.assign_slots(id, &chosen, shape.per_replica.gpus);
-                self.start(id, placement.clone(), now);
+                let placement = self.assign_slots(&chosen, shape.per_replica.gpus);
+                let id = self.jobs[ix].spec.id;
+                self.start(ix, placement.clone(), now);
                 out.decisions.push(Decision::Start { job: id, placement });
                 out.stats.started += 1;
                 return Considered::Started;
@@ -319,9 +335,9 @@ impl Scheduler {
             wake = Wake::NextCycle;
         } else {
             out.stats.preemption_searches += 1;
-            match self.find_victims(id, PreemptionScope::Any, now) {
+            match self.find_victims(ix, PreemptionScope::Any, now) {
                 Some(plan) => {
-                    self.carry_out_preemption(id, plan, now, out);
+                    self.carry_out_preemption(ix, plan, now, out);
                     return Considered::Preempting;
                 }
                 None => {
@@ -345,8 +361,8 @@ impl Scheduler {
     }
 
     /// The first of the job's accounts that starting it would take over quota.
-    fn quota_shortfall(&self, id: JobId) -> Option<(AccountId, PendingReason)> {
-        let job = &self.jobs[&id];
+    fn quota_shortfall(&self, ix: JobIx) -> Option<(AccountId, PendingReason)> {
+        let job = &self.jobs[ix];
         let total = job.spec.total();
         job.accounts().find_map(|account| {
             let (resource, used, limit) = self.accounts.get(&account)?.over_quota(total)?;
@@ -356,11 +372,11 @@ impl Scheduler {
     }
 
     fn any_node_holds(&self, model: Option<GpuModel>, per_replica: Resources) -> bool {
-        self.nodes.values().any(|n| model.is_none_or(|m| m == n.spec.gpu_model) && per_replica.fits_in(n.spec.capacity))
+        self.nodes.iter().any(|n| model.is_none_or(|m| m == n.spec.gpu_model) && per_replica.fits_in(n.spec.capacity))
     }
 
     fn no_fit_reason(&self, shape: Shape) -> PendingReason {
-        let (gpus_free_max, nodes_matching) = self.index.summary(shape.model);
+        let (gpus_free_max, nodes_matching) = self.nodes.index.summary(shape.model);
         PendingReason::NoFit {
             gpus_per_replica: shape.per_replica.gpus,
             replicas: shape.replicas,
@@ -387,7 +403,7 @@ impl Scheduler {
     /// nodes with room for at least one replica, since fewest-nodes needs the whole picture.
     fn free_candidates(&self, model: Option<GpuModel>, per_replica: Resources, replicas: u32) -> Vec<Candidate> {
         let lowest = per_replica.gpus;
-        let highest = self.index.level_max();
+        let highest = self.nodes.index.level_max();
         if lowest > highest {
             return Vec::new();
         }
@@ -396,11 +412,14 @@ impl Scheduler {
         let mut out = Vec::with_capacity(cap.min(16));
         for step in 0..=(highest - lowest) {
             let level = if spread_single { highest - step } else { lowest + step };
-            for node_id in self.index.at_level(model, level) {
-                let node = &self.nodes[&node_id];
+            if !self.nodes.index.any_at_level(model, level) {
+                continue;
+            }
+            for node_ix in self.nodes.index.at_level(model, level) {
+                let node = self.nodes.at(node_ix);
                 let available = node.available();
                 if per_replica.fits_in(available) {
-                    out.push(Candidate { node: node_id, available, capacity: node.spec.capacity });
+                    out.push(Candidate { node: node.spec.id, available, capacity: node.spec.capacity });
                     if replicas == 1 && out.len() >= cap {
                         return out;
                     }
@@ -414,41 +433,44 @@ impl Scheduler {
     }
 
     /// Issue the preemptions of a plan and hold the freed GPUs for the preemptor.
-    fn carry_out_preemption(&mut self, id: JobId, plan: VictimPlan, now: Time, out: &mut CycleOutcome) {
-        let per_replica_gpus = self.jobs[&id].spec.per_replica.gpus;
-        let placement = self.assign_reserved_slots(id, &plan, per_replica_gpus);
-        for &victim in &plan.victims {
-            let deadline = now.plus_ms(self.jobs[&victim].spec.grace_ms);
-            self.begin_termination(victim, Termination::Preempted { preemptor: id, deadline });
+    fn carry_out_preemption(&mut self, ix: JobIx, plan: VictimPlan, now: Time, out: &mut CycleOutcome) {
+        let (id, per_replica_gpus) = (self.jobs[ix].spec.id, self.jobs[ix].spec.per_replica.gpus);
+        let placement = self.assign_reserved_slots(&plan, per_replica_gpus);
+        for &(victim, vix) in &plan.victims {
+            let deadline = now.plus_ms(self.jobs[vix].spec.grace_ms);
+            self.begin_termination(vix, Termination::Preempted { preemptor: id, deadline });
             out.decisions.push(Decision::Preempt { victim, preemptor: id, deadline });
             out.stats.victims_preempted += 1;
             self.counters.preemptions += 1;
         }
-        self.reserve(id, Reservation { placement, victims: plan.victims });
+        let victims = plan.victims.iter().map(|(v, _)| *v).collect();
+        self.reserve(ix, Reservation { placement, victims });
     }
 
-    /// Slots for a preemptor: free, unheld slots first, then the victims' slots.
-    fn assign_reserved_slots(&self, id: JobId, plan: &VictimPlan, per_replica_gpus: u32) -> Placement {
+    /// Slots for a preemptor: free, unheld slots first, then the victims' slots, lowest first.
+    fn assign_reserved_slots(&self, plan: &VictimPlan, per_replica_gpus: u32) -> Placement {
         let mut replicas = Vec::new();
         for &(node_id, count) in &plan.chosen {
-            let node = &self.nodes[&node_id];
-            let need = (count * per_replica_gpus) as usize;
-            let mut slots: Vec<u8> = node.pick_slots(need as u32, None);
-            for (i, owner) in node.gpu_owner.iter().enumerate() {
-                if slots.len() == need {
-                    break;
-                }
-                if owner.is_some_and(|o| plan.victims.contains(&o)) && node.gpu_reserved[i].is_none() {
-                    slots.push(i as u8);
-                }
-            }
-            assert_eq!(slots.len(), need, "victim plan for {id} does not free enough GPUs on {node_id}");
-            slots.sort();
-            let g = per_replica_gpus as usize;
-            for i in 0..count as usize {
-                replicas.push(ReplicaPlacement { node: node_id, gpu_indices: slots[i * g..(i + 1) * g].to_vec() });
+            let node = self.nodes.by_id(node_id);
+            let need = count * per_replica_gpus;
+            let free = node.pick_slots(need);
+            let victims_slots = plan
+                .victims
+                .iter()
+                .filter_map(|&(_, vix)| match &self.jobs[vix].state {
+                    JobState::Running { placement, .. } => Some(placement),
+                    _ => None,
+                })
+                .flat_map(|p| p.replicas().iter().filter(|r| r.node == node_id).map(|r| r.gpus))
+                .fold(GpuSet::EMPTY, GpuSet::union);
+            let mut slots = free.union(victims_slots.minus(node.held).lowest(need - free.len()));
+            assert_eq!(slots.len(), need, "victim plan does not free enough GPUs on {node_id}");
+            for _ in 0..count {
+                let gpus = slots.lowest(per_replica_gpus);
+                slots = slots.minus(gpus);
+                replicas.push(ReplicaPlacement { node: node_id, gpus });
             }
         }
-        Placement { replicas }
+        Placement::new(replicas)
     }
 }

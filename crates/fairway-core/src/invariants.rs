@@ -1,149 +1,132 @@
 //! Invariant checks: cheap enough to run after every cycle in tests and the simulator.
-//! Cost is linear in nodes, GPU slots, placed jobs, reservations and accounts, with no
-//! per-slot map: a slot is checked by looking at the node's own record of its owner, and
-//! per-node and per-account sums go into vectors found by binary search over the (few,
-//! sorted) node and account ids.
+//! Cost is linear in nodes, placed replicas, reservations, running jobs and accounts (never
+//! in the pending backlog beyond the queue's own per-group check): placed jobs are found
+//! through the nodes that list them, slots are compared as per-node bit sets, and per-node
+//! and per-account sums go into vectors found by binary search over the sorted ids.
 
+use crate::jobs::JobIx;
 use crate::scheduler::{RunningEntry, Scheduler};
 use crate::state::JobState;
-use crate::types::{AccountId, JobId, JobSpec, NodeId, Placement, Priority, Resources};
-
-/// What the placements and reservations add up to on one node.
-#[derive(Clone, Copy, Default)]
-struct NodeSums {
-    used: Resources,
-    reserved: Resources,
-    /// GPU slots listed by placements (each checked to be owned by the job listing it).
-    owned_slots: SlotSet,
-    /// GPU slots listed by reservations (each checked to be held for the job listing it).
-    held_slots: SlotSet,
-}
-
-/// A set of GPU slot indices (`u8`, so 256 bits cover them all).
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-struct SlotSet([u64; 4]);
-
-impl SlotSet {
-    /// Add a slot; false if it was already there.
-    fn insert(&mut self, slot: u8) -> bool {
-        let (word, bit) = (slot as usize / 64, 1u64 << (slot % 64));
-        let fresh = self.0[word] & bit == 0;
-        self.0[word] |= bit;
-        fresh
-    }
-
-    fn of<T>(slots: &[Option<T>]) -> SlotSet {
-        let mut set = SlotSet::default();
-        for (i, _) in slots.iter().enumerate().filter(|(_, s)| s.is_some()) {
-            set.insert(i as u8);
-        }
-        set
-    }
-}
+use crate::types::{AccountId, GpuSet, JobId, JobSpec, Placement, Priority, Resources};
 
 impl Scheduler {
     /// Check every invariant; `Err` names the first one broken.
     ///
-    /// - No GPU is assigned twice: each slot's owner lists the slot in its placement, and
-    ///   no two placements share a slot.
+    /// - No GPU is assigned twice: the placements listed on a node own disjoint slots whose
+    ///   union is what the node records as owned.
     /// - Gangs are whole: every placed job has exactly `replicas` replicas of
-    ///   `per_replica.gpus` GPUs each.
+    ///   `per_replica.gpus` GPUs each, on nodes that list it.
     /// - Usage is within quota: what is charged to each account (running jobs and
     ///   reservations) matches the jobs and is within its cap (or the grandfathered usage).
     /// - Reserved GPUs belong to exactly one preemptor, which is pending and lists them.
+    /// - The running index, the preemptible-GPU tally, the terminating set and the free
+    ///   index say what the jobs and nodes say.
     /// - The pending queue's indexes agree with its groups (every sleeping group is
     ///   indexed under what wakes it).
-    ///
-    /// How "no slot twice" is shown without a map of slots: every slot a placement lists
-    /// must record that job as its owner and be listed once on its node (a bit set per
-    /// node), and the slots listed on a node must be exactly those that record an owner.
-    /// The same goes for held slots.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.queue.check()?;
-        let node_ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let nodes: Vec<&crate::cluster::Node> = self.nodes.iter().collect();
+        self.nodes.index.check(self.nodes.iter())?;
         let account_ids: Vec<AccountId> = self.accounts.keys().copied().collect();
-        let mut nodes = vec![NodeSums::default(); node_ids.len()];
         let mut charged = vec![Resources::ZERO; account_ids.len()];
-        let charge = |charged: &mut Vec<Resources>, id: JobId, a: AccountId, r: Resources| {
+        let mut charge = |id: JobId, a: AccountId, r: Resources| {
             let i = account_ids.binary_search(&a).map_err(|_| format!("{id} charged to unknown {a}"))?;
             charged[i] = charged[i].plus(r);
             Ok::<(), String>(())
         };
-        let placed = self.running.keys().map(|(_, id)| *id).chain(self.terminating.iter().copied());
-        for id in placed {
-            let job = self.jobs.get(&id).ok_or_else(|| format!("{id} indexed but not held"))?;
-            let (placement, is_charged) = match &job.state {
-                JobState::Running { placement, .. } => (placement, true),
-                JobState::Terminating { placement, .. } => (placement, false),
-                JobState::Pending { .. } => return Err(format!("{id} indexed as placed but pending")),
-            };
-            check_gang(id, &job.spec, placement, "placed")?;
-            for r in &placement.replicas {
-                let i = node_ids.binary_search(&r.node).map_err(|_| format!("{id} placed on unknown {}", r.node))?;
-                let node = &self.nodes[&r.node];
-                let sums = &mut nodes[i];
-                for &slot in &r.gpu_indices {
-                    if node.gpu_owner.get(slot as usize).copied().flatten() != Some(id) {
-                        return Err(format!("GPU {slot} on {} does not record owner {id}", r.node));
+        let (mut running, mut terminating) = (0usize, 0usize);
+        for node in &nodes {
+            let node_id = node.spec.id;
+            let (mut owned, mut used) = (GpuSet::EMPTY, Resources::ZERO);
+            for (k, &ix) in node.placed.iter().enumerate() {
+                if node.placed[..k].contains(&ix) {
+                    return Err(format!("{node_id} lists a job twice"));
+                }
+                let job = self.jobs.get_slot(ix).ok_or_else(|| format!("{node_id} lists a job that is gone"))?;
+                let id = job.spec.id;
+                let (placement, is_charged) = match &job.state {
+                    JobState::Running { placement, .. } => (placement, true),
+                    JobState::Terminating { placement, .. } => (placement, false),
+                    JobState::Pending { .. } => return Err(format!("{id} listed as placed on {node_id} but pending")),
+                };
+                let mut here = 0;
+                for r in placement.replicas().iter().filter(|r| r.node == node_id) {
+                    if !owned.is_disjoint(r.gpus) {
+                        return Err(format!("GPUs {} on {node_id} are listed twice", owned.intersection(r.gpus)));
                     }
-                    if !sums.owned_slots.insert(slot) {
-                        return Err(format!("GPU {slot} on {} is listed twice by {id}", r.node));
+                    owned = owned.union(r.gpus);
+                    used = used.plus(job.spec.per_replica);
+                    here += 1;
+                }
+                if here == 0 {
+                    return Err(format!("{node_id} lists {id}, which has no replica there"));
+                }
+                // Whole-job checks once, at the node of the job's first replica.
+                if placement.replicas()[0].node != node_id {
+                    continue;
+                }
+                check_gang(id, &job.spec, placement, "placed")?;
+                for r in placement.replicas() {
+                    let listed = self.nodes.get(r.node).is_some_and(|n| n.placed.contains(&ix));
+                    if !listed {
+                        return Err(format!("{id} is placed on {}, which does not list it", r.node));
                     }
                 }
-                sums.used = sums.used.plus(job.spec.per_replica);
+                if is_charged {
+                    running += 1;
+                    for a in job.accounts() {
+                        charge(id, a, job.spec.total())?;
+                    }
+                } else {
+                    terminating += 1;
+                    if !self.terminating.contains(&ix) {
+                        return Err(format!("{id} is terminating but not in the terminating set"));
+                    }
+                }
             }
-            if is_charged {
-                for a in job.accounts() {
-                    charge(&mut charged, id, a, job.spec.total())?;
-                }
+            if owned != node.owned {
+                return Err(format!("{node_id} records GPUs {} as owned, its jobs own {owned}", node.owned));
+            }
+            if used != node.used {
+                return Err(format!("{node_id} used {} disagrees with its jobs", node.used));
+            }
+            if node.used.gpus > node.spec.capacity.gpus
+                || !owned.union(node.held).minus(GpuSet::first(node.spec.capacity.gpus)).is_empty()
+            {
+                return Err(format!("{node_id} over GPU capacity"));
             }
         }
-        self.check_running_index()?;
-        for &id in &self.reserving {
-            let job = self.jobs.get(&id).ok_or_else(|| format!("reserving {id} not held"))?;
+        if terminating != self.terminating.len() {
+            return Err(format!("{} jobs in the terminating set, {terminating} terminating", self.terminating.len()));
+        }
+        self.check_running_index(running)?;
+        let mut held = vec![(GpuSet::EMPTY, Resources::ZERO); nodes.len()];
+        for (&id, &ix) in &self.reserving {
+            let job =
+                self.jobs.get_slot(ix).filter(|j| j.spec.id == id).ok_or_else(|| format!("reserving {id} not held"))?;
             let JobState::Pending { reservation: Some(res) } = &job.state else {
                 return Err(format!("{id} listed as reserving without a reservation"));
             };
             check_gang(id, &job.spec, &res.placement, "reserved")?;
-            for r in &res.placement.replicas {
-                let i = node_ids.binary_search(&r.node).map_err(|_| format!("{id} holds on unknown {}", r.node))?;
-                let node = &self.nodes[&r.node];
-                let sums = &mut nodes[i];
-                for &slot in &r.gpu_indices {
-                    if node.gpu_reserved.get(slot as usize).copied().flatten() != Some(id) {
-                        return Err(format!("GPU {slot} on {} is not recorded as held for {id}", r.node));
-                    }
-                    if !sums.held_slots.insert(slot) {
-                        return Err(format!("GPU {slot} on {} is held twice by {id}", r.node));
-                    }
+            for r in res.placement.replicas() {
+                let i = self.nodes.ix_of(r.node).ok_or_else(|| format!("{id} holds on unknown {}", r.node))?.0 as usize;
+                let (slots, reserved) = &mut held[i];
+                if !slots.is_disjoint(r.gpus) {
+                    return Err(format!("GPUs {} on {} are held twice", slots.intersection(r.gpus), r.node));
                 }
-                sums.reserved = sums.reserved.plus(job.spec.per_replica);
+                *slots = slots.union(r.gpus);
+                *reserved = reserved.plus(job.spec.per_replica);
             }
             for a in job.accounts() {
-                charge(&mut charged, id, a, job.spec.total())?;
+                charge(id, a, job.spec.total())?;
             }
         }
-        for ((node_id, node), sums) in self.nodes.iter().zip(&nodes) {
-            if SlotSet::of(&node.gpu_owner) != sums.owned_slots {
-                return Err(format!("{node_id} has a GPU whose recorded owner does not list it"));
+        for (node, (slots, reserved)) in nodes.iter().zip(&held) {
+            if node.held != *slots {
+                return Err(format!("{} records GPUs {} as held, reservations hold {slots}", node.spec.id, node.held));
             }
-            if SlotSet::of(&node.gpu_reserved) != sums.held_slots {
-                return Err(format!("{node_id} has a GPU recorded as held that no reservation lists"));
-            }
-            if node.available_gpus() != node.count_available_gpus() {
-                return Err(format!(
-                    "{node_id} counts {} GPUs available, its slots say otherwise",
-                    node.available_gpus()
-                ));
-            }
-            if node.used != sums.used {
-                return Err(format!("{node_id} used {} disagrees with its jobs", node.used));
-            }
-            if node.reserved != sums.reserved {
-                return Err(format!("{node_id} reserved {} disagrees with reservations", node.reserved));
-            }
-            if node.used.gpus > node.spec.capacity.gpus {
-                return Err(format!("{node_id} over GPU capacity"));
+            if node.reserved != *reserved {
+                return Err(format!("{} reserved {} disagrees with reservations", node.spec.id, node.reserved));
             }
         }
         for ((id, account), expected) in self.accounts.iter().zip(&charged) {
@@ -156,19 +139,33 @@ impl Scheduler {
         }
         Ok(())
     }
-}
 
-impl Scheduler {
-    /// The running index's entries say what their jobs say, and the preemptible-GPU tally
-    /// adds them up (with no empty levels).
-    fn check_running_index(&self) -> Result<(), String> {
+    /// The running index (kept when the policy preempts) lists exactly the `running` jobs
+    /// found on the nodes, its entries say what their jobs say, and the preemptible-GPU
+    /// tally adds them up (with no empty levels).
+    fn check_running_index(&self, running: usize) -> Result<(), String> {
+        if !self.tracks_victims() {
+            return if self.running.is_empty() && self.preemptible_gpus.is_empty() {
+                Ok(())
+            } else {
+                Err("victims indexed under a policy that never preempts".into())
+            };
+        }
+        if self.running.len() != running {
+            return Err(format!("{} jobs indexed as running, {running} running on the nodes", self.running.len()));
+        }
         let mut tally: Vec<(Priority, u32)> = Vec::new();
         for (&(priority, id), entry) in &self.running {
-            let job = &self.jobs[&id];
+            let ix: JobIx = entry.ix;
+            let job = self
+                .jobs
+                .get_slot(ix)
+                .filter(|j| j.spec.id == id)
+                .ok_or_else(|| format!("{id} indexed but not held"))?;
             let JobState::Running { placement, started_at } = &job.state else {
                 return Err(format!("{id} indexed as running but not running"));
             };
-            if priority != job.spec.priority || *entry != RunningEntry::of(job, placement, *started_at) {
+            if priority != job.spec.priority || *entry != RunningEntry::of(ix, job, placement, *started_at) {
                 return Err(format!("running index entry of {id} disagrees with the job"));
             }
             let gpus = job.spec.total().gpus;
@@ -189,15 +186,16 @@ impl Scheduler {
 /// A placement or hold covers the whole gang: `replicas` replicas of `per_replica.gpus`
 /// GPUs each.
 fn check_gang(id: JobId, spec: &JobSpec, placement: &Placement, what: &str) -> Result<(), String> {
-    if placement.replicas.len() != spec.replicas as usize {
-        return Err(format!("gang {id} has {} of {} replicas {what}", placement.replicas.len(), spec.replicas));
+    let replicas = placement.replicas();
+    if replicas.len() != spec.replicas as usize {
+        return Err(format!("gang {id} has {} of {} replicas {what}", replicas.len(), spec.replicas));
     }
-    for r in &placement.replicas {
-        if r.gpu_indices.len() != spec.per_replica.gpus as usize {
+    for r in replicas {
+        if r.gpus.len() != spec.per_replica.gpus {
             return Err(format!(
                 "{id} replica {what} on {} has {} GPUs, wants {}",
                 r.node,
-                r.gpu_indices.len(),
+                r.gpus.len(),
                 spec.per_replica.gpus
             ));
         }
@@ -211,7 +209,7 @@ mod tests {
     use crate::event::Event;
     use crate::scheduler::Scheduler;
     use crate::state::JobState;
-    use crate::types::{GpuModel, JobId, JobSpec, NodeId, NodeSpec, Resources, Time};
+    use crate::types::{GpuModel, GpuSet, JobId, JobSpec, NodeId, NodeSpec, Resources, Time};
 
     /// One 8-GPU node full with jobs 0 and 1 (2 GPUs each) and job 2 (4 GPUs); job 10
     /// (high, 2 GPUs) has preempted one of them and holds its GPUs.
@@ -231,10 +229,14 @@ mod tests {
     }
 
     fn placement_of(s: &mut Scheduler, id: u64) -> &mut crate::types::Placement {
-        match &mut s.jobs.get_mut(&JobId(id)).unwrap().state {
+        match &mut s.jobs.get_mut(JobId(id)).unwrap().state {
             JobState::Running { placement, .. } | JobState::Terminating { placement, .. } => placement,
             JobState::Pending { .. } => panic!("not placed"),
         }
+    }
+
+    fn node_mut(s: &mut Scheduler) -> &mut crate::cluster::Node {
+        s.nodes.get_mut_for_tests(NodeId(1))
     }
 
     fn broken(s: &Scheduler, what: &str) {
@@ -245,49 +247,45 @@ mod tests {
     #[test]
     fn two_jobs_listing_one_slot_are_caught() {
         let mut s = busy();
-        let first = placement_of(&mut s, 1).replicas[0].gpu_indices[0];
+        let first = placement_of(&mut s, 1).replicas()[0].gpus.lowest(1);
         let p = placement_of(&mut s, 2);
-        p.replicas[0].gpu_indices[0] = first;
+        let r = &mut p.replicas_mut()[0];
+        r.gpus = r.gpus.minus(r.gpus.lowest(1)).union(first);
         broken(&s, "job 2 lists a slot owned by job 1");
-    }
-
-    #[test]
-    fn a_job_listing_its_slot_twice_is_caught() {
-        let mut s = busy();
-        let p = placement_of(&mut s, 2);
-        p.replicas[0].gpu_indices[1] = p.replicas[0].gpu_indices[0];
-        broken(&s, "job 2 lists one of its slots twice");
     }
 
     #[test]
     fn an_owner_that_does_not_list_its_slot_is_caught() {
         let mut s = busy();
-        let node = s.nodes.get_mut(&NodeId(1)).unwrap();
-        let free = node.gpu_owner.iter().position(|o| o.is_none());
-        match free {
-            Some(i) => node.gpu_owner[i] = Some(JobId(2)),
-            None => {
-                // Every slot is owned: take one away from its owner's placement instead.
-                let p = placement_of(&mut s, 2);
-                p.replicas[0].gpu_indices.pop();
-            }
-        }
-        broken(&s, "a slot records an owner that does not list it");
+        let p = placement_of(&mut s, 2);
+        let r = &mut p.replicas_mut()[0];
+        r.gpus = r.gpus.minus(r.gpus.lowest(1));
+        broken(&s, "a slot recorded as owned is listed by no job");
+    }
+
+    #[test]
+    fn a_slot_owned_by_nobody_is_caught() {
+        let mut s = busy();
+        let node = node_mut(&mut s);
+        node.owned = node.owned.minus(node.owned.lowest(1));
+        broken(&s, "a job lists a slot the node does not record as owned");
     }
 
     #[test]
     fn a_broken_gang_is_caught() {
         let mut s = busy();
-        placement_of(&mut s, 2).replicas.clear();
-        broken(&s, "job 2 has no replicas placed");
+        placement_of(&mut s, 2)
+            .replicas_mut()
+            .push(crate::types::ReplicaPlacement { node: NodeId(1), gpus: GpuSet::EMPTY });
+        broken(&s, "job 2 has a replica too many");
     }
 
     #[test]
     fn a_hold_without_its_slot_record_is_caught() {
         let mut s = busy();
-        let node = s.nodes.get_mut(&NodeId(1)).unwrap();
-        let held = node.gpu_reserved.iter().position(|h| h.is_some()).expect("job 10 holds slots");
-        node.gpu_reserved[held] = None;
+        let node = node_mut(&mut s);
+        assert!(!node.held.is_empty(), "job 10 holds slots");
+        node.held = node.held.minus(node.held.lowest(1));
         broken(&s, "a held slot lost its record");
     }
 
@@ -301,8 +299,9 @@ mod tests {
         s.running.values_mut().next().unwrap().preemptible = false;
         broken(&s, "a running entry disagrees with its job");
         let mut s = busy();
-        s.nodes.get_mut(&NodeId(1)).unwrap().recount_as(7);
-        broken(&s, "a node's cached count of available GPUs is stale");
+        let ix = *node_mut(&mut s).placed.first().unwrap();
+        node_mut(&mut s).placed.push(ix);
+        broken(&s, "a node lists a job twice");
     }
 
     #[test]
@@ -312,7 +311,7 @@ mod tests {
         s.accounts.get_mut(&account).unwrap().charged.gpus += 1;
         broken(&s, "an account charged more than its jobs");
         let mut s = busy();
-        s.nodes.get_mut(&NodeId(1)).unwrap().used.cpu_millis += 1;
+        node_mut(&mut s).used.cpu_millis += 1;
         broken(&s, "a node's used resources disagree with its jobs");
     }
 }

@@ -16,6 +16,7 @@ mod cycle;
 pub mod decision;
 pub mod event;
 mod invariants;
+mod jobs;
 pub mod placement;
 mod preemption;
 mod queue;

@@ -23,10 +23,11 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
+use crate::jobs::JobIx;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::{RunningEntry, Scheduler};
 use crate::state::JobState;
-use crate::types::{AccountId, JobId, NodeId, Priority, ResourceKind, Resources, Time};
+use crate::types::{AccountId, GpuModel, JobId, NodeId, Placement, Priority, ResourceKind, Resources, Time};
 
 /// Whose work a preemptor may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,7 +41,8 @@ pub(crate) enum PreemptionScope {
 /// The victims and where the preemptor will run once they are gone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct VictimPlan {
-    pub victims: Vec<JobId>,
+    /// By id.
+    pub victims: Vec<(JobId, JobIx)>,
     pub chosen: Vec<(NodeId, u32)>,
 }
 
@@ -48,6 +50,7 @@ pub(crate) struct VictimPlan {
 #[derive(Clone, Debug)]
 struct Victim {
     id: JobId,
+    ix: JobIx,
     priority: Priority,
     lost_gpu_ms: u64,
     total: Resources,
@@ -82,6 +85,7 @@ impl Victim {
 #[derive(Clone, Copy, Debug)]
 struct NodeVictim {
     id: JobId,
+    ix: JobIx,
     priority: Priority,
     lost_gpu_ms: u64,
     /// What it frees on that node.
@@ -126,27 +130,27 @@ enum NodeScan {
 type NodeOffer<'a> = ((Priority, u64, NodeId), Vec<&'a Victim>, u32);
 
 impl Scheduler {
-    pub(crate) fn find_victims(&self, id: JobId, scope: PreemptionScope, now: Time) -> Option<VictimPlan> {
-        let job = &self.jobs[&id];
-        if scope == PreemptionScope::Any && !self.enough_gpus_below(id) {
+    pub(crate) fn find_victims(&self, ix: JobIx, scope: PreemptionScope, now: Time) -> Option<VictimPlan> {
+        let job = &self.jobs[ix];
+        if scope == PreemptionScope::Any && !self.enough_gpus_below(ix) {
             return None;
         }
         if let (PreemptionScope::Any, 1) = (scope, job.spec.replicas) {
-            return self.best_single_node_set(id, now);
+            return self.best_single_node_set(ix, now);
         }
-        let victims = self.victim_candidates(id, scope, now);
+        let victims = self.victim_candidates(ix, scope, now);
         if victims.is_empty() {
             return None;
         }
         match scope {
-            PreemptionScope::Any => self.node_by_node_set(id, &victims),
-            PreemptionScope::Account(_) => self.greedy_set(id, scope, &victims),
+            PreemptionScope::Any => self.node_by_node_set(ix, &victims),
+            PreemptionScope::Account(_) => self.greedy_set(ix, scope, &victims),
         }
     }
 
     /// Rule 1 and the candidate bound; sorted by rules 2, 3 and 5.
-    fn victim_candidates(&self, id: JobId, scope: PreemptionScope, now: Time) -> Vec<Victim> {
-        let job = &self.jobs[&id];
+    fn victim_candidates(&self, ix: JobIx, scope: PreemptionScope, now: Time) -> Vec<Victim> {
+        let job = &self.jobs[ix];
         let limit = self.config.limits.victim_candidates_max as usize;
         let mut out = Vec::new();
         for (&(priority, vid), entry) in &self.running {
@@ -156,13 +160,13 @@ impl Scheduler {
             if !entry.preemptible {
                 continue;
             }
-            let victim = &self.jobs[&vid];
+            let victim = &self.jobs[entry.ix];
             if let PreemptionScope::Account(account) = scope
                 && !victim.accounts().any(|a| a == account)
             {
                 continue;
             }
-            let frees = self.frees_of_entry(job.spec.gpu_model, vid, entry);
+            let frees = self.frees_of_entry(job.spec.gpu_model, entry);
             // A victim on no node the job can use frees nothing for it, unless the job
             // needs the victim's quota rather than its GPUs.
             if frees.as_slice().is_empty() && scope == PreemptionScope::Any {
@@ -170,6 +174,7 @@ impl Scheduler {
             }
             out.push(Victim {
                 id: vid,
+                ix: entry.ix,
                 priority,
                 lost_gpu_ms: entry.lost_gpu_ms(now),
                 total: victim.spec.total(),
@@ -183,21 +188,16 @@ impl Scheduler {
 
     /// What a victim frees on each node the job could use, by node id. Replicas are listed
     /// node by node, so merging neighbours is enough.
-    fn frees_on_eligible_nodes(
-        &self,
-        model: Option<crate::types::GpuModel>,
-        per_replica: Resources,
-        placement: &crate::types::Placement,
-    ) -> Frees {
+    fn frees_on_eligible_nodes(&self, model: Option<GpuModel>, per_replica: Resources, placement: &Placement) -> Frees {
         let usable = |node_id: &NodeId| {
-            let node = &self.nodes[node_id];
+            let node = self.nodes.by_id(*node_id);
             node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model)
         };
-        if let [only] = placement.replicas.as_slice() {
+        if let [only] = placement.replicas() {
             return if usable(&only.node) { Frees::One([(only.node, per_replica)]) } else { Frees::Many(Vec::new()) };
         }
         let mut frees: Vec<(NodeId, Resources)> = Vec::new();
-        for replica in placement.replicas.iter().filter(|r| usable(&r.node)) {
+        for replica in placement.replicas().iter().filter(|r| usable(&r.node)) {
             match frees.iter_mut().find(|(n, _)| *n == replica.node) {
                 Some((_, r)) => *r = r.plus(per_replica),
                 None => frees.push((replica.node, per_replica)),
@@ -209,10 +209,10 @@ impl Scheduler {
 
     /// A necessary condition, cheap to check: lower-priority preemptible work (on any node)
     /// plus free GPUs could cover the job's GPUs at all. Costs one step per priority level.
-    fn enough_gpus_below(&self, id: JobId) -> bool {
-        let job = &self.jobs[&id];
+    fn enough_gpus_below(&self, ix: JobIx) -> bool {
+        let job = &self.jobs[ix];
         let needed = job.spec.total().gpus;
-        let mut have = self.index.total_free(job.spec.gpu_model);
+        let mut have = self.nodes.index.total_free(job.spec.gpu_model);
         for (_, gpus) in self.preemptible_gpus.range(..job.spec.priority) {
             if have >= needed {
                 break;
@@ -231,8 +231,8 @@ impl Scheduler {
     /// of the first level where some node has room and its set keeps within the bound, the
     /// sets of just those nodes are built from the notes and ranked by rules 3–5. A node
     /// that made room at a lower level but broke the bound is out: its set cannot change.
-    fn best_single_node_set(&self, id: JobId, now: Time) -> Option<VictimPlan> {
-        let job = &self.jobs[&id];
+    fn best_single_node_set(&self, ix: JobIx, now: Time) -> Option<VictimPlan> {
+        let job = &self.jobs[ix];
         let limit = self.config.limits.victim_candidates_max as usize;
         let mut scan =
             SingleScan { nodes: BTreeMap::new(), touched: Vec::with_capacity(64), seen: Vec::with_capacity(128) };
@@ -243,7 +243,7 @@ impl Scheduler {
                 break;
             }
             if let Some(end) = level.filter(|l| priority > *l)
-                && let Some(plan) = self.close_level(id, end, &mut scan)
+                && let Some(plan) = self.close_level(ix, end, &mut scan)
             {
                 return Some(plan);
             }
@@ -251,29 +251,29 @@ impl Scheduler {
             if !entry.preemptible {
                 continue;
             }
-            let frees = self.frees_of_entry(job.spec.gpu_model, vid, entry);
+            let frees = self.frees_of_entry(job.spec.gpu_model, entry);
             if frees.as_slice().is_empty() {
                 continue;
             }
             candidates += 1;
             for &(node, freed) in frees.as_slice() {
                 let (room, state) =
-                    scan.nodes.entry(node).or_insert_with(|| (self.nodes[&node].available(), NodeScan::Short));
+                    scan.nodes.entry(node).or_insert_with(|| (self.nodes.by_id(node).available(), NodeScan::Short));
                 if *state == NodeScan::Short {
                     *room = room.plus(freed);
                     scan.touched.push(node);
                     let lost_gpu_ms = entry.lost_gpu_ms(now);
-                    scan.seen.push((node, NodeVictim { id: vid, priority, lost_gpu_ms, freed }));
+                    scan.seen.push((node, NodeVictim { id: vid, ix: entry.ix, priority, lost_gpu_ms, freed }));
                 }
             }
         }
-        self.close_level(id, level?, &mut scan)
+        self.close_level(ix, level?, &mut scan)
     }
 
     /// The end of one priority level of the single-replica scan: the nodes that now have
     /// room get their minimal sets built; the best of those within the bound wins.
-    fn close_level(&self, id: JobId, level: Priority, scan: &mut SingleScan) -> Option<VictimPlan> {
-        let demand = self.jobs[&id].spec.per_replica;
+    fn close_level(&self, ix: JobIx, level: Priority, scan: &mut SingleScan) -> Option<VictimPlan> {
+        let demand = self.jobs[ix].spec.per_replica;
         scan.touched.sort_unstable();
         scan.touched.dedup();
         let mut ready: Vec<NodeId> = Vec::new();
@@ -312,7 +312,7 @@ impl Scheduler {
         for (i, &node) in ready.iter().enumerate() {
             let on_node = &mut by_node[starts[i]..starts[i + 1]];
             on_node.sort_unstable_by_key(NodeVictim::order_key);
-            let available = self.nodes[&node].available();
+            let available = self.nodes.by_id(node).available();
             if !minimal_prefix(available, demand, on_node, max_victims, &mut set) {
                 continue;
             }
@@ -339,17 +339,17 @@ impl Scheduler {
             }
         }
         let best = best?;
-        let mut victims: Vec<JobId> = best.victims.iter().map(|v| v.id).collect();
-        victims.sort();
+        let mut victims: Vec<(JobId, JobIx)> = best.victims.iter().map(|v| (v.id, v.ix)).collect();
+        victims.sort_unstable();
         Some(VictimPlan { victims, chosen: vec![(best.node, 1)] })
     }
 
     /// What a running job frees on the nodes a job of `model` may use; read from its index
     /// entry when it runs on one node, from its placement otherwise.
-    fn frees_of_entry(&self, model: Option<crate::types::GpuModel>, vid: JobId, entry: &RunningEntry) -> Frees {
+    fn frees_of_entry(&self, model: Option<GpuModel>, entry: &RunningEntry) -> Frees {
         match entry.node {
             Some(node_id) => {
-                let node = &self.nodes[&node_id];
+                let node = self.nodes.by_id(node_id);
                 if node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model) {
                     Frees::One([(node_id, entry.per_replica)])
                 } else {
@@ -357,7 +357,9 @@ impl Scheduler {
                 }
             }
             None => {
-                let JobState::Running { placement, .. } = &self.jobs[&vid].state else { unreachable!("running index") };
+                let JobState::Running { placement, .. } = &self.jobs[entry.ix].state else {
+                    unreachable!("running index")
+                };
                 self.frees_on_eligible_nodes(model, entry.per_replica, placement)
             }
         }
@@ -365,8 +367,8 @@ impl Scheduler {
 
     /// A gang: clear whole nodes, cheapest nodes first, so the gang lands on few nodes and
     /// takes few victims; then drop every victim that is not needed (most costly first).
-    fn node_by_node_set(&self, id: JobId, victims: &[Victim]) -> Option<VictimPlan> {
-        let job = &self.jobs[&id];
+    fn node_by_node_set(&self, ix: JobIx, victims: &[Victim]) -> Option<VictimPlan> {
+        let job = &self.jobs[ix];
         let per_replica = job.spec.per_replica;
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let mut by_node: BTreeMap<NodeId, Vec<&Victim>> = BTreeMap::new();
@@ -379,7 +381,7 @@ impl Scheduler {
         // how many replicas that adds. Cost: rules 2 and 3 over that prefix.
         let mut offers: Vec<NodeOffer> = Vec::new();
         let mut hosted_free = 0u32;
-        for node in self.nodes.values() {
+        for node in self.nodes.iter() {
             if !node.schedulable || job.spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model) {
                 continue;
             }
@@ -430,41 +432,41 @@ impl Scheduler {
         if hosted < job.spec.replicas || taken.len() > max_victims.saturating_mul(2) {
             return None;
         }
-        self.minimise(id, PreemptionScope::Any, taken, max_victims)
+        self.minimise(ix, PreemptionScope::Any, taken, max_victims)
     }
 
     /// Drop every victim the job does not need, most costly first; `None` if what is left
     /// does not fit or exceeds the victim bound.
     fn minimise(
         &self,
-        id: JobId,
+        ix: JobIx,
         scope: PreemptionScope,
         mut taken: Vec<&Victim>,
         max_victims: usize,
     ) -> Option<VictimPlan> {
-        self.fits_without(id, scope, &taken)?;
+        self.fits_without(ix, scope, &taken)?;
         taken.sort_unstable_by_key(|v| v.order_key());
         let mut i = taken.len();
         while i > 0 {
             i -= 1;
             let mut fewer = taken.clone();
             fewer.remove(i);
-            if self.fits_without(id, scope, &fewer).is_some() {
+            if self.fits_without(ix, scope, &fewer).is_some() {
                 taken = fewer;
             }
         }
         if taken.len() > max_victims {
             return None;
         }
-        let chosen = self.fits_without(id, scope, &taken).expect("minimal set still fits");
-        let mut ids: Vec<JobId> = taken.iter().map(|v| v.id).collect();
-        ids.sort();
+        let chosen = self.fits_without(ix, scope, &taken).expect("minimal set still fits");
+        let mut ids: Vec<(JobId, JobIx)> = taken.iter().map(|v| (v.id, v.ix)).collect();
+        ids.sort_unstable();
         Some(VictimPlan { victims: ids, chosen })
     }
 
     /// Quota-bound preemptors: take the account's victims in order until the job fits within
     /// its cap and on the nodes, then drop every victim that is not needed.
-    fn greedy_set(&self, id: JobId, scope: PreemptionScope, victims: &[Victim]) -> Option<VictimPlan> {
+    fn greedy_set(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim]) -> Option<VictimPlan> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let mut taken: Vec<&Victim> = Vec::new();
         // The bound applies to the final, minimal set (rule 6); while collecting, allow twice
@@ -474,16 +476,16 @@ impl Scheduler {
                 return None;
             }
             taken.push(v);
-            if self.fits_without(id, scope, &taken).is_some() {
-                return self.minimise(id, scope, taken, max_victims);
+            if self.fits_without(ix, scope, &taken).is_some() {
+                return self.minimise(ix, scope, taken, max_victims);
             }
         }
         None
     }
 
     /// Where the job would go if `gone` had left, respecting quota for a bound preemptor.
-    fn fits_without(&self, id: JobId, scope: PreemptionScope, gone: &[&Victim]) -> Option<Vec<(NodeId, u32)>> {
-        let job = &self.jobs[&id];
+    fn fits_without(&self, ix: JobIx, scope: PreemptionScope, gone: &[&Victim]) -> Option<Vec<(NodeId, u32)>> {
+        let job = &self.jobs[ix];
         if let PreemptionScope::Account(_) = scope {
             // Fix: every capped account of the job must end within its cap, not only the one
             // in scope (a job over both its project's and its user's caps used to be let
@@ -494,7 +496,7 @@ impl Scheduler {
                 let Some(quota) = a.quota else { continue };
                 let freed = gone
                     .iter()
-                    .filter(|v| self.jobs[&v.id].accounts().any(|va| va == account))
+                    .filter(|v| self.jobs[v.ix].accounts().any(|va| va == account))
                     .fold(Resources::ZERO, |acc, v| acc.plus(v.total));
                 let ok = ResourceKind::ALL.into_iter().all(|k| {
                     quota
@@ -515,7 +517,7 @@ impl Scheduler {
         }
         let candidates: Vec<Candidate> = self
             .nodes
-            .values()
+            .iter()
             .filter(|n| n.schedulable && job.spec.gpu_model.is_none_or(|m| m == n.spec.gpu_model))
             .map(|n| Candidate {
                 node: n.spec.id,

@@ -14,12 +14,19 @@
 //! A wake that turns out needless costs one evaluation, never a wrong decision; a wake
 //! missed would leave a job waiting forever, so the indexes err on the side of waking.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, DefaultHasher};
 use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::decision::PendingReason;
 use crate::state::QueueKey;
-use crate::types::{AccountId, GpuModel, Priority, Resources};
+use crate::types::{AccountId, GpuModel, JobId, Priority, Resources};
+
+/// A group's slot in the queue. Indexes name groups by it (4 bytes instead of a 56-byte
+/// key); a slot is reused once its group empties.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct GroupIx(pub u32);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct GroupKey {
@@ -89,8 +96,9 @@ pub(crate) enum RoomWake {
     Any,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct Group {
+    pub key: GroupKey,
     pub members: BTreeSet<QueueKey>,
     /// The last answer for the group (kept while awake again, as the members' reason).
     pub verdict: Option<Verdict>,
@@ -115,6 +123,8 @@ pub(crate) struct Changes {
     pub room_grew: bool,
     /// The lowest priority at which a preemptible job started.
     pub victim_priority_min: Option<Priority>,
+    /// Scratch for `wake_for`, kept between cycles.
+    woken: Vec<GroupIx>,
 }
 
 impl Changes {
@@ -125,61 +135,106 @@ impl Changes {
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PendingQueue {
-    /// Every pending job in scheduling order.
-    pub all: BTreeSet<QueueKey>,
-    pub groups: BTreeMap<GroupKey, Group>,
+    /// Pending jobs queued (in all groups).
+    len: usize,
+    groups: Vec<Option<Group>>,
+    vacant: Vec<GroupIx>,
+    /// Lookups only (a fixed-key hasher; never iterated).
+    by_key: HashMap<GroupKey, GroupIx, BuildHasherDefault<DefaultHasher>>,
     /// Heads of the awake groups, in scheduling order: what the next cycle considers.
-    pub awake: BTreeSet<(QueueKey, GroupKey)>,
+    pub awake: BTreeSet<(QueueKey, GroupIx)>,
     /// Heads of sleeping groups whose verdict blocks strict order: under strict order the
     /// first of them blocks every job behind it.
-    pub asleep_blocking: BTreeSet<(QueueKey, GroupKey)>,
+    pub asleep_blocking: BTreeSet<(QueueKey, GroupIx)>,
     /// Sleeping groups by what wakes them.
-    by_account: BTreeSet<(AccountId, GroupKey)>,
+    by_account: BTreeSet<(AccountId, GroupIx)>,
     /// `RoomWake::Fits`, by GPUs per replica.
-    by_room_fits: BTreeSet<(u32, GroupKey)>,
-    by_room_any: BTreeSet<GroupKey>,
+    by_room_fits: BTreeSet<(u32, GroupIx)>,
+    by_room_any: BTreeSet<GroupIx>,
     /// By the group's priority: a victim starting at `p` wakes those above `p`.
-    by_victims: BTreeSet<(Priority, GroupKey)>,
+    by_victims: BTreeSet<(Priority, GroupIx)>,
 }
 
 impl PendingQueue {
-    pub fn insert(&mut self, key: QueueKey, gk: GroupKey) {
-        let fresh = self.all.insert(key);
-        assert!(fresh, "{} queued twice", key.id);
-        let group = self.groups.entry(gk).or_default();
+    /// Queue a job in the group of `gk`, creating the group if needed; returns the group.
+    pub fn insert(&mut self, key: QueueKey, gk: GroupKey) -> GroupIx {
+        let gix = match self.by_key.get(&gk) {
+            Some(&gix) => gix,
+            None => self.new_group(gk),
+        };
+        let group = self.group_mut(gix);
         let old_head = group.members.first().copied();
-        group.members.insert(key);
+        let fresh = group.members.insert(key);
+        assert!(fresh, "{} queued twice", key.id);
+        self.len += 1;
         match old_head {
             None => {
-                self.awake.insert((key, gk));
+                self.awake.insert((key, gix));
             }
-            Some(old) if key < old => self.move_head(gk, old, key),
+            Some(old) if key < old => self.move_head(gix, old, key),
             Some(_) => {}
         }
+        gix
     }
 
-    pub fn remove(&mut self, key: &QueueKey, gk: &GroupKey) {
-        let was = self.all.remove(key);
-        assert!(was, "{} was not queued", key.id);
-        let group = self.groups.get_mut(gk).expect("queued job has a group");
+    fn new_group(&mut self, key: GroupKey) -> GroupIx {
+        let group = Group { key, members: BTreeSet::new(), verdict: None, asleep: false };
+        let gix = match self.vacant.pop() {
+            Some(gix) => {
+                self.groups[gix.0 as usize] = Some(group);
+                gix
+            }
+            None => {
+                self.groups.push(Some(group));
+                GroupIx(self.groups.len() as u32 - 1)
+            }
+        };
+        self.by_key.insert(key, gix);
+        gix
+    }
+
+    /// Is the group of `gk` no longer at `gix` (it emptied and its slot was freed)?
+    pub fn is_gone(&self, gix: GroupIx, gk: &GroupKey) -> bool {
+        self.groups.get(gix.0 as usize).and_then(Option::as_ref).is_none_or(|g| g.key != *gk)
+    }
+
+    pub fn group(&self, gix: GroupIx) -> &Group {
+        self.groups[gix.0 as usize].as_ref().expect("a live group")
+    }
+
+    fn group_mut(&mut self, gix: GroupIx) -> &mut Group {
+        self.groups[gix.0 as usize].as_mut().expect("a live group")
+    }
+
+    /// Live groups with their slots (slot order: callers must not decide from it).
+    pub fn groups(&self) -> impl Iterator<Item = (GroupIx, &Group)> {
+        self.groups.iter().enumerate().filter_map(|(i, g)| g.as_ref().map(|g| (GroupIx(i as u32), g)))
+    }
+
+    pub fn remove(&mut self, key: &QueueKey, gix: GroupIx) {
+        self.len -= 1;
+        let group = self.group_mut(gix);
         let old_head = group.head();
-        group.members.remove(key);
+        let was = group.members.remove(key);
+        assert!(was, "{} was not queued", key.id);
         if group.members.is_empty() {
             if group.asleep {
-                self.unindex(*gk, old_head);
+                self.unindex(gix, old_head);
             } else {
-                self.awake.remove(&(old_head, *gk));
+                self.awake.remove(&(old_head, gix));
             }
-            self.groups.remove(gk);
+            let group = self.groups[gix.0 as usize].take().expect("live");
+            self.by_key.remove(&group.key);
+            self.vacant.push(gix);
         } else if old_head == *key {
             let new_head = group.head();
-            self.move_head(*gk, old_head, new_head);
+            self.move_head(gix, old_head, new_head);
         }
     }
 
     /// Keep the head sets in step when a group's first member changes.
-    fn move_head(&mut self, gk: GroupKey, old: QueueKey, new: QueueKey) {
-        let group = &self.groups[&gk];
+    fn move_head(&mut self, gix: GroupIx, old: QueueKey, new: QueueKey) {
+        let group = self.group(gix);
         let set = if !group.asleep {
             &mut self.awake
         } else if group.blocks_strict_order() {
@@ -187,146 +242,141 @@ impl PendingQueue {
         } else {
             return;
         };
-        let was = set.remove(&(old, gk));
-        debug_assert!(was, "head of {gk:?} not indexed");
-        set.insert((new, gk));
+        let was = set.remove(&(old, gix));
+        debug_assert!(was, "head of group {gix:?} not indexed");
+        set.insert((new, gix));
     }
 
     pub fn len(&self) -> usize {
-        self.all.len()
+        self.len
+    }
+
+    /// Pending jobs in scheduling order: a merge of the groups' member lists, lazily, so
+    /// that a caller who stops early pays for what it read.
+    pub fn in_order(&self) -> impl Iterator<Item = JobId> + '_ {
+        let mut heads: BinaryHeap<Reverse<(QueueKey, GroupIx)>> =
+            self.groups().map(|(gix, g)| Reverse((g.head(), gix))).collect();
+        std::iter::from_fn(move || {
+            let Reverse((key, gix)) = heads.pop()?;
+            if let Some(&next) = self.group(gix).members.range((Excluded(key), Unbounded)).next() {
+                heads.push(Reverse((next, gix)));
+            }
+            Some(key.id)
+        })
     }
 
     /// Record a group's failure: it sleeps unless told to try again next cycle.
-    pub fn fail(&mut self, gk: GroupKey, verdict: Verdict) {
-        let group = self.groups.get_mut(&gk).expect("group of a pending job");
+    pub fn fail(&mut self, gix: GroupIx, verdict: Verdict) {
+        let group = self.group_mut(gix);
         debug_assert!(!group.asleep, "only awake groups are considered");
         let sleeps = matches!(verdict.wake, Wake::On(_));
         group.verdict = Some(verdict);
         if sleeps {
             let head = group.head();
             group.asleep = true;
-            self.awake.remove(&(head, gk));
-            self.index(gk);
+            self.awake.remove(&(head, gix));
+            self.index(gix);
         }
     }
 
     /// A group's head started or is preempting: its old verdict no longer holds.
-    pub fn clear_verdict(&mut self, gk: &GroupKey) {
-        if let Some(group) = self.groups.get_mut(gk) {
+    pub fn clear_verdict(&mut self, gix: GroupIx) {
+        if let Some(group) = self.groups.get_mut(gix.0 as usize).and_then(Option::as_mut) {
             group.verdict = None;
         }
     }
 
-    fn index(&mut self, gk: GroupKey) {
-        let group = &self.groups[&gk];
+    fn index(&mut self, gix: GroupIx) {
+        let group = self.group(gix);
         let Some(Verdict { wake: Wake::On(on), .. }) = group.verdict.as_ref() else { unreachable!("asleep") };
-        let on = *on;
-        if group.blocks_strict_order() {
-            self.asleep_blocking.insert((group.head(), gk));
+        let (on, gk, head, blocks) = (*on, group.key, group.head(), group.blocks_strict_order());
+        if blocks {
+            self.asleep_blocking.insert((head, gix));
         }
         if on.accounts {
-            self.by_account.extend(gk.accounts().map(|a| (a, gk)));
+            self.by_account.extend(gk.accounts().map(|a| (a, gix)));
         }
         match on.room {
             RoomWake::Never => {}
             RoomWake::Fits => {
-                self.by_room_fits.insert((gk.per_replica.gpus, gk));
+                self.by_room_fits.insert((gk.per_replica.gpus, gix));
             }
             RoomWake::Any => {
-                self.by_room_any.insert(gk);
+                self.by_room_any.insert(gix);
             }
         }
         if on.victims {
-            self.by_victims.insert((gk.priority, gk));
+            self.by_victims.insert((gk.priority, gix));
         }
     }
 
     /// Undo `index`; `head` is the group's head when it was last indexed.
-    fn unindex(&mut self, gk: GroupKey, head: QueueKey) {
-        let group = &self.groups[&gk];
+    fn unindex(&mut self, gix: GroupIx, head: QueueKey) {
+        let group = self.group(gix);
         let Some(Verdict { wake: Wake::On(on), .. }) = group.verdict.as_ref() else { unreachable!("asleep") };
-        let on = *on;
-        if group.blocks_strict_order() {
-            self.asleep_blocking.remove(&(head, gk));
+        let (on, gk, blocks) = (*on, group.key, group.blocks_strict_order());
+        if blocks {
+            self.asleep_blocking.remove(&(head, gix));
         }
         if on.accounts {
             for a in gk.accounts() {
-                self.by_account.remove(&(a, gk));
+                self.by_account.remove(&(a, gix));
             }
         }
         match on.room {
             RoomWake::Never => {}
             RoomWake::Fits => {
-                self.by_room_fits.remove(&(gk.per_replica.gpus, gk));
+                self.by_room_fits.remove(&(gk.per_replica.gpus, gix));
             }
             RoomWake::Any => {
-                self.by_room_any.remove(&gk);
+                self.by_room_any.remove(&gix);
             }
         }
         if on.victims {
-            self.by_victims.remove(&(gk.priority, gk));
+            self.by_victims.remove(&(gk.priority, gix));
         }
     }
 
-    fn wake(&mut self, gk: GroupKey) {
-        self.unindex(gk, self.groups[&gk].head());
-        let group = self.groups.get_mut(&gk).expect("indexed groups exist");
-        group.asleep = false;
-        self.awake.insert((group.head(), gk));
+    fn wake(&mut self, gix: GroupIx) {
+        let head = self.group(gix).head();
+        self.unindex(gix, head);
+        self.group_mut(gix).asleep = false;
+        self.awake.insert((head, gix));
     }
 
     /// Wake the sleeping groups that `changes` may concern. `free_gpus_max(model)` is the
     /// most GPUs free on one schedulable node of the model (or any model for `None`).
-    /// `changes` is emptied, keeping its allocation for the next cycle.
+    /// `changes` is emptied, keeping its allocations for the next cycle.
     pub fn wake_for(&mut self, changes: &mut Changes, mut free_gpus_max: impl FnMut(Option<GpuModel>) -> u32) {
-        let mut woken: Vec<GroupKey> = Vec::new();
+        let woken = &mut changes.woken;
+        woken.clear();
         changes.accounts.sort_unstable();
         changes.accounts.dedup();
         for account in changes.accounts.drain(..) {
-            let range = (Included((account, GroupKey::MIN)), Unbounded);
-            woken.extend(self.by_account.range(range).take_while(|(a, _)| *a == account).map(|(_, gk)| *gk));
+            let range = (Included((account, GroupIx(0))), Unbounded);
+            woken.extend(self.by_account.range(range).take_while(|(a, _)| *a == account).map(|(_, gix)| *gix));
         }
         if std::mem::take(&mut changes.room_grew) {
             woken.extend(self.by_room_any.iter().copied());
             let any_model_max = free_gpus_max(None);
-            for &(gpus, gk) in self.by_room_fits.range(..=(any_model_max, GroupKey::MAX)) {
-                if gk.model.is_none() || gpus <= free_gpus_max(gk.model) {
-                    woken.push(gk);
+            for &(gpus, gix) in self.by_room_fits.range(..=(any_model_max, GroupIx(u32::MAX))) {
+                let model = self.group(gix).key.model;
+                if model.is_none() || gpus <= free_gpus_max(model) {
+                    woken.push(gix);
                 }
             }
         }
         if let Some(p) = changes.victim_priority_min.take() {
-            let range = (Excluded((p, GroupKey::MAX)), Unbounded);
-            woken.extend(self.by_victims.range(range).map(|(_, gk)| *gk));
+            let range = (Excluded((p, GroupIx(u32::MAX))), Unbounded);
+            woken.extend(self.by_victims.range(range).map(|(_, gix)| *gix));
         }
         // A group indexed several ways may be named twice; sorting makes waking order-free.
         woken.sort_unstable();
         woken.dedup();
-        for gk in woken {
-            self.wake(gk);
+        for i in 0..changes.woken.len() {
+            self.wake(changes.woken[i]);
         }
     }
-}
-
-impl GroupKey {
-    const MIN: GroupKey = GroupKey {
-        priority: Priority::MIN,
-        model: None,
-        per_replica: Resources::ZERO,
-        replicas: 0,
-        user: AccountId(0),
-        project: AccountId(0),
-        may_preempt: false,
-    };
-    const MAX: GroupKey = GroupKey {
-        priority: Priority::MAX,
-        model: Some(GpuModel(u16::MAX)),
-        per_replica: Resources { gpus: u32::MAX, cpu_millis: u64::MAX, memory_mib: u64::MAX },
-        replicas: u32::MAX,
-        user: AccountId(u32::MAX),
-        project: AccountId(u32::MAX),
-        may_preempt: true,
-    };
 }
 
 impl PendingQueue {
@@ -334,17 +384,21 @@ impl PendingQueue {
     /// awake group's head in `awake`, every sleeping group with a sleeping verdict and
     /// indexed under it, nothing indexed that is not a group.
     pub fn check(&self) -> Result<(), String> {
-        let members: usize = self.groups.values().map(|g| g.members.len()).sum();
-        if members != self.all.len() {
-            return Err(format!("{} jobs queued but {members} in groups", self.all.len()));
-        }
+        let mut members = 0;
         let mut awake = 0;
         let mut asleep_blocking = 0;
-        for (gk, group) in &self.groups {
+        for (gix, group) in self.groups() {
+            if group.members.is_empty() {
+                return Err(format!("group {gix:?} is empty but held"));
+            }
+            if self.by_key.get(&group.key) != Some(&gix) {
+                return Err(format!("group {gix:?} is not found by its key"));
+            }
+            members += group.members.len();
             let head = group.head();
             if !group.asleep {
                 awake += 1;
-                if !self.awake.contains(&(head, *gk)) {
+                if !self.awake.contains(&(head, gix)) {
                     return Err(format!("awake group of {} not in the awake set", head.id));
                 }
                 continue;
@@ -352,28 +406,35 @@ impl PendingQueue {
             let Some(Verdict { wake: Wake::On(on), .. }) = &group.verdict else {
                 return Err(format!("group of {} asleep without a wake condition", head.id));
             };
-            let indexed = (on.accounts && gk.accounts().all(|a| self.by_account.contains(&(a, *gk))))
-                || (on.room == RoomWake::Fits && self.by_room_fits.contains(&(gk.per_replica.gpus, *gk)))
-                || (on.room == RoomWake::Any && self.by_room_any.contains(gk))
-                || (on.victims && self.by_victims.contains(&(gk.priority, *gk)));
+            let gk = &group.key;
+            let indexed = (on.accounts && gk.accounts().all(|a| self.by_account.contains(&(a, gix))))
+                || (on.room == RoomWake::Fits && self.by_room_fits.contains(&(gk.per_replica.gpus, gix)))
+                || (on.room == RoomWake::Any && self.by_room_any.contains(&gix))
+                || (on.victims && self.by_victims.contains(&(gk.priority, gix)));
             if !indexed {
                 return Err(format!("group of {} asleep but nothing wakes it", head.id));
             }
             if group.blocks_strict_order() {
                 asleep_blocking += 1;
-                if !self.asleep_blocking.contains(&(head, *gk)) {
+                if !self.asleep_blocking.contains(&(head, gix)) {
                     return Err(format!("blocking group of {} not in the blocking set", head.id));
                 }
             }
         }
+        if members != self.len {
+            return Err(format!("{} jobs counted as queued but {members} in groups", self.len));
+        }
+        if self.by_key.len() != self.groups().count() {
+            return Err("the group map names groups that are gone".into());
+        }
         if awake != self.awake.len() || asleep_blocking != self.asleep_blocking.len() {
             return Err("head sets name groups that are gone".into());
         }
-        let asleep = |gk: &GroupKey| self.groups.get(gk).is_some_and(|g| g.asleep);
-        let stale = self.by_account.iter().any(|(_, gk)| !asleep(gk))
-            || self.by_room_fits.iter().any(|(_, gk)| !asleep(gk))
-            || self.by_room_any.iter().any(|gk| !asleep(gk))
-            || self.by_victims.iter().any(|(_, gk)| !asleep(gk));
+        let asleep = |gix: &GroupIx| self.groups.get(gix.0 as usize).and_then(Option::as_ref).is_some_and(|g| g.asleep);
+        let stale = self.by_account.iter().any(|(_, g)| !asleep(g))
+            || self.by_room_fits.iter().any(|(_, g)| !asleep(g))
+            || self.by_room_any.iter().any(|g| !asleep(g))
+            || self.by_victims.iter().any(|(_, g)| !asleep(g));
         if stale {
             return Err("a wake index names a group that is not asleep".into());
         }

@@ -3,9 +3,10 @@
 //! exactly the GPUs it holds, even if a cap has since been lowered (it may drain, not grow).
 
 use crate::event::RestoredJob;
+use crate::jobs::JobIx;
 use crate::scheduler::{CoreError, Scheduler};
 use crate::state::JobState;
-use crate::types::{JobId, JobSpec, Placement};
+use crate::types::{GpuSet, JobSpec, NodeId, Placement};
 
 impl Scheduler {
     /// 1. Check the placement against the nodes (before anything changes).
@@ -19,32 +20,34 @@ impl Scheduler {
             self.check_restored_placement(&spec, &run.placement)?;
         }
         self.submit(spec, submitted_at)?;
-        let job = self.jobs.get_mut(&id).expect("just submitted");
+        let ix = self.jobs.ix_of(id).expect("just submitted");
+        let job = &mut self.jobs[ix];
         job.runtime_done_ms = runtime_done_ms;
         job.preemptions = preemptions;
         job.last_checkpoint = last_checkpoint;
         if let Some(run) = running {
-            self.start(id, run.placement, run.started_at);
+            self.start(ix, run.placement, run.started_at);
             self.counters.starts -= 1;
-            self.grandfather_accounts_of(id);
+            self.grandfather_accounts_of(ix);
         }
         Ok(())
     }
 
     fn check_restored_placement(&self, spec: &JobSpec, placement: &Placement) -> Result<(), CoreError> {
         let invalid = |reason: String| Err(CoreError::InvalidJob { job: spec.id, reason });
-        if placement.replicas.len() != spec.replicas as usize {
-            return invalid(format!("placement has {} replicas, spec {}", placement.replicas.len(), spec.replicas));
+        let replicas = placement.replicas();
+        if replicas.len() != spec.replicas as usize {
+            return invalid(format!("placement has {} replicas, spec {}", replicas.len(), spec.replicas));
         }
-        let mut seen: Vec<(crate::types::NodeId, u8)> = Vec::new();
-        for replica in &placement.replicas {
-            let Some(node) = self.nodes.get(&replica.node) else {
+        let mut seen: Vec<(NodeId, GpuSet)> = Vec::new();
+        for replica in replicas {
+            let Some(node) = self.nodes.get(replica.node) else {
                 return invalid(format!("placement names unknown {}", replica.node));
             };
-            if replica.gpu_indices.len() != spec.per_replica.gpus as usize {
+            if replica.gpus.len() != spec.per_replica.gpus {
                 return invalid(format!(
                     "{} GPUs on {}, spec {}",
-                    replica.gpu_indices.len(),
+                    replica.gpus.len(),
                     replica.node,
                     spec.per_replica.gpus
                 ));
@@ -52,24 +55,26 @@ impl Scheduler {
             if spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model) {
                 return invalid(format!("{} has another GPU model than the job asks for", replica.node));
             }
-            for &slot in &replica.gpu_indices {
-                let taken = match (node.gpu_owner.get(slot as usize), node.gpu_reserved.get(slot as usize)) {
-                    (Some(owner), Some(held)) => owner.is_some() || held.is_some(),
-                    _ => return invalid(format!("GPU {slot} does not exist on {}", replica.node)),
-                };
-                if taken || seen.contains(&(replica.node, slot)) {
+            let listed_before =
+                seen.iter().filter(|(n, _)| *n == replica.node).fold(GpuSet::EMPTY, |acc, (_, g)| acc.union(*g));
+            let taken = node.owned.union(node.held).union(listed_before);
+            for slot in replica.gpus.iter() {
+                if slot >= node.spec.capacity.gpus {
+                    return invalid(format!("GPU {slot} does not exist on {}", replica.node));
+                }
+                if taken.contains(slot) {
                     return invalid(format!("GPU {slot} on {} is already assigned", replica.node));
                 }
-                seen.push((replica.node, slot));
             }
+            seen.push((replica.node, replica.gpus));
         }
         Ok(())
     }
 
     /// A restored running job may hold more than a cap now allows: keep it, as
     /// `SetQuota` does for a lowered cap.
-    fn grandfather_accounts_of(&mut self, id: JobId) {
-        let job = &self.jobs[&id];
+    fn grandfather_accounts_of(&mut self, ix: JobIx) {
+        let job = &self.jobs[ix];
         debug_assert!(matches!(job.state, JobState::Running { .. }));
         for account in job.accounts() {
             let account = self.accounts.get_mut(&account).expect("charged by start");

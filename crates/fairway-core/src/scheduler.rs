@@ -4,15 +4,15 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cluster::{FreeIndex, Node};
+use crate::cluster::{Node, Nodes};
 use crate::config::{Config, QueueOrder};
 use crate::decision::{Decision, PendingReason, RequeueCause, StopCause};
 use crate::event::{Event, ExitOutcome};
-use crate::queue::{Changes, GroupKey, PendingQueue};
+use crate::jobs::{JobIx, JobStore};
+use crate::queue::{Changes, PendingQueue};
 use crate::state::{Account, Job, JobState, QueueKey, Reservation, Termination};
 use crate::types::{
-    AccountId, JobId, JobSpec, NodeId, NodeSpec, Placement, PreemptionPolicy, Priority, Quota, ReplicaPlacement,
-    Resources, Time,
+    AccountId, GpuSet, JobId, JobSpec, NodeId, NodeSpec, Placement, Priority, Quota, ReplicaPlacement, Resources, Time,
 };
 
 /// Errors for events that do not fit the core's state: driver bugs or races, never user
@@ -80,6 +80,7 @@ pub struct Counters {
 /// kept in step with its checkpoint reports; checked as an invariant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RunningEntry {
+    pub ix: JobIx,
     pub preemptible: bool,
     pub per_replica: Resources,
     /// The node of a one-replica job; `None` for a gang (whose placement the search reads).
@@ -92,12 +93,13 @@ pub(crate) struct RunningEntry {
 
 impl RunningEntry {
     /// The entry of a job that runs since `started_at` on `placement`.
-    pub fn of(job: &Job, placement: &Placement, started_at: Time) -> RunningEntry {
-        let node = match placement.replicas.as_slice() {
+    pub fn of(ix: JobIx, job: &Job, placement: &Placement, started_at: Time) -> RunningEntry {
+        let node = match placement.replicas() {
             [only] => Some(only.node),
             _ => None,
         };
         RunningEntry {
+            ix,
             preemptible: job.spec.preemptible,
             per_replica: job.spec.per_replica,
             node,
@@ -118,23 +120,24 @@ impl RunningEntry {
 
 pub struct Scheduler {
     pub(crate) config: Config,
-    pub(crate) nodes: BTreeMap<NodeId, Node>,
-    pub(crate) index: FreeIndex,
-    /// Boxed: B-tree nodes then move pointers, not whole jobs, when they split or merge.
-    pub(crate) jobs: BTreeMap<JobId, Box<Job>>,
+    /// In id order, with the free index.
+    pub(crate) nodes: Nodes,
+    pub(crate) jobs: JobStore,
     /// Pending jobs in scheduling order, grouped by equivalence.
     pub(crate) queue: PendingQueue,
     /// Running (not terminating) jobs, lowest priority first: the victim candidates, with
-    /// what the victim search needs of each, so that it reads no job while it scans.
+    /// what the victim search needs of each, so that it reads no job while it scans. Kept
+    /// only when the policy preempts (nothing else reads it).
     pub(crate) running: BTreeMap<(Priority, JobId), RunningEntry>,
     /// GPUs of running preemptible jobs by priority: the victim search's cheap first test.
+    /// Kept with `running`.
     pub(crate) preemptible_gpus: BTreeMap<Priority, u32>,
     /// Jobs asked to stop that still hold their GPUs.
-    pub(crate) terminating: BTreeSet<JobId>,
-    /// Pending jobs that hold a reservation.
-    pub(crate) reserving: BTreeSet<JobId>,
+    pub(crate) terminating: BTreeSet<JobIx>,
+    /// Pending jobs that hold a reservation, in id order (the order they start in).
+    pub(crate) reserving: BTreeMap<JobId, JobIx>,
     /// Run-time limit deadlines of running jobs.
-    pub(crate) runtime_deadlines: BTreeSet<(Time, JobId)>,
+    pub(crate) runtime_deadlines: BTreeSet<(Time, JobId, JobIx)>,
     pub(crate) accounts: BTreeMap<AccountId, Account>,
     /// Decisions produced by events (stops, requeues), handed out by the next cycle.
     pub(crate) outbox: Vec<Decision>,
@@ -149,14 +152,13 @@ impl Scheduler {
     pub fn new(config: Config) -> Scheduler {
         Scheduler {
             config,
-            nodes: BTreeMap::new(),
-            index: FreeIndex::default(),
-            jobs: BTreeMap::new(),
+            nodes: Nodes::default(),
+            jobs: JobStore::default(),
             queue: PendingQueue::default(),
             running: BTreeMap::new(),
             preemptible_gpus: BTreeMap::new(),
             terminating: BTreeSet::new(),
-            reserving: BTreeSet::new(),
+            reserving: BTreeMap::new(),
             runtime_deadlines: BTreeSet::new(),
             accounts: BTreeMap::new(),
             outbox: Vec::new(),
@@ -182,7 +184,7 @@ impl Scheduler {
             Event::Cancel(job) => self.cancel(job),
             Event::Exited { job, outcome } => self.exited(job, outcome, now),
             Event::CheckpointReported { job: id, at } => {
-                let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+                let job = self.jobs.get_mut(id).ok_or(CoreError::UnknownJob(id))?;
                 job.last_checkpoint = Some(job.last_checkpoint.map_or(at, |t| t.max(at)));
                 let (priority, last_checkpoint) = (job.spec.priority, job.last_checkpoint);
                 if let Some(entry) = self.running.get_mut(&(priority, id)) {
@@ -204,7 +206,7 @@ impl Scheduler {
     // ---- queries -------------------------------------------------------------------
 
     pub fn job_status(&self, id: JobId) -> Option<JobStatus<'_>> {
-        let job = self.jobs.get(&id)?;
+        let job = self.jobs.get(id)?;
         Some(match &job.state {
             JobState::Pending { reservation } => {
                 JobStatus::Pending { reasons: self.why(id), reserved: reservation.as_ref().map(|r| &r.placement) }
@@ -222,7 +224,7 @@ impl Scheduler {
     /// Why a pending job is not running, as of the last cycle (empty for other states or
     /// unknown jobs).
     pub fn why(&self, id: JobId) -> Vec<PendingReason> {
-        let Some(job) = self.jobs.get(&id) else { return Vec::new() };
+        let Some(job) = self.jobs.get(id) else { return Vec::new() };
         let JobState::Pending { reservation } = &job.state else { return Vec::new() };
         if let Some(r) = reservation {
             return vec![PendingReason::WaitingForPreemption { victims: self.still_terminating(id, &r.victims) }];
@@ -232,7 +234,7 @@ impl Scheduler {
         {
             return vec![PendingReason::BlockedBehind { job: blocker.id, priority }];
         }
-        match self.queue.groups.get(&job.group).and_then(|g| g.verdict.as_ref()) {
+        match job.queued_in.and_then(|gix| self.queue.group(gix).verdict.as_ref()) {
             Some(verdict) => verdict.reasons.clone(),
             None => vec![PendingReason::NotYetConsidered],
         }
@@ -248,7 +250,7 @@ impl Scheduler {
             .iter()
             .copied()
             .filter(|v| {
-                self.jobs.get(v).is_some_and(|j| {
+                self.jobs.get(*v).is_some_and(|j| {
                     matches!(j.state, JobState::Terminating { why: Termination::Preempted { preemptor: p, .. }, .. } if p == preemptor)
                 })
             })
@@ -257,7 +259,7 @@ impl Scheduler {
 
     /// Pending jobs in the order the next cycle considers them.
     pub fn pending(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.queue.all.iter().map(|k| k.id)
+        self.queue.in_order()
     }
 
     pub fn pending_count(&self) -> usize {
@@ -269,18 +271,18 @@ impl Scheduler {
     }
 
     pub fn job_spec(&self, id: JobId) -> Option<&JobSpec> {
-        self.jobs.get(&id).map(|j| &j.spec)
+        self.jobs.get(id).map(|j| &j.spec)
     }
 
     /// Times this job has been preempted so far.
     pub fn preemptions_of(&self, id: JobId) -> Option<u32> {
-        self.jobs.get(&id).map(|j| j.preemptions)
+        self.jobs.get(id).map(|j| j.preemptions)
     }
 
     /// GPUs on nodes (schedulable or not) and GPUs assigned to jobs.
     pub fn gpu_totals(&self) -> (u32, u32) {
-        let total = self.nodes.values().map(|n| n.spec.capacity.gpus).sum();
-        let used = self.nodes.values().map(|n| n.gpu_owner.iter().filter(|o| o.is_some()).count() as u32).sum();
+        let total = self.nodes.iter().map(|n| n.spec.capacity.gpus).sum();
+        let used = self.nodes.iter().map(|n| n.owned.len()).sum();
         (total, used)
     }
 
@@ -291,13 +293,13 @@ impl Scheduler {
 
     /// The earliest time the core wants a cycle even if no event arrives (a run-time limit).
     pub fn next_wakeup(&self) -> Option<Time> {
-        self.runtime_deadlines.first().map(|(t, _)| *t)
+        self.runtime_deadlines.first().map(|(t, ..)| *t)
     }
 
     // ---- event handlers --------------------------------------------------------------
 
     pub(crate) fn submit(&mut self, spec: JobSpec, now: Time) -> Result<(), CoreError> {
-        if self.jobs.contains_key(&spec.id) {
+        if self.jobs.contains(spec.id) {
             return Err(CoreError::DuplicateJob(spec.id));
         }
         if self.jobs.len() >= self.config.limits.jobs_max as usize {
@@ -310,48 +312,47 @@ impl Scheduler {
         if spec.replicas > self.config.limits.replicas_max {
             return invalid(format!("replicas {} above the limit {}", spec.replicas, self.config.limits.replicas_max));
         }
-        if spec.per_replica.gpus > self.config.limits.gpus_per_node_max {
+        if spec.per_replica.gpus > self.gpus_per_node_max() {
             return invalid(format!("{} GPUs per replica above the per-node limit", spec.per_replica.gpus));
         }
         let rank = match self.config.policy.order {
             QueueOrder::Fifo => Reverse(0),
             QueueOrder::Priority => Reverse(spec.priority),
         };
-        let key = QueueKey { rank, submitted_at: now, id: spec.id };
-        let group = GroupKey {
-            priority: spec.priority,
-            model: spec.gpu_model,
-            per_replica: spec.per_replica,
-            replicas: spec.replicas,
-            user: spec.user,
-            project: spec.project,
-            may_preempt: spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority,
-        };
+        let ix = self.jobs.next_ix();
+        let key = QueueKey { rank, submitted_at: now, id: spec.id, ix };
         let job = Job {
             spec,
             key,
-            group,
+            queued_in: None,
             state: JobState::Pending { reservation: None },
             runtime_done_ms: 0,
             last_checkpoint: None,
             preemptions: 0,
             cancelled: false,
         };
-        self.queue.insert(key, group);
-        self.jobs.insert(key.id, Box::new(job));
+        let gk = job.group_key();
+        self.jobs.insert(job);
+        self.jobs[ix].queued_in = Some(self.queue.insert(key, gk));
         Ok(())
     }
 
+    /// GPUs one node may have: the configured limit, and never more than a slot mask holds.
+    pub(crate) fn gpus_per_node_max(&self) -> u32 {
+        self.config.limits.gpus_per_node_max.min(GpuSet::SLOTS_MAX)
+    }
+
     fn cancel(&mut self, id: JobId) -> Result<(), CoreError> {
-        let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+        let ix = self.jobs.ix_of(id).ok_or(CoreError::UnknownJob(id))?;
+        let job = &mut self.jobs[ix];
         match &mut job.state {
             JobState::Pending { .. } => {
-                self.drop_reservation(id);
-                let job = self.jobs.remove(&id).expect("checked above");
-                self.queue.remove(&job.key, &job.group);
+                self.drop_reservation(ix);
+                let job = self.jobs.remove(ix);
+                self.queue.remove(&job.key, job.queued_in.expect("a pending job is queued"));
             }
             JobState::Running { .. } => {
-                self.begin_termination(id, Termination::Stopped(StopCause::Cancelled));
+                self.begin_termination(ix, Termination::Stopped(StopCause::Cancelled));
                 self.outbox.push(Decision::Stop { job: id, cause: StopCause::Cancelled });
             }
             JobState::Terminating { why, .. } => {
@@ -366,7 +367,8 @@ impl Scheduler {
     }
 
     fn exited(&mut self, id: JobId, outcome: ExitOutcome, now: Time) -> Result<(), CoreError> {
-        let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        let ix = self.jobs.ix_of(id).ok_or(CoreError::UnknownJob(id))?;
+        let job = &self.jobs[ix];
         let requeue = match (&job.state, outcome) {
             (JobState::Pending { .. }, _) => return Err(CoreError::NotRunning(id)),
             (_, ExitOutcome::Succeeded) => false,
@@ -376,103 +378,75 @@ impl Scheduler {
             (JobState::Terminating { why: Termination::Stopped(_), .. }, _) => false,
         };
         let was_preempted = matches!(job.state, JobState::Terminating { why: Termination::Preempted { .. }, .. });
-        self.release(id, now);
+        self.release(ix, now);
         if requeue {
-            let job = self.jobs.get_mut(&id).expect("still held");
             if was_preempted {
-                job.preemptions += 1;
+                self.jobs[ix].preemptions += 1;
             }
-            self.requeue(id);
+            self.requeue(ix);
         } else {
-            self.jobs.remove(&id);
+            self.jobs.remove(ix);
             self.counters.finished += 1;
         }
         Ok(())
     }
 
     fn add_node(&mut self, spec: NodeSpec) -> Result<(), CoreError> {
-        if self.nodes.contains_key(&spec.id) {
+        if self.nodes.get(spec.id).is_some() {
             return Err(CoreError::DuplicateNode(spec.id));
         }
-        if spec.capacity.gpus > self.config.limits.gpus_per_node_max {
+        let gpus_max = self.gpus_per_node_max();
+        if spec.capacity.gpus > gpus_max {
             return Err(CoreError::InvalidNode {
                 node: spec.id,
-                reason: format!(
-                    "{} GPUs above the per-node limit {}",
-                    spec.capacity.gpus, self.config.limits.gpus_per_node_max
-                ),
+                reason: format!("{} GPUs above the per-node limit {gpus_max}", spec.capacity.gpus),
             });
         }
-        let node = Node::new(spec);
-        self.index.insert(
-            node.spec.gpu_model,
-            node.available_gpus(),
-            node.spec.id,
-            self.config.limits.gpus_per_node_max,
-        );
-        self.nodes.insert(node.spec.id, node);
+        self.nodes.add(Node::new(spec), gpus_max);
         self.changes.room_grew = true;
         Ok(())
     }
 
     fn remove_node(&mut self, id: NodeId, now: Time) -> Result<(), CoreError> {
-        let node = self.nodes.get(&id).ok_or(CoreError::UnknownNode(id))?;
-        let mut lost: Vec<JobId> = node.gpu_owner.iter().flatten().copied().collect();
-        let mut held: Vec<JobId> = node.gpu_reserved.iter().flatten().copied().collect();
-        // CPU-only replicas own no slot: find every job placed on the node.
-        for (jid, job) in &self.jobs {
-            if let JobState::Running { placement, .. } | JobState::Terminating { placement, .. } = &job.state
-                && placement.replicas.iter().any(|r| r.node == id)
-            {
-                lost.push(*jid);
-            }
+        if self.nodes.get(id).is_none() {
+            return Err(CoreError::UnknownNode(id));
         }
-        // Fix: likewise, a CPU-only preemptor holds no slot; its hold on the node was kept and
-        // named a removed node.
-        for jid in &self.reserving {
-            if let JobState::Pending { reservation: Some(r) } = &self.jobs[jid].state
-                && r.placement.replicas.iter().any(|r| r.node == id)
-            {
-                held.push(*jid);
-            }
+        // Every job placed on the node (the node lists them, CPU-only replicas too), and every
+        // preemptor holding room there (a CPU-only hold has no slot, so look at the holds).
+        let on_node = |p: &Placement| p.replicas().iter().any(|r| r.node == id);
+        let mut lost: Vec<(JobId, JobIx)> =
+            self.nodes.by_id(id).placed.iter().map(|&ix| (self.jobs[ix].spec.id, ix)).collect();
+        let held: Vec<JobIx> = self
+            .reserving
+            .values()
+            .copied()
+            .filter(|&ix| matches!(&self.jobs[ix].state, JobState::Pending { reservation: Some(r) } if on_node(&r.placement)))
+            .collect();
+        lost.sort_unstable();
+        for ix in held {
+            self.drop_reservation(ix);
         }
-        lost.sort();
-        lost.dedup();
-        held.sort();
-        held.dedup();
-        for job in held {
-            self.drop_reservation(job);
-        }
-        for job in lost {
-            let stopped = matches!(self.jobs[&job].state, JobState::Terminating { why: Termination::Stopped(_), .. });
-            self.release(job, now);
-            if stopped || self.jobs[&job].cancelled {
-                self.jobs.remove(&job);
+        for (job, ix) in lost {
+            let stopped = matches!(self.jobs[ix].state, JobState::Terminating { why: Termination::Stopped(_), .. });
+            self.release(ix, now);
+            if stopped || self.jobs[ix].cancelled {
+                self.jobs.remove(ix);
             } else {
-                self.requeue(job);
+                self.requeue(ix);
                 self.outbox.push(Decision::Requeued { job, cause: RequeueCause::NodeRemoved });
             }
         }
-        let node = self.nodes.remove(&id).expect("checked above");
-        if node.schedulable {
-            self.index.remove(node.spec.gpu_model, node.available_gpus(), id);
-        }
+        self.nodes.remove(id, self.gpus_per_node_max());
         Ok(())
     }
 
     fn set_schedulable(&mut self, id: NodeId, schedulable: bool) -> Result<(), CoreError> {
-        let node = self.nodes.get_mut(&id).ok_or(CoreError::UnknownNode(id))?;
+        let node = self.nodes.get(id).ok_or(CoreError::UnknownNode(id))?;
         if node.schedulable == schedulable {
             return Ok(());
         }
-        node.schedulable = schedulable;
+        self.nodes.update(id, |node| node.schedulable = schedulable);
         self.changes.room_grew = true;
-        let (model, level) = (node.spec.gpu_model, node.available_gpus());
-        if schedulable {
-            self.index.insert(model, level, id, self.config.limits.gpus_per_node_max);
-        } else {
-            self.index.remove(model, level, id);
-        }
         Ok(())
     }
 
@@ -486,112 +460,117 @@ impl Scheduler {
 
     // ---- state transitions shared by the handlers and the cycle ----------------------
 
-    /// Change a node's slots and keep the free index in step.
-    pub(crate) fn with_node<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> R {
-        let node = self.nodes.get_mut(&id).expect("placement names a known node");
-        let before = node.available_gpus();
-        let out = f(node);
-        let after = node.recount();
-        if node.schedulable && before != after {
-            let model = node.spec.gpu_model;
-            self.index.remove(model, before, id);
-            self.index.insert(model, after, id, self.config.limits.gpus_per_node_max);
-        }
-        out
-    }
-
     /// Put a pending job on its placement and charge its accounts.
-    pub(crate) fn start(&mut self, id: JobId, placement: Placement, now: Time) {
-        let job = self.jobs.get(&id).expect("starting a known job");
-        let per_replica = job.spec.per_replica;
-        let (key, group, priority) = (job.key, job.group, job.spec.priority);
+    pub(crate) fn start(&mut self, ix: JobIx, placement: Placement, now: Time) {
+        let job = &self.jobs[ix];
+        assert!(
+            matches!(job.state, JobState::Pending { reservation: None }),
+            "{} must be pending without reservation",
+            job.spec.id
+        );
+        let (id, key, priority, per_replica) = (job.spec.id, job.key, job.spec.priority, job.spec.per_replica);
+        let gix = job.queued_in.expect("a pending job is queued");
         let deadline = job.runtime_deadline(now);
         let accounts = job.accounts();
         let total = job.spec.total();
-        let entry = RunningEntry::of(job, &placement, now);
-        assert!(
-            matches!(job.state, JobState::Pending { reservation: None }),
-            "{id} must be pending without reservation"
-        );
-        for replica in &placement.replicas {
-            self.with_node(replica.node, |node| {
-                for &slot in &replica.gpu_indices {
-                    let slot = slot as usize;
-                    assert!(node.gpu_owner[slot].is_none(), "GPU {slot} on {} assigned twice", replica.node);
-                    assert!(node.gpu_reserved[slot].is_none_or(|h| h == id), "GPU {slot} held for another job");
-                    node.gpu_owner[slot] = Some(id);
-                    node.gpu_reserved[slot] = None;
-                }
+        let entry = self.tracks_victims().then(|| RunningEntry::of(ix, job, &placement, now));
+        for replica in placement.replicas() {
+            self.nodes.update(replica.node, |node| {
+                assert!(
+                    node.owned.is_disjoint(replica.gpus),
+                    "GPUs {} on {} assigned twice",
+                    replica.gpus,
+                    replica.node
+                );
+                assert!(
+                    node.held.is_disjoint(replica.gpus),
+                    "GPUs {} on {} held for another job",
+                    replica.gpus,
+                    replica.node
+                );
+                node.owned = node.owned.union(replica.gpus);
                 node.used = node.used.plus(per_replica);
+                node.place(ix);
             });
         }
         self.charge(accounts, total);
-        self.queue.remove(&key, &group);
-        self.add_running(priority, id, entry);
-        if let Some(deadline) = deadline {
-            self.runtime_deadlines.insert((deadline, id));
+        self.queue.remove(&key, gix);
+        if let Some(entry) = entry {
+            self.add_running(priority, id, entry);
         }
-        let job = self.jobs.get_mut(&id).expect("known");
+        if let Some(deadline) = deadline {
+            self.runtime_deadlines.insert((deadline, id, ix));
+        }
+        let job = &mut self.jobs[ix];
+        job.queued_in = None;
         job.state = JobState::Running { placement, started_at: now };
         self.counters.starts += 1;
     }
 
+    /// Whether the policy preempts, and so the victim candidates are indexed.
+    pub(crate) fn tracks_victims(&self) -> bool {
+        self.config.policy.preemption
+    }
+
     /// Move a running job to terminating: it stops being charged and stops being a victim
     /// candidate, but keeps its GPUs until it exits.
-    pub(crate) fn begin_termination(&mut self, id: JobId, why: Termination) {
-        let job = self.jobs.get_mut(&id).expect("known");
+    pub(crate) fn begin_termination(&mut self, ix: JobIx, why: Termination) {
+        let tracks_victims = self.tracks_victims();
+        let job = &mut self.jobs[ix];
         let JobState::Running { placement, started_at } =
             std::mem::replace(&mut job.state, JobState::Pending { reservation: None })
         else {
-            panic!("{id} must be running to terminate");
+            panic!("{} must be running to terminate", job.spec.id);
         };
-        let total = job.spec.total();
-        let priority = job.spec.priority;
+        let (id, total, priority) = (job.spec.id, job.spec.total(), job.spec.priority);
         let deadline = job.runtime_deadline(started_at);
         job.state = JobState::Terminating { placement, started_at, why };
         let accounts = job.accounts();
         self.uncharge(accounts, total);
-        self.remove_running(priority, id);
-        if let Some(deadline) = deadline {
-            self.runtime_deadlines.remove(&(deadline, id));
+        if tracks_victims {
+            self.remove_running(priority, id);
         }
-        self.terminating.insert(id);
+        if let Some(deadline) = deadline {
+            self.runtime_deadlines.remove(&(deadline, id, ix));
+        }
+        self.terminating.insert(ix);
     }
 
     /// Free a running or terminating job's GPUs and uncharge it if still charged.
     /// Leaves the job in `Pending` (not queued); the caller requeues or removes it.
-    pub(crate) fn release(&mut self, id: JobId, now: Time) {
-        let job = self.jobs.get_mut(&id).expect("known");
+    pub(crate) fn release(&mut self, ix: JobIx, now: Time) {
+        let tracks_victims = self.tracks_victims();
+        let job = &mut self.jobs[ix];
         let state = std::mem::replace(&mut job.state, JobState::Pending { reservation: None });
         let (placement, started_at, charged) = match state {
             JobState::Running { placement, started_at } => (placement, started_at, true),
             JobState::Terminating { placement, started_at, .. } => (placement, started_at, false),
-            JobState::Pending { .. } => panic!("{id} holds nothing to release"),
+            JobState::Pending { .. } => panic!("{} holds nothing to release", job.spec.id),
         };
         let deadline = job.runtime_deadline(started_at);
         job.runtime_done_ms += now.ms_since(started_at);
-        let per_replica = job.spec.per_replica;
-        let total = job.spec.total();
-        let priority = job.spec.priority;
+        let (id, per_replica, total, priority) =
+            (job.spec.id, job.spec.per_replica, job.spec.total(), job.spec.priority);
         let accounts = job.accounts();
-        for replica in &placement.replicas {
-            self.with_node(replica.node, |node| {
-                for &slot in &replica.gpu_indices {
-                    assert_eq!(node.gpu_owner[slot as usize], Some(id), "releasing a GPU {id} does not own");
-                    node.gpu_owner[slot as usize] = None;
-                }
+        for replica in placement.replicas() {
+            self.nodes.update(replica.node, |node| {
+                assert_eq!(node.owned.intersection(replica.gpus), replica.gpus, "releasing GPUs {id} does not own");
+                node.owned = node.owned.minus(replica.gpus);
                 node.used = node.used.minus(per_replica);
+                node.unplace(ix);
             });
         }
         self.changes.room_grew = true;
         if charged {
             self.uncharge(accounts, total);
-            self.remove_running(priority, id);
+            if tracks_victims {
+                self.remove_running(priority, id);
+            }
             if let Some(deadline) = deadline {
-                self.runtime_deadlines.remove(&(deadline, id));
+                self.runtime_deadlines.remove(&(deadline, id, ix));
             }
         } else {
-            self.terminating.remove(&id);
+            self.terminating.remove(&ix);
         }
     }
 
@@ -634,47 +613,42 @@ impl Scheduler {
     }
 
     /// Back into the queue at the job's original position.
-    pub(crate) fn requeue(&mut self, id: JobId) {
-        let job = self.jobs.get(&id).expect("known");
+    pub(crate) fn requeue(&mut self, ix: JobIx) {
+        let job = &self.jobs[ix];
         debug_assert!(matches!(job.state, JobState::Pending { reservation: None }));
-        self.queue.insert(job.key, job.group);
+        let (key, gk) = (job.key, job.group_key());
+        self.jobs[ix].queued_in = Some(self.queue.insert(key, gk));
         self.counters.requeues += 1;
     }
 
     /// Hold slots (and CPU/memory) for a pending preemptor and charge its accounts.
-    pub(crate) fn reserve(&mut self, id: JobId, reservation: Reservation) {
-        let job = self.jobs.get(&id).expect("known");
-        let per_replica = job.spec.per_replica;
-        let total = job.spec.total();
+    pub(crate) fn reserve(&mut self, ix: JobIx, reservation: Reservation) {
+        let job = &self.jobs[ix];
+        let (id, per_replica, total) = (job.spec.id, job.spec.per_replica, job.spec.total());
         let accounts = job.accounts();
-        for replica in &reservation.placement.replicas {
-            self.with_node(replica.node, |node| {
-                for &slot in &replica.gpu_indices {
-                    assert!(node.gpu_reserved[slot as usize].is_none(), "GPU {slot} held twice");
-                    node.gpu_reserved[slot as usize] = Some(id);
-                }
+        for replica in reservation.placement.replicas() {
+            self.nodes.update(replica.node, |node| {
+                assert!(node.held.is_disjoint(replica.gpus), "GPUs {} on {} held twice", replica.gpus, replica.node);
+                node.held = node.held.union(replica.gpus);
                 node.reserved = node.reserved.plus(per_replica);
             });
         }
         self.charge(accounts, total);
-        self.reserving.insert(id);
-        self.jobs.get_mut(&id).expect("known").state = JobState::Pending { reservation: Some(reservation) };
+        self.reserving.insert(id, ix);
+        self.jobs[ix].state = JobState::Pending { reservation: Some(reservation) };
     }
 
     /// Give up a pending job's reservation, if it has one.
-    pub(crate) fn drop_reservation(&mut self, id: JobId) -> Option<Reservation> {
-        let job = self.jobs.get_mut(&id)?;
+    pub(crate) fn drop_reservation(&mut self, ix: JobIx) -> Option<Reservation> {
+        let job = &mut self.jobs[ix];
         let JobState::Pending { reservation } = &mut job.state else { return None };
         let reservation = reservation.take()?;
-        let per_replica = job.spec.per_replica;
-        let total = job.spec.total();
+        let (id, per_replica, total) = (job.spec.id, job.spec.per_replica, job.spec.total());
         let accounts = job.accounts();
-        for replica in &reservation.placement.replicas {
-            self.with_node(replica.node, |node| {
-                for &slot in &replica.gpu_indices {
-                    debug_assert_eq!(node.gpu_reserved[slot as usize], Some(id));
-                    node.gpu_reserved[slot as usize] = None;
-                }
+        for replica in reservation.placement.replicas() {
+            self.nodes.update(replica.node, |node| {
+                debug_assert_eq!(node.held.intersection(replica.gpus), replica.gpus);
+                node.held = node.held.minus(replica.gpus);
                 node.reserved = node.reserved.minus(per_replica);
             });
         }
@@ -684,18 +658,23 @@ impl Scheduler {
         Some(reservation)
     }
 
-    /// Turn `(node, replicas)` choices into slot assignments for `id`.
-    pub(crate) fn assign_slots(&self, id: JobId, chosen: &[(NodeId, u32)], per_replica_gpus: u32) -> Placement {
+    /// Turn `(node, replicas)` choices into slot assignments: the lowest free slots.
+    pub(crate) fn assign_slots(&self, chosen: &[(NodeId, u32)], per_replica_gpus: u32) -> Placement {
+        if let [(node, 1)] = chosen {
+            let gpus = self.nodes.by_id(*node).pick_slots(per_replica_gpus);
+            assert_eq!(gpus.len(), per_replica_gpus, "chosen node lacks the slots");
+            return Placement::one(ReplicaPlacement { node: *node, gpus });
+        }
         let mut replicas = Vec::new();
         for &(node_id, count) in chosen {
-            let node = &self.nodes[&node_id];
-            let slots = node.pick_slots(count * per_replica_gpus, Some(id));
-            assert_eq!(slots.len() as u32, count * per_replica_gpus, "chosen node lacks the slots");
-            let g = per_replica_gpus as usize;
-            for i in 0..count as usize {
-                replicas.push(ReplicaPlacement { node: node_id, gpu_indices: slots[i * g..(i + 1) * g].to_vec() });
+            let mut slots = self.nodes.by_id(node_id).pick_slots(count * per_replica_gpus);
+            assert_eq!(slots.len(), count * per_replica_gpus, "chosen node lacks the slots");
+            for _ in 0..count {
+                let gpus = slots.lowest(per_replica_gpus);
+                slots = slots.minus(gpus);
+                replicas.push(ReplicaPlacement { node: node_id, gpus });
             }
         }
-        Placement { replicas }
+        Placement::new(replicas)
     }
 }

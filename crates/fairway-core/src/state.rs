@@ -3,16 +3,22 @@
 use std::cmp::Reverse;
 
 use crate::decision::StopCause;
-use crate::queue::GroupKey;
-use crate::types::{AccountId, JobId, JobSpec, Placement, Priority, Quota, ResourceKind, Resources, Time};
+use crate::jobs::JobIx;
+use crate::queue::{GroupIx, GroupKey};
+use crate::types::{
+    AccountId, JobId, JobSpec, Placement, PreemptionPolicy, Priority, Quota, ResourceKind, Resources, Time,
+};
 
 /// A pending job's place in the queue. Ordering: rank (negated priority, or 0 under FIFO),
 /// then submit time, then id. A requeued job keeps its key, so it returns to its place.
+/// The key also carries the job's slot, so that whoever holds a key reaches the job without
+/// a search; ids are unique, so the slot never decides an order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct QueueKey {
     pub rank: Reverse<Priority>,
     pub submitted_at: Time,
     pub id: JobId,
+    pub ix: JobIx,
 }
 
 /// GPUs held for a preemptor while its victims terminate.
@@ -55,8 +61,8 @@ pub(crate) struct Job {
     /// Run time of finished runs (for the run-time limit).
     pub runtime_done_ms: u64,
     pub last_checkpoint: Option<Time>,
-    /// The equivalence group it queues in (see `queue.rs`).
-    pub group: GroupKey,
+    /// The equivalence group it queues in while queued (see `queue.rs`).
+    pub queued_in: Option<GroupIx>,
     pub preemptions: u32,
     /// Cancelled while terminating for preemption: remove instead of requeue on exit.
     pub cancelled: bool,
@@ -68,6 +74,20 @@ impl Job {
     pub fn accounts(&self) -> impl Iterator<Item = AccountId> + use<> {
         let (u, p) = (self.spec.user, self.spec.project);
         std::iter::once(p).chain((u != p).then_some(u))
+    }
+
+    /// The equivalence group of jobs that get the same answer from a cycle as this one.
+    pub fn group_key(&self) -> GroupKey {
+        let spec = &self.spec;
+        GroupKey {
+            priority: spec.priority,
+            model: spec.gpu_model,
+            per_replica: spec.per_replica,
+            replicas: spec.replicas,
+            user: spec.user,
+            project: spec.project,
+            may_preempt: spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority,
+        }
     }
 
     /// When a run started at `started_at` reaches the job's run-time limit.

@@ -246,44 +246,226 @@ impl Quota {
     }
 }
 
-/// One replica's place: a node and the GPU indices on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReplicaPlacement {
-    pub node: NodeId,
-    pub gpu_indices: Vec<u8>,
+/// A set of GPU slots on one node, as a 64-bit mask: slot `i` is bit `i`. Nodes hold at most
+/// [`GpuSet::SLOTS_MAX`] GPUs, so a set is a plain `Copy` value and placing, freeing and
+/// checking slots are bit operations, never allocations. Iteration is in ascending order.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GpuSet(u64);
+
+/// Why a list of GPU indices is not a [`GpuSet`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GpuSetError {
+    #[error("GPU index {0} is out of range (a node has at most 64 GPUs)")]
+    OutOfRange(u32),
+    #[error("GPU index {0} is listed twice")]
+    Duplicate(u32),
 }
 
-/// Where every replica of a job runs, in replica order.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+impl GpuSet {
+    pub const EMPTY: GpuSet = GpuSet(0);
+    /// The most GPU slots a node may have.
+    pub const SLOTS_MAX: u32 = 64;
+
+    /// Slots `0..count`: every slot of a node with `count` GPUs.
+    pub fn first(count: u32) -> GpuSet {
+        assert!(count <= Self::SLOTS_MAX, "a node has at most 64 GPU slots");
+        GpuSet(if count == 64 { u64::MAX } else { (1u64 << count) - 1 })
+    }
+
+    /// The set of the given indices; each must be below 64 and listed once.
+    pub fn from_indices(indices: impl IntoIterator<Item = u32>) -> Result<GpuSet, GpuSetError> {
+        let mut set = GpuSet::EMPTY;
+        for i in indices {
+            if i >= Self::SLOTS_MAX {
+                return Err(GpuSetError::OutOfRange(i));
+            }
+            if set.contains(i) {
+                return Err(GpuSetError::Duplicate(i));
+            }
+            set.0 |= 1 << i;
+        }
+        Ok(set)
+    }
+
+    pub const fn from_bits(bits: u64) -> GpuSet {
+        GpuSet(bits)
+    }
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+    pub const fn len(self) -> u32 {
+        self.0.count_ones()
+    }
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub const fn contains(self, index: u32) -> bool {
+        index < 64 && self.0 & (1 << index) != 0
+    }
+    pub const fn union(self, other: GpuSet) -> GpuSet {
+        GpuSet(self.0 | other.0)
+    }
+    pub const fn intersection(self, other: GpuSet) -> GpuSet {
+        GpuSet(self.0 & other.0)
+    }
+    /// The slots of `self` not in `other`.
+    pub const fn minus(self, other: GpuSet) -> GpuSet {
+        GpuSet(self.0 & !other.0)
+    }
+    pub const fn is_disjoint(self, other: GpuSet) -> bool {
+        self.0 & other.0 == 0
+    }
+    /// The `count` lowest slots of the set, or all of them if it has fewer.
+    pub fn lowest(self, count: u32) -> GpuSet {
+        let mut rest = self.0;
+        let mut out = 0u64;
+        for _ in 0..count {
+            if rest == 0 {
+                break;
+            }
+            let bit = rest & rest.wrapping_neg();
+            out |= bit;
+            rest &= !bit;
+        }
+        GpuSet(out)
+    }
+    /// Slot indices, ascending.
+    pub fn iter(self) -> impl Iterator<Item = u32> + Clone {
+        let mut rest = self.0;
+        std::iter::from_fn(move || {
+            (rest != 0).then(|| {
+                let i = rest.trailing_zeros();
+                rest &= rest - 1;
+                i
+            })
+        })
+    }
+}
+
+impl fmt::Debug for GpuSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+impl fmt::Display for GpuSet {
+    /// `0,1,5`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, g) in self.iter().enumerate() {
+            if k > 0 {
+                write!(f, ",")?;
+            }
+            write!(f, "{g}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One replica's place: a node and the GPU slots on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaPlacement {
+    pub node: NodeId,
+    pub gpus: GpuSet,
+}
+
+/// Where every replica of a job runs, in replica order. Most jobs have one replica: that
+/// case is held inline, so a placement and its copies cost no allocation.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Placement {
-    pub replicas: Vec<ReplicaPlacement>,
+    replicas: Replicas,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Replicas {
+    One([ReplicaPlacement; 1]),
+    Many(Vec<ReplicaPlacement>),
 }
 
 impl Placement {
+    pub fn new(replicas: Vec<ReplicaPlacement>) -> Placement {
+        match replicas.as_slice() {
+            [only] => Placement::one(*only),
+            _ => Placement { replicas: Replicas::Many(replicas) },
+        }
+    }
+    pub fn one(replica: ReplicaPlacement) -> Placement {
+        Placement { replicas: Replicas::One([replica]) }
+    }
+    pub fn replicas(&self) -> &[ReplicaPlacement] {
+        match &self.replicas {
+            Replicas::One(one) => one,
+            Replicas::Many(many) => many,
+        }
+    }
+    /// For tests of the invariant checks, which break placements on purpose.
+    #[cfg(test)]
+    pub(crate) fn replicas_mut(&mut self) -> &mut Vec<ReplicaPlacement> {
+        if let Replicas::One([only]) = self.replicas {
+            self.replicas = Replicas::Many(vec![only]);
+        }
+        match &mut self.replicas {
+            Replicas::Many(many) => many,
+            Replicas::One(_) => unreachable!("converted above"),
+        }
+    }
     /// Distinct nodes, ascending.
     pub fn nodes(&self) -> Vec<NodeId> {
-        let mut nodes: Vec<NodeId> = self.replicas.iter().map(|r| r.node).collect();
+        let mut nodes: Vec<NodeId> = self.replicas().iter().map(|r| r.node).collect();
         nodes.sort();
         nodes.dedup();
         nodes
     }
 }
 
+impl Default for Placement {
+    fn default() -> Placement {
+        Placement { replicas: Replicas::Many(Vec::new()) }
+    }
+}
+
+impl fmt::Debug for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.replicas()).finish()
+    }
+}
+
 impl fmt::Display for Placement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, r) in self.replicas.iter().enumerate() {
+        for (i, r) in self.replicas().iter().enumerate() {
             if i > 0 {
                 write!(f, " ")?;
             }
-            write!(f, "{}[", r.node)?;
-            for (k, g) in r.gpu_indices.iter().enumerate() {
-                if k > 0 {
-                    write!(f, ",")?;
-                }
-                write!(f, "{g}")?;
-            }
-            write!(f, "]")?;
+            write!(f, "{}[{}]", r.node, r.gpus)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_sets_are_slot_masks() {
+        let set = GpuSet::from_indices([5, 0, 63]).unwrap();
+        assert_eq!(set.iter().collect::<Vec<_>>(), vec![0, 5, 63]);
+        assert_eq!(set.len(), 3);
+        assert_eq!(set.to_string(), "0,5,63");
+        assert_eq!(set.lowest(2), GpuSet::from_indices([0, 5]).unwrap());
+        assert_eq!(set.lowest(9), set);
+        assert_eq!(GpuSet::first(64).len(), 64);
+        assert_eq!(GpuSet::first(3).minus(set), GpuSet::from_indices([1, 2]).unwrap());
+        assert_eq!(GpuSet::from_indices([64]), Err(GpuSetError::OutOfRange(64)));
+        assert_eq!(GpuSet::from_indices([1, 1]), Err(GpuSetError::Duplicate(1)));
+    }
+
+    #[test]
+    fn one_replica_placements_are_inline() {
+        let r = ReplicaPlacement { node: NodeId(3), gpus: GpuSet::from_indices([1, 2]).unwrap() };
+        assert_eq!(Placement::new(vec![r]), Placement::one(r));
+        assert_eq!(Placement::one(r).to_string(), "node#3[1,2]");
+        let two = Placement::new(vec![r, ReplicaPlacement { node: NodeId(1), gpus: GpuSet::first(1) }]);
+        assert_eq!(two.replicas().len(), 2);
+        assert_eq!(two.nodes(), vec![NodeId(1), NodeId(3)]);
     }
 }

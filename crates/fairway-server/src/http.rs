@@ -383,11 +383,11 @@ pub(crate) fn job_view(state: &AppState, row: &JobRow, live: Option<&LiveView>) 
         .as_deref()
         .and_then(crate::engine::parse_placement)
         .map(|p| {
-            p.replicas
+            p.replicas()
                 .iter()
                 .map(|r| ReplicaView {
                     node: state.cluster.node_name(r.node).to_owned(),
-                    gpus: r.gpu_indices.iter().map(|&g| u32::from(g)).collect(),
+                    gpus: r.gpus.iter().collect(),
                 })
                 .collect()
         })

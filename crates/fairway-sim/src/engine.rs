@@ -415,6 +415,7 @@ impl<'a> Sim<'a> {
             events_processed: self.events,
             cycles: self.cycles,
             end_ms,
+            core_counters: self.core.counters(),
         }
     }
 }

@@ -70,6 +70,9 @@ pub struct RunResult {
     pub cycles: u64,
     /// Simulated time at the end.
     pub end_ms: u64,
+    /// What the core counted (cycles, starts, jobs considered, victim searches...): how
+    /// much work the run asked of the scheduler, for benchmarks.
+    pub core_counters: fairway_core::Counters,
 }
 
 impl RunResult {

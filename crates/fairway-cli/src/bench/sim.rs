@@ -76,6 +76,10 @@ pub struct PolicyFigures {
     pub target_whole_seconds: f64,
     /// `RunResult::decisions_digest` as 16 hex digits: equal across builds that decide alike.
     pub decisions_digest: String,
+    /// The work the replay asked of the core: pending jobs it looked at, and victim searches.
+    pub jobs_considered: u64,
+    pub preemption_searches: u64,
+    pub preemptions: u64,
 }
 
 pub fn run(args: &SimBenchArgs) -> Result<()> {
@@ -138,6 +142,9 @@ pub fn run(args: &SimBenchArgs) -> Result<()> {
             target_events_per_s: TARGET_EVENTS_PER_S,
             target_whole_seconds: TARGET_WHOLE_SECONDS,
             decisions_digest: format!("{:016x}", run.decisions_digest()),
+            jobs_considered: run.core_counters.jobs_considered,
+            preemption_searches: run.core_counters.preemption_searches,
+            preemptions: run.core_counters.preemptions,
         });
     }
     let report = SimBenchReport {

@@ -44,6 +44,22 @@ fn bench_sim_counts_what_sim_replays() {
         assert!(events > 0.0 && seconds > 0.0);
         assert!((b["events_per_s"].as_f64().unwrap() - events / seconds).abs() < 1e-6 * events / seconds);
         assert!(b["whole_seconds"].as_f64().unwrap() >= seconds);
+        // Only the policy that preempts searches for victims; every policy looks at jobs.
+        let preempts = b["policy"] == "fairway";
+        assert_eq!(b["preemption_searches"].as_u64().unwrap() > 0, preempts, "{}", b["policy"]);
+        assert_eq!(b["preemptions"].as_u64().unwrap() > 0, preempts, "{}", b["policy"]);
+        assert!(b["jobs_considered"].as_u64().unwrap() > 0);
+        assert_eq!(b["decisions_digest"].as_str().unwrap().len(), 16);
+    }
+    // The digest tells schedules apart: the trace excerpt is scheduled differently by FIFO
+    // and by priority with preemption.
+    let digest =
+        |policy: &str| bench_policies.iter().find(|b| b["policy"] == policy).unwrap()["decisions_digest"].clone();
+    assert_ne!(digest("fifo"), digest("fairway"));
+    // And it is reproducible: a second run of the benchmark gives the same digests.
+    let again = run(&["bench", "sim", &scenario, "--repeat", "1", "-o", "json"]);
+    for (a, b) in again["policies"].as_array().unwrap().iter().zip(bench_policies) {
+        assert_eq!(a["decisions_digest"], b["decisions_digest"]);
     }
 }
 

@@ -121,8 +121,11 @@ impl Names {
     }
 
     fn placement(&self, p: &Placement) -> String {
-        let parts: Vec<String> =
-            p.replicas.iter().map(|r| format!("{}[{}]", self.n(r.node), gpu_list(&r.gpu_indices))).collect();
+        let parts: Vec<String> = p
+            .replicas()
+            .iter()
+            .map(|r| format!("{}[{}]", self.n(r.node), gpu_list(&r.gpus.iter().collect::<Vec<_>>())))
+            .collect();
         parts.join(" ")
     }
 
@@ -204,7 +207,7 @@ impl Names {
 }
 
 /// `0,1,2,3` as `0-3`; runs of three or more are ranges.
-fn gpu_list(gpus: &[u8]) -> String {
+fn gpu_list(gpus: &[u32]) -> String {
     let mut parts = Vec::new();
     let mut i = 0;
     while i < gpus.len() {
@@ -215,7 +218,7 @@ fn gpu_list(gpus: &[u8]) -> String {
         if j >= i + 2 {
             parts.push(format!("{}-{}", gpus[i], gpus[j]));
         } else {
-            parts.extend(gpus[i..=j].iter().map(u8::to_string));
+            parts.extend(gpus[i..=j].iter().map(u32::to_string));
         }
         i = j + 1;
     }
@@ -601,10 +604,11 @@ impl Runner {
         let mut replicas = Vec::new();
         for replica in text.split('+') {
             let (node, gpus) = replica.split_once(':').unwrap_or((replica, ""));
-            let gpu_indices = gpus.split(',').filter(|g| !g.is_empty()).filter_map(|g| g.parse().ok()).collect();
-            replicas.push(ReplicaPlacement { node: self.names.node(node), gpu_indices });
+            let indices = gpus.split(',').filter(|g| !g.is_empty()).filter_map(|g| g.parse().ok());
+            let gpus = GpuSet::from_indices(indices).expect("a scenario's placement names each GPU once, below 64");
+            replicas.push(ReplicaPlacement { node: self.names.node(node), gpus });
         }
-        Placement { replicas }
+        Placement::new(replicas)
     }
 
     fn job_spec(&mut self, line: &Line) -> Result<(String, JobSpec), String> {

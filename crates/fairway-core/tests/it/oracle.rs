@@ -172,8 +172,8 @@ impl Oracle {
         if self.live.contains_key(&job) {
             return Err(format!("{job} started while it still holds GPUs"));
         }
-        if placement.replicas.len() != spec.replicas as usize {
-            return Err(format!("{job} started with {} of {} replicas", placement.replicas.len(), spec.replicas));
+        if placement.replicas().len() != spec.replicas as usize {
+            return Err(format!("{job} started with {} of {} replicas", placement.replicas().len(), spec.replicas));
         }
         let reserved = self.reserved_before.get(&job);
         if let Some(r) = reserved
@@ -181,8 +181,8 @@ impl Oracle {
         {
             return Err(format!("{job} reserved {r} but started on {placement}"));
         }
-        let mut mine: BTreeSet<(NodeId, u8)> = BTreeSet::new();
-        for r in &placement.replicas {
+        let mut mine: BTreeSet<(NodeId, u32)> = BTreeSet::new();
+        for r in placement.replicas() {
             let node = self.nodes.get(&r.node).ok_or(format!("{job} started on unknown {}", r.node))?;
             if reserved.is_none() && self.drained.contains(&r.node) {
                 return Err(format!("{job} newly placed on drained {}", r.node));
@@ -190,11 +190,11 @@ impl Oracle {
             if spec.gpu_model.is_some_and(|m| m != node.gpu_model) {
                 return Err(format!("{job} wants {:?} but started on {} ({})", spec.gpu_model, r.node, node.gpu_model));
             }
-            if r.gpu_indices.len() != spec.per_replica.gpus as usize {
-                return Err(format!("{job} replica on {} has {} GPUs", r.node, r.gpu_indices.len()));
+            if r.gpus.len() != spec.per_replica.gpus {
+                return Err(format!("{job} replica on {} has {} GPUs", r.node, r.gpus.len()));
             }
-            for &g in &r.gpu_indices {
-                if u32::from(g) >= node.capacity.gpus {
+            for g in r.gpus.iter() {
+                if g >= node.capacity.gpus {
                     return Err(format!("{job} got GPU {g} on {}, which has {}", r.node, node.capacity.gpus));
                 }
                 if !mine.insert((r.node, g)) {
@@ -203,8 +203,8 @@ impl Oracle {
             }
         }
         for (other, p) in &self.live {
-            for r in &p.replicas {
-                for &g in &r.gpu_indices {
+            for r in p.replicas() {
+                for g in r.gpus.iter() {
                     if mine.contains(&(r.node, g)) {
                         return Err(format!("{job} started on GPU {g} of {}, still held by {other}", r.node));
                     }
@@ -220,7 +220,7 @@ impl Oracle {
         let mut used: BTreeMap<NodeId, Resources> = BTreeMap::new();
         for (id, p) in &self.live {
             let per = self.specs[id].per_replica;
-            for r in &p.replicas {
+            for r in p.replicas() {
                 let u = used.entry(r.node).or_default();
                 *u = u.plus(per);
             }
@@ -274,13 +274,13 @@ impl Oracle {
             }
         };
         for (id, p) in &self.live {
-            for r in &p.replicas {
+            for r in p.replicas() {
                 take(r.node, self.specs[id].per_replica);
             }
         }
         for (id, spec) in &self.specs {
             if let Some(JobStatus::Pending { reserved: Some(p), .. }) = s.job_status(*id) {
-                for r in &p.replicas {
+                for r in p.replicas() {
                     take(r.node, spec.per_replica);
                 }
             }
@@ -372,7 +372,7 @@ impl Oracle {
             for v in &victims {
                 let vs = &self.specs[v];
                 let mut helps = false;
-                for r in &self.live[v].replicas {
+                for r in self.live[v].replicas() {
                     let node = &self.nodes[&r.node];
                     if !self.drained.contains(&r.node) && spec.gpu_model.is_none_or(|m| m == node.gpu_model) {
                         let e = extra.entry(r.node).or_default();

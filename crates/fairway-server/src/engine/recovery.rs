@@ -153,7 +153,7 @@ impl Engine {
             return Ok(None);
         };
         let replica_dirs: Vec<PathBuf> =
-            (0..placement.replicas.len()).map(|i| run_dir.join(format!("replica-{i}"))).collect();
+            (0..placement.replicas().len()).map(|i| run_dir.join(format!("replica-{i}"))).collect();
         let processes = live_processes(&row, &replica_dirs);
         let running =
             RestoredJob { running: Some(RestoredRun { placement, started_at: Time(started_at) }), ..restored.clone() };

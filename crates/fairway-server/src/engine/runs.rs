@@ -160,13 +160,13 @@ impl Engine {
         // A notice from an earlier preemption must not be read as a new one.
         let _ = std::fs::remove_file(&notice);
         let limits = &self.config.file.limits;
-        let replicas = placement.replicas.len();
+        let replicas = placement.replicas().len();
         placement
-            .replicas
+            .replicas()
             .iter()
             .enumerate()
             .map(|(i, replica)| {
-                let devices: Vec<String> = replica.gpu_indices.iter().map(|g| g.to_string()).collect();
+                let devices: Vec<String> = replica.gpus.iter().map(|g| g.to_string()).collect();
                 let mut env = doc.env.clone();
                 env.insert("CUDA_VISIBLE_DEVICES".into(), devices.join(","));
                 env.insert("NVIDIA_VISIBLE_DEVICES".into(), devices.join(","));
@@ -178,7 +178,7 @@ impl Engine {
                 env.insert("FAIRWAY_REPLICA_INDEX".into(), i.to_string());
                 env.insert("FAIRWAY_REPLICAS".into(), replicas.to_string());
                 env.insert("FAIRWAY_NODE".into(), self.cluster.node_name(replica.node).to_owned());
-                let argv = self.argv(id, doc, replica.gpu_indices.iter().map(|&g| u32::from(g)).collect(), &env);
+                let argv = self.argv(id, doc, replica.gpus.iter().collect(), &env);
                 LaunchSpec {
                     job_id: id as u64,
                     run_dir: run_dir.join(format!("replica-{i}")),
@@ -473,12 +473,9 @@ impl Engine {
 
     pub(crate) fn placement_text(&self, placement: &Placement) -> String {
         placement
-            .replicas
+            .replicas()
             .iter()
-            .map(|r| {
-                let gpus: Vec<String> = r.gpu_indices.iter().map(|g| g.to_string()).collect();
-                format!("{} GPUs {}", self.cluster.node_name(r.node), gpus.join(","))
-            })
+            .map(|r| format!("{} GPUs {}", self.cluster.node_name(r.node), r.gpus))
             .collect::<Vec<_>>()
             .join("; ")
     }
@@ -486,18 +483,23 @@ impl Engine {
 
 /// `[[node, [gpu, …]], …]`: compact and independent of core types.
 pub(crate) fn placement_json(placement: &Placement) -> String {
-    let replicas: Vec<(u32, Vec<u8>)> = placement.replicas.iter().map(|r| (r.node.0, r.gpu_indices.clone())).collect();
+    let replicas: Vec<(u32, Vec<u32>)> =
+        placement.replicas().iter().map(|r| (r.node.0, r.gpus.iter().collect())).collect();
     serde_json::to_string(&replicas).expect("plain data")
 }
 
+/// The inverse of `placement_json`; `None` for text it did not write (GPU indices must be
+/// below 64 and listed once).
 pub(crate) fn parse_placement(json: &str) -> Option<Placement> {
-    let replicas: Vec<(u32, Vec<u8>)> = serde_json::from_str(json).ok()?;
-    Some(Placement {
-        replicas: replicas
-            .into_iter()
-            .map(|(node, gpu_indices)| fairway_core::ReplicaPlacement { node: fairway_core::NodeId(node), gpu_indices })
-            .collect(),
-    })
+    let replicas: Vec<(u32, Vec<u32>)> = serde_json::from_str(json).ok()?;
+    let replicas = replicas
+        .into_iter()
+        .map(|(node, gpus)| {
+            let gpus = fairway_core::GpuSet::from_indices(gpus).ok()?;
+            Some(fairway_core::ReplicaPlacement { node: fairway_core::NodeId(node), gpus })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Placement::new(replicas))
 }
 
 fn describe_end(

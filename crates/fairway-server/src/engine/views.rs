@@ -146,9 +146,9 @@ impl Engine {
                 _ => continue,
             };
             let _ = job;
-            for replica in &placement.replicas {
+            for replica in placement.replicas() {
                 let Some(node) = nodes.get_mut(replica.node.0 as usize) else { continue };
-                for &g in &replica.gpu_indices {
+                for g in replica.gpus.iter() {
                     let Some(gpu) = node.gpus.get_mut(g as usize) else { continue };
                     if held {
                         gpu.held_for = Some(id);

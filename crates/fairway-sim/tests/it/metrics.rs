@@ -41,6 +41,7 @@ fn run(policy: &str, capacity_gpus: u32, records: Vec<JobRecord>, util: &[(u64, 
         events_processed: 10,
         cycles: 5,
         end_ms: 100_000,
+        core_counters: fairway_core::Counters::default(),
     }
 }
 

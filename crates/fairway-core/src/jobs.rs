@@ -1,0 +1,90 @@
+//! The jobs the core holds, in a slab: a job is addressed inside the core by its slot
+//! ([`JobIx`]), which every index carries, so that the hot paths never search for a job.
+//! Drivers name jobs by [`JobId`]; the id → slot map is used once per event, and only for
+//! lookups: it is never iterated, so its order can reach no decision.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, DefaultHasher};
+
+use crate::state::Job;
+use crate::types::JobId;
+
+/// A job's slot in the [`JobStore`]. Valid while the job is held; a slot is reused after
+/// its job leaves, so indexes must drop a job's slot when it goes (the invariant checks
+/// look for stale ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct JobIx(pub u32);
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct JobStore {
+    slots: Vec<Option<Job>>,
+    vacant: Vec<JobIx>,
+    /// A fixed-key hasher: lookups only, so the map's order never matters, and runs are
+    /// reproducible down to memory layout.
+    by_id: HashMap<JobId, JobIx, BuildHasherDefault<DefaultHasher>>,
+}
+
+impl JobStore {
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn ix_of(&self, id: JobId) -> Option<JobIx> {
+        self.by_id.get(&id).copied()
+    }
+
+    pub fn contains(&self, id: JobId) -> bool {
+        self.by_id.contains_key(&id)
+    }
+
+    /// The slot the next `insert` will use.
+    pub fn next_ix(&self) -> JobIx {
+        self.vacant.last().copied().unwrap_or(JobIx(self.slots.len() as u32))
+    }
+
+    /// Hold a new job (its id must be new) in the slot `next_ix` named.
+    pub fn insert(&mut self, job: Job) -> JobIx {
+        let ix = self.next_ix();
+        debug_assert_eq!(job.key.ix, ix, "a job's queue key names its own slot");
+        let fresh = self.by_id.insert(job.spec.id, ix).is_none();
+        assert!(fresh, "{} is already held", job.spec.id);
+        match self.vacant.pop() {
+            Some(_) => self.slots[ix.0 as usize] = Some(job),
+            None => self.slots.push(Some(job)),
+        }
+        ix
+    }
+
+    pub fn remove(&mut self, ix: JobIx) -> Job {
+        let job = self.slots[ix.0 as usize].take().expect("removing a held job");
+        self.by_id.remove(&job.spec.id);
+        self.vacant.push(ix);
+        job
+    }
+
+    /// The job in a slot, if the slot holds one (for checks that may meet stale slots).
+    pub fn get_slot(&self, ix: JobIx) -> Option<&Job> {
+        self.slots.get(ix.0 as usize).and_then(Option::as_ref)
+    }
+
+    pub fn get(&self, id: JobId) -> Option<&Job> {
+        self.ix_of(id).map(|ix| &self[ix])
+    }
+
+    pub fn get_mut(&mut self, id: JobId) -> Option<&mut Job> {
+        self.ix_of(id).map(|ix| &mut self[ix])
+    }
+}
+
+impl std::ops::Index<JobIx> for JobStore {
+    type Output = Job;
+    fn index(&self, ix: JobIx) -> &Job {
+        self.slots[ix.0 as usize].as_ref().expect("a held job's slot")
+    }
+}
+
+impl std::ops::IndexMut<JobIx> for JobStore {
+    fn index_mut(&mut self, ix: JobIx) -> &mut Job {
+        self.slots[ix.0 as usize].as_mut().expect("a held job's slot")
+    }
+}
