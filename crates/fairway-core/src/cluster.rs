@@ -8,6 +8,7 @@
 
 use crate::jobs::JobIx;
 use crate::types::{GpuModel, GpuSet, NodeId, NodeSpec, Resources};
+use crate::victims::VictimEntry;
 
 /// A node's position in [`Nodes`] (id order). Valid until a node is added or removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -29,6 +30,9 @@ pub(crate) struct Node {
     pub reserved: Resources,
     /// Jobs with a replica here (running or terminating), each once, in no order.
     pub placed: Vec<JobIx>,
+    /// Running preemptible jobs with a replica here, in (priority, id) order: the victim
+    /// search's view of the node (see `victims.rs`). Empty when the policy never preempts.
+    pub victims: Vec<VictimEntry>,
 }
 
 impl Node {
@@ -41,6 +45,7 @@ impl Node {
             used: Resources::ZERO,
             reserved: Resources::ZERO,
             placed: Vec::new(),
+            victims: Vec::new(),
         }
     }
 
@@ -111,6 +116,12 @@ impl Nodes {
     pub fn get_mut_for_tests(&mut self, id: NodeId) -> &mut Node {
         let ix = self.ix_of(id).expect("known node");
         &mut self.nodes[ix.0 as usize]
+    }
+
+    /// A node's victim list (changing it leaves the free index as it is).
+    pub fn victims_mut(&mut self, id: NodeId) -> &mut Vec<VictimEntry> {
+        let ix = self.ix_of(id).expect("placement names a known node");
+        &mut self.nodes[ix.0 as usize].victims
     }
 
     pub fn at(&self, ix: NodeIx) -> &Node {

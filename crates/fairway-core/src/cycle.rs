@@ -297,7 +297,7 @@ impl Scheduler {
             if preempt_capable {
                 if budget.take() {
                     out.stats.preemption_searches += 1;
-                    if let Some(plan) = self.find_victims(ix, PreemptionScope::Account(account), now) {
+                    if let Some(plan) = self.search(ix, PreemptionScope::Account(account), now) {
                         self.carry_out_preemption(ix, plan, now, out);
                         return Considered::Preempting;
                     }
@@ -335,7 +335,7 @@ impl Scheduler {
             wake = Wake::NextCycle;
         } else {
             out.stats.preemption_searches += 1;
-            match self.find_victims(ix, PreemptionScope::Any, now) {
+            match self.search(ix, PreemptionScope::Any, now) {
                 Some(plan) => {
                     self.carry_out_preemption(ix, plan, now, out);
                     return Considered::Preempting;
@@ -355,9 +355,17 @@ impl Scheduler {
     /// and on new victims; one that may not wakes when one of its replicas may fit in free
     /// room (or, if it may preempt, when a victim starts below it).
     fn wake_on_room(&self, gk: &GroupKey, preempt_capable: bool) -> WakeOn {
-        let work_below = self.running.first_key_value().is_some_and(|((p, _), _)| *p < gk.priority);
+        let work_below = self.tallies.any_running_below(gk.priority);
         let room = if preempt_capable && work_below { RoomWake::Any } else { RoomWake::Fits };
         WakeOn { accounts: false, room, victims: preempt_capable }
+    }
+
+    /// A victim search, with the scheduler's scratch buffers.
+    fn search(&mut self, ix: JobIx, scope: PreemptionScope, now: Time) -> Option<VictimPlan> {
+        let mut scratch = std::mem::take(&mut self.search_scratch);
+        let plan = self.find_victims(ix, scope, now, &mut scratch);
+        self.search_scratch = scratch;
+        plan
     }
 
     /// The first of the job's accounts that starting it would take over quota.

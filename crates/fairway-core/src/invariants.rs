@@ -5,9 +5,10 @@
 //! and per-account sums go into vectors found by binary search over the sorted ids.
 
 use crate::jobs::JobIx;
-use crate::scheduler::{RunningEntry, Scheduler};
+use crate::scheduler::{Scheduler, replicas_per_node};
 use crate::state::JobState;
-use crate::types::{AccountId, GpuSet, JobId, JobSpec, Placement, Priority, Resources};
+use crate::types::{AccountId, GpuSet, JobId, JobSpec, Placement, Resources};
+use crate::victims::{VictimEntry, VictimTallies};
 
 impl Scheduler {
     /// Check every invariant; `Err` names the first one broken.
@@ -34,7 +35,8 @@ impl Scheduler {
             charged[i] = charged[i].plus(r);
             Ok::<(), String>(())
         };
-        let (mut running, mut terminating) = (0usize, 0usize);
+        let mut terminating = 0usize;
+        let mut tallies = VictimTallies::default();
         for node in &nodes {
             let node_id = node.spec.id;
             let (mut owned, mut used) = (GpuSet::EMPTY, Resources::ZERO);
@@ -73,7 +75,10 @@ impl Scheduler {
                     }
                 }
                 if is_charged {
-                    running += 1;
+                    if self.tracks_victims() {
+                        tallies.add(job.spec.priority, job.spec.preemptible, job.spec.total().gpus);
+                        self.check_victim_entries(ix, job)?;
+                    }
                     for a in job.accounts() {
                         charge(id, a, job.spec.total())?;
                     }
@@ -99,7 +104,7 @@ impl Scheduler {
         if terminating != self.terminating.len() {
             return Err(format!("{} jobs in the terminating set, {terminating} terminating", self.terminating.len()));
         }
-        self.check_running_index(running)?;
+        self.check_victim_lists(tallies)?;
         let mut held = vec![(GpuSet::EMPTY, Resources::ZERO); nodes.len()];
         for (&id, &ix) in &self.reserving {
             let job =
@@ -140,44 +145,63 @@ impl Scheduler {
         Ok(())
     }
 
-    /// The running index (kept when the policy preempts) lists exactly the `running` jobs
-    /// found on the nodes, its entries say what their jobs say, and the preemptible-GPU
-    /// tally adds them up (with no empty levels).
-    fn check_running_index(&self, running: usize) -> Result<(), String> {
-        if !self.tracks_victims() {
-            return if self.running.is_empty() && self.preemptible_gpus.is_empty() {
-                Ok(())
-            } else {
-                Err("victims indexed under a policy that never preempts".into())
+    /// A running job is listed as a victim on each of its nodes exactly when it is
+    /// preemptible, with what it frees there.
+    fn check_victim_entries(&self, ix: JobIx, job: &crate::state::Job) -> Result<(), String> {
+        let JobState::Running { placement, started_at } = &job.state else { unreachable!("running") };
+        let id = job.spec.id;
+        for (node_id, replicas) in replicas_per_node(placement) {
+            let node = self.nodes.by_id(node_id);
+            let listed = node.victims.binary_search_by_key(&(job.spec.priority, id), VictimEntry::key).ok();
+            let expected = VictimEntry {
+                priority: job.spec.priority,
+                id,
+                ix,
+                freed: job.spec.per_replica.times(replicas),
+                gpus_total: job.spec.total().gpus,
+                started_at: *started_at,
+                checkpoint_interval_ms: job.spec.checkpoint_interval_ms,
+                last_checkpoint: job.last_checkpoint,
             };
-        }
-        if self.running.len() != running {
-            return Err(format!("{} jobs indexed as running, {running} running on the nodes", self.running.len()));
-        }
-        let mut tally: Vec<(Priority, u32)> = Vec::new();
-        for (&(priority, id), entry) in &self.running {
-            let ix: JobIx = entry.ix;
-            let job = self
-                .jobs
-                .get_slot(ix)
-                .filter(|j| j.spec.id == id)
-                .ok_or_else(|| format!("{id} indexed but not held"))?;
-            let JobState::Running { placement, started_at } = &job.state else {
-                return Err(format!("{id} indexed as running but not running"));
-            };
-            if priority != job.spec.priority || *entry != RunningEntry::of(ix, job, placement, *started_at) {
-                return Err(format!("running index entry of {id} disagrees with the job"));
+            match (job.spec.preemptible, listed) {
+                (true, Some(at)) if node.victims[at] == expected => {}
+                (true, Some(_)) => return Err(format!("the victim entry of {id} on {node_id} disagrees with the job")),
+                (true, None) => return Err(format!("preemptible {id} is not listed as a victim on {node_id}")),
+                (false, Some(_)) => return Err(format!("non-preemptible {id} is listed as a victim on {node_id}")),
+                (false, None) => {}
             }
-            let gpus = job.spec.total().gpus;
-            if entry.preemptible && gpus > 0 {
-                match tally.last_mut() {
-                    Some((p, sum)) if *p == priority => *sum += gpus,
-                    _ => tally.push((priority, gpus)),
+        }
+        Ok(())
+    }
+
+    /// Every node's victim list is in (priority, id) order and names only running,
+    /// preemptible jobs placed there (each checked against its job above, so a list holds
+    /// exactly its node's victims), and the per-priority tallies add up the running jobs.
+    fn check_victim_lists(&self, tallies: VictimTallies) -> Result<(), String> {
+        if !self.tracks_victims() {
+            let listed = self.nodes.iter().any(|n| !n.victims.is_empty());
+            return if listed || self.tallies != VictimTallies::default() {
+                Err("victims indexed under a policy that never preempts".into())
+            } else {
+                Ok(())
+            };
+        }
+        for node in self.nodes.iter() {
+            if !node.victims.windows(2).all(|w| w[0].key() < w[1].key()) {
+                return Err(format!("the victim list of {} is out of order", node.spec.id));
+            }
+            for e in &node.victims {
+                let placed_here = self.jobs.get_slot(e.ix).filter(|j| j.spec.id == e.id).is_some_and(|j| {
+                    j.spec.preemptible
+                        && matches!(&j.state, JobState::Running { placement, .. } if placement.replicas().iter().any(|r| r.node == node.spec.id))
+                });
+                if !placed_here {
+                    return Err(format!("{} lists {} as a victim, which does not run there", node.spec.id, e.id));
                 }
             }
         }
-        if !tally.iter().copied().eq(self.preemptible_gpus.iter().map(|(p, g)| (*p, *g))) {
-            return Err("the preemptible-GPU tally disagrees with the running jobs".into());
+        if tallies != self.tallies {
+            return Err("the running tallies disagree with the running jobs".into());
         }
         Ok(())
     }
@@ -290,14 +314,20 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_running_index_is_caught() {
+    fn a_stale_victim_index_is_caught() {
         let mut s = busy();
-        let priority = *s.preemptible_gpus.keys().next().expect("preemptible work runs");
-        *s.preemptible_gpus.get_mut(&priority).unwrap() += 1;
-        broken(&s, "the preemptible-GPU tally counts a GPU too many");
+        let priority = *s.tallies.preemptible.keys().next().expect("preemptible work runs");
+        s.tallies.preemptible.get_mut(&priority).unwrap().gpus += 1;
+        broken(&s, "the preemptible tally counts a GPU too many");
         let mut s = busy();
-        s.running.values_mut().next().unwrap().preemptible = false;
-        broken(&s, "a running entry disagrees with its job");
+        node_mut(&mut s).victims[0].freed.gpus += 1;
+        broken(&s, "a victim entry disagrees with its job");
+        let mut s = busy();
+        node_mut(&mut s).victims.pop();
+        broken(&s, "a preemptible running job is not listed");
+        let mut s = busy();
+        node_mut(&mut s).victims.reverse();
+        broken(&s, "a victim list out of order");
         let mut s = busy();
         let ix = *node_mut(&mut s).placed.first().unwrap();
         node_mut(&mut s).placed.push(ix);

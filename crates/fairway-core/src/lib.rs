@@ -24,6 +24,7 @@ mod restore;
 mod scheduler;
 mod state;
 pub mod types;
+mod victims;
 
 pub use config::{Config, Limits, Policy, QueueOrder, ScoringPolicy};
 pub use cycle::{CycleOutcome, CycleStats};

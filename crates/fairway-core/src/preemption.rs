@@ -23,11 +23,13 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
+use crate::cluster::Node;
 use crate::jobs::JobIx;
 use crate::placement::{Candidate, choose_nodes};
-use crate::scheduler::{RunningEntry, Scheduler};
+use crate::scheduler::Scheduler;
 use crate::state::JobState;
-use crate::types::{AccountId, GpuModel, JobId, NodeId, Placement, Priority, ResourceKind, Resources, Time};
+use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, ResourceKind, Resources, Time};
+use crate::victims::VictimEntry;
 
 /// Whose work a preemptor may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,40 +105,59 @@ impl NodeVictim {
 /// victims and the node.
 struct NodeSet {
     cost: (Priority, u64, u32, usize),
-    victims: Vec<NodeVictim>,
     node: NodeId,
 }
 
-/// The single-replica scan's notes.
-struct SingleScan {
-    /// Nodes touched so far: room with the victims so far, and where the node stands.
-    nodes: BTreeMap<NodeId, (Resources, NodeScan)>,
-    /// Nodes touched in the current level.
-    touched: Vec<NodeId>,
-    /// Every candidate on a node still short, with what it frees there.
-    seen: Vec<(NodeId, NodeVictim)>,
+/// Buffers the victim search reuses from one search to the next.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SearchScratch {
+    /// (level at which the node first makes room, node position).
+    ready: Vec<(Priority, u32)>,
+    /// A node's victims up to the level, in the order of rules 2, 3, 5.
+    on_node: Vec<NodeVictim>,
+    /// The minimal set on the node being weighed, and the best one so far.
+    set: Vec<NodeVictim>,
+    best: Vec<NodeVictim>,
 }
 
-/// Where a node stands in the single-replica scan.
+/// Rule 6's candidate bound as it applies to one search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NodeScan {
-    /// Its victims so far do not make room.
-    Short,
-    /// It made room at some level and was judged there; later levels cannot change its set.
-    Decided,
+enum CandidateCut {
+    /// Every candidate may be examined.
+    None,
+    /// Candidates up to this one (in (priority, id) order) may be examined.
+    At(Priority, JobId),
+    /// None may.
+    All,
+}
+
+impl CandidateCut {
+    fn admits(self, entry: &VictimEntry) -> bool {
+        match self {
+            CandidateCut::None => true,
+            CandidateCut::At(p, id) => entry.key() <= (p, id),
+            CandidateCut::All => false,
+        }
+    }
 }
 
 /// A node's offer to a gang: (cost by rules 2 and 3, victims to take, replicas gained).
 type NodeOffer<'a> = ((Priority, u64, NodeId), Vec<&'a Victim>, u32);
 
 impl Scheduler {
-    pub(crate) fn find_victims(&self, ix: JobIx, scope: PreemptionScope, now: Time) -> Option<VictimPlan> {
+    pub(crate) fn find_victims(
+        &self,
+        ix: JobIx,
+        scope: PreemptionScope,
+        now: Time,
+        scratch: &mut SearchScratch,
+    ) -> Option<VictimPlan> {
         let job = &self.jobs[ix];
         if scope == PreemptionScope::Any && !self.enough_gpus_below(ix) {
             return None;
         }
         if let (PreemptionScope::Any, 1) = (scope, job.spec.replicas) {
-            return self.best_single_node_set(ix, now);
+            return self.best_single_node_set(ix, now, scratch);
         }
         let victims = self.victim_candidates(ix, scope, now);
         if victims.is_empty() {
@@ -148,25 +169,35 @@ impl Scheduler {
         }
     }
 
+    /// Every running preemptible job below `priority`, by (priority, id): the lists of all
+    /// nodes (schedulable or not) merged, a gang once.
+    fn running_below(&self, priority: Priority) -> Vec<(Priority, JobId, JobIx)> {
+        let mut all: Vec<(Priority, JobId, JobIx)> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.victims.iter().take_while(|e| e.priority < priority).map(|e| (e.priority, e.id, e.ix)))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// Rule 1 and the candidate bound; sorted by rules 2, 3 and 5.
     fn victim_candidates(&self, ix: JobIx, scope: PreemptionScope, now: Time) -> Vec<Victim> {
         let job = &self.jobs[ix];
         let limit = self.config.limits.victim_candidates_max as usize;
         let mut out = Vec::new();
-        for (&(priority, vid), entry) in &self.running {
-            if priority >= job.spec.priority || out.len() >= limit {
+        for (priority, vid, vix) in self.running_below(job.spec.priority) {
+            if out.len() >= limit {
                 break;
             }
-            if !entry.preemptible {
-                continue;
-            }
-            let victim = &self.jobs[entry.ix];
+            let victim = &self.jobs[vix];
             if let PreemptionScope::Account(account) = scope
                 && !victim.accounts().any(|a| a == account)
             {
                 continue;
             }
-            let frees = self.frees_of_entry(job.spec.gpu_model, entry);
+            let frees = self.frees_of(job.spec.gpu_model, vix);
             // A victim on no node the job can use frees nothing for it, unless the job
             // needs the victim's quota rather than its GPUs.
             if frees.as_slice().is_empty() && scope == PreemptionScope::Any {
@@ -174,9 +205,9 @@ impl Scheduler {
             }
             out.push(Victim {
                 id: vid,
-                ix: entry.ix,
+                ix: vix,
                 priority,
-                lost_gpu_ms: entry.lost_gpu_ms(now),
+                lost_gpu_ms: victim.lost_gpu_ms(now),
                 total: victim.spec.total(),
                 frees,
             });
@@ -186,18 +217,23 @@ impl Scheduler {
         out
     }
 
-    /// What a victim frees on each node the job could use, by node id. Replicas are listed
-    /// node by node, so merging neighbours is enough.
-    fn frees_on_eligible_nodes(&self, model: Option<GpuModel>, per_replica: Resources, placement: &Placement) -> Frees {
-        let usable = |node_id: &NodeId| {
-            let node = self.nodes.by_id(*node_id);
-            node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model)
-        };
+    /// Can a job of `model` use the node?
+    fn usable(node: &Node, model: Option<GpuModel>) -> bool {
+        node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model)
+    }
+
+    /// What a running job frees on each node a job of `model` could use, by node id.
+    /// Replicas are listed node by node, so merging neighbours is enough.
+    fn frees_of(&self, model: Option<GpuModel>, vix: JobIx) -> Frees {
+        let victim = &self.jobs[vix];
+        let JobState::Running { placement, .. } = &victim.state else { unreachable!("victims run") };
+        let per_replica = victim.spec.per_replica;
+        let usable = |node_id: NodeId| Self::usable(self.nodes.by_id(node_id), model);
         if let [only] = placement.replicas() {
-            return if usable(&only.node) { Frees::One([(only.node, per_replica)]) } else { Frees::Many(Vec::new()) };
+            return if usable(only.node) { Frees::One([(only.node, per_replica)]) } else { Frees::Many(Vec::new()) };
         }
         let mut frees: Vec<(NodeId, Resources)> = Vec::new();
-        for replica in placement.replicas().iter().filter(|r| usable(&r.node)) {
+        for replica in placement.replicas().iter().filter(|r| usable(r.node)) {
             match frees.iter_mut().find(|(n, _)| *n == replica.node) {
                 Some((_, r)) => *r = r.plus(per_replica),
                 None => frees.push((replica.node, per_replica)),
@@ -213,112 +249,113 @@ impl Scheduler {
         let job = &self.jobs[ix];
         let needed = job.spec.total().gpus;
         let mut have = self.nodes.index.total_free(job.spec.gpu_model);
-        for (_, gpus) in self.preemptible_gpus.range(..job.spec.priority) {
+        for (_, tally) in self.tallies.preemptible.range(..job.spec.priority) {
             if have >= needed {
                 break;
             }
-            have += gpus;
+            have += tally.gpus;
         }
         have >= needed
+    }
+
+    /// Rule 6's candidate bound for a one-replica preemptor: candidates are taken lowest
+    /// priority first, then by id, across the cluster, counting those on a node the job can
+    /// use, and the search looks at no more than `victim_candidates_max` of them. Cheap
+    /// when the tally shows fewer candidates than that (the usual case); otherwise the
+    /// cluster's candidates are listed in order to find the last one examined.
+    fn candidate_cut(&self, ix: JobIx) -> CandidateCut {
+        let job = &self.jobs[ix];
+        let limit = self.config.limits.victim_candidates_max;
+        if self.tallies.preemptible_jobs_below(job.spec.priority) <= u64::from(limit) {
+            return CandidateCut::None;
+        }
+        if limit == 0 {
+            return CandidateCut::All;
+        }
+        let mut counted = 0;
+        for (priority, id, vix) in self.running_below(job.spec.priority) {
+            if !self.frees_of(job.spec.gpu_model, vix).as_slice().is_empty() {
+                counted += 1;
+                if counted == limit {
+                    return CandidateCut::At(priority, id);
+                }
+            }
+        }
+        CandidateCut::None
     }
 
     /// One replica: for each node, the cheapest minimal set on that node; then the best node.
     ///
     /// Rule 2 puts first the node whose set has the lowest highest priority, and a node's
     /// minimal set reaches exactly up to the priority level at which the node's victims
-    /// first make room. So the candidates are scanned once, level by level, lowest first,
-    /// adding up what each node would free and noting each (node, victim) pair; at the end
-    /// of the first level where some node has room and its set keeps within the bound, the
-    /// sets of just those nodes are built from the notes and ranked by rules 3–5. A node
-    /// that made room at a lower level but broke the bound is out: its set cannot change.
-    fn best_single_node_set(&self, ix: JobIx, now: Time) -> Option<VictimPlan> {
+    /// first make room. So each usable node's list is walked once, lowest priority first,
+    /// adding up what it would free until it makes room; the nodes that make room at the
+    /// lowest level have their minimal sets built and ranked by rules 3–5. If every one of
+    /// them breaks the victim bound, the nodes of the next level are weighed, and so on.
+    fn best_single_node_set(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
         let job = &self.jobs[ix];
-        let limit = self.config.limits.victim_candidates_max as usize;
-        let mut scan =
-            SingleScan { nodes: BTreeMap::new(), touched: Vec::with_capacity(64), seen: Vec::with_capacity(128) };
-        let mut candidates = 0usize;
-        let mut level: Option<Priority> = None;
-        for (&(priority, vid), entry) in &self.running {
-            if priority >= job.spec.priority || candidates >= limit {
-                break;
-            }
-            if let Some(end) = level.filter(|l| priority > *l)
-                && let Some(plan) = self.close_level(ix, end, &mut scan)
-            {
-                return Some(plan);
-            }
-            level = Some(priority);
-            if !entry.preemptible {
-                continue;
-            }
-            let frees = self.frees_of_entry(job.spec.gpu_model, entry);
-            if frees.as_slice().is_empty() {
-                continue;
-            }
-            candidates += 1;
-            for &(node, freed) in frees.as_slice() {
-                let (room, state) =
-                    scan.nodes.entry(node).or_insert_with(|| (self.nodes.by_id(node).available(), NodeScan::Short));
-                if *state == NodeScan::Short {
-                    *room = room.plus(freed);
-                    scan.touched.push(node);
-                    let lost_gpu_ms = entry.lost_gpu_ms(now);
-                    scan.seen.push((node, NodeVictim { id: vid, ix: entry.ix, priority, lost_gpu_ms, freed }));
-                }
-            }
-        }
-        self.close_level(ix, level?, &mut scan)
-    }
-
-    /// The end of one priority level of the single-replica scan: the nodes that now have
-    /// room get their minimal sets built; the best of those within the bound wins.
-    fn close_level(&self, ix: JobIx, level: Priority, scan: &mut SingleScan) -> Option<VictimPlan> {
-        let demand = self.jobs[ix].spec.per_replica;
-        scan.touched.sort_unstable();
-        scan.touched.dedup();
-        let mut ready: Vec<NodeId> = Vec::new();
-        for node in scan.touched.drain(..) {
-            let (room, state) = scan.nodes.get_mut(&node).expect("touched nodes are tracked");
-            if *state == NodeScan::Short && demand.fits_in(*room) {
-                *state = NodeScan::Decided;
-                ready.push(node);
-            }
-        }
-        if ready.is_empty() {
+        let (priority, demand, model) = (job.spec.priority, job.spec.per_replica, job.spec.gpu_model);
+        let cut = self.candidate_cut(ix);
+        if cut == CandidateCut::All {
             return None;
         }
-        // The ready nodes' victims, node by node (a counting sort: nodes are few, victims
-        // per node fewer), each node's in the order of rules 2, 3, 5.
-        let mut starts = vec![0usize; ready.len() + 1];
-        let at: Vec<(usize, NodeVictim)> =
-            scan.seen.iter().filter_map(|(node, v)| ready.binary_search(node).ok().map(|i| (i, *v))).collect();
-        let Some(&(_, any)) = at.first() else { unreachable!("a ready node has victims") };
-        for (i, _) in &at {
-            starts[i + 1] += 1;
+        let examined = |e: &VictimEntry| e.priority < priority && cut.admits(e);
+        scratch.ready.clear();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if Self::usable(node, model)
+                && let Some(level) = room_level(node, demand, examined)
+            {
+                scratch.ready.push((level, i as u32));
+            }
         }
-        for i in 0..ready.len() {
-            starts[i + 1] += starts[i];
+        scratch.ready.sort_unstable();
+        let mut next = 0;
+        while next < scratch.ready.len() {
+            let level = scratch.ready[next].0;
+            let end = next + scratch.ready[next..].iter().take_while(|(l, _)| *l == level).count();
+            let nodes = std::mem::take(&mut scratch.ready);
+            let plan = self.best_set_at_level(&nodes[next..end], level, demand, examined, now, scratch);
+            scratch.ready = nodes;
+            if plan.is_some() {
+                return plan;
+            }
+            next = end;
         }
-        let mut next = starts.clone();
-        let mut by_node = vec![any; at.len()];
-        for (i, v) in at {
-            by_node[next[i]] = v;
-            next[i] += 1;
-        }
-        debug_assert!(by_node.iter().all(|v| v.priority <= level));
+        None
+    }
+
+    /// Among nodes that first make room at `level` (positions, ascending), the best minimal
+    /// set within the victim bound, by rules 3–5.
+    fn best_set_at_level(
+        &self,
+        nodes: &[(Priority, u32)],
+        level: Priority,
+        demand: Resources,
+        examined: impl Fn(&VictimEntry) -> bool,
+        now: Time,
+        scratch: &mut SearchScratch,
+    ) -> Option<VictimPlan> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let mut best: Option<NodeSet> = None;
-        let mut set: Vec<NodeVictim> = Vec::new();
-        for (i, &node) in ready.iter().enumerate() {
-            let on_node = &mut by_node[starts[i]..starts[i + 1]];
-            on_node.sort_unstable_by_key(NodeVictim::order_key);
-            let available = self.nodes.by_id(node).available();
-            if !minimal_prefix(available, demand, on_node, max_victims, &mut set) {
+        for &(_, position) in nodes {
+            let node = self.nodes.at(crate::cluster::NodeIx(position));
+            scratch.on_node.clear();
+            scratch.on_node.extend(node.victims.iter().take_while(|e| e.priority <= level && examined(e)).map(|e| {
+                NodeVictim { id: e.id, ix: e.ix, priority: e.priority, lost_gpu_ms: e.lost_gpu_ms(now), freed: e.freed }
+            }));
+            scratch.on_node.sort_unstable_by_key(NodeVictim::order_key);
+            let available = node.available();
+            if !minimal_prefix(available, demand, &scratch.on_node, max_victims, &mut scratch.set) {
                 continue;
             }
+            let set = &scratch.set;
+            let Some(top) = set.iter().map(|v| v.priority).max() else {
+                debug_assert!(false, "a node that needs no victim was not found by placement");
+                continue;
+            };
             let freed_gpus: u32 = set.iter().map(|v| v.freed.gpus).sum();
             let cost = (
-                set.iter().map(|v| v.priority).max().expect("non-empty"),
+                top,
                 set.iter().map(|v| v.lost_gpu_ms).sum(),
                 (available.gpus + freed_gpus).saturating_sub(demand.gpus),
                 set.len(),
@@ -330,39 +367,19 @@ impl Scheduler {
                     std::cmp::Ordering::Greater => false,
                     // Fix: rule 5's "most recently submitted victim first" was missing
                     // between sets on different nodes, so equal victims were chosen by
-                    // lowest node id instead. Then the lowest node id (`node` ascends).
-                    std::cmp::Ordering::Equal => newest_first(&set) > newest_first(&b.victims),
+                    // lowest node id instead. Then the lowest node id (nodes ascend).
+                    std::cmp::Ordering::Equal => newest_first(set) > newest_first(&scratch.best),
                 },
             };
             if better {
-                best = Some(NodeSet { cost, victims: std::mem::take(&mut set), node });
+                best = Some(NodeSet { cost, node: node.spec.id });
+                std::mem::swap(&mut scratch.best, &mut scratch.set);
             }
         }
         let best = best?;
-        let mut victims: Vec<(JobId, JobIx)> = best.victims.iter().map(|v| (v.id, v.ix)).collect();
+        let mut victims: Vec<(JobId, JobIx)> = scratch.best.iter().map(|v| (v.id, v.ix)).collect();
         victims.sort_unstable();
         Some(VictimPlan { victims, chosen: vec![(best.node, 1)] })
-    }
-
-    /// What a running job frees on the nodes a job of `model` may use; read from its index
-    /// entry when it runs on one node, from its placement otherwise.
-    fn frees_of_entry(&self, model: Option<GpuModel>, entry: &RunningEntry) -> Frees {
-        match entry.node {
-            Some(node_id) => {
-                let node = self.nodes.by_id(node_id);
-                if node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model) {
-                    Frees::One([(node_id, entry.per_replica)])
-                } else {
-                    Frees::Many(Vec::new())
-                }
-            }
-            None => {
-                let JobState::Running { placement, .. } = &self.jobs[entry.ix].state else {
-                    unreachable!("running index")
-                };
-                self.frees_on_eligible_nodes(model, entry.per_replica, placement)
-            }
-        }
     }
 
     /// A gang: clear whole nodes, cheapest nodes first, so the gang lands on few nodes and
@@ -564,6 +581,22 @@ fn minimal_prefix(
     // bound the prefix, so a victim that frees nothing the job needs (a CPU-only job ahead
     // of a GPU job) used up the bound and a valid set was never found.
     taken.len() <= max_victims
+}
+
+/// The priority level at which a node first has room for `demand`, taking the examined
+/// candidates of its list (lowest priority first) level by level; `None` if they never make
+/// room. A node's list is in (priority, id) order and `examined` holds for a prefix of it.
+fn room_level(node: &Node, demand: Resources, examined: impl Fn(&VictimEntry) -> bool) -> Option<Priority> {
+    let mut room = node.available();
+    let mut entries = node.victims.iter().take_while(|e| examined(e)).peekable();
+    while let Some(e) = entries.next() {
+        room = room.plus(e.freed);
+        let level_ends = entries.peek().is_none_or(|next| next.priority != e.priority);
+        if level_ends && demand.fits_in(room) {
+            return Some(e.priority);
+        }
+    }
+    None
 }
 
 /// A set's victim ids, newest (highest) first: rule 5 prefers the set that is larger here.

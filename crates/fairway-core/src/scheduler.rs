@@ -9,11 +9,13 @@ use crate::config::{Config, QueueOrder};
 use crate::decision::{Decision, PendingReason, RequeueCause, StopCause};
 use crate::event::{Event, ExitOutcome};
 use crate::jobs::{JobIx, JobStore};
+use crate::preemption::SearchScratch;
 use crate::queue::{Changes, PendingQueue};
 use crate::state::{Account, Job, JobState, QueueKey, Reservation, Termination};
 use crate::types::{
     AccountId, GpuSet, JobId, JobSpec, NodeId, NodeSpec, Placement, Priority, Quota, ReplicaPlacement, Resources, Time,
 };
+use crate::victims::{self, VictimEntry, VictimTallies};
 
 /// Errors for events that do not fit the core's state: driver bugs or races, never user
 /// input problems (those are caught by `fairway-spec`).
@@ -76,48 +78,6 @@ pub struct Counters {
     pub jobs_considered: u64,
 }
 
-/// What the victim search needs of a running job (copied from the job when it starts, and
-/// kept in step with its checkpoint reports; checked as an invariant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RunningEntry {
-    pub ix: JobIx,
-    pub preemptible: bool,
-    pub per_replica: Resources,
-    /// The node of a one-replica job; `None` for a gang (whose placement the search reads).
-    pub node: Option<NodeId>,
-    pub gpus_total: u32,
-    pub started_at: Time,
-    pub checkpoint_interval_ms: Option<u64>,
-    pub last_checkpoint: Option<Time>,
-}
-
-impl RunningEntry {
-    /// The entry of a job that runs since `started_at` on `placement`.
-    pub fn of(ix: JobIx, job: &Job, placement: &Placement, started_at: Time) -> RunningEntry {
-        let node = match placement.replicas() {
-            [only] => Some(only.node),
-            _ => None,
-        };
-        RunningEntry {
-            ix,
-            preemptible: job.spec.preemptible,
-            per_replica: job.spec.per_replica,
-            node,
-            gpus_total: job.spec.total().gpus,
-            started_at,
-            checkpoint_interval_ms: job.spec.checkpoint_interval_ms,
-            last_checkpoint: job.last_checkpoint,
-        }
-    }
-
-    /// GPU-time lost since the run's last saved progress if it stopped at `now`.
-    pub fn lost_gpu_ms(&self, now: Time) -> u64 {
-        let saved =
-            crate::state::last_progress_saved(self.checkpoint_interval_ms, self.last_checkpoint, self.started_at, now);
-        now.ms_since(saved) * u64::from(self.gpus_total.max(1))
-    }
-}
-
 pub struct Scheduler {
     pub(crate) config: Config,
     /// In id order, with the free index.
@@ -125,13 +85,11 @@ pub struct Scheduler {
     pub(crate) jobs: JobStore,
     /// Pending jobs in scheduling order, grouped by equivalence.
     pub(crate) queue: PendingQueue,
-    /// Running (not terminating) jobs, lowest priority first: the victim candidates, with
-    /// what the victim search needs of each, so that it reads no job while it scans. Kept
-    /// only when the policy preempts (nothing else reads it).
-    pub(crate) running: BTreeMap<(Priority, JobId), RunningEntry>,
-    /// GPUs of running preemptible jobs by priority: the victim search's cheap first test.
-    /// Kept with `running`.
-    pub(crate) preemptible_gpus: BTreeMap<Priority, u32>,
+    /// Running jobs by priority, for the victim search's first tests; with the nodes' victim
+    /// lists, the victim index (`victims.rs`). Kept only when the policy preempts.
+    pub(crate) tallies: VictimTallies,
+    /// Scratch space of the victim search, kept between searches.
+    pub(crate) search_scratch: SearchScratch,
     /// Jobs asked to stop that still hold their GPUs.
     pub(crate) terminating: BTreeSet<JobIx>,
     /// Pending jobs that hold a reservation, in id order (the order they start in).
@@ -155,8 +113,8 @@ impl Scheduler {
             nodes: Nodes::default(),
             jobs: JobStore::default(),
             queue: PendingQueue::default(),
-            running: BTreeMap::new(),
-            preemptible_gpus: BTreeMap::new(),
+            tallies: VictimTallies::default(),
+            search_scratch: SearchScratch::default(),
             terminating: BTreeSet::new(),
             reserving: BTreeMap::new(),
             runtime_deadlines: BTreeSet::new(),
@@ -184,12 +142,10 @@ impl Scheduler {
             Event::Cancel(job) => self.cancel(job),
             Event::Exited { job, outcome } => self.exited(job, outcome, now),
             Event::CheckpointReported { job: id, at } => {
-                let job = self.jobs.get_mut(id).ok_or(CoreError::UnknownJob(id))?;
+                let ix = self.jobs.ix_of(id).ok_or(CoreError::UnknownJob(id))?;
+                let job = &mut self.jobs[ix];
                 job.last_checkpoint = Some(job.last_checkpoint.map_or(at, |t| t.max(at)));
-                let (priority, last_checkpoint) = (job.spec.priority, job.last_checkpoint);
-                if let Some(entry) = self.running.get_mut(&(priority, id)) {
-                    entry.last_checkpoint = last_checkpoint;
-                }
+                self.checkpoint_victim_entries(ix);
                 Ok(())
             }
             Event::NodeAdded(spec) => self.add_node(spec),
@@ -468,12 +424,11 @@ impl Scheduler {
             "{} must be pending without reservation",
             job.spec.id
         );
-        let (id, key, priority, per_replica) = (job.spec.id, job.key, job.spec.priority, job.spec.per_replica);
+        let (id, key, per_replica) = (job.spec.id, job.key, job.spec.per_replica);
         let gix = job.queued_in.expect("a pending job is queued");
         let deadline = job.runtime_deadline(now);
         let accounts = job.accounts();
         let total = job.spec.total();
-        let entry = self.tracks_victims().then(|| RunningEntry::of(ix, job, &placement, now));
         for replica in placement.replicas() {
             self.nodes.update(replica.node, |node| {
                 assert!(
@@ -495,15 +450,15 @@ impl Scheduler {
         }
         self.charge(accounts, total);
         self.queue.remove(&key, gix);
-        if let Some(entry) = entry {
-            self.add_running(priority, id, entry);
-        }
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id, ix));
         }
         let job = &mut self.jobs[ix];
         job.queued_in = None;
         job.state = JobState::Running { placement, started_at: now };
+        if self.tracks_victims() {
+            self.index_victim(ix);
+        }
         self.counters.starts += 1;
     }
 
@@ -515,21 +470,20 @@ impl Scheduler {
     /// Move a running job to terminating: it stops being charged and stops being a victim
     /// candidate, but keeps its GPUs until it exits.
     pub(crate) fn begin_termination(&mut self, ix: JobIx, why: Termination) {
-        let tracks_victims = self.tracks_victims();
+        if self.tracks_victims() {
+            self.unindex_victim(ix);
+        }
         let job = &mut self.jobs[ix];
         let JobState::Running { placement, started_at } =
             std::mem::replace(&mut job.state, JobState::Pending { reservation: None })
         else {
             panic!("{} must be running to terminate", job.spec.id);
         };
-        let (id, total, priority) = (job.spec.id, job.spec.total(), job.spec.priority);
+        let (id, total) = (job.spec.id, job.spec.total());
         let deadline = job.runtime_deadline(started_at);
         job.state = JobState::Terminating { placement, started_at, why };
         let accounts = job.accounts();
         self.uncharge(accounts, total);
-        if tracks_victims {
-            self.remove_running(priority, id);
-        }
         if let Some(deadline) = deadline {
             self.runtime_deadlines.remove(&(deadline, id, ix));
         }
@@ -539,7 +493,9 @@ impl Scheduler {
     /// Free a running or terminating job's GPUs and uncharge it if still charged.
     /// Leaves the job in `Pending` (not queued); the caller requeues or removes it.
     pub(crate) fn release(&mut self, ix: JobIx, now: Time) {
-        let tracks_victims = self.tracks_victims();
+        if self.tracks_victims() && matches!(self.jobs[ix].state, JobState::Running { .. }) {
+            self.unindex_victim(ix);
+        }
         let job = &mut self.jobs[ix];
         let state = std::mem::replace(&mut job.state, JobState::Pending { reservation: None });
         let (placement, started_at, charged) = match state {
@@ -549,8 +505,7 @@ impl Scheduler {
         };
         let deadline = job.runtime_deadline(started_at);
         job.runtime_done_ms += now.ms_since(started_at);
-        let (id, per_replica, total, priority) =
-            (job.spec.id, job.spec.per_replica, job.spec.total(), job.spec.priority);
+        let (id, per_replica, total) = (job.spec.id, job.spec.per_replica, job.spec.total());
         let accounts = job.accounts();
         for replica in placement.replicas() {
             self.nodes.update(replica.node, |node| {
@@ -563,9 +518,6 @@ impl Scheduler {
         self.changes.room_grew = true;
         if charged {
             self.uncharge(accounts, total);
-            if tracks_victims {
-                self.remove_running(priority, id);
-            }
             if let Some(deadline) = deadline {
                 self.runtime_deadlines.remove(&(deadline, id, ix));
             }
@@ -574,25 +526,60 @@ impl Scheduler {
         }
     }
 
-    /// Index a job that starts running as a victim candidate.
-    fn add_running(&mut self, priority: Priority, id: JobId, entry: RunningEntry) {
-        if entry.preemptible {
-            if entry.gpus_total > 0 {
-                *self.preemptible_gpus.entry(priority).or_default() += entry.gpus_total;
-            }
-            self.changes.victim_started(priority);
+    /// Index a job that has just started running: count it, and list it as a victim
+    /// candidate on each of its nodes if it may be preempted.
+    fn index_victim(&mut self, ix: JobIx) {
+        let job = &self.jobs[ix];
+        let JobState::Running { placement, started_at } = &job.state else { unreachable!("just started") };
+        let (priority, preemptible, gpus) = (job.spec.priority, job.spec.preemptible, job.spec.total().gpus);
+        self.tallies.add(priority, preemptible, gpus);
+        if !preemptible {
+            return;
         }
-        let fresh = self.running.insert((priority, id), entry).is_none();
-        debug_assert!(fresh, "{id} indexed as running twice");
+        self.changes.victim_started(priority);
+        let base = VictimEntry {
+            priority,
+            id: job.spec.id,
+            ix,
+            freed: Resources::ZERO,
+            gpus_total: gpus,
+            started_at: *started_at,
+            checkpoint_interval_ms: job.spec.checkpoint_interval_ms,
+            last_checkpoint: job.last_checkpoint,
+        };
+        let per_replica = job.spec.per_replica;
+        for (node, replicas) in replicas_per_node(placement) {
+            let entry = VictimEntry { freed: per_replica.times(replicas), ..base };
+            victims::insert_entry(self.nodes.victims_mut(node), entry);
+        }
     }
 
-    fn remove_running(&mut self, priority: Priority, id: JobId) {
-        let entry = self.running.remove(&(priority, id)).expect("running job is indexed");
-        if entry.preemptible && entry.gpus_total > 0 {
-            let tally = self.preemptible_gpus.get_mut(&priority).expect("tallied at start");
-            *tally -= entry.gpus_total;
-            if *tally == 0 {
-                self.preemptible_gpus.remove(&priority);
+    /// Undo `index_victim` for a job that stops running.
+    fn unindex_victim(&mut self, ix: JobIx) {
+        let job = &self.jobs[ix];
+        let JobState::Running { placement, .. } = &job.state else { unreachable!("running") };
+        let (priority, preemptible, gpus) = (job.spec.priority, job.spec.preemptible, job.spec.total().gpus);
+        self.tallies.remove(priority, preemptible, gpus);
+        if !preemptible {
+            return;
+        }
+        let key = (priority, job.spec.id);
+        for (node, _) in replicas_per_node(placement) {
+            victims::remove_entry(self.nodes.victims_mut(node), key);
+        }
+    }
+
+    /// Keep a running victim's entries in step with its latest checkpoint.
+    fn checkpoint_victim_entries(&mut self, ix: JobIx) {
+        let job = &self.jobs[ix];
+        let JobState::Running { placement, .. } = &job.state else { return };
+        if !self.tracks_victims() || !job.spec.preemptible {
+            return;
+        }
+        let (key, last_checkpoint) = ((job.spec.priority, job.spec.id), job.last_checkpoint);
+        for (node, _) in replicas_per_node(placement) {
+            if let Some(entry) = victims::entry_mut(self.nodes.victims_mut(node), key) {
+                entry.last_checkpoint = last_checkpoint;
             }
         }
     }
@@ -677,4 +664,19 @@ impl Scheduler {
         }
         Placement::new(replicas)
     }
+}
+
+/// A placement's nodes with the number of replicas on each, in replica order (replicas are
+/// listed node by node, so equal neighbours are merged).
+pub(crate) fn replicas_per_node(placement: &Placement) -> impl Iterator<Item = (NodeId, u32)> + '_ {
+    let replicas = placement.replicas();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let node = replicas.get(i)?.node;
+        let start = i;
+        while replicas.get(i).is_some_and(|r| r.node == node) {
+            i += 1;
+        }
+        Some((node, (i - start) as u32))
+    })
 }

@@ -90,6 +90,20 @@ impl Job {
         }
     }
 
+    /// GPU-time lost if the job, now running, stopped at `now` (0 when it does not run).
+    pub fn lost_gpu_ms(&self, now: Time) -> u64 {
+        match self.state {
+            JobState::Running { started_at, .. } => crate::victims::lost_gpu_ms(
+                self.spec.checkpoint_interval_ms,
+                self.last_checkpoint,
+                started_at,
+                self.spec.total().gpus,
+                now,
+            ),
+            _ => 0,
+        }
+    }
+
     /// When a run started at `started_at` reaches the job's run-time limit.
     pub fn runtime_deadline(&self, started_at: Time) -> Option<Time> {
         self.spec.max_runtime_ms.map(|limit| started_at.plus_ms(limit.saturating_sub(self.runtime_done_ms)))

@@ -1,0 +1,128 @@
+//! The victim index: what the victim search reads, kept in step with every start, stop and
+//! checkpoint report, and only when the policy preempts.
+//!
+//! - Per node, the running preemptible jobs with a replica there, in (priority, id) order,
+//!   each with what it frees on that node and what its lost work is computed from
+//!   ([`VictimEntry`]). A one-replica preemptor's search reads only these lists: it finds
+//!   for each node the priority level at which the node first makes room, and then weighs
+//!   victims on just the nodes that make room at the lowest such level.
+//! - Per priority, how many jobs run (any) and how many preemptible jobs and GPUs run: the
+//!   cheap tests that come before any search, and the candidate bound of rule 6.
+
+use std::collections::BTreeMap;
+
+use crate::jobs::JobIx;
+use crate::state::last_progress_saved;
+use crate::types::{JobId, Priority, Resources, Time};
+
+/// A running preemptible job as the victim search sees it on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct VictimEntry {
+    pub priority: Priority,
+    pub id: JobId,
+    pub ix: JobIx,
+    /// What it frees on this node: its replicas here.
+    pub freed: Resources,
+    /// GPUs of the whole job (what its lost work is weighted by).
+    pub gpus_total: u32,
+    pub started_at: Time,
+    pub checkpoint_interval_ms: Option<u64>,
+    pub last_checkpoint: Option<Time>,
+}
+
+impl VictimEntry {
+    /// The list order: rule 2 (lowest priority first), then id.
+    pub fn key(&self) -> (Priority, JobId) {
+        (self.priority, self.id)
+    }
+
+    /// GPU-time lost since the run's last saved progress if it stopped at `now`.
+    pub fn lost_gpu_ms(&self, now: Time) -> u64 {
+        lost_gpu_ms(self.checkpoint_interval_ms, self.last_checkpoint, self.started_at, self.gpus_total, now)
+    }
+}
+
+/// GPU-time a run started at `started_at` loses if it stops at `now`: the time since its
+/// progress was last saved, times its GPUs (at least one, so CPU-only work counts too).
+pub(crate) fn lost_gpu_ms(
+    checkpoint_interval_ms: Option<u64>,
+    last_checkpoint: Option<Time>,
+    started_at: Time,
+    gpus_total: u32,
+    now: Time,
+) -> u64 {
+    let saved = last_progress_saved(checkpoint_interval_ms, last_checkpoint, started_at, now);
+    now.ms_since(saved) * u64::from(gpus_total.max(1))
+}
+
+/// Running preemptible work at one priority.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub jobs: u32,
+    pub gpus: u32,
+}
+
+/// The per-priority part of the victim index (the per-node lists live on the nodes).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct VictimTallies {
+    /// Running jobs, preemptible or not, by priority (no empty levels).
+    pub running: BTreeMap<Priority, u32>,
+    /// Running preemptible jobs and their GPUs by priority (no empty levels).
+    pub preemptible: BTreeMap<Priority, Tally>,
+}
+
+impl VictimTallies {
+    pub fn add(&mut self, priority: Priority, preemptible: bool, gpus: u32) {
+        *self.running.entry(priority).or_default() += 1;
+        if preemptible {
+            let tally = self.preemptible.entry(priority).or_default();
+            tally.jobs += 1;
+            tally.gpus += gpus;
+        }
+    }
+
+    pub fn remove(&mut self, priority: Priority, preemptible: bool, gpus: u32) {
+        let running = self.running.get_mut(&priority).expect("counted at start");
+        *running -= 1;
+        if *running == 0 {
+            self.running.remove(&priority);
+        }
+        if preemptible {
+            let tally = self.preemptible.get_mut(&priority).expect("tallied at start");
+            tally.jobs -= 1;
+            tally.gpus -= gpus;
+            if tally.jobs == 0 {
+                self.preemptible.remove(&priority);
+            }
+        }
+    }
+
+    /// Does any job (preemptible or not) run below `priority`?
+    pub fn any_running_below(&self, priority: Priority) -> bool {
+        self.running.first_key_value().is_some_and(|(p, _)| *p < priority)
+    }
+
+    /// Running preemptible jobs below `priority`.
+    pub fn preemptible_jobs_below(&self, priority: Priority) -> u64 {
+        self.preemptible.range(..priority).map(|(_, t)| u64::from(t.jobs)).sum()
+    }
+}
+
+/// Insert an entry in its place in a node's list.
+pub(crate) fn insert_entry(list: &mut Vec<VictimEntry>, entry: VictimEntry) {
+    let at = list.partition_point(|e| e.key() < entry.key());
+    debug_assert!(list.get(at).is_none_or(|e| e.key() != entry.key()), "{} listed twice", entry.id);
+    list.insert(at, entry);
+}
+
+/// Remove a job's entry from a node's list.
+pub(crate) fn remove_entry(list: &mut Vec<VictimEntry>, key: (Priority, JobId)) {
+    let at = list.binary_search_by_key(&key, VictimEntry::key).expect("a running victim is listed");
+    list.remove(at);
+}
+
+/// A job's entry in a node's list, to update its checkpoint.
+pub(crate) fn entry_mut(list: &mut [VictimEntry], key: (Priority, JobId)) -> Option<&mut VictimEntry> {
+    let at = list.binary_search_by_key(&key, VictimEntry::key).ok()?;
+    Some(&mut list[at])
+}
