@@ -4,12 +4,13 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Bound::{Excluded, Unbounded};
 
+use crate::cluster::{Node, NodeIx, Nodes};
 use crate::config::ScoringPolicy;
 use crate::decision::{Decision, PendingReason, StopCause};
 use crate::jobs::JobIx;
 use crate::placement::{Candidate, choose_nodes};
 use crate::preemption::{PreemptionScope, VictimPlan};
-use crate::queue::{GroupIx, GroupKey, RoomWake, Verdict, Wake, WakeOn};
+use crate::queue::{GroupIx, GroupKey, GrownRoom, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
 use crate::state::{JobState, QueueKey, Reservation, Termination};
 use crate::types::{AccountId, GpuModel, GpuSet, NodeId, Placement, Priority, ReplicaPlacement, Resources, Time};
@@ -50,7 +51,6 @@ struct CycleMemo {
     /// Highest priority at which an unrestricted victim search for the shape failed.
     no_victims: Memo<Shape, Priority>,
     never_fits: Memo<Shape, bool>,
-    free_max: Memo<Option<GpuModel>, u32>,
 }
 
 struct Memo<K, V>(Vec<(K, V)>);
@@ -90,6 +90,51 @@ impl PreemptionBudget {
         let ok = self.left > 0;
         self.left = self.left.saturating_sub(1);
         ok
+    }
+}
+
+/// Where the walk's next job comes from.
+#[derive(Clone, Copy)]
+enum From {
+    Awake,
+    Behind,
+    Candidate,
+}
+
+/// The nodes that grew since the last cycle (schedulable ones, by position), for the lazy
+/// room wakes of `queue.rs`.
+struct GrownNodes<'a> {
+    nodes: &'a Nodes,
+    grown: &'a [NodeIx],
+}
+
+impl GrownNodes<'_> {
+    fn iter(&self) -> impl Iterator<Item = &Node> {
+        self.grown.iter().map(|&ix| self.nodes.at(ix))
+    }
+}
+
+/// GPUs on `node` free or held by preemptible work below `priority`.
+fn reclaimable_gpus(node: &Node, priority: Priority) -> u32 {
+    node.available_gpus() + node.victims.iter().take_while(|e| e.priority < priority).map(|e| e.freed.gpus).sum::<u32>()
+}
+
+impl GrownRoom for GrownNodes<'_> {
+    fn free_gpus_max(&self) -> u32 {
+        self.iter().map(Node::available_gpus).max().unwrap_or(0)
+    }
+
+    fn reclaimable_gpus_max(&self, priority: Priority) -> u32 {
+        self.iter().map(|n| reclaimable_gpus(n, priority)).max().unwrap_or(0)
+    }
+
+    fn admits(&self, gk: &GroupKey, room: RoomWake) -> bool {
+        let need = gk.per_replica.gpus;
+        self.iter().filter(|n| gk.model.is_none_or(|m| m == n.spec.gpu_model)).any(|n| match room {
+            RoomWake::Fits => n.available_gpus() >= need,
+            RoomWake::Reclaim => reclaimable_gpus(n, gk.priority) >= need,
+            RoomWake::Never | RoomWake::Nodes | RoomWake::Any => true,
+        })
     }
 }
 
@@ -180,26 +225,47 @@ impl Scheduler {
 
     /// Step 4: walk the queue in order, one equivalence group at a time (see `queue.rs`).
     fn walk_queue(&mut self, now: Time, out: &mut CycleOutcome) {
+        self.blocked_by = None;
+        // 4a. Wake the sleeping groups that what changed since the last cycle may concern.
+        self.grown_nodes.clear();
+        for &id in &self.changes.grown {
+            if let Some(ix) = self.nodes.ix_of(id).filter(|ix| self.nodes.at(*ix).schedulable) {
+                self.grown_nodes.push(ix);
+            }
+        }
+        self.grown_nodes.sort_unstable();
+        self.grown_nodes.dedup();
+        let grown = GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes };
+        self.queue.wake_for(&mut self.changes, &grown);
+        let candidates = std::mem::take(&mut self.queue.candidates);
+        let reached = self.walk_heads(&candidates, now, out);
+        // Candidates the walk did not reach (it stopped early) wake now, to be asked next
+        // cycle as if woken at once.
+        for &(_, gix) in &candidates[reached..] {
+            if self.queue.is_asleep(gix) {
+                self.queue.wake(gix);
+            }
+        }
+        self.queue.candidates = candidates;
+    }
+
+    /// The walk proper: awake heads and lazy candidates in queue order; returns how many
+    /// candidates it reached.
+    fn walk_heads(&mut self, candidates: &[(QueueKey, GroupIx)], now: Time, out: &mut CycleOutcome) -> usize {
         let strict = !self.config.policy.backfill;
         let mut memo = CycleMemo::default();
         let mut budget = PreemptionBudget { left: self.config.limits.preemption_attempts_per_cycle_max };
-        self.blocked_by = None;
-        // 4a. Wake the sleeping groups that what changed since the last cycle may concern.
-        let index = &self.nodes.index;
-        self.queue
-            .wake_for(&mut self.changes, |model| memo.free_max.get_or_insert_with(model, || index.summary(model).0));
         // Under strict order the first sleeping group that blocks blocks everything behind it.
-        let asleep_head = self
-            .queue
-            .asleep_blocking
-            .first()
-            .map(|&(k, gix)| (k, self.queue.group(gix).key.priority))
-            .filter(|_| strict);
+        let first_asleep_blocking = |queue: &crate::queue::PendingQueue| {
+            queue.asleep_blocking.first().map(|&(k, gix)| (k, queue.group(gix).key.priority)).filter(|_| strict)
+        };
+        let mut asleep_head = first_asleep_blocking(&self.queue);
         // Awake heads are taken in order from the queue's own set (a start moves a group's
         // head later, where the walk finds it again); members behind a head that holds GPUs
-        // for its victims wait in `behind_holders`.
+        // for its victims wait in `behind_holders`; candidates come from their own list.
         let mut last_head: Option<(QueueKey, GroupIx)> = None;
         let mut behind_holders: BinaryHeap<Reverse<(QueueKey, GroupIx)>> = BinaryHeap::new();
+        let mut next_candidate = 0;
         loop {
             let next_head = match last_head {
                 None => self.queue.awake.first(),
@@ -207,11 +273,16 @@ impl Scheduler {
             }
             .copied();
             let next_behind = behind_holders.peek().map(|Reverse(e)| *e);
-            let (key, gix, is_head) = match (next_head, next_behind) {
-                (None, None) => break,
-                (Some(h), Some(b)) if b < h => (b.0, b.1, false),
-                (Some(h), _) => (h.0, h.1, true),
-                (None, Some(b)) => (b.0, b.1, false),
+            let candidate = candidates.get(next_candidate).copied();
+            let Some((key, gix, from)) = [
+                next_head.map(|(k, g)| (k, g, From::Awake)),
+                next_behind.map(|(k, g)| (k, g, From::Behind)),
+                candidate.map(|(k, g)| (k, g, From::Candidate)),
+            ]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(k, ..)| *k) else {
+                break;
             };
             if strict && asleep_head.is_some_and(|(k, _)| k < key) {
                 break;
@@ -219,10 +290,27 @@ impl Scheduler {
             if out.stats.started >= self.config.limits.starts_per_cycle_max {
                 break;
             }
+            let is_head = match from {
+                From::Awake => true,
+                From::Behind => {
+                    behind_holders.pop();
+                    false
+                }
+                From::Candidate => {
+                    next_candidate += 1;
+                    // Second look: does a grown node still have room for it now?
+                    let room = self.queue.room_wake(gix);
+                    let grown = GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes };
+                    if !grown.admits(&self.queue.group(gix).key, room) {
+                        continue;
+                    }
+                    self.queue.wake(gix);
+                    asleep_head = first_asleep_blocking(&self.queue);
+                    true
+                }
+            };
             if is_head {
                 last_head = Some((key, gix));
-            } else {
-                behind_holders.pop();
             }
             out.stats.jobs_considered += 1;
             let gk = self.queue.group(gix).key;
@@ -236,7 +324,7 @@ impl Scheduler {
                     }
                     if strict && !matches!(self.jobs[key.ix].state, JobState::Running { .. }) {
                         self.blocked_by = Some((key, gk.priority));
-                        return;
+                        return next_candidate;
                     }
                     // A started head left the group: its next member is the group's new
                     // head, found again in `awake`. Otherwise the next member waits here.
@@ -253,7 +341,7 @@ impl Scheduler {
                     self.queue.fail(gix, verdict);
                     if blocks {
                         self.blocked_by = Some((key, gk.priority));
-                        return;
+                        return next_candidate;
                     }
                 }
             }
@@ -261,6 +349,7 @@ impl Scheduler {
         if strict {
             self.blocked_by = self.blocked_by.or(asleep_head);
         }
+        next_candidate
     }
 
     /// Steps 4b–4g for one job.
@@ -284,7 +373,7 @@ impl Scheduler {
         if never {
             let reason = PendingReason::NeverFits { gpus_per_replica: shape.per_replica.gpus, gpu_model: shape.model };
             // Node sizes are what it waits for: a node added or back from a drain.
-            let wake = Wake::On(WakeOn { room: RoomWake::Any, ..WakeOn::default() });
+            let wake = Wake::On(WakeOn { room: RoomWake::Nodes, ..WakeOn::default() });
             return Considered::Failed(Verdict { reasons: vec![reason], wake });
         }
         // d.
@@ -323,7 +412,7 @@ impl Scheduler {
         }
         // f.
         let mut reasons = vec![self.no_fit_reason(shape)];
-        let mut wake = Wake::On(self.wake_on_room(gk, preempt_capable));
+        let mut wake = Wake::On(self.wake_on_room(preempt_capable));
         if !self.config.policy.preemption {
             // The policy never preempts: nothing to add.
         } else if !preempt_capable {
@@ -350,14 +439,12 @@ impl Scheduler {
         Considered::Failed(Verdict { reasons, wake })
     }
 
-    /// What wakes a group that found no room. One that may preempt and has running work
-    /// below it wakes on any growth of room (free room plus its victims may now suffice)
-    /// and on new victims; one that may not wakes when one of its replicas may fit in free
-    /// room (or, if it may preempt, when a victim starts below it).
-    fn wake_on_room(&self, gk: &GroupKey, preempt_capable: bool) -> WakeOn {
-        let work_below = self.tallies.any_running_below(gk.priority);
-        let room = if preempt_capable && work_below { RoomWake::Any } else { RoomWake::Fits };
-        WakeOn { accounts: false, room, victims: preempt_capable }
+    /// What wakes a group that found no room: room for one replica on a node that grew,
+    /// counting what lower-priority preemptible work there would free if the group may
+    /// preempt (see `queue.rs`).
+    fn wake_on_room(&self, preempt_capable: bool) -> WakeOn {
+        let room = if preempt_capable { RoomWake::Reclaim } else { RoomWake::Fits };
+        WakeOn { accounts: false, room, victims: false }
     }
 
     /// A victim search, with the scheduler's scratch buffers.

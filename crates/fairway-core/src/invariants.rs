@@ -76,7 +76,9 @@ impl Scheduler {
                 }
                 if is_charged {
                     if self.tracks_victims() {
-                        tallies.add(job.spec.priority, job.spec.preemptible, job.spec.total().gpus);
+                        if job.spec.preemptible {
+                            tallies.add(job.spec.priority, job.spec.total().gpus);
+                        }
                         self.check_victim_entries(ix, job)?;
                     }
                     for a in job.accounts() {

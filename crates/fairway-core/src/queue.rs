@@ -4,15 +4,30 @@
 //! accounts and preemption policy get the same answer from a cycle, so a cycle asks once
 //! per group and stops at the first failure: every later member would fail the same way
 //! (free room only shrinks during a cycle). A failed group goes to sleep, with its verdict
-//! as every member's pending reason, indexed by what would wake it (free room for one of
-//! its replicas, any change of free room, a victim starting below its priority, a change
-//! of one of its accounts). Events mark what changed; the next cycle wakes only the
-//! groups indexed under it. A cycle's cost is thus proportional to the groups woken and the
-//! jobs started, not to the number of groups or the queue depth (Kueue's equivalence
-//! hashing and requeue-on-event, Volcano's skipping of unchanged unschedulable jobs).
+//! as every member's pending reason, indexed by what would wake it. Events mark what
+//! changed; the next cycle wakes only the groups indexed under it. A cycle's cost is thus
+//! proportional to the groups woken and the jobs started, not to the number of groups or
+//! the queue depth (Kueue's equivalence hashing and requeue-on-event, Volcano's skipping of
+//! unchanged unschedulable jobs).
+//!
+//! What wakes a group ([`WakeOn`]):
+//! - a change of one of its accounts (usage or cap), for a group over quota;
+//! - room on one node for one of its replicas ([`RoomWake::Fits`]), or room counting what
+//!   lower-priority preemptible work on that node would free ([`RoomWake::Reclaim`]), for a
+//!   group that found no room. Room on a node grows only when something leaves it (an exit,
+//!   a hold given up) or the node is added or uncordoned, and a group that failed had room
+//!   on no node; so only the nodes that grew since can have room now, and only they are
+//!   looked at. A preemptible job starting below a group never helps it: the GPUs it takes
+//!   were free and the same GPUs become reclaimable. Several groups may want the same freed
+//!   GPUs, so such wakes are lazy: the groups become candidates, in queue order, and the
+//!   walk asks each one again only if a grown node still has room for it when its turn comes;
+//! - a node added or uncordoned ([`RoomWake::Nodes`]), for a group no node can ever hold;
+//! - any growth of room, or a victim starting below it ([`RoomWake::Any`], `victims`), for a
+//!   group that may preempt only its own account's work.
 //!
 //! A wake that turns out needless costs one evaluation, never a wrong decision; a wake
-//! missed would leave a job waiting forever, so the indexes err on the side of waking.
+//! missed would leave a job waiting forever, so the conditions err on the side of waking
+//! (the room checks count GPUs only), and the property test's oracle looks for misses.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -21,7 +36,7 @@ use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::decision::PendingReason;
 use crate::state::QueueKey;
-use crate::types::{AccountId, GpuModel, JobId, Priority, Resources};
+use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, Resources};
 
 /// A group's slot in the queue. Indexes name groups by it (4 bytes instead of a 56-byte
 /// key); a slot is reused once its group empties.
@@ -83,17 +98,33 @@ pub(crate) struct WakeOn {
     pub victims: bool,
 }
 
-/// Which growth of free room wakes a group.
+/// Which growth of room wakes a group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum RoomWake {
     /// None: room is not what it waits for.
     #[default]
     Never,
-    /// Growth after which some node of its model has free GPUs for one replica.
+    /// A node of its model that grew has free GPUs for one replica.
     Fits,
-    /// Any growth (a preemptor's victims plus free room may now suffice; a node that was
-    /// drained may be back).
+    /// A node of its model that grew has GPUs for one replica, free or held by preemptible
+    /// work below the group's priority.
+    Reclaim,
+    /// A node is added or uncordoned (node sizes are what it waits for).
+    Nodes,
+    /// Any growth of room anywhere.
     Any,
+}
+
+/// What the cycle knows of the nodes that grew since the last one: the room checks of the
+/// lazy wakes (counting GPUs only, so that they err on the side of waking).
+pub(crate) trait GrownRoom {
+    /// The most GPUs free on one grown node (any model).
+    fn free_gpus_max(&self) -> u32;
+    /// The most GPUs free or held by preemptible work below `priority` on one grown node.
+    fn reclaimable_gpus_max(&self, priority: Priority) -> u32;
+    /// Does one grown node of the group's model have room for one of its replicas, as
+    /// `room` counts room?
+    fn admits(&self, gk: &GroupKey, room: RoomWake) -> bool;
 }
 
 #[derive(Clone, Debug)]
@@ -120,7 +151,10 @@ impl Group {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Changes {
     pub accounts: Vec<AccountId>,
-    pub room_grew: bool,
+    /// Nodes where room grew (with repeats).
+    pub grown: Vec<NodeId>,
+    /// A node was added or uncordoned.
+    pub nodes_changed: bool,
     /// The lowest priority at which a preemptible job started.
     pub victim_priority_min: Option<Priority>,
     /// Scratch for `wake_for`, kept between cycles.
@@ -130,6 +164,11 @@ pub(crate) struct Changes {
 impl Changes {
     pub fn victim_started(&mut self, priority: Priority) {
         self.victim_priority_min = Some(self.victim_priority_min.map_or(priority, |p| p.min(priority)));
+    }
+
+    /// Room grew on a node: something left it, or it was added or uncordoned.
+    pub fn room_grew(&mut self, node: NodeId) {
+        self.grown.push(node);
     }
 }
 
@@ -150,7 +189,13 @@ pub(crate) struct PendingQueue {
     by_account: BTreeSet<(AccountId, GroupIx)>,
     /// `RoomWake::Fits`, by GPUs per replica.
     by_room_fits: BTreeSet<(u32, GroupIx)>,
+    /// `RoomWake::Reclaim`, by priority and GPUs per replica.
+    by_reclaim: BTreeSet<(Priority, u32, GroupIx)>,
+    by_nodes: BTreeSet<GroupIx>,
     by_room_any: BTreeSet<GroupIx>,
+    /// Sleeping groups that room on a grown node may concern, in queue order: the walk
+    /// asks each again if a grown node still has room for it when its turn comes.
+    pub candidates: Vec<(QueueKey, GroupIx)>,
     /// By the group's priority: a victim starting at `p` wakes those above `p`.
     by_victims: BTreeSet<(Priority, GroupIx)>,
 }
@@ -301,6 +346,12 @@ impl PendingQueue {
             RoomWake::Fits => {
                 self.by_room_fits.insert((gk.per_replica.gpus, gix));
             }
+            RoomWake::Reclaim => {
+                self.by_reclaim.insert((gk.priority, gk.per_replica.gpus, gix));
+            }
+            RoomWake::Nodes => {
+                self.by_nodes.insert(gix);
+            }
             RoomWake::Any => {
                 self.by_room_any.insert(gix);
             }
@@ -328,6 +379,12 @@ impl PendingQueue {
             RoomWake::Fits => {
                 self.by_room_fits.remove(&(gk.per_replica.gpus, gix));
             }
+            RoomWake::Reclaim => {
+                self.by_reclaim.remove(&(gk.priority, gk.per_replica.gpus, gix));
+            }
+            RoomWake::Nodes => {
+                self.by_nodes.remove(&gix);
+            }
             RoomWake::Any => {
                 self.by_room_any.remove(&gix);
             }
@@ -337,17 +394,20 @@ impl PendingQueue {
         }
     }
 
-    fn wake(&mut self, gix: GroupIx) {
+    pub fn wake(&mut self, gix: GroupIx) {
         let head = self.group(gix).head();
         self.unindex(gix, head);
         self.group_mut(gix).asleep = false;
         self.awake.insert((head, gix));
     }
 
-    /// Wake the sleeping groups that `changes` may concern. `free_gpus_max(model)` is the
-    /// most GPUs free on one schedulable node of the model (or any model for `None`).
-    /// `changes` is emptied, keeping its allocations for the next cycle.
-    pub fn wake_for(&mut self, changes: &mut Changes, mut free_gpus_max: impl FnMut(Option<GpuModel>) -> u32) {
+    /// Wake the sleeping groups that `changes` may concern: at once those woken by an
+    /// account, a victim, a node added or any growth; lazily (as `candidates`, in queue
+    /// order) those that room on a grown node may concern. `changes` is emptied, keeping
+    /// its allocations for the next cycle.
+    pub fn wake_for(&mut self, changes: &mut Changes, grown: &dyn GrownRoom) {
+        let room_grew = !changes.grown.is_empty();
+        changes.grown.clear();
         let woken = &mut changes.woken;
         woken.clear();
         changes.accounts.sort_unstable();
@@ -356,15 +416,11 @@ impl PendingQueue {
             let range = (Included((account, GroupIx(0))), Unbounded);
             woken.extend(self.by_account.range(range).take_while(|(a, _)| *a == account).map(|(_, gix)| *gix));
         }
-        if std::mem::take(&mut changes.room_grew) {
+        if room_grew {
             woken.extend(self.by_room_any.iter().copied());
-            let any_model_max = free_gpus_max(None);
-            for &(gpus, gix) in self.by_room_fits.range(..=(any_model_max, GroupIx(u32::MAX))) {
-                let model = self.group(gix).key.model;
-                if model.is_none() || gpus <= free_gpus_max(model) {
-                    woken.push(gix);
-                }
-            }
+        }
+        if std::mem::take(&mut changes.nodes_changed) {
+            woken.extend(self.by_nodes.iter().copied());
         }
         if let Some(p) = changes.victim_priority_min.take() {
             let range = (Excluded((p, GroupIx(u32::MAX))), Unbounded);
@@ -376,6 +432,51 @@ impl PendingQueue {
         for i in 0..changes.woken.len() {
             self.wake(changes.woken[i]);
         }
+        self.candidates.clear();
+        if room_grew {
+            self.find_candidates(grown);
+        }
+    }
+
+    /// The sleeping groups that room on a grown node may let in, by head.
+    fn find_candidates(&mut self, grown: &dyn GrownRoom) {
+        let mut candidates = std::mem::take(&mut self.candidates);
+        let head = |gix: GroupIx| (self.group(gix).head(), gix);
+        let free_max = grown.free_gpus_max();
+        for &(_, gix) in self.by_room_fits.range(..=(free_max, GroupIx(u32::MAX))) {
+            if grown.admits(&self.group(gix).key, RoomWake::Fits) {
+                candidates.push(head(gix));
+            }
+        }
+        // One range per priority level of the index: groups at `p` needing at most what
+        // some grown node could reclaim for `p`.
+        let mut from = (Priority::MIN, 0, GroupIx(0));
+        while let Some(&(p, _, _)) = self.by_reclaim.range(from..).next() {
+            let reclaimable = grown.reclaimable_gpus_max(p);
+            for &(_, _, gix) in self.by_reclaim.range((p, 0, GroupIx(0))..=(p, reclaimable, GroupIx(u32::MAX))) {
+                if grown.admits(&self.group(gix).key, RoomWake::Reclaim) {
+                    candidates.push(head(gix));
+                }
+            }
+            match p.checked_add(1) {
+                Some(next) => from = (next, 0, GroupIx(0)),
+                None => break,
+            }
+        }
+        candidates.sort_unstable();
+        self.candidates = candidates;
+    }
+
+    /// How a sleeping group's room wake counts room (for the walk's second look).
+    pub fn room_wake(&self, gix: GroupIx) -> RoomWake {
+        match self.group(gix).verdict.as_ref().map(|v| v.wake) {
+            Some(Wake::On(on)) => on.room,
+            _ => RoomWake::Never,
+        }
+    }
+
+    pub fn is_asleep(&self, gix: GroupIx) -> bool {
+        self.groups.get(gix.0 as usize).and_then(Option::as_ref).is_some_and(|g| g.asleep)
     }
 }
 
@@ -409,6 +510,8 @@ impl PendingQueue {
             let gk = &group.key;
             let indexed = (on.accounts && gk.accounts().all(|a| self.by_account.contains(&(a, gix))))
                 || (on.room == RoomWake::Fits && self.by_room_fits.contains(&(gk.per_replica.gpus, gix)))
+                || (on.room == RoomWake::Reclaim && self.by_reclaim.contains(&(gk.priority, gk.per_replica.gpus, gix)))
+                || (on.room == RoomWake::Nodes && self.by_nodes.contains(&gix))
                 || (on.room == RoomWake::Any && self.by_room_any.contains(&gix))
                 || (on.victims && self.by_victims.contains(&(gk.priority, gix)));
             if !indexed {
@@ -433,6 +536,8 @@ impl PendingQueue {
         let asleep = |gix: &GroupIx| self.groups.get(gix.0 as usize).and_then(Option::as_ref).is_some_and(|g| g.asleep);
         let stale = self.by_account.iter().any(|(_, g)| !asleep(g))
             || self.by_room_fits.iter().any(|(_, g)| !asleep(g))
+            || self.by_reclaim.iter().any(|(_, _, g)| !asleep(g))
+            || self.by_nodes.iter().any(|g| !asleep(g))
             || self.by_room_any.iter().any(|g| !asleep(g))
             || self.by_victims.iter().any(|(_, g)| !asleep(g));
         if stale {

@@ -85,11 +85,13 @@ pub struct Scheduler {
     pub(crate) jobs: JobStore,
     /// Pending jobs in scheduling order, grouped by equivalence.
     pub(crate) queue: PendingQueue,
-    /// Running jobs by priority, for the victim search's first tests; with the nodes' victim
-    /// lists, the victim index (`victims.rs`). Kept only when the policy preempts.
+    /// Running preemptible work by priority, for the victim search's first tests; with the
+    /// nodes' victim lists, the victim index (`victims.rs`). Kept only when the policy preempts.
     pub(crate) tallies: VictimTallies,
     /// Scratch space of the victim search, kept between searches.
     pub(crate) search_scratch: SearchScratch,
+    /// The nodes where room grew since the last cycle (positions), for this cycle's wakes.
+    pub(crate) grown_nodes: Vec<crate::cluster::NodeIx>,
     /// Jobs asked to stop that still hold their GPUs.
     pub(crate) terminating: BTreeSet<JobIx>,
     /// Pending jobs that hold a reservation, in id order (the order they start in).
@@ -115,6 +117,7 @@ impl Scheduler {
             queue: PendingQueue::default(),
             tallies: VictimTallies::default(),
             search_scratch: SearchScratch::default(),
+            grown_nodes: Vec::new(),
             terminating: BTreeSet::new(),
             reserving: BTreeMap::new(),
             runtime_deadlines: BTreeSet::new(),
@@ -191,8 +194,20 @@ impl Scheduler {
             return vec![PendingReason::BlockedBehind { job: blocker.id, priority }];
         }
         match job.queued_in.and_then(|gix| self.queue.group(gix).verdict.as_ref()) {
-            Some(verdict) => verdict.reasons.clone(),
+            Some(verdict) => verdict.reasons.iter().map(|r| self.live_reason(r)).collect(),
             None => vec![PendingReason::NotYetConsidered],
+        }
+    }
+
+    /// A verdict's reason with its figures as of now: a group sleeps until something that
+    /// concerns it changes, so the free room it saw when it failed may have changed since.
+    fn live_reason(&self, reason: &PendingReason) -> PendingReason {
+        match *reason {
+            PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, .. } => {
+                let (gpus_free_max, nodes_matching) = self.nodes.index.summary(gpu_model);
+                PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching }
+            }
+            ref other => other.clone(),
         }
     }
 
@@ -358,8 +373,10 @@ impl Scheduler {
                 reason: format!("{} GPUs above the per-node limit {gpus_max}", spec.capacity.gpus),
             });
         }
+        let id = spec.id;
         self.nodes.add(Node::new(spec), gpus_max);
-        self.changes.room_grew = true;
+        self.changes.room_grew(id);
+        self.changes.nodes_changed = true;
         Ok(())
     }
 
@@ -402,7 +419,10 @@ impl Scheduler {
             return Ok(());
         }
         self.nodes.update(id, |node| node.schedulable = schedulable);
-        self.changes.room_grew = true;
+        if schedulable {
+            self.changes.room_grew(id);
+            self.changes.nodes_changed = true;
+        }
         Ok(())
     }
 
@@ -514,8 +534,8 @@ impl Scheduler {
                 node.used = node.used.minus(per_replica);
                 node.unplace(ix);
             });
+            self.changes.room_grew(replica.node);
         }
-        self.changes.room_grew = true;
         if charged {
             self.uncharge(accounts, total);
             if let Some(deadline) = deadline {
@@ -526,16 +546,16 @@ impl Scheduler {
         }
     }
 
-    /// Index a job that has just started running: count it, and list it as a victim
-    /// candidate on each of its nodes if it may be preempted.
+    /// Index a job that has just started running, if it may be preempted: tally it and list
+    /// it as a victim candidate on each of its nodes.
     fn index_victim(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
         let JobState::Running { placement, started_at } = &job.state else { unreachable!("just started") };
-        let (priority, preemptible, gpus) = (job.spec.priority, job.spec.preemptible, job.spec.total().gpus);
-        self.tallies.add(priority, preemptible, gpus);
-        if !preemptible {
+        let (priority, gpus) = (job.spec.priority, job.spec.total().gpus);
+        if !job.spec.preemptible {
             return;
         }
+        self.tallies.add(priority, gpus);
         self.changes.victim_started(priority);
         let base = VictimEntry {
             priority,
@@ -558,11 +578,11 @@ impl Scheduler {
     fn unindex_victim(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
         let JobState::Running { placement, .. } = &job.state else { unreachable!("running") };
-        let (priority, preemptible, gpus) = (job.spec.priority, job.spec.preemptible, job.spec.total().gpus);
-        self.tallies.remove(priority, preemptible, gpus);
-        if !preemptible {
+        let (priority, gpus) = (job.spec.priority, job.spec.total().gpus);
+        if !job.spec.preemptible {
             return;
         }
+        self.tallies.remove(priority, gpus);
         let key = (priority, job.spec.id);
         for (node, _) in replicas_per_node(placement) {
             victims::remove_entry(self.nodes.victims_mut(node), key);
@@ -638,10 +658,10 @@ impl Scheduler {
                 node.held = node.held.minus(replica.gpus);
                 node.reserved = node.reserved.minus(per_replica);
             });
+            self.changes.room_grew(replica.node);
         }
         self.uncharge(accounts, total);
         self.reserving.remove(&id);
-        self.changes.room_grew = true;
         Some(reservation)
     }
 

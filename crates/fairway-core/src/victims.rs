@@ -6,8 +6,8 @@
 //!   ([`VictimEntry`]). A one-replica preemptor's search reads only these lists: it finds
 //!   for each node the priority level at which the node first makes room, and then weighs
 //!   victims on just the nodes that make room at the lowest such level.
-//! - Per priority, how many jobs run (any) and how many preemptible jobs and GPUs run: the
-//!   cheap tests that come before any search, and the candidate bound of rule 6.
+//! - Per priority, how many preemptible jobs and GPUs run: the cheap test that comes before
+//!   any search, and the candidate bound of rule 6.
 
 use std::collections::BTreeMap;
 
@@ -65,41 +65,24 @@ pub(crate) struct Tally {
 /// The per-priority part of the victim index (the per-node lists live on the nodes).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct VictimTallies {
-    /// Running jobs, preemptible or not, by priority (no empty levels).
-    pub running: BTreeMap<Priority, u32>,
     /// Running preemptible jobs and their GPUs by priority (no empty levels).
     pub preemptible: BTreeMap<Priority, Tally>,
 }
 
 impl VictimTallies {
-    pub fn add(&mut self, priority: Priority, preemptible: bool, gpus: u32) {
-        *self.running.entry(priority).or_default() += 1;
-        if preemptible {
-            let tally = self.preemptible.entry(priority).or_default();
-            tally.jobs += 1;
-            tally.gpus += gpus;
-        }
+    pub fn add(&mut self, priority: Priority, gpus: u32) {
+        let tally = self.preemptible.entry(priority).or_default();
+        tally.jobs += 1;
+        tally.gpus += gpus;
     }
 
-    pub fn remove(&mut self, priority: Priority, preemptible: bool, gpus: u32) {
-        let running = self.running.get_mut(&priority).expect("counted at start");
-        *running -= 1;
-        if *running == 0 {
-            self.running.remove(&priority);
+    pub fn remove(&mut self, priority: Priority, gpus: u32) {
+        let tally = self.preemptible.get_mut(&priority).expect("tallied at start");
+        tally.jobs -= 1;
+        tally.gpus -= gpus;
+        if tally.jobs == 0 {
+            self.preemptible.remove(&priority);
         }
-        if preemptible {
-            let tally = self.preemptible.get_mut(&priority).expect("tallied at start");
-            tally.jobs -= 1;
-            tally.gpus -= gpus;
-            if tally.jobs == 0 {
-                self.preemptible.remove(&priority);
-            }
-        }
-    }
-
-    /// Does any job (preemptible or not) run below `priority`?
-    pub fn any_running_below(&self, priority: Priority) -> bool {
-        self.running.first_key_value().is_some_and(|(p, _)| *p < priority)
     }
 
     /// Running preemptible jobs below `priority`.

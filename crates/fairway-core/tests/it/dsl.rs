@@ -20,6 +20,8 @@
 //! why J...              the human sentences of `Scheduler::why` (or the job's state)
 //! status [J...]         each job's state (all jobs when none is named)
 //! usage ACCOUNT         what is charged to the account, and its quota
+//! work                  the core's counters so far: jobs considered, victim searches (what a
+//!                       cycle cost; scenarios about wake-ups pin how many looks they take)
 //! ```
 //!
 //! Every event goes to an [`Oracle`] too, and after every cycle `check_invariants` and the
@@ -442,6 +444,13 @@ impl Runner {
                     let st = self.names.status(s, id);
                     let _ = writeln!(self.out, "status {name}: {st}");
                 }
+                Ok(())
+            }
+            "work" => {
+                line.only(&[])?;
+                let c = self.sched().counters();
+                let _ =
+                    writeln!(self.out, "work: {} considered, {} searches", c.jobs_considered, c.preemption_searches);
                 Ok(())
             }
             "usage" => {
