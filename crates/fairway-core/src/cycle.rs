@@ -1,7 +1,5 @@
 //! The scheduling cycle: one numbered recipe, run by every driver the same way.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::cluster::{Node, NodeIx, Nodes};
@@ -97,7 +95,6 @@ impl PreemptionBudget {
 #[derive(Clone, Copy)]
 enum From {
     Awake,
-    Behind,
     Candidate,
 }
 
@@ -143,8 +140,6 @@ enum Considered {
     Started,
     /// Victims were asked to stop; the job holds their GPUs.
     Preempting,
-    /// Already holding GPUs while earlier victims terminate.
-    Holding,
     /// Cannot start: the group's verdict.
     Failed(Verdict),
 }
@@ -157,9 +152,11 @@ impl Scheduler {
     /// 3. Start preemptors whose victims have all exited, on the GPUs held for them.
     /// 4. Walk the pending queue in order (priority, then submit time, then id), asking each
     ///    equivalence group once per failure (see `queue.rs`); for each job:
-    ///    a. groups that failed before and whose wait cannot be over stay dormant; with
+    ///    a. groups that failed before and whose wait cannot be over stay dormant (those
+    ///    that room on a grown node may concern get a second look when reached); with
     ///    backfill off, the first job that cannot start blocks every job behind it;
-    ///    b. a job whose victims are still terminating keeps waiting for them;
+    ///    b. a job holding GPUs while its victims terminate is not asked again (step 3
+    ///    starts it), but with backfill off it blocks every job behind it;
     ///    c. a job that could never fit on any node says so;
     ///    d. a job over its account's quota waits, unless it can preempt its own
     ///    account's lower-priority work (step f, restricted to that account);
@@ -255,16 +252,18 @@ impl Scheduler {
         let strict = !self.config.policy.backfill;
         let mut memo = CycleMemo::default();
         let mut budget = PreemptionBudget { left: self.config.limits.preemption_attempts_per_cycle_max };
-        // Under strict order the first sleeping group that blocks blocks everything behind it.
-        let first_asleep_blocking = |queue: &crate::queue::PendingQueue| {
-            queue.asleep_blocking.first().map(|&(k, gix)| (k, queue.group(gix).key.priority)).filter(|_| strict)
+        // Under strict order the first sleeping group that blocks, or the first job holding
+        // GPUs for its victims, blocks everything behind it.
+        let first_blocker = |s: &Scheduler| {
+            let asleep = s.queue.asleep_blocking.first().map(|&(k, gix)| (k, s.queue.group(gix).key.priority));
+            let holding = s.queue.holding.first().map(|&k| (k, s.jobs[k.ix].spec.priority));
+            [asleep, holding].into_iter().flatten().min_by_key(|(k, _)| *k).filter(|_| strict)
         };
-        let mut asleep_head = first_asleep_blocking(&self.queue);
-        // Awake heads are taken in order from the queue's own set (a start moves a group's
-        // head later, where the walk finds it again); members behind a head that holds GPUs
-        // for its victims wait in `behind_holders`; candidates come from their own list.
+        let mut blocker = first_blocker(self);
+        // Awake heads are taken in order from the queue's own set (a start, or a preemption
+        // that makes the head hold GPUs, moves a group's head later, where the walk finds it
+        // again); candidates come from their own list.
         let mut last_head: Option<(QueueKey, GroupIx)> = None;
-        let mut behind_holders: BinaryHeap<Reverse<(QueueKey, GroupIx)>> = BinaryHeap::new();
         let mut next_candidate = 0;
         loop {
             let next_head = match last_head {
@@ -272,30 +271,21 @@ impl Scheduler {
                 Some(last) => self.queue.awake.range((Excluded(last), Unbounded)).next(),
             }
             .copied();
-            let next_behind = behind_holders.peek().map(|Reverse(e)| *e);
             let candidate = candidates.get(next_candidate).copied();
-            let Some((key, gix, from)) = [
-                next_head.map(|(k, g)| (k, g, From::Awake)),
-                next_behind.map(|(k, g)| (k, g, From::Behind)),
-                candidate.map(|(k, g)| (k, g, From::Candidate)),
-            ]
-            .into_iter()
-            .flatten()
-            .min_by_key(|(k, ..)| *k) else {
-                break;
+            let (key, gix, from) = match (next_head, candidate) {
+                (None, None) => break,
+                (Some(h), Some(c)) if c < h => (c.0, c.1, From::Candidate),
+                (Some(h), _) => (h.0, h.1, From::Awake),
+                (None, Some(c)) => (c.0, c.1, From::Candidate),
             };
-            if strict && asleep_head.is_some_and(|(k, _)| k < key) {
+            if blocker.is_some_and(|(k, _)| k < key) {
                 break;
             }
             if out.stats.started >= self.config.limits.starts_per_cycle_max {
                 break;
             }
-            let is_head = match from {
-                From::Awake => true,
-                From::Behind => {
-                    behind_holders.pop();
-                    false
-                }
+            match from {
+                From::Awake => {}
                 From::Candidate => {
                     next_candidate += 1;
                     // Second look: does a grown node still have room for it now?
@@ -305,35 +295,23 @@ impl Scheduler {
                         continue;
                     }
                     self.queue.wake(gix);
-                    asleep_head = first_asleep_blocking(&self.queue);
-                    true
+                    blocker = first_blocker(self);
                 }
-            };
-            if is_head {
-                last_head = Some((key, gix));
             }
+            last_head = Some((key, gix));
             out.stats.jobs_considered += 1;
             let gk = self.queue.group(gix).key;
             match self.consider(key.ix, &gk, now, &mut memo, &mut budget, out) {
-                considered @ (Considered::Started | Considered::Preempting | Considered::Holding) => {
-                    // Something changed for this group: its old verdict no longer holds. (A
-                    // started job may have been its group's last: then the group is gone.)
-                    let group_left = matches!(considered, Considered::Started) && self.queue.is_gone(gix, &gk);
-                    if !group_left {
+                considered @ (Considered::Started | Considered::Preempting) => {
+                    // Something changed for this group: its old verdict no longer holds. The
+                    // job left the group (it runs, or holds GPUs): its next member is the
+                    // group's new head, found again in `awake`; or the group is gone.
+                    if !self.queue.is_gone(gix, &gk) {
                         self.queue.clear_verdict(gix);
                     }
-                    if strict && !matches!(self.jobs[key.ix].state, JobState::Running { .. }) {
+                    if strict && matches!(considered, Considered::Preempting) {
                         self.blocked_by = Some((key, gk.priority));
                         return next_candidate;
-                    }
-                    // A started head left the group: its next member is the group's new
-                    // head, found again in `awake`. Otherwise the next member waits here.
-                    let started_head = is_head && matches!(considered, Considered::Started);
-                    if !(started_head || group_left) {
-                        let next = self.queue.group(gix).members.range((Excluded(key), Unbounded)).next();
-                        if let Some(&next) = next {
-                            behind_holders.push(Reverse((next, gix)));
-                        }
                     }
                 }
                 Considered::Failed(verdict) => {
@@ -347,12 +325,12 @@ impl Scheduler {
             }
         }
         if strict {
-            self.blocked_by = self.blocked_by.or(asleep_head);
+            self.blocked_by = self.blocked_by.or(blocker);
         }
         next_candidate
     }
 
-    /// Steps 4b–4g for one job.
+    /// Steps 4c–4g for one job.
     fn consider(
         &mut self,
         ix: JobIx,
@@ -362,10 +340,7 @@ impl Scheduler {
         budget: &mut PreemptionBudget,
         out: &mut CycleOutcome,
     ) -> Considered {
-        // b.
-        if matches!(self.jobs[ix].state, JobState::Pending { reservation: Some(_) }) {
-            return Considered::Holding;
-        }
+        debug_assert!(matches!(self.jobs[ix].state, JobState::Pending { reservation: None }), "holders are not walked");
         let shape = Shape { model: gk.model, per_replica: gk.per_replica, replicas: gk.replicas };
         let preempt_capable = self.config.policy.preemption && gk.may_preempt;
         // c.

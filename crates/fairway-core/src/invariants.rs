@@ -114,6 +114,9 @@ impl Scheduler {
             let JobState::Pending { reservation: Some(res) } = &job.state else {
                 return Err(format!("{id} listed as reserving without a reservation"));
             };
+            if job.queued_in.is_some() || !self.queue.holding.contains(&job.key) {
+                return Err(format!("{id} holds GPUs but is not in the holding set"));
+            }
             check_gang(id, &job.spec, &res.placement, "reserved")?;
             for r in res.placement.replicas() {
                 let i = self.nodes.ix_of(r.node).ok_or_else(|| format!("{id} holds on unknown {}", r.node))?.0 as usize;
@@ -127,6 +130,13 @@ impl Scheduler {
             for a in job.accounts() {
                 charge(id, a, job.spec.total())?;
             }
+        }
+        if self.queue.holding.len() != self.reserving.len() {
+            return Err(format!(
+                "{} jobs in the holding set, {} hold GPUs",
+                self.queue.holding.len(),
+                self.reserving.len()
+            ));
         }
         for (node, (slots, reserved)) in nodes.iter().zip(&held) {
             if node.held != *slots {

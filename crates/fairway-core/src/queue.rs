@@ -174,7 +174,7 @@ impl Changes {
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PendingQueue {
-    /// Pending jobs queued (in all groups).
+    /// Pending jobs queued (in all groups, and holding).
     len: usize,
     groups: Vec<Option<Group>>,
     vacant: Vec<GroupIx>,
@@ -193,6 +193,11 @@ pub(crate) struct PendingQueue {
     by_reclaim: BTreeSet<(Priority, u32, GroupIx)>,
     by_nodes: BTreeSet<GroupIx>,
     by_room_any: BTreeSet<GroupIx>,
+    /// Preemptors holding GPUs while their victims terminate. They leave their group (the
+    /// walk has nothing to ask them; they start when their victims are gone), but keep
+    /// their place in the queue's order, and under strict order the first of them blocks
+    /// every job behind it.
+    pub holding: BTreeSet<QueueKey>,
     /// Sleeping groups that room on a grown node may concern, in queue order: the walk
     /// asks each again if a grown node still has room for it when its turn comes.
     pub candidates: Vec<(QueueKey, GroupIx)>,
@@ -296,14 +301,33 @@ impl PendingQueue {
         self.len
     }
 
+    /// A queued job starts holding GPUs for its victims: out of its group, into `holding`.
+    pub fn hold(&mut self, key: &QueueKey, gix: GroupIx) {
+        self.remove(key, gix);
+        self.holding.insert(*key);
+        self.len += 1;
+    }
+
+    /// A holding job gives up its hold: back into its group (`gk`), at its place.
+    pub fn unhold(&mut self, key: &QueueKey, gk: GroupKey) -> GroupIx {
+        let was = self.holding.remove(key);
+        assert!(was, "{} was not holding", key.id);
+        self.len -= 1;
+        self.insert(*key, gk)
+    }
+
     /// Pending jobs in scheduling order: a merge of the groups' member lists, lazily, so
     /// that a caller who stops early pays for what it read.
     pub fn in_order(&self) -> impl Iterator<Item = JobId> + '_ {
+        // The holding jobs are one more sorted list, under a slot no group has.
+        const HOLDING: GroupIx = GroupIx(u32::MAX);
+        let members = |gix: GroupIx| if gix == HOLDING { &self.holding } else { &self.group(gix).members };
         let mut heads: BinaryHeap<Reverse<(QueueKey, GroupIx)>> =
             self.groups().map(|(gix, g)| Reverse((g.head(), gix))).collect();
+        heads.extend(self.holding.first().map(|&k| Reverse((k, HOLDING))));
         std::iter::from_fn(move || {
             let Reverse((key, gix)) = heads.pop()?;
-            if let Some(&next) = self.group(gix).members.range((Excluded(key), Unbounded)).next() {
+            if let Some(&next) = members(gix).range((Excluded(key), Unbounded)).next() {
                 heads.push(Reverse((next, gix)));
             }
             Some(key.id)
@@ -524,8 +548,12 @@ impl PendingQueue {
                 }
             }
         }
-        if members != self.len {
-            return Err(format!("{} jobs counted as queued but {members} in groups", self.len));
+        if members + self.holding.len() != self.len {
+            return Err(format!(
+                "{} jobs counted as queued, {members} in groups, {} holding",
+                self.len,
+                self.holding.len()
+            ));
         }
         if self.by_key.len() != self.groups().count() {
             return Err("the group map names groups that are gone".into());

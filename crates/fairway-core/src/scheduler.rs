@@ -642,7 +642,10 @@ impl Scheduler {
         }
         self.charge(accounts, total);
         self.reserving.insert(id, ix);
-        self.jobs[ix].state = JobState::Pending { reservation: Some(reservation) };
+        let job = &mut self.jobs[ix];
+        job.state = JobState::Pending { reservation: Some(reservation) };
+        let gix = job.queued_in.take().expect("a pending job is queued");
+        self.queue.hold(&job.key, gix);
     }
 
     /// Give up a pending job's reservation, if it has one.
@@ -662,6 +665,8 @@ impl Scheduler {
         }
         self.uncharge(accounts, total);
         self.reserving.remove(&id);
+        let job = &mut self.jobs[ix];
+        job.queued_in = Some(self.queue.unhold(&job.key, job.group_key()));
         Some(reservation)
     }
 
