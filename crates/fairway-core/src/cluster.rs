@@ -28,6 +28,8 @@ pub(crate) struct Node {
     pub used: Resources,
     /// Resources held for preemptors.
     pub reserved: Resources,
+    /// Every slot of the node.
+    slots: GpuSet,
     /// Jobs with a replica here (running or terminating), each once, in no order.
     pub placed: Vec<JobIx>,
     /// Running preemptible jobs with a replica here, in (priority, id) order: the victim
@@ -38,6 +40,7 @@ pub(crate) struct Node {
 impl Node {
     pub fn new(spec: NodeSpec) -> Node {
         Node {
+            slots: GpuSet::first(spec.capacity.gpus),
             spec,
             schedulable: true,
             owned: GpuSet::EMPTY,
@@ -51,7 +54,7 @@ impl Node {
 
     /// Slots neither owned nor held: what a new job may take right now.
     pub fn free_slots(&self) -> GpuSet {
-        GpuSet::first(self.spec.capacity.gpus).minus(self.owned.union(self.held))
+        self.slots.minus(self.owned.union(self.held))
     }
 
     pub fn available_gpus(&self) -> u32 {
@@ -133,16 +136,16 @@ impl Nodes {
         self.nodes.iter()
     }
 
-    pub fn add(&mut self, node: Node, gpus_per_node_max: u32) {
+    pub fn add(&mut self, node: Node) {
         let at = self.nodes.partition_point(|n| n.spec.id < node.spec.id);
         self.nodes.insert(at, node);
-        self.rebuild_index(gpus_per_node_max);
+        self.rebuild_index();
     }
 
-    pub fn remove(&mut self, id: NodeId, gpus_per_node_max: u32) -> Option<Node> {
+    pub fn remove(&mut self, id: NodeId) -> Option<Node> {
         let ix = self.ix_of(id)?;
         let node = self.nodes.remove(ix.0 as usize);
-        self.rebuild_index(gpus_per_node_max);
+        self.rebuild_index();
         Some(node)
     }
 
@@ -165,11 +168,12 @@ impl Nodes {
         out
     }
 
-    fn rebuild_index(&mut self, gpus_per_node_max: u32) {
+    fn rebuild_index(&mut self) {
         let mut models: Vec<GpuModel> = self.nodes.iter().map(|n| n.spec.gpu_model).collect();
         models.sort_unstable();
         models.dedup();
-        self.index = FreeIndex::new(&models, gpus_per_node_max, self.nodes.len());
+        let largest = self.nodes.iter().map(|n| n.spec.capacity.gpus).max().unwrap_or(0);
+        self.index = FreeIndex::new(&models, largest, self.nodes.len());
         for (i, node) in self.nodes.iter().enumerate() {
             if node.schedulable {
                 self.index.insert(node.spec.gpu_model, node.available_gpus(), NodeIx(i as u32));
@@ -187,6 +191,7 @@ pub(crate) struct FreeIndex {
     models: Vec<ModelLevels>,
     /// Words per level.
     words: usize,
+    /// Levels kept: one more than the GPUs of the largest node (no node is ever above).
     levels: usize,
 }
 
@@ -201,8 +206,8 @@ struct ModelLevels {
 }
 
 impl FreeIndex {
-    fn new(models: &[GpuModel], gpus_per_node_max: u32, nodes: usize) -> FreeIndex {
-        let levels = gpus_per_node_max as usize + 1;
+    fn new(models: &[GpuModel], gpus_largest_node: u32, nodes: usize) -> FreeIndex {
+        let levels = gpus_largest_node as usize + 1;
         let words = nodes.div_ceil(64).max(1);
         let models = models
             .iter()
@@ -282,6 +287,7 @@ impl FreeIndex {
         self.models(wanted).flat_map(|m| m.counts.iter().enumerate()).map(|(level, &n)| level as u32 * n).sum()
     }
 
+    /// The highest level a node can be at: the GPUs of the largest node.
     pub fn level_max(&self) -> u32 {
         self.levels.saturating_sub(1) as u32
     }
@@ -337,7 +343,7 @@ mod tests {
     fn the_free_index_lists_nodes_by_model_then_id() {
         let mut nodes = Nodes::default();
         for (id, model) in [(70, 1), (3, 0), (130, 0), (9, 1)] {
-            nodes.add(node(id, model, 8), 64);
+            nodes.add(node(id, model, 8));
         }
         fn ids(nodes: &Nodes, level: u32) -> Vec<u32> {
             nodes.index.at_level(None, level).map(|ix| nodes.at(ix).spec.id.0).collect()
@@ -351,7 +357,7 @@ mod tests {
         nodes.update(NodeId(3), |n| n.schedulable = false);
         assert_eq!(ids(&nodes, 8), vec![9, 70]);
         assert_eq!(nodes.index.check(nodes.iter()), Ok(()));
-        nodes.remove(NodeId(9), 64);
+        nodes.remove(NodeId(9));
         assert_eq!(ids(&nodes, 8), vec![70]);
     }
 }

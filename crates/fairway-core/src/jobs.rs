@@ -4,7 +4,6 @@
 //! lookups: it is never iterated, so its order can reach no decision.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use crate::state::Job;
 use crate::types::JobId;
@@ -21,7 +20,7 @@ pub(crate) struct JobStore {
     vacant: Vec<JobIx>,
     /// A fixed-key hasher: lookups only, so the map's order never matters, and runs are
     /// reproducible down to memory layout.
-    by_id: HashMap<JobId, JobIx, BuildHasherDefault<DefaultHasher>>,
+    by_id: HashMap<JobId, JobIx, foldhash::fast::FixedState>,
 }
 
 impl JobStore {

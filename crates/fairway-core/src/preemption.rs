@@ -23,7 +23,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use crate::cluster::Node;
+use crate::cluster::{Node, NodeIx};
 use crate::jobs::JobIx;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
@@ -113,6 +113,8 @@ struct NodeSet {
 pub(crate) struct SearchScratch {
     /// (level at which the node first makes room, node position).
     ready: Vec<(Priority, u32)>,
+    /// (least lost work any set on the node can have, node position), for one level.
+    bounds: Vec<(u64, u32)>,
     /// A node's victims up to the level, in the order of rules 2, 3, 5.
     on_node: Vec<NodeVictim>,
     /// The minimal set on the node being weighed, and the best one so far.
@@ -308,27 +310,33 @@ impl Scheduler {
                 scratch.ready.push((level, i as u32));
             }
         }
-        scratch.ready.sort_unstable();
-        let mut next = 0;
-        while next < scratch.ready.len() {
-            let level = scratch.ready[next].0;
-            let end = next + scratch.ready[next..].iter().take_while(|(l, _)| *l == level).count();
-            let nodes = std::mem::take(&mut scratch.ready);
-            let plan = self.best_set_at_level(&nodes[next..end], level, demand, examined, now, scratch);
-            scratch.ready = nodes;
+        // The lowest level first; the next one only if every node there broke the bound.
+        let mut tried: Option<Priority> = None;
+        loop {
+            let above_tried = |l: &Priority| tried.is_none_or(|t| *l > t);
+            let level = scratch.ready.iter().map(|(l, _)| *l).filter(above_tried).min()?;
+            let ready = std::mem::take(&mut scratch.ready);
+            let plan = self.best_set_at_level(&ready, level, demand, examined, now, scratch);
+            scratch.ready = ready;
             if plan.is_some() {
                 return plan;
             }
-            next = end;
+            tried = Some(level);
         }
-        None
     }
 
-    /// Among nodes that first make room at `level` (positions, ascending), the best minimal
-    /// set within the victim bound, by rules 3–5.
+    /// Among the nodes of `ready` that first make room at `level`, the best minimal set
+    /// within the victim bound, by rules 3–5.
+    ///
+    /// Rule 2 is settled here (every set tops out at `level`), and rule 3 compares the work
+    /// the sets lose. A node that made room only at `level` needs at least one victim of
+    /// that level, so the least lost work of its victims at `level` bounds its set's from
+    /// below. The node with the least bound is weighed first; then every other node whose
+    /// bound does not exceed the lost work of the best set found so far (no set elsewhere
+    /// can win). Ties are broken exactly as if every node were weighed in id order.
     fn best_set_at_level(
         &self,
-        nodes: &[(Priority, u32)],
+        ready: &[(Priority, u32)],
         level: Priority,
         demand: Resources,
         examined: impl Fn(&VictimEntry) -> bool,
@@ -336,9 +344,24 @@ impl Scheduler {
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
+        scratch.bounds.clear();
+        for &(_, position) in ready.iter().filter(|(l, _)| *l == level) {
+            let node = self.nodes.at(NodeIx(position));
+            let at_level = node.victims.iter().take_while(|e| examined(e)).filter(|e| e.priority == level);
+            let bound = at_level
+                .map(|e| e.lost_gpu_ms(now))
+                .min()
+                .expect("a node that makes room at a level has a victim there");
+            scratch.bounds.push((bound, position));
+        }
+        let first = (0..scratch.bounds.len()).min_by_key(|&i| scratch.bounds[i]).expect("a level of a ready node");
         let mut best: Option<NodeSet> = None;
-        for &(_, position) in nodes {
-            let node = self.nodes.at(crate::cluster::NodeIx(position));
+        for i in std::iter::once(first).chain((0..scratch.bounds.len()).filter(|&i| i != first)) {
+            let (bound, position) = scratch.bounds[i];
+            if best.as_ref().is_some_and(|b| bound > b.cost.1) {
+                continue;
+            }
+            let node = self.nodes.at(NodeIx(position));
             scratch.on_node.clear();
             scratch.on_node.extend(node.victims.iter().take_while(|e| e.priority <= level && examined(e)).map(|e| {
                 NodeVictim { id: e.id, ix: e.ix, priority: e.priority, lost_gpu_ms: e.lost_gpu_ms(now), freed: e.freed }
@@ -362,14 +385,14 @@ impl Scheduler {
             );
             let better = match &best {
                 None => true,
-                Some(b) => match cost.cmp(&b.cost) {
-                    std::cmp::Ordering::Less => true,
-                    std::cmp::Ordering::Greater => false,
-                    // Fix: rule 5's "most recently submitted victim first" was missing
-                    // between sets on different nodes, so equal victims were chosen by
-                    // lowest node id instead. Then the lowest node id (nodes ascend).
-                    std::cmp::Ordering::Equal => newest_first(set) > newest_first(&scratch.best),
-                },
+                // Rules 2-4 and the set size; then rule 5, the most recently submitted victim
+                // first (Fix: this was missing between sets on different nodes, so equal
+                // victims were chosen by lowest node id); then the lowest node id.
+                Some(b) => cost
+                    .cmp(&b.cost)
+                    .then_with(|| newest_first(&scratch.best).cmp(&newest_first(set)))
+                    .then_with(|| node.spec.id.cmp(&b.node))
+                    .is_lt(),
             };
             if better {
                 best = Some(NodeSet { cost, node: node.spec.id });

@@ -31,7 +31,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, DefaultHasher};
 use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::decision::PendingReason;
@@ -179,7 +178,7 @@ pub(crate) struct PendingQueue {
     groups: Vec<Option<Group>>,
     vacant: Vec<GroupIx>,
     /// Lookups only (a fixed-key hasher; never iterated).
-    by_key: HashMap<GroupKey, GroupIx, BuildHasherDefault<DefaultHasher>>,
+    by_key: HashMap<GroupKey, GroupIx, foldhash::fast::FixedState>,
     /// Heads of the awake groups, in scheduling order: what the next cycle considers.
     pub awake: BTreeSet<(QueueKey, GroupIx)>,
     /// Heads of sleeping groups whose verdict blocks strict order: under strict order the

@@ -374,7 +374,7 @@ impl Scheduler {
             });
         }
         let id = spec.id;
-        self.nodes.add(Node::new(spec), gpus_max);
+        self.nodes.add(Node::new(spec));
         self.changes.room_grew(id);
         self.changes.nodes_changed = true;
         Ok(())
@@ -409,7 +409,7 @@ impl Scheduler {
                 self.outbox.push(Decision::Requeued { job, cause: RequeueCause::NodeRemoved });
             }
         }
-        self.nodes.remove(id, self.gpus_per_node_max());
+        self.nodes.remove(id);
         Ok(())
     }
 
