@@ -136,10 +136,22 @@ impl Nodes {
         self.nodes.iter()
     }
 
+    /// Add a node. Nodes usually come in id order: then no position moves and the index
+    /// takes the node as it is (its bit sets grow by doubling); otherwise it is rebuilt.
     pub fn add(&mut self, node: Node) {
         let at = self.nodes.partition_point(|n| n.spec.id < node.spec.id);
+        let (model, gpus, level, schedulable) =
+            (node.spec.gpu_model, node.spec.capacity.gpus, node.available_gpus(), node.schedulable);
         self.nodes.insert(at, node);
-        self.rebuild_index();
+        let appended = at + 1 == self.nodes.len();
+        if appended && self.index.has_room_for(self.nodes.len(), gpus) {
+            self.index.ensure_model(model);
+            if schedulable {
+                self.index.insert(model, level, NodeIx(at as u32));
+            }
+        } else {
+            self.rebuild_index();
+        }
     }
 
     pub fn remove(&mut self, id: NodeId) -> Option<Node> {
@@ -208,12 +220,25 @@ struct ModelLevels {
 impl FreeIndex {
     fn new(models: &[GpuModel], gpus_largest_node: u32, nodes: usize) -> FreeIndex {
         let levels = gpus_largest_node as usize + 1;
-        let words = nodes.div_ceil(64).max(1);
+        // Room to double before the next rebuild.
+        let words = nodes.div_ceil(64).max(1).next_power_of_two();
         let models = models
             .iter()
             .map(|&model| ModelLevels { model, bits: vec![0; levels * words], counts: vec![0; levels] })
             .collect();
         FreeIndex { models, words, levels }
+    }
+
+    /// Can a node at position `nodes - 1` with `gpus` GPUs be indexed without a rebuild?
+    fn has_room_for(&self, nodes: usize, gpus: u32) -> bool {
+        nodes <= self.words * 64 && (gpus as usize) < self.levels
+    }
+
+    fn ensure_model(&mut self, model: GpuModel) {
+        if let Err(at) = self.models.binary_search_by_key(&model, |m| m.model) {
+            let levels = ModelLevels { model, bits: vec![0; self.levels * self.words], counts: vec![0; self.levels] };
+            self.models.insert(at, levels);
+        }
     }
 
     fn model_mut(&mut self, model: GpuModel) -> &mut ModelLevels {

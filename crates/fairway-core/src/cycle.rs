@@ -8,7 +8,7 @@ use crate::decision::{Decision, PendingReason, StopCause};
 use crate::jobs::JobIx;
 use crate::placement::{Candidate, choose_nodes};
 use crate::preemption::{PreemptionScope, VictimPlan};
-use crate::queue::{GroupIx, GroupKey, GrownRoom, RoomWake, Verdict, Wake, WakeOn};
+use crate::queue::{GroupIx, GroupKey, GrownRoom, Reasons, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
 use crate::state::{JobState, QueueKey, Reservation, Termination};
 use crate::types::{AccountId, GpuModel, GpuSet, NodeId, Placement, Priority, ReplicaPlacement, Resources, Time};
@@ -42,20 +42,30 @@ struct Shape {
 }
 
 /// Per-cycle memory of answers already computed. A cycle meets few distinct shapes, so small
-/// vectors searched linearly beat hashing; they are only looked up, never iterated.
-#[derive(Default)]
-struct CycleMemo {
+/// vectors searched linearly beat hashing; they are only looked up, never iterated. Kept by
+/// the scheduler and emptied at the start of each cycle, so that it allocates once.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CycleMemo {
     no_fit: Memo<Shape, ()>,
     /// Highest priority at which an unrestricted victim search for the shape failed.
     no_victims: Memo<Shape, Priority>,
     never_fits: Memo<Shape, bool>,
 }
 
+#[derive(Clone, Debug)]
 struct Memo<K, V>(Vec<(K, V)>);
 
 impl<K, V> Default for Memo<K, V> {
     fn default() -> Self {
         Memo(Vec::new())
+    }
+}
+
+impl CycleMemo {
+    fn clear(&mut self) {
+        self.no_fit.0.clear();
+        self.no_victims.0.clear();
+        self.never_fits.0.clear();
     }
 }
 
@@ -166,16 +176,25 @@ impl Scheduler {
     ///    g. otherwise record why it is pending.
     /// 5. Check the invariants (debug builds; the simulator checks them in every build).
     pub fn cycle(&mut self, now: Time) -> CycleOutcome {
+        let mut out = CycleOutcome::default();
+        self.cycle_into(now, &mut out);
+        out
+    }
+
+    /// `cycle`, writing into `out` (emptied first) so that a driver running many cycles
+    /// reuses one buffer of decisions.
+    pub fn cycle_into(&mut self, now: Time, out: &mut CycleOutcome) {
         self.counters.cycles += 1;
-        let mut out = CycleOutcome { decisions: std::mem::take(&mut self.outbox), ..CycleOutcome::default() };
-        self.enforce_runtime_limits(now, &mut out);
-        self.start_ready_preemptors(now, &mut out);
-        self.walk_queue(now, &mut out);
+        out.decisions.clear();
+        out.decisions.append(&mut self.outbox);
+        out.stats = CycleStats::default();
+        self.enforce_runtime_limits(now, out);
+        self.start_ready_preemptors(now, out);
+        self.walk_queue(now, out);
         out.stats.pending = self.queue.len() as u32;
         self.counters.preemption_searches += u64::from(out.stats.preemption_searches);
         self.counters.jobs_considered += u64::from(out.stats.jobs_considered);
         debug_assert_eq!(self.check_invariants(), Ok(()));
-        out
     }
 
     /// Step 2.
@@ -199,7 +218,7 @@ impl Scheduler {
             .iter()
             .filter(|&(&id, &ix)| {
                 let JobState::Pending { reservation: Some(r) } = &self.jobs[ix].state else { unreachable!() };
-                self.still_terminating(id, &r.victims).is_empty()
+                !self.any_still_terminating(id, &r.victims)
             })
             .map(|(_, &ix)| ix)
             .collect();
@@ -235,7 +254,10 @@ impl Scheduler {
         let grown = GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes };
         self.queue.wake_for(&mut self.changes, &grown);
         let candidates = std::mem::take(&mut self.queue.candidates);
-        let reached = self.walk_heads(&candidates, now, out);
+        let mut memo = std::mem::take(&mut self.cycle_memo);
+        memo.clear();
+        let reached = self.walk_heads(&candidates, &mut memo, now, out);
+        self.cycle_memo = memo;
         // Candidates the walk did not reach (it stopped early) wake now, to be asked next
         // cycle as if woken at once.
         for &(_, gix) in &candidates[reached..] {
@@ -248,16 +270,24 @@ impl Scheduler {
 
     /// The walk proper: awake heads and lazy candidates in queue order; returns how many
     /// candidates it reached.
-    fn walk_heads(&mut self, candidates: &[(QueueKey, GroupIx)], now: Time, out: &mut CycleOutcome) -> usize {
+    fn walk_heads(
+        &mut self,
+        candidates: &[(QueueKey, GroupIx)],
+        memo: &mut CycleMemo,
+        now: Time,
+        out: &mut CycleOutcome,
+    ) -> usize {
         let strict = !self.config.policy.backfill;
-        let mut memo = CycleMemo::default();
         let mut budget = PreemptionBudget { left: self.config.limits.preemption_attempts_per_cycle_max };
         // Under strict order the first sleeping group that blocks, or the first job holding
         // GPUs for its victims, blocks everything behind it.
         let first_blocker = |s: &Scheduler| {
+            if !strict {
+                return None;
+            }
             let asleep = s.queue.asleep_blocking.first().map(|&(k, gix)| (k, s.queue.group(gix).key.priority));
             let holding = s.queue.holding.first().map(|&k| (k, s.jobs[k.ix].spec.priority));
-            [asleep, holding].into_iter().flatten().min_by_key(|(k, _)| *k).filter(|_| strict)
+            [asleep, holding].into_iter().flatten().min_by_key(|(k, _)| *k)
         };
         let mut blocker = first_blocker(self);
         // Awake heads are taken in order from the queue's own set (a start, or a preemption
@@ -301,7 +331,7 @@ impl Scheduler {
             last_head = Some((key, gix));
             out.stats.jobs_considered += 1;
             let gk = self.queue.group(gix).key;
-            match self.consider(key.ix, &gk, now, &mut memo, &mut budget, out) {
+            match self.consider(key.ix, &gk, now, memo, &mut budget, out) {
                 considered @ (Considered::Started | Considered::Preempting) => {
                     // Something changed for this group: its old verdict no longer holds. The
                     // job left the group (it runs, or holds GPUs): its next member is the
@@ -349,11 +379,11 @@ impl Scheduler {
             let reason = PendingReason::NeverFits { gpus_per_replica: shape.per_replica.gpus, gpu_model: shape.model };
             // Node sizes are what it waits for: a node added or back from a drain.
             let wake = Wake::On(WakeOn { room: RoomWake::Nodes, ..WakeOn::default() });
-            return Considered::Failed(Verdict { reasons: vec![reason], wake });
+            return Considered::Failed(Verdict { reasons: Reasons::one(reason), wake });
         }
         // d.
         if let Some((account, reason)) = self.quota_shortfall(ix) {
-            let mut reasons = vec![reason];
+            let mut reasons = Reasons::one(reason);
             let mut wake = Wake::On(WakeOn { accounts: true, ..WakeOn::default() });
             // Fix: a failed search, or a spent budget, used to leave the group dormant until
             // the account changed, though room appearing (or the next cycle's budget) could
@@ -375,8 +405,14 @@ impl Scheduler {
         }
         // e.
         if memo.no_fit.get(&shape).is_none() {
-            if let Some(chosen) = self.try_place(shape.model, shape.per_replica, shape.replicas) {
-                let placement = self.assign_slots(&chosen, shape.per_replica.gpus);
+            let gpus = shape.per_replica.gpus;
+            let placement = match shape.replicas {
+                1 => self.place_one(shape.model, shape.per_replica).map(|node| self.assign_slots(&[(node, 1)], gpus)),
+                _ => {
+                    self.try_place(shape.model, shape.per_replica, shape.replicas).map(|c| self.assign_slots(&c, gpus))
+                }
+            };
+            if let Some(placement) = placement {
                 let id = self.jobs[ix].spec.id;
                 self.start(ix, placement.clone(), now);
                 out.decisions.push(Decision::Start { job: id, placement });
@@ -386,7 +422,7 @@ impl Scheduler {
             memo.no_fit.insert(shape, ());
         }
         // f.
-        let mut reasons = vec![self.no_fit_reason(shape)];
+        let mut reasons = Reasons::one(self.no_fit_reason(shape));
         let mut wake = Wake::On(self.wake_on_room(preempt_capable));
         if !self.config.policy.preemption {
             // The policy never preempts: nothing to add.
@@ -467,6 +503,48 @@ impl Scheduler {
         choose_nodes(&candidates, per_replica, replicas, self.config.policy.scoring)
     }
 
+    /// Where one replica goes on free room, as `try_place` would choose, without building
+    /// the candidate list: the best-scored of the first feasible nodes (at most
+    /// `candidate_nodes_scored_max`) at the first GPU level, in the policy's direction, that
+    /// has any.
+    pub(crate) fn place_one(&self, model: Option<GpuModel>, per_replica: Resources) -> Option<NodeId> {
+        let lowest = per_replica.gpus;
+        let highest = self.nodes.index.level_max();
+        if lowest > highest {
+            return None;
+        }
+        let policy = self.config.policy.scoring;
+        let cap = self.config.limits.candidate_nodes_scored_max as usize;
+        let mut best: Option<(i64, std::cmp::Reverse<NodeId>)> = None;
+        let mut scored = 0usize;
+        for step in 0..=(highest - lowest) {
+            let level = if policy == ScoringPolicy::Spread { highest - step } else { lowest + step };
+            if !self.nodes.index.any_at_level(model, level) {
+                continue;
+            }
+            for node_ix in self.nodes.index.at_level(model, level) {
+                let node = self.nodes.at(node_ix);
+                let available = node.available();
+                if !per_replica.fits_in(available) {
+                    continue;
+                }
+                let candidate = Candidate { node: node.spec.id, available, capacity: node.spec.capacity };
+                let key = (crate::placement::score(policy, &candidate, per_replica), std::cmp::Reverse(node.spec.id));
+                if best.is_none_or(|b| key > b) {
+                    best = Some(key);
+                }
+                scored += 1;
+                if scored >= cap {
+                    return best.map(|(_, std::cmp::Reverse(node))| node);
+                }
+            }
+            if best.is_some() {
+                return best.map(|(_, std::cmp::Reverse(node))| node);
+            }
+        }
+        None
+    }
+
     /// Candidate nodes from the free index. One replica: walk GPU levels in the scoring
     /// policy's preferred direction and stop at the first level with a feasible node (GPU
     /// fit dominates the score), scoring at most `candidate_nodes_scored_max`. A gang: all
@@ -519,7 +597,7 @@ impl Scheduler {
 
     /// Slots for a preemptor: free, unheld slots first, then the victims' slots, lowest first.
     fn assign_reserved_slots(&self, plan: &VictimPlan, per_replica_gpus: u32) -> Placement {
-        let mut replicas = Vec::new();
+        let mut replicas = Vec::with_capacity(plan.chosen.iter().map(|(_, count)| *count as usize).sum());
         for &(node_id, count) in &plan.chosen {
             let node = self.nodes.by_id(node_id);
             let need = count * per_replica_gpus;

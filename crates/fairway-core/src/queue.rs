@@ -64,7 +64,7 @@ impl GroupKey {
 /// Why a group's head could not start, and what would make it worth asking again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Verdict {
-    pub reasons: Vec<PendingReason>,
+    pub reasons: Reasons,
     pub wake: Wake,
 }
 
@@ -75,7 +75,34 @@ impl Verdict {
     /// exactly when a fresh one would. (Fix: dormant quota verdicts blocked the queue from
     /// the second cycle on, and never-fits verdicts blocked it.)
     pub fn blocks_strict_order(&self) -> bool {
-        !matches!(self.reasons.first(), Some(PendingReason::OverQuota { .. } | PendingReason::NeverFits { .. }))
+        !matches!(self.reasons.first(), PendingReason::OverQuota { .. } | PendingReason::NeverFits { .. })
+    }
+}
+
+/// A verdict's reasons: one, and at most one more (why the job may not preempt either).
+/// Held inline, so a verdict costs no allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Reasons {
+    first: PendingReason,
+    second: Option<PendingReason>,
+}
+
+impl Reasons {
+    pub fn one(reason: PendingReason) -> Reasons {
+        Reasons { first: reason, second: None }
+    }
+
+    pub fn push(&mut self, reason: PendingReason) {
+        assert!(self.second.is_none(), "a verdict has at most two reasons");
+        self.second = Some(reason);
+    }
+
+    pub fn first(&self) -> &PendingReason {
+        &self.first
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &PendingReason> {
+        std::iter::once(&self.first).chain(self.second.as_ref())
     }
 }
 
@@ -177,6 +204,8 @@ pub(crate) struct PendingQueue {
     len: usize,
     groups: Vec<Option<Group>>,
     vacant: Vec<GroupIx>,
+    /// Groups that emptied, kept for reuse: an emptied member set keeps its allocation.
+    spare: Vec<Group>,
     /// Lookups only (a fixed-key hasher; never iterated).
     by_key: HashMap<GroupKey, GroupIx, foldhash::fast::FixedState>,
     /// Heads of the awake groups, in scheduling order: what the next cycle considers.
@@ -227,7 +256,11 @@ impl PendingQueue {
     }
 
     fn new_group(&mut self, key: GroupKey) -> GroupIx {
-        let group = Group { key, members: BTreeSet::new(), verdict: None, asleep: false };
+        let group = match self.spare.pop() {
+            Some(spare) => Group { key, verdict: None, asleep: false, ..spare },
+            None => Group { key, members: BTreeSet::new(), verdict: None, asleep: false },
+        };
+        debug_assert!(group.members.is_empty());
         let gix = match self.vacant.pop() {
             Some(gix) => {
                 self.groups[gix.0 as usize] = Some(group);
@@ -275,6 +308,7 @@ impl PendingQueue {
             let group = self.groups[gix.0 as usize].take().expect("live");
             self.by_key.remove(&group.key);
             self.vacant.push(gix);
+            self.spare.push(group);
         } else if old_head == *key {
             let new_head = group.head();
             self.move_head(gix, old_head, new_head);

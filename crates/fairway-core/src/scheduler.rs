@@ -92,6 +92,8 @@ pub struct Scheduler {
     pub(crate) search_scratch: SearchScratch,
     /// The nodes where room grew since the last cycle (positions), for this cycle's wakes.
     pub(crate) grown_nodes: Vec<crate::cluster::NodeIx>,
+    /// The cycle's memo of answers, kept for its allocations.
+    pub(crate) cycle_memo: crate::cycle::CycleMemo,
     /// Jobs asked to stop that still hold their GPUs.
     pub(crate) terminating: BTreeSet<JobIx>,
     /// Pending jobs that hold a reservation, in id order (the order they start in).
@@ -118,6 +120,7 @@ impl Scheduler {
             tallies: VictimTallies::default(),
             search_scratch: SearchScratch::default(),
             grown_nodes: Vec::new(),
+            cycle_memo: Default::default(),
             terminating: BTreeSet::new(),
             reserving: BTreeMap::new(),
             runtime_deadlines: BTreeSet::new(),
@@ -216,6 +219,16 @@ impl Scheduler {
     /// nothing of `preemptor`'s any more. (Fix: this used to test for any `Terminating`,
     /// and the preemptor's readiness for `Pending` victims, so a victim restarted elsewhere
     /// during the grace period left its preemptor waiting forever.)
+    /// Is any of `victims` still terminating for `preemptor`? (`still_terminating` without
+    /// the list.)
+    pub(crate) fn any_still_terminating(&self, preemptor: JobId, victims: &[JobId]) -> bool {
+        victims.iter().any(|v| {
+            self.jobs.get(*v).is_some_and(|j| {
+                matches!(j.state, JobState::Terminating { why: Termination::Preempted { preemptor: p, .. }, .. } if p == preemptor)
+            })
+        })
+    }
+
     pub(crate) fn still_terminating(&self, preemptor: JobId, victims: &[JobId]) -> Vec<JobId> {
         victims
             .iter()

@@ -14,9 +14,11 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 use fairway_core::{
-    AccountId, Config, CoreError, Decision, Event, ExitOutcome, JobId, JobSpec, NodeSpec, Quota, Scheduler, Time,
+    AccountId, Config, CoreError, CycleOutcome, Decision, Event, ExitOutcome, JobId, JobSpec, NodeSpec, Quota,
+    Scheduler, Time,
 };
 
 use crate::metrics::{JobRecord, RunResult, UtilSample};
@@ -26,9 +28,10 @@ use crate::metrics::{JobRecord, RunResult, UtilSample};
 pub struct SimJob {
     /// `spec.id` must equal the job's index in the workload.
     pub spec: JobSpec,
-    pub name: String,
-    pub tier: String,
-    pub tenant: String,
+    /// Shared with the run's records (a run copies no strings).
+    pub name: Arc<str>,
+    pub tier: Arc<str>,
+    pub tenant: Arc<str>,
     pub submit_ms: u64,
     /// Run time when run alone.
     pub work_ms: u64,
@@ -142,6 +145,7 @@ pub fn simulate(
     let capacity_gpus = nodes.iter().map(|n| n.capacity.gpus).sum();
     let mut next_arrival = 0usize;
     let mut last_progress = 0usize;
+    let mut outcome = CycleOutcome::default();
     while let Some(t) = sim.next_time(next_arrival) {
         if config.horizon_ms.is_some_and(|h| t > h) {
             break;
@@ -155,10 +159,10 @@ pub fn simulate(
         // 2.
         sim.report_exits_due(t)?;
         // 3.
-        let outcome = sim.core.cycle(now);
+        sim.core.cycle_into(now, &mut outcome);
         sim.cycles += 1;
         // 4.
-        for decision in outcome.decisions {
+        for decision in outcome.decisions.drain(..) {
             sim.carry_out(decision, t);
         }
         // 5.

@@ -13,6 +13,7 @@
 //!   serialises as `null`; sums and counts over an empty set are `0`. `NaN` is never emitted.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
@@ -30,11 +31,11 @@ const MS_PER_HOUR: f64 = 3_600_000.0;
 /// One job's life in one simulated run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobRecord {
-    pub name: String,
+    pub name: Arc<str>,
     /// Priority class name ("high", "low", ...).
-    pub tier: String,
+    pub tier: Arc<str>,
     /// Project the job belongs to.
-    pub tenant: String,
+    pub tenant: Arc<str>,
     /// Total GPUs of the gang.
     pub gpus: u32,
     pub submit_ms: u64,

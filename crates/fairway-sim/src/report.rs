@@ -134,7 +134,7 @@ fn render_markdown(report: &SimReport, cdf_files: &[(&str, String)]) -> String {
 /// Existing files of the same names are overwritten; other files are left alone.
 pub fn write_report(dir: &Path, report: &SimReport, runs: &[RunResult]) -> Result<Vec<PathBuf>, ReportError> {
     std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })?;
-    let tiers: BTreeSet<&str> = runs.iter().flat_map(|r| r.records.iter().map(|j| j.tier.as_str())).collect();
+    let tiers: BTreeSet<&str> = runs.iter().flat_map(|r| r.records.iter().map(|j| &*j.tier)).collect();
     let cdf_files = cdf_file_names(tiers);
 
     let mut svgs = Vec::with_capacity(cdf_files.len() + 1);

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use fairway_core::{
     AccountId, Config, GpuModel, JobId, JobSpec, Limits, NodeId, NodeSpec, Policy, PreemptionPolicy, QueueOrder, Quota,
@@ -515,6 +516,21 @@ fn native_jobs(values: &[serde_json::Value]) -> Result<(Vec<TraceJob>, LoadRepor
     Ok((jobs, LoadReport { rows_read: n, jobs_loaded: n, ..LoadReport::default() }))
 }
 
+/// One `Arc<str>` per distinct tier or tenant name, shared by every job that has it.
+#[derive(Default)]
+struct SharedStrings(BTreeMap<String, Arc<str>>);
+
+impl SharedStrings {
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(s) = self.0.get(name) {
+            return s.clone();
+        }
+        let s: Arc<str> = Arc::from(name);
+        self.0.insert(name.to_owned(), s.clone());
+        s
+    }
+}
+
 fn sim_jobs(
     trace: &[TraceJob],
     defaults: &JobDefaults,
@@ -526,6 +542,7 @@ fn sim_jobs(
         None => classes.default_class().name.clone(),
     };
     let mut out = Vec::with_capacity(trace.len());
+    let mut shared = SharedStrings::default();
     for (i, t) in trace.iter().enumerate() {
         let tier = t.tier.clone().unwrap_or_else(|| default_tier.clone());
         let (priority, preemption_policy) = tier_priority(classes, &tier)
@@ -553,9 +570,9 @@ fn sim_jobs(
         };
         out.push(SimJob {
             spec,
-            name: t.name.clone(),
-            tier,
-            tenant: t.project.clone(),
+            name: Arc::from(t.name.as_str()),
+            tier: shared.get(&tier),
+            tenant: shared.get(&t.project),
             submit_ms: t.submit_ms,
             work_ms: t.duration_ms,
         });

@@ -177,7 +177,7 @@ fn draw(spec: ChartSpec) -> Result<String, String> {
 fn tier_waits(run: &RunResult, tier: &str) -> (Vec<u64>, usize) {
     let mut jobs = 0;
     let mut waits = Vec::new();
-    for r in run.records.iter().filter(|r| r.tier == tier) {
+    for r in run.records.iter().filter(|r| &*r.tier == tier) {
         jobs += 1;
         if let Some(start) = r.first_start_ms {
             waits.push(start.saturating_sub(r.submit_ms));

@@ -30,7 +30,7 @@ fn run_all(s: &Scenario) -> Vec<RunResult> {
 }
 
 fn record<'a>(run: &'a RunResult, name: &str) -> &'a JobRecord {
-    run.records.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("no job {name}"))
+    run.records.iter().find(|r| &*r.name == name).unwrap_or_else(|| panic!("no job {name}"))
 }
 
 /// (first start, finish) in seconds.

@@ -19,9 +19,9 @@ fn job(
     work_ms: u64,
 ) -> JobRecord {
     JobRecord {
-        name: name.to_owned(),
-        tier: tier.to_owned(),
-        tenant: tenant.to_owned(),
+        name: name.into(),
+        tier: tier.into(),
+        tenant: tenant.into(),
         gpus,
         submit_ms,
         first_start_ms,
@@ -440,7 +440,7 @@ fn render_table_rows() {
 #[test]
 fn render_table_marks_policies_missing_a_tier() {
     let mut other = tiny("priority");
-    other.records.retain(|r| r.tier == "high");
+    other.records.retain(|r| &*r.tier == "high");
     let report = SimReport::from_runs("tiny", 7, &[tiny("fifo"), other]);
     let table = render_table(&report);
     let low_block = table.split("Tier low").nth(1).unwrap();
@@ -546,8 +546,8 @@ fn long_series_are_downsampled() {
 #[test]
 fn tier_names_are_sanitised_in_file_names() {
     let mut r = tiny("fifo");
-    r.records[0].tier = "gold/ä b".to_owned();
-    r.records[1].tier = "gold__ b".to_owned();
+    r.records[0].tier = "gold/ä b".into();
+    r.records[1].tier = "gold__ b".into();
     let report = SimReport::from_runs("odd", 1, std::slice::from_ref(&r));
     let dir = out_dir("odd");
     let written = write_report(&dir, &report, std::slice::from_ref(&r)).unwrap();
