@@ -145,6 +145,64 @@ impl GrownRoom for GrownNodes<'_> {
     }
 }
 
+/// The grown nodes as they stand when the cycle starts, summed up once for the wake-up
+/// pass (which asks about many groups): per node its model, free GPUs, and the GPUs its
+/// preemptible work frees at or below each priority level. Kept by the scheduler so that
+/// its buffers are reused.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct GrownSnapshot {
+    /// (model, free GPUs, range of `levels`)
+    nodes: Vec<(GpuModel, u32, std::ops::Range<usize>)>,
+    /// (priority, GPUs freed by preemptible work at or below it), ascending, per node.
+    levels: Vec<(Priority, u32)>,
+}
+
+impl GrownSnapshot {
+    fn take(&mut self, grown: &GrownNodes<'_>) {
+        self.nodes.clear();
+        self.levels.clear();
+        for node in grown.iter() {
+            let start = self.levels.len();
+            let mut sum = 0;
+            for e in &node.victims {
+                sum += e.freed.gpus;
+                let same_level = self.levels.len() > start && self.levels.last().is_some_and(|(p, _)| *p == e.priority);
+                match self.levels.last_mut() {
+                    Some((_, s)) if same_level => *s = sum,
+                    _ => self.levels.push((e.priority, sum)),
+                }
+            }
+            self.nodes.push((node.spec.gpu_model, node.available_gpus(), start..self.levels.len()));
+        }
+    }
+
+    fn reclaimable(&self, free: u32, levels: &std::ops::Range<usize>, priority: Priority) -> u32 {
+        let levels = &self.levels[levels.clone()];
+        let below = levels.partition_point(|(p, _)| *p < priority);
+        free + below.checked_sub(1).map_or(0, |i| levels[i].1)
+    }
+}
+
+impl GrownRoom for GrownSnapshot {
+    fn free_gpus_max(&self) -> u32 {
+        self.nodes.iter().map(|(_, free, _)| *free).max().unwrap_or(0)
+    }
+
+    fn reclaimable_gpus_max(&self, priority: Priority) -> u32 {
+        self.nodes.iter().map(|(_, free, levels)| self.reclaimable(*free, levels, priority)).max().unwrap_or(0)
+    }
+
+    fn admits(&self, gk: &GroupKey, room: RoomWake) -> bool {
+        let need = gk.per_replica.gpus;
+        self.nodes.iter().filter(|(model, ..)| gk.model.is_none_or(|m| m == *model)).any(|(_, free, levels)| match room
+        {
+            RoomWake::Fits => *free >= need,
+            RoomWake::Reclaim => self.reclaimable(*free, levels, gk.priority) >= need,
+            RoomWake::Never | RoomWake::Nodes | RoomWake::Any => true,
+        })
+    }
+}
+
 /// What considering one job came to.
 enum Considered {
     Started,
@@ -210,19 +268,9 @@ impl Scheduler {
 
     /// Step 3.
     fn start_ready_preemptors(&mut self, now: Time, out: &mut CycleOutcome) {
-        if self.reserving.is_empty() {
-            return;
-        }
-        let ready: Vec<JobIx> = self
-            .reserving
-            .iter()
-            .filter(|&(&id, &ix)| {
-                let JobState::Pending { reservation: Some(r) } = &self.jobs[ix].state else { unreachable!() };
-                !self.any_still_terminating(id, &r.victims)
-            })
-            .map(|(_, &ix)| ix)
-            .collect();
-        for ix in ready {
+        // In id order, as every cycle before saw them (`reserving` is by id).
+        while let Some(id) = self.ready_preemptors.pop_first() {
+            let ix = self.reserving[&id];
             // Fix: turning the hold into the running job moves a charge, it adds nothing. The
             // uncharge in `drop_reservation` would shrink what a quota lowered meanwhile had
             // grandfathered, and the charge in `start` then broke the quota invariant.
@@ -251,8 +299,8 @@ impl Scheduler {
         }
         self.grown_nodes.sort_unstable();
         self.grown_nodes.dedup();
-        let grown = GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes };
-        self.queue.wake_for(&mut self.changes, &grown);
+        self.grown_snapshot.take(&GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes });
+        self.queue.wake_for(&mut self.changes, &self.grown_snapshot);
         let candidates = std::mem::take(&mut self.queue.candidates);
         let mut memo = std::mem::take(&mut self.cycle_memo);
         memo.clear();
@@ -591,8 +639,9 @@ impl Scheduler {
             out.stats.victims_preempted += 1;
             self.counters.preemptions += 1;
         }
-        let victims = plan.victims.iter().map(|(v, _)| *v).collect();
-        self.reserve(ix, Reservation { placement, victims });
+        let victims: Vec<crate::types::JobId> = plan.victims.iter().map(|(v, _)| *v).collect();
+        let waiting = victims.len() as u32;
+        self.reserve(ix, Reservation { placement, victims, waiting });
     }
 
     /// Slots for a preemptor: free, unheld slots first, then the victims' slots, lowest first.

@@ -118,6 +118,13 @@ impl Scheduler {
                 return Err(format!("{id} holds GPUs but is not in the holding set"));
             }
             check_gang(id, &job.spec, &res.placement, "reserved")?;
+            let waiting = self.still_terminating(id, &res.victims).len() as u32;
+            if res.waiting != waiting {
+                return Err(format!("{id} counts {} victims to wait for, {waiting} still terminate", res.waiting));
+            }
+            if (waiting == 0) != self.ready_preemptors.contains(&id) {
+                return Err(format!("{id} waits for {waiting} victims but is listed as ready or not ready wrongly"));
+            }
             for r in res.placement.replicas() {
                 let i = self.nodes.ix_of(r.node).ok_or_else(|| format!("{id} holds on unknown {}", r.node))?.0 as usize;
                 let (slots, reserved) = &mut held[i];
@@ -130,6 +137,9 @@ impl Scheduler {
             for a in job.accounts() {
                 charge(id, a, job.spec.total())?;
             }
+        }
+        if self.ready_preemptors.iter().any(|id| !self.reserving.contains_key(id)) {
+            return Err("a job is listed as a ready preemptor but holds nothing".into());
         }
         if self.queue.holding.len() != self.reserving.len() {
             return Err(format!(

@@ -94,10 +94,14 @@ pub struct Scheduler {
     pub(crate) grown_nodes: Vec<crate::cluster::NodeIx>,
     /// The cycle's memo of answers, kept for its allocations.
     pub(crate) cycle_memo: crate::cycle::CycleMemo,
+    /// The grown nodes summed up for the wake-up pass, kept for its allocations.
+    pub(crate) grown_snapshot: crate::cycle::GrownSnapshot,
     /// Jobs asked to stop that still hold their GPUs.
     pub(crate) terminating: BTreeSet<JobIx>,
     /// Pending jobs that hold a reservation, in id order (the order they start in).
     pub(crate) reserving: BTreeMap<JobId, JobIx>,
+    /// Those of them whose victims have all exited: the next cycle starts them.
+    pub(crate) ready_preemptors: BTreeSet<JobId>,
     /// Run-time limit deadlines of running jobs.
     pub(crate) runtime_deadlines: BTreeSet<(Time, JobId, JobIx)>,
     pub(crate) accounts: BTreeMap<AccountId, Account>,
@@ -121,8 +125,10 @@ impl Scheduler {
             search_scratch: SearchScratch::default(),
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
+            grown_snapshot: Default::default(),
             terminating: BTreeSet::new(),
             reserving: BTreeMap::new(),
+            ready_preemptors: BTreeSet::new(),
             runtime_deadlines: BTreeSet::new(),
             accounts: BTreeMap::new(),
             outbox: Vec::new(),
@@ -219,16 +225,6 @@ impl Scheduler {
     /// nothing of `preemptor`'s any more. (Fix: this used to test for any `Terminating`,
     /// and the preemptor's readiness for `Pending` victims, so a victim restarted elsewhere
     /// during the grace period left its preemptor waiting forever.)
-    /// Is any of `victims` still terminating for `preemptor`? (`still_terminating` without
-    /// the list.)
-    pub(crate) fn any_still_terminating(&self, preemptor: JobId, victims: &[JobId]) -> bool {
-        victims.iter().any(|v| {
-            self.jobs.get(*v).is_some_and(|j| {
-                matches!(j.state, JobState::Terminating { why: Termination::Preempted { preemptor: p, .. }, .. } if p == preemptor)
-            })
-        })
-    }
-
     pub(crate) fn still_terminating(&self, preemptor: JobId, victims: &[JobId]) -> Vec<JobId> {
         victims
             .iter()
@@ -531,9 +527,15 @@ impl Scheduler {
         }
         let job = &mut self.jobs[ix];
         let state = std::mem::replace(&mut job.state, JobState::Pending { reservation: None });
-        let (placement, started_at, charged) = match state {
-            JobState::Running { placement, started_at } => (placement, started_at, true),
-            JobState::Terminating { placement, started_at, .. } => (placement, started_at, false),
+        let (placement, started_at, charged, preemptor) = match state {
+            JobState::Running { placement, started_at } => (placement, started_at, true, None),
+            JobState::Terminating { placement, started_at, why } => {
+                let preemptor = match why {
+                    Termination::Preempted { preemptor, .. } => Some(preemptor),
+                    Termination::Stopped(_) => None,
+                };
+                (placement, started_at, false, preemptor)
+            }
             JobState::Pending { .. } => panic!("{} holds nothing to release", job.spec.id),
         };
         let deadline = job.runtime_deadline(started_at);
@@ -556,6 +558,19 @@ impl Scheduler {
             }
         } else {
             self.terminating.remove(&ix);
+        }
+        if let Some(preemptor) = preemptor {
+            self.victim_gone(preemptor);
+        }
+    }
+
+    /// A victim of `preemptor` exited: one fewer to wait for.
+    fn victim_gone(&mut self, preemptor: JobId) {
+        let Some(job) = self.jobs.get_mut(preemptor) else { return };
+        let JobState::Pending { reservation: Some(r) } = &mut job.state else { return };
+        r.waiting -= 1;
+        if r.waiting == 0 {
+            self.ready_preemptors.insert(preemptor);
         }
     }
 
@@ -655,6 +670,9 @@ impl Scheduler {
         }
         self.charge(accounts, total);
         self.reserving.insert(id, ix);
+        if reservation.waiting == 0 {
+            self.ready_preemptors.insert(id);
+        }
         let job = &mut self.jobs[ix];
         job.state = JobState::Pending { reservation: Some(reservation) };
         let gix = job.queued_in.take().expect("a pending job is queued");
@@ -678,6 +696,7 @@ impl Scheduler {
         }
         self.uncharge(accounts, total);
         self.reserving.remove(&id);
+        self.ready_preemptors.remove(&id);
         let job = &mut self.jobs[ix];
         job.queued_in = Some(self.queue.unhold(&job.key, job.group_key()));
         Some(reservation)

@@ -26,6 +26,9 @@ pub(crate) struct QueueKey {
 pub(crate) struct Reservation {
     pub placement: Placement,
     pub victims: Vec<JobId>,
+    /// Victims still terminating for this preemptor: counted down as they exit, so that
+    /// readiness is known without looking at them every cycle.
+    pub waiting: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
