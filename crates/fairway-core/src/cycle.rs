@@ -275,8 +275,10 @@ impl Scheduler {
             // uncharge in `drop_reservation` would shrink what a quota lowered meanwhile had
             // grandfathered, and the charge in `start` then broke the quota invariant.
             let id = self.jobs[ix].spec.id;
-            let grandfathered: Vec<(AccountId, Resources)> =
-                self.jobs[ix].accounts().map(|a| (a, self.accounts[&a].grandfathered)).collect();
+            let grandfathered: Vec<(AccountId, Resources)> = match self.capped_accounts {
+                0 => Vec::new(),
+                _ => self.jobs[ix].accounts().map(|a| (a, self.accounts[&a].grandfathered)).collect(),
+            };
             let reservation = self.drop_reservation(ix).expect("reserving job holds a reservation");
             self.start(ix, reservation.placement.clone(), now);
             for (a, g) in grandfathered {
@@ -516,6 +518,9 @@ impl Scheduler {
 
     /// The first of the job's accounts that starting it would take over quota.
     fn quota_shortfall(&self, ix: JobIx) -> Option<(AccountId, PendingReason)> {
+        if self.capped_accounts == 0 {
+            return None;
+        }
         let job = &self.jobs[ix];
         let total = job.spec.total();
         job.accounts().find_map(|account| {

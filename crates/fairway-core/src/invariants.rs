@@ -156,6 +156,10 @@ impl Scheduler {
                 return Err(format!("{} reserved {} disagrees with reservations", node.spec.id, node.reserved));
             }
         }
+        let capped = self.accounts.values().filter(|a| a.quota.is_some()).count();
+        if capped != self.capped_accounts {
+            return Err(format!("{} accounts counted as capped, {capped} have a quota", self.capped_accounts));
+        }
         for ((id, account), expected) in self.accounts.iter().zip(&charged) {
             if account.charged != *expected {
                 return Err(format!("{id} charged {} but its jobs add up to {expected}", account.charged));

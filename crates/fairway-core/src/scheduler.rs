@@ -112,6 +112,9 @@ pub struct Scheduler {
     pub(crate) changes: Changes,
     /// Under strict order, the job that blocked the last cycle's walk.
     pub(crate) blocked_by: Option<(QueueKey, Priority)>,
+    /// Accounts with a cap: while there are none, nothing is over quota and quota checks
+    /// are skipped.
+    pub(crate) capped_accounts: usize,
 }
 
 impl Scheduler {
@@ -135,6 +138,7 @@ impl Scheduler {
             counters: Counters::default(),
             changes: Changes::default(),
             blocked_by: None,
+            capped_accounts: 0,
         }
     }
 
@@ -437,6 +441,11 @@ impl Scheduler {
 
     fn set_quota(&mut self, id: AccountId, quota: Option<Quota>) {
         let account = self.accounts.entry(id).or_default();
+        match (account.quota.is_some(), quota.is_some()) {
+            (false, true) => self.capped_accounts += 1,
+            (true, false) => self.capped_accounts -= 1,
+            _ => {}
+        }
         account.quota = quota;
         // Whatever runs now may keep running under a lowered cap; it may only shrink.
         account.grandfathered = account.charged;
@@ -636,14 +645,19 @@ impl Scheduler {
     fn charge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
         for account in accounts {
             self.accounts.entry(account).or_default().charge(total);
-            self.changes.accounts.push(account);
+            // Only a group over some cap sleeps on its accounts.
+            if self.capped_accounts > 0 {
+                self.changes.accounts.push(account);
+            }
         }
     }
 
     fn uncharge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
         for account in accounts {
             self.accounts.get_mut(&account).expect("uncharging an account that was charged").uncharge(total);
-            self.changes.accounts.push(account);
+            if self.capped_accounts > 0 {
+                self.changes.accounts.push(account);
+            }
         }
     }
 
