@@ -8,7 +8,7 @@ use crate::decision::{Decision, PendingReason, StopCause};
 use crate::jobs::JobIx;
 use crate::placement::{Candidate, choose_nodes};
 use crate::preemption::{PreemptionScope, VictimPlan};
-use crate::queue::{GroupIx, GroupKey, GrownRoom, Reasons, RoomWake, Verdict, Wake, WakeOn};
+use crate::queue::{GroupIx, GroupKey, GrownRoom, QuotaWake, Reasons, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
 use crate::state::{JobState, QueueKey, Reservation, Termination};
 use crate::types::{AccountId, GpuModel, GpuSet, NodeId, Placement, Priority, ReplicaPlacement, Resources, Time};
@@ -302,7 +302,9 @@ impl Scheduler {
         self.grown_nodes.sort_unstable();
         self.grown_nodes.dedup();
         self.grown_snapshot.take(&GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes });
-        self.queue.wake_for(&mut self.changes, &self.grown_snapshot);
+        let accounts = &self.accounts;
+        let base = |account: AccountId, level: Priority| accounts.get(&account).map_or(0, |a| a.base_gpus(level));
+        self.queue.wake_for(&mut self.changes, &self.grown_snapshot, &base);
         let candidates = std::mem::take(&mut self.queue.candidates);
         let mut memo = std::mem::take(&mut self.cycle_memo);
         memo.clear();
@@ -368,6 +370,9 @@ impl Scheduler {
                 From::Awake => {}
                 From::Candidate => {
                     next_candidate += 1;
+                    if !self.queue.is_asleep(gix) {
+                        continue; // Woken meanwhile: the walk finds it among the awake.
+                    }
                     // Second look: does a grown node still have room for it now?
                     let room = self.queue.room_wake(gix);
                     let grown = GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes };
@@ -392,6 +397,14 @@ impl Scheduler {
                     if strict && matches!(considered, Considered::Preempting) {
                         self.blocked_by = Some((key, gk.priority));
                         return next_candidate;
+                    }
+                    // The victims were uncharged: groups behind, over the same caps, may
+                    // now fit under them.
+                    if matches!(considered, Considered::Preempting) && !self.changes.uncharged.is_empty() {
+                        let accounts = &self.accounts;
+                        let base = |a: AccountId, level: Priority| accounts.get(&a).map_or(0, |a| a.base_gpus(level));
+                        self.queue.wake_quota(&mut self.changes, &base);
+                        blocker = first_blocker(self);
                     }
                 }
                 Considered::Failed(verdict) => {
@@ -434,7 +447,8 @@ impl Scheduler {
         // d.
         if let Some((account, reason)) = self.quota_shortfall(ix) {
             let mut reasons = Reasons::one(reason);
-            let mut wake = Wake::On(WakeOn { accounts: true, ..WakeOn::default() });
+            let quota = self.quota_wake(account, gk, preempt_capable);
+            let mut wake = Wake::On(WakeOn { quota: [Some(quota), None], ..WakeOn::default() });
             // Fix: a failed search, or a spent budget, used to leave the group dormant until
             // the account changed, though room appearing (or the next cycle's budget) could
             // let the same search succeed.
@@ -445,7 +459,15 @@ impl Scheduler {
                         self.carry_out_preemption(ix, plan, now, out);
                         return Considered::Preempting;
                     }
-                    wake = Wake::On(WakeOn { accounts: true, room: RoomWake::Any, victims: true });
+                    // If its own preemptible work could bring it under this cap, something
+                    // else stopped it (its other account's cap, room): it asks again when
+                    // anything is uncharged from, or the cap changes of, either account, or
+                    // room grows.
+                    if self.quota_base_gpus(account, quota.level) <= quota.base_gpus_max {
+                        let any = |account| QuotaWake { account, level: Priority::MIN, base_gpus_max: i64::MAX };
+                        let user = (gk.user != gk.project).then(|| any(gk.user));
+                        wake = Wake::On(WakeOn { quota: [Some(any(gk.project)), user], room: RoomWake::Any });
+                    }
                 } else {
                     reasons.push(PendingReason::PreemptionBudgetExhausted);
                     wake = Wake::NextCycle;
@@ -505,7 +527,16 @@ impl Scheduler {
     /// preempt (see `queue.rs`).
     fn wake_on_room(&self, preempt_capable: bool) -> WakeOn {
         let room = if preempt_capable { RoomWake::Reclaim } else { RoomWake::Fits };
-        WakeOn { accounts: false, room, victims: false }
+        WakeOn { quota: [None, None], room }
+    }
+
+    /// When a group over `account`'s cap may fit under it (see `QuotaWake`).
+    fn quota_wake(&self, account: AccountId, gk: &GroupKey, preempt_capable: bool) -> QuotaWake {
+        let level = if preempt_capable { gk.priority } else { Priority::MIN };
+        let cap = self.accounts.get(&account).and_then(|a| a.quota).and_then(|q| q.gpus_max);
+        let asks = gk.per_replica.times(gk.replicas).gpus;
+        let base_gpus_max = cap.map_or(i64::MAX, |cap| i64::from(cap) - i64::from(asks));
+        QuotaWake { account, level, base_gpus_max }
     }
 
     /// A victim search, with the scheduler's scratch buffers.

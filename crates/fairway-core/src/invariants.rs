@@ -37,6 +37,9 @@ impl Scheduler {
         };
         let mut terminating = 0usize;
         let mut tallies = VictimTallies::default();
+        // Per capped account, its running preemptible GPUs by priority (when tracked).
+        let mut own: Vec<std::collections::BTreeMap<crate::types::Priority, u32>> =
+            vec![Default::default(); account_ids.len()];
         for node in &nodes {
             let node_id = node.spec.id;
             let (mut owned, mut used) = (GpuSet::EMPTY, Resources::ZERO);
@@ -76,8 +79,16 @@ impl Scheduler {
                 }
                 if is_charged {
                     if self.tracks_victims() {
+                        let gpus = job.spec.total().gpus;
                         if job.spec.preemptible {
-                            tallies.add(job.spec.priority, job.spec.total().gpus);
+                            tallies.add(job.spec.priority, gpus);
+                            for a in job.accounts() {
+                                let i =
+                                    account_ids.binary_search(&a).map_err(|_| format!("{id} runs for unknown {a}"))?;
+                                if self.accounts[&a].quota.is_some() && gpus > 0 {
+                                    *own[i].entry(job.spec.priority).or_default() += gpus;
+                                }
+                            }
                         }
                         self.check_victim_entries(ix, job)?;
                     }
@@ -154,6 +165,11 @@ impl Scheduler {
             }
             if node.reserved != *reserved {
                 return Err(format!("{} reserved {} disagrees with reservations", node.spec.id, node.reserved));
+            }
+        }
+        for ((id, account), own) in self.accounts.iter().zip(&own) {
+            if account.preemptible_gpus != *own {
+                return Err(format!("{id} tallies {:?} preemptible GPUs, its jobs {own:?}", account.preemptible_gpus));
             }
         }
         let capped = self.accounts.values().filter(|a| a.quota.is_some()).count();

@@ -11,7 +11,12 @@
 //! unchanged unschedulable jobs).
 //!
 //! What wakes a group ([`WakeOn`]):
-//! - a change of one of its accounts (usage or cap), for a group over quota;
+//! - for a group over quota, its account's usage dropping far enough ([`QuotaWake`]): the
+//!   usage that counts is what the account holds beyond its own preemptible work below the
+//!   group's priority (work the group could preempt to get back under the cap). That figure
+//!   falls only when something of the account's is uncharged, never when a job of the
+//!   account starts (a start below the group adds as much preemptible work as it charges),
+//!   so only uncharges are looked at; or the cap changing;
 //! - room on one node for one of its replicas ([`RoomWake::Fits`]), or room counting what
 //!   lower-priority preemptible work on that node would free ([`RoomWake::Reclaim`]), for a
 //!   group that found no room. Room on a node grows only when something leaves it (an exit,
@@ -20,10 +25,13 @@
 //!   looked at. A preemptible job starting below a group never helps it: the GPUs it takes
 //!   were free and the same GPUs become reclaimable. Several groups may want the same freed
 //!   GPUs, so such wakes are lazy: the groups become candidates, in queue order, and the
-//!   walk asks each one again only if a grown node still has room for it when its turn comes;
+//!   walk asks each one again only if a grown node still has room for it when its turn comes.
+//!   A victim search can also fail within its bounds (victims per preemption, candidates) or
+//!   by the order it takes victims in, with room enough: a node removed or drained changes
+//!   what it sees, so that wakes every group that waits on victims;
 //! - a node added or uncordoned ([`RoomWake::Nodes`]), for a group no node can ever hold;
-//! - any growth of room, or a victim starting below it ([`RoomWake::Any`], `victims`), for a
-//!   group that may preempt only its own account's work.
+//! - any growth of room ([`RoomWake::Any`]), for a group that could get back under its cap
+//!   by preempting its own account's work but found no room.
 //!
 //! A wake that turns out needless costs one evaluation, never a wrong decision; a wake
 //! missed would leave a job waiting forever, so the conditions err on the side of waking
@@ -51,14 +59,6 @@ pub(crate) struct GroupKey {
     pub user: AccountId,
     pub project: AccountId,
     pub may_preempt: bool,
-}
-
-impl GroupKey {
-    /// The accounts its jobs are charged to (once if the same).
-    fn accounts(&self) -> impl Iterator<Item = AccountId> + use<> {
-        let (u, p) = (self.user, self.project);
-        std::iter::once(p).chain((u != p).then_some(u))
-    }
 }
 
 /// Why a group's head could not start, and what would make it worth asking again.
@@ -117,11 +117,21 @@ pub(crate) enum Wake {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct WakeOn {
-    /// The usage or cap of one of the group's accounts changes.
-    pub accounts: bool,
+    /// An account's usage drops far enough, or the account's cap changes (up to two: a
+    /// job's project and user).
+    pub quota: [Option<QuotaWake>; 2],
     pub room: RoomWake,
-    /// A preemptible job starts below the group's priority (a new victim candidate).
-    pub victims: bool,
+}
+
+/// When a group over `account`'s cap may fit under it: once the GPUs the account holds,
+/// less its own preemptible work below `level`, are at most `base_gpus_max` (the cap less
+/// what the job asks). `level` is the group's priority if it may preempt, else the lowest
+/// priority (nothing is below it). GPUs only: the condition is necessary, not sufficient.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QuotaWake {
+    pub account: AccountId,
+    pub level: Priority,
+    pub base_gpus_max: i64,
 }
 
 /// Which growth of room wakes a group.
@@ -176,22 +186,21 @@ impl Group {
 /// What changed since the last cycle's wake-up pass.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Changes {
-    pub accounts: Vec<AccountId>,
+    /// Accounts something was uncharged from (with repeats).
+    pub uncharged: Vec<AccountId>,
+    /// Accounts whose cap changed.
+    pub caps: Vec<AccountId>,
     /// Nodes where room grew (with repeats).
     pub grown: Vec<NodeId>,
     /// A node was added or uncordoned.
     pub nodes_changed: bool,
-    /// The lowest priority at which a preemptible job started.
-    pub victim_priority_min: Option<Priority>,
+    /// A node was removed or drained: its victims are gone from every search.
+    pub nodes_lost: bool,
     /// Scratch for `wake_for`, kept between cycles.
     woken: Vec<GroupIx>,
 }
 
 impl Changes {
-    pub fn victim_started(&mut self, priority: Priority) {
-        self.victim_priority_min = Some(self.victim_priority_min.map_or(priority, |p| p.min(priority)));
-    }
-
     /// Room grew on a node: something left it, or it was added or uncordoned.
     pub fn room_grew(&mut self, node: NodeId) {
         self.grown.push(node);
@@ -214,7 +223,7 @@ pub(crate) struct PendingQueue {
     /// first of them blocks every job behind it.
     pub asleep_blocking: BTreeSet<(QueueKey, GroupIx)>,
     /// Sleeping groups by what wakes them.
-    by_account: BTreeSet<(AccountId, GroupIx)>,
+    by_quota: BTreeSet<(AccountId, Priority, i64, GroupIx)>,
     /// `RoomWake::Fits`, by GPUs per replica.
     by_room_fits: BTreeSet<(u32, GroupIx)>,
     /// `RoomWake::Reclaim`, by priority and GPUs per replica.
@@ -229,8 +238,6 @@ pub(crate) struct PendingQueue {
     /// Sleeping groups that room on a grown node may concern, in queue order: the walk
     /// asks each again if a grown node still has room for it when its turn comes.
     pub candidates: Vec<(QueueKey, GroupIx)>,
-    /// By the group's priority: a victim starting at `p` wakes those above `p`.
-    by_victims: BTreeSet<(Priority, GroupIx)>,
 }
 
 impl PendingQueue {
@@ -395,8 +402,8 @@ impl PendingQueue {
         if blocks {
             self.asleep_blocking.insert((head, gix));
         }
-        if on.accounts {
-            self.by_account.extend(gk.accounts().map(|a| (a, gix)));
+        for q in on.quota.iter().flatten() {
+            self.by_quota.insert((q.account, q.level, q.base_gpus_max, gix));
         }
         match on.room {
             RoomWake::Never => {}
@@ -413,9 +420,6 @@ impl PendingQueue {
                 self.by_room_any.insert(gix);
             }
         }
-        if on.victims {
-            self.by_victims.insert((gk.priority, gix));
-        }
     }
 
     /// Undo `index`; `head` is the group's head when it was last indexed.
@@ -426,10 +430,8 @@ impl PendingQueue {
         if blocks {
             self.asleep_blocking.remove(&(head, gix));
         }
-        if on.accounts {
-            for a in gk.accounts() {
-                self.by_account.remove(&(a, gix));
-            }
+        for q in on.quota.iter().flatten() {
+            self.by_quota.remove(&(q.account, q.level, q.base_gpus_max, gix));
         }
         match on.room {
             RoomWake::Never => {}
@@ -446,9 +448,6 @@ impl PendingQueue {
                 self.by_room_any.remove(&gix);
             }
         }
-        if on.victims {
-            self.by_victims.remove(&(gk.priority, gix));
-        }
     }
 
     pub fn wake(&mut self, gix: GroupIx) {
@@ -462,26 +461,28 @@ impl PendingQueue {
     /// account, a victim, a node added or any growth; lazily (as `candidates`, in queue
     /// order) those that room on a grown node may concern. `changes` is emptied, keeping
     /// its allocations for the next cycle.
-    pub fn wake_for(&mut self, changes: &mut Changes, grown: &dyn GrownRoom) {
+    pub fn wake_for(
+        &mut self,
+        changes: &mut Changes,
+        grown: &dyn GrownRoom,
+        quota_base_gpus: &dyn Fn(AccountId, Priority) -> i64,
+    ) {
         let room_grew = !changes.grown.is_empty();
         changes.grown.clear();
         let woken = &mut changes.woken;
         woken.clear();
-        changes.accounts.sort_unstable();
-        changes.accounts.dedup();
-        for account in changes.accounts.drain(..) {
-            let range = (Included((account, GroupIx(0))), Unbounded);
-            woken.extend(self.by_account.range(range).take_while(|(a, _)| *a == account).map(|(_, gix)| *gix));
-        }
+        self.quota_woken(&mut changes.caps, &mut changes.uncharged, quota_base_gpus, woken);
         if room_grew {
             woken.extend(self.by_room_any.iter().copied());
         }
         if std::mem::take(&mut changes.nodes_changed) {
             woken.extend(self.by_nodes.iter().copied());
         }
-        if let Some(p) = changes.victim_priority_min.take() {
-            let range = (Excluded((p, GroupIx(u32::MAX))), Unbounded);
-            woken.extend(self.by_victims.range(range).map(|(_, gix)| *gix));
+        // A victim search is exact about room but takes victims in an order and within
+        // bounds: with a node's victims gone, a search that failed may find another set.
+        if std::mem::take(&mut changes.nodes_lost) {
+            woken.extend(self.by_reclaim.iter().map(|(.., gix)| *gix));
+            woken.extend(self.by_room_any.iter().copied());
         }
         // A group indexed several ways may be named twice; sorting makes waking order-free.
         woken.sort_unstable();
@@ -492,6 +493,58 @@ impl PendingQueue {
         self.candidates.clear();
         if room_grew {
             self.find_candidates(grown);
+        }
+    }
+
+    /// Wake the groups over quota that an uncharge or a cap change in `changes` now lets
+    /// under their cap (see `QuotaWake`); the walk calls it after each preemption, whose
+    /// victims are uncharged at once, so that groups behind in the queue may use that.
+    pub fn wake_quota(&mut self, changes: &mut Changes, quota_base_gpus: &dyn Fn(AccountId, Priority) -> i64) {
+        let mut woken = std::mem::take(&mut changes.woken);
+        woken.clear();
+        self.quota_woken(&mut changes.caps, &mut changes.uncharged, quota_base_gpus, &mut woken);
+        woken.sort_unstable();
+        woken.dedup();
+        for &gix in &woken {
+            self.wake(gix);
+        }
+        changes.woken = woken;
+    }
+
+    /// The groups over quota that `caps` (changed caps) and `uncharged` (accounts
+    /// something was uncharged from) let under their cap, into `woken`; both lists are
+    /// emptied.
+    fn quota_woken(
+        &self,
+        caps: &mut Vec<AccountId>,
+        uncharged: &mut Vec<AccountId>,
+        quota_base_gpus: &dyn Fn(AccountId, Priority) -> i64,
+        woken: &mut Vec<GroupIx>,
+    ) {
+        for list in [&mut *caps, &mut *uncharged] {
+            list.sort_unstable();
+            list.dedup();
+        }
+        let of_account = |a: AccountId| (Included((a, Priority::MIN, i64::MIN, GroupIx(0))), Unbounded);
+        for account in caps.drain(..) {
+            let all = self.by_quota.range(of_account(account)).take_while(|(a, ..)| *a == account);
+            woken.extend(all.map(|(.., gix)| *gix));
+        }
+        for account in uncharged.drain(..) {
+            // Per level of the account's sleeping groups: those whose threshold the usage
+            // that counts at that level now meets.
+            let mut from = of_account(account).0;
+            while let Some(&(a, level, ..)) =
+                self.by_quota.range((from, Unbounded)).next().filter(|(a, ..)| *a == account)
+            {
+                let base = quota_base_gpus(a, level);
+                let met = self.by_quota.range((a, level, base, GroupIx(0))..=(a, level, i64::MAX, GroupIx(u32::MAX)));
+                woken.extend(met.map(|(.., gix)| *gix));
+                match level.checked_add(1) {
+                    Some(next) => from = Included((a, next, i64::MIN, GroupIx(0))),
+                    None => break,
+                }
+            }
         }
     }
 
@@ -565,12 +618,16 @@ impl PendingQueue {
                 return Err(format!("group of {} asleep without a wake condition", head.id));
             };
             let gk = &group.key;
-            let indexed = (on.accounts && gk.accounts().all(|a| self.by_account.contains(&(a, gix))))
+            let quota_indexed =
+                on.quota.iter().flatten().all(|q| self.by_quota.contains(&(q.account, q.level, q.base_gpus_max, gix)));
+            if !quota_indexed {
+                return Err(format!("group of {} is not indexed under its accounts", head.id));
+            }
+            let indexed = on.quota.iter().any(Option::is_some)
                 || (on.room == RoomWake::Fits && self.by_room_fits.contains(&(gk.per_replica.gpus, gix)))
                 || (on.room == RoomWake::Reclaim && self.by_reclaim.contains(&(gk.priority, gk.per_replica.gpus, gix)))
                 || (on.room == RoomWake::Nodes && self.by_nodes.contains(&gix))
-                || (on.room == RoomWake::Any && self.by_room_any.contains(&gix))
-                || (on.victims && self.by_victims.contains(&(gk.priority, gix)));
+                || (on.room == RoomWake::Any && self.by_room_any.contains(&gix));
             if !indexed {
                 return Err(format!("group of {} asleep but nothing wakes it", head.id));
             }
@@ -595,12 +652,11 @@ impl PendingQueue {
             return Err("head sets name groups that are gone".into());
         }
         let asleep = |gix: &GroupIx| self.groups.get(gix.0 as usize).and_then(Option::as_ref).is_some_and(|g| g.asleep);
-        let stale = self.by_account.iter().any(|(_, g)| !asleep(g))
+        let stale = self.by_quota.iter().any(|(.., g)| !asleep(g))
             || self.by_room_fits.iter().any(|(_, g)| !asleep(g))
             || self.by_reclaim.iter().any(|(_, _, g)| !asleep(g))
             || self.by_nodes.iter().any(|g| !asleep(g))
-            || self.by_room_any.iter().any(|g| !asleep(g))
-            || self.by_victims.iter().any(|(_, g)| !asleep(g));
+            || self.by_room_any.iter().any(|g| !asleep(g));
         if stale {
             return Err("a wake index names a group that is not asleep".into());
         }

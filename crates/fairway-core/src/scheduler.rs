@@ -220,6 +220,12 @@ impl Scheduler {
                 let (gpus_free_max, nodes_matching) = self.nodes.index.summary(gpu_model);
                 PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching }
             }
+            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+                let now = self.accounts.get(&account);
+                let used = now.map_or(used, |a| resource.of(a.charged));
+                let limit = now.and_then(|a| a.quota).and_then(|q| q.limit(resource)).unwrap_or(limit);
+                PendingReason::OverQuota { account, resource, requested, used, limit }
+            }
             ref other => other.clone(),
         }
     }
@@ -423,6 +429,7 @@ impl Scheduler {
             }
         }
         self.nodes.remove(id);
+        self.changes.nodes_lost = true;
         Ok(())
     }
 
@@ -435,21 +442,56 @@ impl Scheduler {
         if schedulable {
             self.changes.room_grew(id);
             self.changes.nodes_changed = true;
+        } else {
+            self.changes.nodes_lost = true;
         }
         Ok(())
     }
 
     fn set_quota(&mut self, id: AccountId, quota: Option<Quota>) {
         let account = self.accounts.entry(id).or_default();
-        match (account.quota.is_some(), quota.is_some()) {
-            (false, true) => self.capped_accounts += 1,
-            (true, false) => self.capped_accounts -= 1,
-            _ => {}
-        }
+        let (was_capped, capped) = (account.quota.is_some(), quota.is_some());
         account.quota = quota;
         // Whatever runs now may keep running under a lowered cap; it may only shrink.
         account.grandfathered = account.charged;
-        self.changes.accounts.push(id);
+        self.changes.caps.push(id);
+        match (was_capped, capped) {
+            (false, true) => {
+                self.capped_accounts += 1;
+                let tally = self.preemptible_gpus_of(id);
+                self.accounts.get_mut(&id).expect("just set").preemptible_gpus = tally;
+            }
+            (true, false) => {
+                self.capped_accounts -= 1;
+                self.accounts.get_mut(&id).expect("just set").preemptible_gpus.clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// GPUs of the account's running preemptible jobs by priority, counted afresh from the
+    /// victim lists (a gang once).
+    fn preemptible_gpus_of(&self, account: AccountId) -> BTreeMap<Priority, u32> {
+        let mut jobs: Vec<(JobId, Priority, JobIx)> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.victims.iter().map(|e| (e.id, e.priority, e.ix)))
+            .filter(|(.., ix)| self.jobs[*ix].accounts().any(|a| a == account))
+            .collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        let mut tally = BTreeMap::new();
+        for (_, priority, ix) in jobs {
+            *tally.entry(priority).or_default() += self.jobs[ix].spec.total().gpus;
+        }
+        tally.retain(|_, gpus: &mut u32| *gpus > 0);
+        tally
+    }
+
+    /// What wakes an over-quota group looks at: the GPUs `account` holds beyond its own
+    /// preemptible work below `level`.
+    pub(crate) fn quota_base_gpus(&self, account: AccountId, level: Priority) -> i64 {
+        self.accounts.get(&account).map_or(0, |a| a.base_gpus(level))
     }
 
     // ---- state transitions shared by the handlers and the cycle ----------------------
@@ -569,14 +611,19 @@ impl Scheduler {
             self.terminating.remove(&ix);
         }
         if let Some(preemptor) = preemptor {
-            self.victim_gone(preemptor);
+            self.victim_gone(preemptor, id);
         }
     }
 
-    /// A victim of `preemptor` exited: one fewer to wait for.
-    fn victim_gone(&mut self, preemptor: JobId) {
+    /// A victim of `preemptor` exited: one fewer to wait for, if the preemptor's hold is
+    /// the one it was asked to stop for. (A hold given up, when a node went away, and made
+    /// again elsewhere has other victims; one of the first may still be on its way out.)
+    fn victim_gone(&mut self, preemptor: JobId, victim: JobId) {
         let Some(job) = self.jobs.get_mut(preemptor) else { return };
         let JobState::Pending { reservation: Some(r) } = &mut job.state else { return };
+        if !r.victims.contains(&victim) {
+            return;
+        }
         r.waiting -= 1;
         if r.waiting == 0 {
             self.ready_preemptors.insert(preemptor);
@@ -593,7 +640,14 @@ impl Scheduler {
             return;
         }
         self.tallies.add(priority, gpus);
-        self.changes.victim_started(priority);
+        if self.capped_accounts > 0 {
+            for account in job.accounts() {
+                let account = self.accounts.get_mut(&account).expect("charged at start");
+                if account.quota.is_some() && gpus > 0 {
+                    *account.preemptible_gpus.entry(priority).or_default() += gpus;
+                }
+            }
+        }
         let base = VictimEntry {
             priority,
             id: job.spec.id,
@@ -620,6 +674,18 @@ impl Scheduler {
             return;
         }
         self.tallies.remove(priority, gpus);
+        if self.capped_accounts > 0 {
+            for account in job.accounts() {
+                let account = self.accounts.get_mut(&account).expect("charged at start");
+                if account.quota.is_some() && gpus > 0 {
+                    let tally = account.preemptible_gpus.get_mut(&priority).expect("tallied at start");
+                    *tally -= gpus;
+                    if *tally == 0 {
+                        account.preemptible_gpus.remove(&priority);
+                    }
+                }
+            }
+        }
         let key = (priority, job.spec.id);
         for (node, _) in replicas_per_node(placement) {
             victims::remove_entry(self.nodes.victims_mut(node), key);
@@ -643,20 +709,18 @@ impl Scheduler {
 
     /// Charge a gang's total to each of its accounts (running jobs and held reservations).
     fn charge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
+        // A charge never lets a job over a cap in (see `QuotaWake`): nothing to record.
         for account in accounts {
             self.accounts.entry(account).or_default().charge(total);
-            // Only a group over some cap sleeps on its accounts.
-            if self.capped_accounts > 0 {
-                self.changes.accounts.push(account);
-            }
         }
     }
 
     fn uncharge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
         for account in accounts {
             self.accounts.get_mut(&account).expect("uncharging an account that was charged").uncharge(total);
+            // Only a group over some cap sleeps on its accounts.
             if self.capped_accounts > 0 {
-                self.changes.accounts.push(account);
+                self.changes.uncharged.push(account);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The core's state: jobs, the pending queue, running index, accounts.
 
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 
 use crate::decision::StopCause;
 use crate::jobs::JobIx;
@@ -141,6 +142,10 @@ pub(crate) struct Account {
     /// Usage above a lowered cap that was already running when the cap changed: allowed
     /// to drain, never to grow.
     pub grandfathered: Resources,
+    /// GPUs of the account's running preemptible jobs by priority (no empty levels), kept
+    /// while the account has a cap and the policy preempts: what a job of the account over
+    /// the cap could preempt to get back under it (see `QuotaWake`).
+    pub preemptible_gpus: BTreeMap<Priority, u32>,
 }
 
 impl Account {
@@ -165,6 +170,12 @@ impl Account {
             cpu_millis: self.grandfathered.cpu_millis.min(self.charged.cpu_millis),
             memory_mib: self.grandfathered.memory_mib.min(self.charged.memory_mib),
         };
+    }
+
+    /// The GPUs the account holds beyond its own preemptible work below `level`.
+    pub fn base_gpus(&self, level: Priority) -> i64 {
+        let below: u32 = self.preemptible_gpus.range(..level).map(|(_, g)| *g).sum();
+        i64::from(self.charged.gpus) - i64::from(below)
     }
 
     /// Within cap, or within what the cap grandfathered.
