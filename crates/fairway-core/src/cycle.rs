@@ -347,6 +347,10 @@ impl Scheduler {
         // again); candidates come from their own list.
         let mut last_head: Option<(QueueKey, GroupIx)> = None;
         let mut next_candidate = 0;
+        // Second looks that found no room, as (model, room, priority, GPUs per replica):
+        // room only shrinks during a walk, so a candidate of the same model and room
+        // wanting as many GPUs or more at the same priority or lower finds none either.
+        let mut no_room: Vec<(Option<GpuModel>, RoomWake, Priority, u32)> = Vec::new();
         loop {
             let next_head = match last_head {
                 None => self.queue.awake.first(),
@@ -375,8 +379,15 @@ impl Scheduler {
                     }
                     // Second look: does a grown node still have room for it now?
                     let room = self.queue.room_wake(gix);
+                    let gk = &self.queue.group(gix).key;
+                    let (model, priority, need) = (gk.model, gk.priority, gk.per_replica.gpus);
+                    let known_short =
+                        no_room.iter().any(|&(m, r, p, g)| m == model && r == room && p >= priority && g <= need);
                     let grown = GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes };
-                    if !grown.admits(&self.queue.group(gix).key, room) {
+                    if known_short || !grown.admits(gk, room) {
+                        if !known_short {
+                            no_room.push((model, room, priority, need));
+                        }
                         continue;
                     }
                     self.queue.wake(gix);
