@@ -161,6 +161,9 @@ impl Scheduler {
         if let (PreemptionScope::Any, 1) = (scope, job.spec.replicas) {
             return self.best_single_node_set(ix, now, scratch);
         }
+        if scope == PreemptionScope::Any && !self.gang_could_fit(ix) {
+            return None;
+        }
         let victims = self.victim_candidates(ix, scope, now);
         if victims.is_empty() {
             return None;
@@ -258,6 +261,26 @@ impl Scheduler {
             have += tally.gpus;
         }
         have >= needed
+    }
+
+    /// A necessary condition, cheap next to a gang's search: counting every preemptible job
+    /// below it as gone, the usable nodes could hold all its replicas (GPUs only).
+    fn gang_could_fit(&self, ix: JobIx) -> bool {
+        let job = &self.jobs[ix];
+        let (priority, model, gpus) = (job.spec.priority, job.spec.gpu_model, job.spec.per_replica.gpus);
+        let Some(replicas_max) = job.spec.replicas.checked_sub(1) else { return true };
+        if gpus == 0 {
+            return true;
+        }
+        let mut hosted = 0;
+        for node in self.nodes.iter().filter(|n| Self::usable(n, model)) {
+            let below: u32 = node.victims.iter().take_while(|e| e.priority < priority).map(|e| e.freed.gpus).sum();
+            hosted += (node.available_gpus() + below) / gpus;
+            if hosted > replicas_max {
+                return true;
+            }
+        }
+        false
     }
 
     /// Rule 6's candidate bound for a one-replica preemptor: candidates are taken lowest
@@ -610,11 +633,14 @@ fn minimal_prefix(
 /// candidates of its list (lowest priority first) level by level; `None` if they never make
 /// room. A node's list is in (priority, id) order and `examined` holds for a prefix of it.
 fn room_level(node: &Node, demand: Resources, examined: impl Fn(&VictimEntry) -> bool) -> Option<Priority> {
+    let victims = &node.victims;
     let mut room = node.available();
-    let mut entries = node.victims.iter().take_while(|e| examined(e)).peekable();
-    while let Some(e) = entries.next() {
+    for (i, e) in victims.iter().enumerate() {
+        if !examined(e) {
+            break;
+        }
         room = room.plus(e.freed);
-        let level_ends = entries.peek().is_none_or(|next| next.priority != e.priority);
+        let level_ends = victims.get(i + 1).is_none_or(|next| next.priority != e.priority || !examined(next));
         if level_ends && demand.fits_in(room) {
             return Some(e.priority);
         }
