@@ -526,6 +526,12 @@ impl Scheduler {
                 None => {
                     memo.no_victims.insert(shape, gk.priority);
                     reasons.push(PendingReason::NoPreemptionCandidates);
+                    // With more candidates than a search examines (rule 6), a victim leaving
+                    // any node changes which ones it examines: any growth wakes it.
+                    let candidates = self.tallies.preemptible_jobs_below(gk.priority);
+                    if candidates > u64::from(self.config.limits.victim_candidates_max) {
+                        wake = Wake::On(WakeOn { room: RoomWake::Any, ..WakeOn::default() });
+                    }
                 }
             }
         }

@@ -19,8 +19,10 @@ impl Scheduler {
     ///   `per_replica.gpus` GPUs each, on nodes that list it.
     /// - Usage is within quota: what is charged to each account (running jobs and
     ///   reservations) matches the jobs and is within its cap (or the grandfathered usage).
-    /// - Reserved GPUs belong to exactly one preemptor, which is pending and lists them.
-    /// - The running index, the preemptible-GPU tally, the terminating set and the free
+    /// - Reserved GPUs belong to exactly one preemptor, which is pending, lists them, sits in
+    ///   the holding set and counts the victims it still waits for (ready exactly at zero).
+    /// - The victim index (each node's list, the per-priority tally, each capped account's
+    ///   preemptible GPUs), the terminating set, the count of capped accounts and the free
     ///   index say what the jobs and nodes say.
     /// - The pending queue's indexes agree with its groups (every sleeping group is
     ///   indexed under what wakes it).

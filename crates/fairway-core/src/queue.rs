@@ -28,7 +28,9 @@
 //!   walk asks each one again only if a grown node still has room for it when its turn comes.
 //!   A victim search can also fail within its bounds (victims per preemption, candidates) or
 //!   by the order it takes victims in, with room enough: a node removed or drained changes
-//!   what it sees, so that wakes every group that waits on victims;
+//!   what it sees, so that wakes every group that waits on victims; and where there are more
+//!   candidates than a search examines, a victim leaving any node changes which it examines,
+//!   so such a group waits for any growth of room instead;
 //! - a node added or uncordoned ([`RoomWake::Nodes`]), for a group no node can ever hold;
 //! - any growth of room ([`RoomWake::Any`]), for a group that could get back under its cap
 //!   by preempting its own account's work but found no room.

@@ -1,4 +1,4 @@
-//! The core's state: jobs, the pending queue, running index, accounts.
+//! The core's state: jobs, their queue keys and reservations, accounts.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
