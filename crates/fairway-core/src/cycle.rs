@@ -11,7 +11,9 @@ use crate::preemption::{PreemptionScope, VictimPlan};
 use crate::queue::{GroupIx, GroupKey, GrownRoom, QuotaWake, Reasons, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
 use crate::state::{JobState, QueueKey, Reservation, Termination};
-use crate::types::{AccountId, GpuModel, GpuSet, NodeId, Placement, Priority, ReplicaPlacement, Resources, Time};
+use crate::types::{
+    AccountId, GpuModel, GpuSet, NodeId, Placement, Priority, ReplicaPlacement, ResourceKind, Resources, Time,
+};
 
 /// What one cycle did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -450,7 +452,7 @@ impl Scheduler {
         // c.
         let never = memo.never_fits.get_or_insert_with(shape, || !self.any_node_holds(shape.model, shape.per_replica));
         if never {
-            let reason = PendingReason::NeverFits { gpus_per_replica: shape.per_replica.gpus, gpu_model: shape.model };
+            let reason = self.never_fits_reason(shape);
             // Node sizes are what it waits for: a node added or back from a drain.
             let wake = Wake::On(WakeOn { room: RoomWake::Nodes, ..WakeOn::default() });
             return Considered::Failed(Verdict { reasons: Reasons::one(reason), wake });
@@ -580,6 +582,25 @@ impl Scheduler {
 
     fn any_node_holds(&self, model: Option<GpuModel>, per_replica: Resources) -> bool {
         self.nodes.iter().any(|n| model.is_none_or(|m| m == n.spec.gpu_model) && per_replica.fits_in(n.spec.capacity))
+    }
+
+    /// Why no node of the model can hold a replica of `shape`: the first dimension in which
+    /// even the largest node is too small, if there is one.
+    fn never_fits_reason(&self, shape: Shape) -> PendingReason {
+        let nodes = self.nodes.iter().filter(|n| shape.model.is_none_or(|m| m == n.spec.gpu_model));
+        let largest = nodes.fold(Resources::ZERO, |l, n| Resources {
+            gpus: l.gpus.max(n.spec.capacity.gpus),
+            cpu_millis: l.cpu_millis.max(n.spec.capacity.cpu_millis),
+            memory_mib: l.memory_mib.max(n.spec.capacity.memory_mib),
+        });
+        let short = ResourceKind::ALL.into_iter().find(|k| k.of(shape.per_replica) > k.of(largest));
+        PendingReason::NeverFits {
+            gpus_per_replica: shape.per_replica.gpus,
+            gpu_model: shape.model,
+            resource: short,
+            requested: short.map_or(0, |k| k.of(shape.per_replica)),
+            largest: short.map_or(0, |k| k.of(largest)),
+        }
     }
 
     fn no_fit_reason(&self, shape: Shape) -> PendingReason {

@@ -38,8 +38,17 @@ pub enum RequeueCause {
 pub enum PendingReason {
     /// Starting the job would take `account` over its hard cap for `resource`.
     OverQuota { account: AccountId, resource: ResourceKind, requested: u64, used: u64, limit: u64 },
-    /// One replica needs more than any node of the model has, even when empty.
-    NeverFits { gpus_per_replica: u32, gpu_model: Option<GpuModel> },
+    /// One replica needs more than any node of the model has, even when empty. `resource`
+    /// is the first dimension in which it asks more (`requested`) than the largest such
+    /// node has (`largest`, 0 when there is no such node); `None` when every dimension fits
+    /// some node but no node has them all.
+    NeverFits {
+        gpus_per_replica: u32,
+        gpu_model: Option<GpuModel>,
+        resource: Option<ResourceKind>,
+        requested: u64,
+        largest: u64,
+    },
     /// No placement now: `gpus_free_max` is the most free GPUs on one schedulable node
     /// of the model, `nodes_matching` how many such nodes there are.
     NoFit { gpus_per_replica: u32, replicas: u32, gpu_model: Option<GpuModel>, gpus_free_max: u32, nodes_matching: u32 },
@@ -80,9 +89,24 @@ impl fmt::Display for PendingReason {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 write!(f, "over quota: {account} uses {used} of {limit} {}, job asks {requested}", resource.name())
             }
-            PendingReason::NeverFits { gpus_per_replica, gpu_model } => {
-                write!(f, "no node{} can ever hold a replica of {gpus_per_replica} GPUs", model_suffix(*gpu_model))
-            }
+            PendingReason::NeverFits { gpus_per_replica, gpu_model, resource, requested, largest } => match resource {
+                Some(ResourceKind::Gpu) => write!(
+                    f,
+                    "no node{} can ever hold a replica of {gpus_per_replica} GPUs (the largest has {largest})",
+                    model_suffix(*gpu_model)
+                ),
+                Some(kind) => write!(
+                    f,
+                    "no node{} can ever hold a replica: it asks {requested} {}, the largest node has {largest}",
+                    model_suffix(*gpu_model),
+                    kind.name()
+                ),
+                None => write!(
+                    f,
+                    "no node{} has at once all that a replica asks ({gpus_per_replica} GPUs and its CPU and memory)",
+                    model_suffix(*gpu_model)
+                ),
+            },
             PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => write!(
                 f,
                 "no room: needs {replicas}x{gpus_per_replica} GPUs{}; most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",

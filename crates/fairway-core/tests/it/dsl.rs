@@ -136,8 +136,12 @@ impl Names {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 format!("over_quota({} {}: used {used} + {requested} > {limit})", self.a(*account), resource.name())
             }
-            PendingReason::NeverFits { gpus_per_replica, gpu_model } => {
-                format!("never_fits({gpus_per_replica} GPUs/replica{})", self.model_suffix(*gpu_model))
+            PendingReason::NeverFits { gpus_per_replica, gpu_model, resource, requested, largest } => {
+                let why = match resource {
+                    Some(kind) => format!("{} {requested} > {largest}", kind.name()),
+                    None => "no node has it all".into(),
+                };
+                format!("never_fits({gpus_per_replica} GPUs/replica{}; {why})", self.model_suffix(*gpu_model))
             }
             PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => format!(
                 "no_fit({replicas}x{gpus_per_replica} GPUs{}; max free {gpus_free_max} on {nodes_matching} node{})",

@@ -83,13 +83,27 @@ impl Engine {
                     json!({"account_kind": kind, "account": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
                 )
             }
-            PendingReason::NeverFits { gpus_per_replica, gpu_model } => (
-                format!(
-                    "no node{} can ever hold a replica of {gpus_per_replica} GPUs",
-                    model(*gpu_model).map(|m| format!(" of {m}")).unwrap_or_default()
-                ),
-                json!({"gpus_per_replica": gpus_per_replica, "gpu_model": model(*gpu_model)}),
-            ),
+            PendingReason::NeverFits { gpus_per_replica, gpu_model, resource, requested, largest } => {
+                let of_model = model(*gpu_model).map(|m| format!(" of {m}")).unwrap_or_default();
+                let message = match resource {
+                    Some(fairway_core::ResourceKind::Gpu) => format!(
+                        "no node{of_model} can ever hold a replica of {gpus_per_replica} GPUs (the largest has {largest})"
+                    ),
+                    Some(kind) => format!(
+                        "no node{of_model} can ever hold a replica: it asks {requested} {}, the largest node has {largest}",
+                        kind.name()
+                    ),
+                    None => format!("no node{of_model} has at once all that a replica asks"),
+                };
+                let data = json!({
+                    "gpus_per_replica": gpus_per_replica,
+                    "gpu_model": model(*gpu_model),
+                    "resource": resource.map(|k| k.name()),
+                    "requested": requested,
+                    "largest": largest,
+                });
+                (message, data)
+            }
             PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => (
                 format!(
                     "no room: needs {replicas}x{gpus_per_replica} GPUs{}; the most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",
