@@ -115,12 +115,25 @@ pub struct SimArgs {
     /// Also write a report (markdown + SVG plots) into this folder.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// Skip the invariant check after every cycle (faster; the check is on by default).
-    #[arg(long)]
+    /// Checks during the run: `amortised` checks every decision against the rules (whole
+    /// gangs, no GPU twice, quotas, allowed preemptions) and the core's whole state on a
+    /// schedule costing a constant per cycle; `every-cycle` checks the whole state after
+    /// every cycle (slow on big traces); `off` checks only conservation at the end.
+    #[arg(long, value_enum, default_value_t = Check::Amortised)]
+    pub check: Check,
+    /// Same as `--check off`.
+    #[arg(long, conflicts_with = "check")]
     pub no_check: bool,
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Check {
+    Amortised,
+    EveryCycle,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -3,13 +3,13 @@
 use std::io::Write;
 
 use anyhow::Context;
-use fairway_sim::engine::{EngineConfig, simulate};
+use fairway_sim::engine::{CheckLevel, EngineConfig, simulate};
 use fairway_sim::metrics::{RunResult, SimReport};
 use fairway_sim::report::{render_table, write_report};
 use fairway_sim::scenario::{self, Overrides};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::{Output, SimArgs, progress_wanted};
+use crate::{Check, Output, SimArgs, progress_wanted};
 
 pub fn run(args: &SimArgs) -> anyhow::Result<()> {
     let overrides = Overrides {
@@ -31,7 +31,7 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
         let config = EngineConfig {
             core: scenario.config_for(&sim_policy.policy),
             cost: scenario.cost,
-            check_invariants: !args.no_check,
+            check: check_level(args),
             horizon_ms: scenario.horizon_ms,
         };
         let bar = progress_bar(show_progress, name, scenario.jobs.len());
@@ -65,6 +65,15 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn check_level(args: &SimArgs) -> CheckLevel {
+    match args.check {
+        _ if args.no_check => CheckLevel::Off,
+        Check::Amortised => CheckLevel::Amortised,
+        Check::EveryCycle => CheckLevel::EveryCycle,
+        Check::Off => CheckLevel::Off,
+    }
 }
 
 fn progress_bar(show: bool, policy: &str, jobs: usize) -> ProgressBar {

@@ -411,14 +411,6 @@ impl Scheduler {
                         self.blocked_by = Some((key, gk.priority));
                         return next_candidate;
                     }
-                    // The victims were uncharged: groups behind, over the same caps, may
-                    // now fit under them.
-                    if matches!(considered, Considered::Preempting) && !self.changes.uncharged.is_empty() {
-                        let accounts = &self.accounts;
-                        let base = |a: AccountId, level: Priority| accounts.get(&a).map_or(0, |a| a.base_gpus(level));
-                        self.queue.wake_quota(&mut self.changes, &base);
-                        blocker = first_blocker(self);
-                    }
                 }
                 Considered::Failed(verdict) => {
                     let blocks = strict && verdict.blocks_strict_order();
@@ -715,7 +707,7 @@ impl Scheduler {
         }
         let victims: Vec<crate::types::JobId> = plan.victims.iter().map(|(v, _)| *v).collect();
         let waiting = victims.len() as u32;
-        self.reserve(ix, Reservation { placement, victims, waiting });
+        self.reserve(ix, Reservation { placement, victims, waiting, charged: [Resources::ZERO; 2] });
     }
 
     /// Slots for a preemptor: free, unheld slots first, then the victims' slots, lowest first.

@@ -17,8 +17,9 @@ impl Scheduler {
     ///   union is what the node records as owned.
     /// - Gangs are whole: every placed job has exactly `replicas` replicas of
     ///   `per_replica.gpus` GPUs each, on nodes that list it.
-    /// - Usage is within quota: what is charged to each account (running jobs and
-    ///   reservations) matches the jobs and is within its cap (or the grandfathered usage).
+    /// - Usage is within quota: what is charged to each account (running and terminating
+    ///   jobs, and what each hold charges: its total less its own account's victims still
+    ///   leaving) matches the jobs and is within its cap (or the grandfathered usage).
     /// - Reserved GPUs belong to exactly one preemptor, which is pending, lists them, sits in
     ///   the holding set and counts the victims it still waits for (ready exactly at zero).
     /// - The victim index (each node's list, the per-priority tally, each capped account's
@@ -51,7 +52,7 @@ impl Scheduler {
                 }
                 let job = self.jobs.get_slot(ix).ok_or_else(|| format!("{node_id} lists a job that is gone"))?;
                 let id = job.spec.id;
-                let (placement, is_charged) = match &job.state {
+                let (placement, running) = match &job.state {
                     JobState::Running { placement, .. } => (placement, true),
                     JobState::Terminating { placement, .. } => (placement, false),
                     JobState::Pending { .. } => return Err(format!("{id} listed as placed on {node_id} but pending")),
@@ -79,7 +80,10 @@ impl Scheduler {
                         return Err(format!("{id} is placed on {}, which does not list it", r.node));
                     }
                 }
-                if is_charged {
+                for a in job.accounts() {
+                    charge(id, a, job.spec.total())?;
+                }
+                if running {
                     if self.tracks_victims() {
                         let gpus = job.spec.total().gpus;
                         if job.spec.preemptible {
@@ -93,9 +97,6 @@ impl Scheduler {
                             }
                         }
                         self.check_victim_entries(ix, job)?;
-                    }
-                    for a in job.accounts() {
-                        charge(id, a, job.spec.total())?;
                     }
                 } else {
                     terminating += 1;
@@ -147,8 +148,15 @@ impl Scheduler {
                 *slots = slots.union(r.gpus);
                 *reserved = reserved.plus(job.spec.per_replica);
             }
-            for a in job.accounts() {
-                charge(id, a, job.spec.total())?;
+            let expected = self.hold_charges(ix, &res.victims);
+            if res.charged != expected {
+                return Err(format!(
+                    "{id} records {:?} as its hold's charges, its victims leave {expected:?}",
+                    res.charged
+                ));
+            }
+            for (k, a) in job.accounts().enumerate() {
+                charge(id, a, res.charged[k])?;
             }
         }
         if self.ready_preemptors.iter().any(|id| !self.reserving.contains_key(id)) {

@@ -70,6 +70,7 @@ impl JobStore {
         self.ix_of(id).map(|ix| &self[ix])
     }
 
+    #[cfg(test)]
     pub fn get_mut(&mut self, id: JobId) -> Option<&mut Job> {
         self.ix_of(id).map(|ix| &mut self[ix])
     }

@@ -498,21 +498,6 @@ impl PendingQueue {
         }
     }
 
-    /// Wake the groups over quota that an uncharge or a cap change in `changes` now lets
-    /// under their cap (see `QuotaWake`); the walk calls it after each preemption, whose
-    /// victims are uncharged at once, so that groups behind in the queue may use that.
-    pub fn wake_quota(&mut self, changes: &mut Changes, quota_base_gpus: &dyn Fn(AccountId, Priority) -> i64) {
-        let mut woken = std::mem::take(&mut changes.woken);
-        woken.clear();
-        self.quota_woken(&mut changes.caps, &mut changes.uncharged, quota_base_gpus, &mut woken);
-        woken.sort_unstable();
-        woken.dedup();
-        for &gix in &woken {
-            self.wake(gix);
-        }
-        changes.woken = woken;
-    }
-
     /// The groups over quota that `caps` (changed caps) and `uncharged` (accounts
     /// something was uncharged from) let under their cap, into `woken`; both lists are
     /// emptied.

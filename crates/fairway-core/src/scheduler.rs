@@ -547,8 +547,8 @@ impl Scheduler {
         self.config.policy.preemption
     }
 
-    /// Move a running job to terminating: it stops being charged and stops being a victim
-    /// candidate, but keeps its GPUs until it exits.
+    /// Move a running job to terminating: it stops being a victim candidate, but keeps its
+    /// GPUs, and its charge, until it exits.
     pub(crate) fn begin_termination(&mut self, ix: JobIx, why: Termination) {
         if self.tracks_victims() {
             self.unindex_victim(ix);
@@ -559,26 +559,24 @@ impl Scheduler {
         else {
             panic!("{} must be running to terminate", job.spec.id);
         };
-        let (id, total) = (job.spec.id, job.spec.total());
+        let id = job.spec.id;
         let deadline = job.runtime_deadline(started_at);
         job.state = JobState::Terminating { placement, started_at, why };
-        let accounts = job.accounts();
-        self.uncharge(accounts, total);
         if let Some(deadline) = deadline {
             self.runtime_deadlines.remove(&(deadline, id, ix));
         }
         self.terminating.insert(ix);
     }
 
-    /// Free a running or terminating job's GPUs and uncharge it if still charged.
-    /// Leaves the job in `Pending` (not queued); the caller requeues or removes it.
+    /// Free a running or terminating job's GPUs and uncharge it. Leaves the job in
+    /// `Pending` (not queued); the caller requeues or removes it.
     pub(crate) fn release(&mut self, ix: JobIx, now: Time) {
         if self.tracks_victims() && matches!(self.jobs[ix].state, JobState::Running { .. }) {
             self.unindex_victim(ix);
         }
         let job = &mut self.jobs[ix];
         let state = std::mem::replace(&mut job.state, JobState::Pending { reservation: None });
-        let (placement, started_at, charged, preemptor) = match state {
+        let (placement, started_at, running, preemptor) = match state {
             JobState::Running { placement, started_at } => (placement, started_at, true, None),
             JobState::Terminating { placement, started_at, why } => {
                 let preemptor = match why {
@@ -602,31 +600,87 @@ impl Scheduler {
             });
             self.changes.room_grew(replica.node);
         }
-        if charged {
-            self.uncharge(accounts, total);
+        if running {
             if let Some(deadline) = deadline {
                 self.runtime_deadlines.remove(&(deadline, id, ix));
             }
         } else {
             self.terminating.remove(&ix);
         }
+        // A victim's charge moves to its preemptor's hold where they share an account: a
+        // move, not growth, so it keeps what a lowered cap grandfathered (as
+        // `start_ready_preemptors` does).
+        let grandfathered = self.grandfathered_of(self.jobs[ix].accounts());
+        self.uncharge(accounts, total);
         if let Some(preemptor) = preemptor {
             self.victim_gone(preemptor, id);
+            self.keep_grandfathered(grandfathered);
         }
     }
 
     /// A victim of `preemptor` exited: one fewer to wait for, if the preemptor's hold is
     /// the one it was asked to stop for. (A hold given up, when a node went away, and made
     /// again elsewhere has other victims; one of the first may still be on its way out.)
+    /// Its charge on the accounts they share grows back by what the victim held there.
     fn victim_gone(&mut self, preemptor: JobId, victim: JobId) {
-        let Some(job) = self.jobs.get_mut(preemptor) else { return };
-        let JobState::Pending { reservation: Some(r) } = &mut job.state else { return };
+        let Some(pix) = self.jobs.ix_of(preemptor) else { return };
+        let JobState::Pending { reservation: Some(r) } = &self.jobs[pix].state else { return };
         if !r.victims.contains(&victim) {
             return;
         }
+        let (was, now) = (r.charged, self.hold_charges(pix, &r.victims));
+        let JobState::Pending { reservation: Some(r) } = &mut self.jobs[pix].state else { unreachable!("read above") };
+        r.charged = now;
         r.waiting -= 1;
         if r.waiting == 0 {
             self.ready_preemptors.insert(preemptor);
+        }
+        for (k, account) in self.jobs[pix].accounts().enumerate() {
+            // Holds only grow back as victims leave: `hold_charges` subtracts fewer victims.
+            self.accounts.get_mut(&account).expect("charged by the hold").charge(now[k].minus(was[k]));
+        }
+    }
+
+    /// What a hold for the preemptor at `ix` charges each of its accounts (`Job::accounts`
+    /// order): its gang's total, less, per account and per resource, what those of
+    /// `victims` still terminating for it hold of that account. Those victims stay charged
+    /// until they exit, so the account is charged the larger of the two, never both: the
+    /// GPUs are the victims' now and the preemptor's later.
+    pub(crate) fn hold_charges(&self, ix: JobIx, victims: &[JobId]) -> [Resources; 2] {
+        let job = &self.jobs[ix];
+        let (id, total) = (job.spec.id, job.spec.total());
+        let mut charges = [Resources::ZERO; 2];
+        for (k, account) in job.accounts().enumerate() {
+            let leaving = victims
+                .iter()
+                .filter_map(|v| self.jobs.get(*v))
+                .filter(|v| {
+                    matches!(v.state, JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } if preemptor == id)
+                        && v.accounts().any(|a| a == account)
+                })
+                .fold(Resources::ZERO, |sum, v| sum.plus(v.spec.total()));
+            charges[k] = total.saturating_minus(leaving);
+        }
+        charges
+    }
+
+    fn grandfathered_of(&self, accounts: impl Iterator<Item = AccountId>) -> [Option<(AccountId, Resources)>; 2] {
+        let mut out = [None; 2];
+        for (slot, account) in out.iter_mut().zip(accounts) {
+            *slot = self.accounts.get(&account).map(|a| (account, a.grandfathered));
+        }
+        out
+    }
+
+    /// Restore what `grandfathered_of` saw, as far as the accounts still use it.
+    fn keep_grandfathered(&mut self, saved: [Option<(AccountId, Resources)>; 2]) {
+        for (account, g) in saved.into_iter().flatten() {
+            let a = self.accounts.get_mut(&account).expect("saved from an account");
+            a.grandfathered = Resources {
+                gpus: g.gpus.min(a.charged.gpus),
+                cpu_millis: g.cpu_millis.min(a.charged.cpu_millis),
+                memory_mib: g.memory_mib.min(a.charged.memory_mib),
+            };
         }
     }
 
@@ -734,10 +788,12 @@ impl Scheduler {
         self.counters.requeues += 1;
     }
 
-    /// Hold slots (and CPU/memory) for a pending preemptor and charge its accounts.
-    pub(crate) fn reserve(&mut self, ix: JobIx, reservation: Reservation) {
+    /// Hold slots (and CPU/memory) for a pending preemptor and charge its accounts (see
+    /// `hold_charges`; the victims must already be terminating).
+    pub(crate) fn reserve(&mut self, ix: JobIx, mut reservation: Reservation) {
+        reservation.charged = self.hold_charges(ix, &reservation.victims);
         let job = &self.jobs[ix];
-        let (id, per_replica, total) = (job.spec.id, job.spec.per_replica, job.spec.total());
+        let (id, per_replica) = (job.spec.id, job.spec.per_replica);
         let accounts = job.accounts();
         for replica in reservation.placement.replicas() {
             self.nodes.update(replica.node, |node| {
@@ -746,7 +802,9 @@ impl Scheduler {
                 node.reserved = node.reserved.plus(per_replica);
             });
         }
-        self.charge(accounts, total);
+        for (k, account) in accounts.enumerate() {
+            self.accounts.entry(account).or_default().charge(reservation.charged[k]);
+        }
         self.reserving.insert(id, ix);
         if reservation.waiting == 0 {
             self.ready_preemptors.insert(id);
@@ -762,7 +820,7 @@ impl Scheduler {
         let job = &mut self.jobs[ix];
         let JobState::Pending { reservation } = &mut job.state else { return None };
         let reservation = reservation.take()?;
-        let (id, per_replica, total) = (job.spec.id, job.spec.per_replica, job.spec.total());
+        let (id, per_replica) = (job.spec.id, job.spec.per_replica);
         let accounts = job.accounts();
         for replica in reservation.placement.replicas() {
             self.nodes.update(replica.node, |node| {
@@ -772,7 +830,9 @@ impl Scheduler {
             });
             self.changes.room_grew(replica.node);
         }
-        self.uncharge(accounts, total);
+        for (k, account) in accounts.enumerate() {
+            self.uncharge(std::iter::once(account), reservation.charged[k]);
+        }
         self.reserving.remove(&id);
         self.ready_preemptors.remove(&id);
         let job = &mut self.jobs[ix];

@@ -30,6 +30,10 @@ pub(crate) struct Reservation {
     /// Victims still terminating for this preemptor: counted down as they exit, so that
     /// readiness is known without looking at them every cycle.
     pub waiting: u32,
+    /// What the hold charges each of the preemptor's accounts, in `Job::accounts` order:
+    /// the gang's total less what its victims still terminating hold of the same account
+    /// (they stay charged until they exit; see `Scheduler::hold_charges`).
+    pub charged: [Resources; 2],
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,8 +137,11 @@ pub(crate) fn last_progress_saved(
     by_hint.max(reported)
 }
 
-/// A quota account: its cap and what is charged to it. Charged = running jobs plus GPUs
-/// held for its preemptors; terminating jobs are no longer charged (they are leaving).
+/// A quota account: its cap and what is charged to it. Charged = what its jobs hold
+/// (running, and terminating until they exit, as a Kubernetes ResourceQuota counts a pod
+/// in its grace period) plus what its preemptors' holds charge. A hold and its own
+/// account's victims together charge the larger of the two (see `Scheduler::hold_charges`),
+/// never both: a job may preempt its account's lower-priority work to stay within the cap.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Account {
     pub quota: Option<Quota>,

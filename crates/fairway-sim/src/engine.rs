@@ -7,7 +7,7 @@
 //! 3. run one core cycle at `t`;
 //! 4. carry out its decisions: a start schedules the job's finish (plus restart overhead
 //!    when it resumes), a preemption schedules the victim's exit at its deadline;
-//! 5. check the core's invariants (every cycle unless switched off) and record GPU use.
+//! 5. check the invariants (see [`CheckLevel`]) and record GPU use.
 //!
 //! Cost of a preemption: the victim holds its GPUs for the grace period, loses the work
 //! done since its last checkpoint, and pays `restart_overhead` when it resumes.
@@ -21,6 +21,7 @@ use fairway_core::{
     Scheduler, Time,
 };
 
+use crate::audit::Audit;
 use crate::metrics::{JobRecord, RunResult, UtilSample};
 
 /// One job as the simulator plays it.
@@ -57,11 +58,37 @@ impl Default for CostModel {
 pub struct EngineConfig {
     pub core: Config,
     pub cost: CostModel,
-    /// Check the core's invariants after every cycle.
-    pub check_invariants: bool,
+    pub check: CheckLevel,
     /// Stop the clock here, if set.
     pub horizon_ms: Option<u64>,
 }
+
+/// How much checking a run does. Two checks exist:
+///
+/// - the driver's ledger ([`crate::audit`]): every decision, as it is carried out, against
+///   the rules a user holds the scheduler to (whole gangs, no GPU twice, quotas, allowed
+///   preemptions). Its cost is proportional to the decisions, so it sees every cycle of
+///   any trace;
+/// - the core's whole-state check (`Scheduler::check_invariants`): its internal indexes
+///   against its jobs and nodes. Its cost grows with the cluster and the running jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CheckLevel {
+    /// The ledger on every decision; the whole-state check after the first cycle, the last
+    /// one, and in between whenever as many cycles have run since the previous one as a
+    /// `WHOLE_CHECK_SPREAD`-th of the state it walks (nodes + placed jobs). Its cost is so
+    /// amortised to a constant per cycle, whatever the cluster's size; small scenarios are
+    /// still checked after every cycle.
+    #[default]
+    Amortised,
+    /// The ledger, and the whole-state check after every cycle (tests, debugging).
+    EveryCycle,
+    /// No checks beyond conservation at the end (benchmarks of the replay alone).
+    Off,
+}
+
+/// See [`CheckLevel::Amortised`]: with 8, the whole-state check costs about as much per
+/// cycle as walking eight items of state.
+const WHOLE_CHECK_SPREAD: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -69,6 +96,8 @@ pub enum SimError {
     Core { at: Time, source: CoreError },
     #[error("invariant broken after the cycle at {at}: {what}")]
     Invariant { at: Time, what: String },
+    #[error("the cycle at {at} decided what the rules forbid: {what}")]
+    Decision { at: Time, what: String },
     #[error("workload: job {index} has id {id}, expected ids in workload order")]
     JobIds { index: usize, id: JobId },
     #[error("workload: jobs must be sorted by submit time (job {index})")]
@@ -131,7 +160,8 @@ pub fn simulate(
     progress: Progress<'_>,
 ) -> Result<RunResult, SimError> {
     check_workload(jobs)?;
-    let mut sim = Sim::new(jobs, config);
+    let mut sim =
+        Sim::new(jobs, config, (config.check != CheckLevel::Off).then(|| Audit::new(nodes, quotas, jobs.len())));
     for node in nodes {
         sim.core
             .apply(Event::NodeAdded(node.clone()), Time::ZERO)
@@ -163,11 +193,11 @@ pub fn simulate(
         sim.cycles += 1;
         // 4.
         for decision in outcome.decisions.drain(..) {
-            sim.carry_out(decision, t);
+            sim.carry_out(decision, t).map_err(|what| SimError::Decision { at: now, what })?;
         }
         // 5.
-        if config.check_invariants {
-            sim.core.check_invariants().map_err(|what| SimError::Invariant { at: now, what })?;
+        if sim.whole_check_due() {
+            sim.check_whole(now)?;
         }
         sim.record_util(t);
         if next_arrival - last_progress >= 4096 {
@@ -176,6 +206,9 @@ pub fn simulate(
         }
     }
     progress(next_arrival, jobs.len());
+    if sim.check != CheckLevel::Off && sim.cycles_since_whole_check > 0 {
+        sim.check_whole(Time(sim.clock_ms))?;
+    }
     let end_ms = sim.clock_ms;
     sim.check_conservation(config.horizon_ms.is_some())?;
     Ok(sim.into_result(policy, capacity_gpus, end_ms))
@@ -204,10 +237,16 @@ struct Sim<'a> {
     clock_ms: u64,
     events: u64,
     cycles: u64,
+    check: CheckLevel,
+    /// The driver's ledger, unless checks are off.
+    audit: Option<Audit>,
+    /// Cycles run since the core's whole-state check last ran (`u64::MAX` before the first
+    /// cycle, so that the first is checked).
+    cycles_since_whole_check: u64,
 }
 
 impl<'a> Sim<'a> {
-    fn new(jobs: &'a [SimJob], config: &EngineConfig) -> Sim<'a> {
+    fn new(jobs: &'a [SimJob], config: &EngineConfig, audit: Option<Audit>) -> Sim<'a> {
         let live = jobs
             .iter()
             .map(|j| Live {
@@ -234,7 +273,28 @@ impl<'a> Sim<'a> {
             clock_ms: 0,
             events: 0,
             cycles: 0,
+            check: config.check,
+            audit,
+            cycles_since_whole_check: u64::MAX,
         }
+    }
+
+    /// Counts the cycle just run; true when the whole-state check should follow it.
+    fn whole_check_due(&mut self) -> bool {
+        self.cycles_since_whole_check = self.cycles_since_whole_check.saturating_add(1);
+        match (self.check, &self.audit) {
+            (CheckLevel::EveryCycle, _) => true,
+            (CheckLevel::Amortised, Some(audit)) => {
+                let spread = (audit.state_size() / WHOLE_CHECK_SPREAD).max(1) as u64;
+                self.cycles_since_whole_check >= spread
+            }
+            _ => false,
+        }
+    }
+
+    fn check_whole(&mut self, now: Time) -> Result<(), SimError> {
+        self.cycles_since_whole_check = 0;
+        self.core.check_invariants().map_err(|what| SimError::Invariant { at: now, what })
     }
 
     /// The next time anything happens: an arrival, a timer, or a core wake-up.
@@ -270,6 +330,9 @@ impl<'a> Sim<'a> {
                 (Due::Kill, Phase::Stopping) => self.kill(index),
                 _ => continue, // Already handled by an earlier timer at the same time.
             };
+            if let Some(audit) = &mut self.audit {
+                audit.exited(index, &self.jobs[index].spec);
+            }
             self.events += 1;
             self.core
                 .apply(Event::Exited { job: JobId(index as u64), outcome }, Time(t))
@@ -313,10 +376,14 @@ impl<'a> Sim<'a> {
         ExitOutcome::Failed
     }
 
-    fn carry_out(&mut self, decision: Decision, t: u64) {
+    /// Acts on one decision, after the ledger (when on) has checked it.
+    fn carry_out(&mut self, decision: Decision, t: u64) -> Result<(), String> {
         match decision {
-            Decision::Start { job, .. } => {
+            Decision::Start { job, placement } => {
                 let index = job.0 as usize;
+                if let Some(audit) = &mut self.audit {
+                    audit.start(index, &self.jobs[index].spec, &placement)?;
+                }
                 let overhead =
                     if self.live[index].first_start_ms.is_some() { self.cost.restart_overhead_ms } else { 0 };
                 let live = &mut self.live[index];
@@ -330,8 +397,15 @@ impl<'a> Sim<'a> {
                 let finish_at = live.progress_from_ms + live.remaining_ms;
                 self.timers.push(Reverse((finish_at, Due::Finish, index, live.epoch)));
             }
-            Decision::Preempt { victim, deadline, .. } => {
+            Decision::Preempt { victim, preemptor, deadline } => {
                 let index = victim.0 as usize;
+                if let Some(audit) = &self.audit {
+                    let by = preemptor.0 as usize;
+                    audit.preempt(index, &self.jobs[index].spec, by, &self.jobs[by].spec)?;
+                    if self.live[index].phase != Phase::Running {
+                        return Err(format!("{victim} preempted again, or while it stops"));
+                    }
+                }
                 let live = &mut self.live[index];
                 live.phase = Phase::Yielding;
                 self.timers.push(Reverse((deadline.millis().max(t), Due::YieldDeadline, index, live.epoch)));
@@ -347,12 +421,16 @@ impl<'a> Sim<'a> {
             Decision::Requeued { job, .. } => {
                 // The simulator removes no nodes, but stay correct if a scenario ever does.
                 let index = job.0 as usize;
+                if let Some(audit) = &mut self.audit {
+                    audit.exited(index, &self.jobs[index].spec);
+                }
                 let live = &mut self.live[index];
                 live.phase = Phase::Queued;
                 live.epoch += 1;
                 self.gpus_allocated -= live.gpus;
             }
         }
+        Ok(())
     }
 
     fn record_util(&mut self, t: u64) {

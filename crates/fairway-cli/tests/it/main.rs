@@ -26,6 +26,26 @@ fn sim_json_is_byte_identical_across_runs_and_parses() {
     assert_eq!(policies, ["fifo", "priority", "fairway"]);
 }
 
+/// The checks watch a run, they never steer it: every level gives the same document.
+#[test]
+fn sim_check_levels_give_the_same_output() {
+    let path = scenario("pollux-fixture.yaml");
+    let run = |extra: &[&str]| {
+        let out = fairway(&[&["sim", path.as_str(), "-o", "json", "--no-progress"], extra].concat());
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let default = run(&[]);
+    assert_eq!(run(&["--check", "amortised"]), default);
+    assert_eq!(run(&["--check", "every-cycle"]), default);
+    assert_eq!(run(&["--check", "off"]), default);
+    assert_eq!(run(&["--no-check"]), default);
+    let out = fairway(&["sim", &path, "--check", "sometimes"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("--check") && err.contains("sometimes"), "{err}");
+}
+
 #[test]
 fn sim_table_and_policy_filter() {
     let out = fairway(&["sim", &scenario("tiny-preemption.yaml"), "--policy", "fairway", "--no-progress"]);

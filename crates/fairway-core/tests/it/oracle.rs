@@ -5,6 +5,9 @@
 //! Properties checked after every cycle (besides `check_invariants`):
 //! - no GPU is in two live `Start` placements (live: started and not yet released);
 //! - per node, live placements use at most the node's GPUs, CPU and memory;
+//! - per capped account, its live placements (running jobs, and jobs asked to stop until
+//!   they are gone: a ResourceQuota counts a pod in its grace period) stay within its cap,
+//!   or within what it held and had reserved when the cap was lowered, as that drains;
 //! - a started gang has `replicas` replicas of `per_replica.gpus` GPUs each, on nodes of the
 //!   job's model; a fresh start uses schedulable nodes, a preemptor starts on its reservation;
 //! - a `Preempt` victim was running (or started earlier in the cycle), is preemptible and of strictly lower priority than its
@@ -34,6 +37,10 @@ pub struct Oracle {
     reserved_before: BTreeMap<JobId, Placement>,
     /// Jobs running (not terminating) just before the current cycle.
     running_before: BTreeSet<JobId>,
+    quotas: BTreeMap<AccountId, Quota>,
+    /// Per capped account, what it may hold above its cap: what it held and had reserved
+    /// when the cap was set (or a job restored), shrinking as that drains.
+    grandfathered: BTreeMap<AccountId, Resources>,
 }
 
 impl Oracle {
@@ -51,7 +58,21 @@ impl Oracle {
                 self.specs.insert(job.spec.id, job.spec.clone());
                 if let Some(run) = &job.running {
                     self.live.insert(job.spec.id, run.placement.clone());
+                    // A restored job keeps what it holds, above a cap too.
+                    for a in accounts(&job.spec) {
+                        let committed = self.committed(s, a);
+                        let g = self.grandfathered.entry(a).or_default();
+                        *g = max(*g, committed);
+                    }
                 }
+            }
+            Event::SetQuota { account, quota } => {
+                match quota {
+                    Some(q) => self.quotas.insert(*account, *q),
+                    None => self.quotas.remove(account),
+                };
+                let committed = self.committed(s, *account);
+                self.grandfathered.insert(*account, committed);
             }
             Event::NodeAdded(spec) => {
                 self.nodes.insert(spec.id, spec.clone());
@@ -67,9 +88,59 @@ impl Oracle {
             Event::NodeUncordoned(id) => {
                 self.drained.remove(id);
             }
-            Event::Cancel(_) | Event::Exited { .. } | Event::CheckpointReported { .. } | Event::SetQuota { .. } => {}
+            Event::Cancel(_) | Event::Exited { .. } | Event::CheckpointReported { .. } => {}
         }
-        self.refresh_live(s)
+        self.refresh_live(s)?;
+        self.drain_grandfathered(s);
+        Ok(())
+    }
+
+    /// What `account` holds (live placements) plus the full size of its jobs holding GPUs
+    /// for their victims: an upper bound of what the core charges it.
+    fn committed(&self, s: &Scheduler, account: AccountId) -> Resources {
+        let held = self.live_usage(account);
+        self.specs
+            .values()
+            .filter(|spec| accounts(spec).contains(&account))
+            .filter(|spec| matches!(s.job_status(spec.id), Some(JobStatus::Pending { reserved: Some(_), .. })))
+            .fold(held, |sum, spec| sum.plus(spec.total()))
+    }
+
+    fn live_usage(&self, account: AccountId) -> Resources {
+        self.live
+            .keys()
+            .map(|id| &self.specs[id])
+            .filter(|spec| accounts(spec).contains(&account))
+            .fold(Resources::ZERO, |sum, spec| sum.plus(spec.total()))
+    }
+
+    /// Usage above a cap may drain, never grow back.
+    fn drain_grandfathered(&mut self, s: &Scheduler) {
+        let accounts: Vec<AccountId> = self.grandfathered.keys().copied().collect();
+        for a in accounts {
+            let committed = self.committed(s, a);
+            let g = self.grandfathered.get_mut(&a).expect("listed");
+            *g = min(*g, committed);
+        }
+    }
+
+    fn check_quotas(&self) -> Result<(), String> {
+        for (&account, quota) in &self.quotas {
+            let usage = self.live_usage(account);
+            let g = self.grandfathered.get(&account).copied().unwrap_or_default();
+            for kind in ResourceKind::ALL {
+                let Some(limit) = quota.limit(kind) else { continue };
+                if kind.of(usage) > limit.max(kind.of(g)) {
+                    return Err(format!(
+                        "{account}'s jobs hold {} {} (running or leaving), over its cap {limit} (grandfathered {})",
+                        kind.of(usage),
+                        kind.name(),
+                        kind.of(g)
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Drop live placements the core has released; complain about placements that changed
@@ -156,10 +227,12 @@ impl Oracle {
         }
         self.refresh_live(s)?;
         self.check_capacity()?;
+        self.check_quotas()?;
+        self.drain_grandfathered(s);
         self.check_pending(s)?;
         self.check_work_conserving(s, out)?;
         self.check_blockers(s)?;
-        self.check_preemption_liveness(s, out)?;
+        self.check_preemption_liveness(s)?;
         Ok(())
     }
 
@@ -325,20 +398,16 @@ impl Oracle {
     /// See the module doc. Only a sufficient condition for success is checked, so a miss here
     /// is a real miss: the victim search takes candidates in order until the job fits, and
     /// taking all of them makes it fit.
-    fn check_preemption_liveness(&self, s: &Scheduler, out: &CycleOutcome) -> Result<(), String> {
+    fn check_preemption_liveness(&self, s: &Scheduler) -> Result<(), String> {
         let config = s.config();
         if !config.policy.preemption || config.limits.starts_per_cycle_max != Limits::default().starts_per_cycle_max {
             return Ok(());
         }
         let free = self.free_room(s);
-        // Victims are uncharged when asked to stop: a preemption later in the walk may have
-        // brought an account that was over its cap when a job was considered back under it.
-        let preempted_now = out.decisions.iter().any(|d| matches!(d, Decision::Preempt { .. }));
         for id in s.pending() {
             let spec = &self.specs[&id];
             let reasons = s.why(id);
             let skip = spec.preemption_policy == PreemptionPolicy::Never
-                || (preempted_now && reasons.iter().any(|r| matches!(r, PendingReason::OverQuota { .. })))
                 || matches!(s.job_status(id), Some(JobStatus::Pending { reserved: Some(_), .. }))
                 || reasons.iter().any(|r| {
                     matches!(
@@ -460,4 +529,12 @@ fn replicas_fitting(free: Resources, per: Resources) -> u64 {
     by(u64::from(free.gpus), u64::from(per.gpus))
         .min(by(free.cpu_millis, per.cpu_millis))
         .min(by(free.memory_mib, per.memory_mib))
+}
+
+fn max(a: Resources, b: Resources) -> Resources {
+    Resources::new(a.gpus.max(b.gpus), a.cpu_millis.max(b.cpu_millis), a.memory_mib.max(b.memory_mib))
+}
+
+fn min(a: Resources, b: Resources) -> Resources {
+    Resources::new(a.gpus.min(b.gpus), a.cpu_millis.min(b.cpu_millis), a.memory_mib.min(b.memory_mib))
 }

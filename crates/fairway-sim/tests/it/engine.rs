@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fairway_sim::engine::{EngineConfig, simulate};
+use fairway_sim::engine::{CheckLevel, EngineConfig, simulate};
 use fairway_sim::metrics::{JobRecord, RunResult, SimReport};
 use fairway_sim::scenario::{self, Overrides, Scenario};
 
@@ -21,7 +21,7 @@ fn run_all(s: &Scenario) -> Vec<RunResult> {
             let config = EngineConfig {
                 core: s.config_for(&p.policy),
                 cost: s.cost,
-                check_invariants: true,
+                check: CheckLevel::EveryCycle,
                 horizon_ms: s.horizon_ms,
             };
             simulate(&p.name, &s.jobs, &s.nodes, &p.quotas, &config, &mut |_, _| {}).expect("simulation runs")
