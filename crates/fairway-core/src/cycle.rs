@@ -273,19 +273,14 @@ impl Scheduler {
         // In id order, as every cycle before saw them (`reserving` is by id).
         while let Some(id) = self.ready_preemptors.pop_first() {
             let ix = self.reserving[&id];
-            // Fix: turning the hold into the running job moves a charge, it adds nothing. The
-            // uncharge in `drop_reservation` would shrink what a quota lowered meanwhile had
+            // Fix: turning the hold into the running job moves a charge, it adds nothing; the
+            // uncharge in `drop_reservation` used to shrink what a quota lowered meanwhile had
             // grandfathered, and the charge in `start` then broke the quota invariant.
             let id = self.jobs[ix].spec.id;
-            let grandfathered: Vec<(AccountId, Resources)> = match self.capped_accounts {
-                0 => Vec::new(),
-                _ => self.jobs[ix].accounts().map(|a| (a, self.accounts[&a].grandfathered)).collect(),
-            };
+            let grandfathered = self.grandfathered_of(self.jobs[ix].accounts());
             let reservation = self.drop_reservation(ix).expect("reserving job holds a reservation");
             self.start(ix, reservation.placement.clone(), now);
-            for (a, g) in grandfathered {
-                self.accounts.get_mut(&a).expect("charged at start").grandfathered = g;
-            }
+            self.keep_grandfathered(grandfathered);
             out.decisions.push(Decision::Start { job: id, placement: reservation.placement });
             out.stats.started += 1;
         }

@@ -607,14 +607,16 @@ impl Scheduler {
         } else {
             self.terminating.remove(&ix);
         }
-        // A victim's charge moves to its preemptor's hold where they share an account: a
-        // move, not growth, so it keeps what a lowered cap grandfathered (as
-        // `start_ready_preemptors` does).
-        let grandfathered = self.grandfathered_of(self.jobs[ix].accounts());
-        self.uncharge(accounts, total);
-        if let Some(preemptor) = preemptor {
-            self.victim_gone(preemptor, id);
-            self.keep_grandfathered(grandfathered);
+        match preemptor {
+            None => self.uncharge(accounts, total),
+            // A victim's charge moves to its preemptor's hold where they share an account: a
+            // move, not growth, so it keeps what a lowered cap grandfathered.
+            Some(preemptor) => {
+                let grandfathered = self.grandfathered_of(self.jobs[ix].accounts());
+                self.uncharge(accounts, total);
+                self.victim_gone(preemptor, id);
+                self.keep_grandfathered(grandfathered);
+            }
         }
     }
 
@@ -664,7 +666,12 @@ impl Scheduler {
         charges
     }
 
-    fn grandfathered_of(&self, accounts: impl Iterator<Item = AccountId>) -> [Option<(AccountId, Resources)>; 2] {
+    /// What a lowered cap grandfathered for `accounts`, before a charge moves between jobs
+    /// (a victim to its preemptor's hold, a hold to the running job): see `keep_grandfathered`.
+    pub(crate) fn grandfathered_of(
+        &self,
+        accounts: impl Iterator<Item = AccountId>,
+    ) -> [Option<(AccountId, Resources)>; 2] {
         let mut out = [None; 2];
         for (slot, account) in out.iter_mut().zip(accounts) {
             *slot = self.accounts.get(&account).map(|a| (account, a.grandfathered));
@@ -672,15 +679,13 @@ impl Scheduler {
         out
     }
 
-    /// Restore what `grandfathered_of` saw, as far as the accounts still use it.
-    fn keep_grandfathered(&mut self, saved: [Option<(AccountId, Resources)>; 2]) {
+    /// Restore what `grandfathered_of` saw, as far as the accounts still use it. A move
+    /// uncharges, which would shrink what was grandfathered, then charges again, which would
+    /// then break the quota invariant.
+    pub(crate) fn keep_grandfathered(&mut self, saved: [Option<(AccountId, Resources)>; 2]) {
         for (account, g) in saved.into_iter().flatten() {
             let a = self.accounts.get_mut(&account).expect("saved from an account");
-            a.grandfathered = Resources {
-                gpus: g.gpus.min(a.charged.gpus),
-                cpu_millis: g.cpu_millis.min(a.charged.cpu_millis),
-                memory_mib: g.memory_mib.min(a.charged.memory_mib),
-            };
+            a.grandfathered = g.min_each(a.charged);
         }
     }
 

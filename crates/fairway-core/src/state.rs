@@ -77,11 +77,9 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    /// The accounts this job is charged to: its user and its project (once if the same).
-    /// The iterator owns its two ids, so callers may change the scheduler while using it.
+    /// The accounts this job is charged to (see `JobSpec::accounts`).
     pub fn accounts(&self) -> impl Iterator<Item = AccountId> + use<> {
-        let (u, p) = (self.spec.user, self.spec.project);
-        std::iter::once(p).chain((u != p).then_some(u))
+        self.spec.accounts()
     }
 
     /// The equivalence group of jobs that get the same answer from a cycle as this one.
@@ -159,11 +157,8 @@ impl Account {
     /// The first dimension in which charging `extra` more would break the cap.
     pub fn over_quota(&self, extra: Resources) -> Option<(ResourceKind, u64, u64)> {
         let quota = self.quota?;
-        ResourceKind::ALL.into_iter().find_map(|kind| {
-            let limit = quota.limit(kind)?;
-            let used = kind.of(self.charged);
-            (used + kind.of(extra) > limit).then_some((kind, used, limit))
-        })
+        let kind = quota.first_exceeded(self.charged.plus(extra))?;
+        Some((kind, kind.of(self.charged), quota.limit(kind).expect("exceeded a limit it has")))
     }
 
     pub fn charge(&mut self, r: Resources) {
@@ -172,11 +167,7 @@ impl Account {
 
     pub fn uncharge(&mut self, r: Resources) {
         self.charged = self.charged.minus(r);
-        self.grandfathered = Resources {
-            gpus: self.grandfathered.gpus.min(self.charged.gpus),
-            cpu_millis: self.grandfathered.cpu_millis.min(self.charged.cpu_millis),
-            memory_mib: self.grandfathered.memory_mib.min(self.charged.memory_mib),
-        };
+        self.grandfathered = self.grandfathered.min_each(self.charged);
     }
 
     /// The GPUs the account holds beyond its own preemptible work below `level`.

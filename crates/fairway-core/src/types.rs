@@ -121,6 +121,14 @@ impl Resources {
             memory_mib: self.memory_mib.saturating_sub(other.memory_mib),
         }
     }
+    /// The smaller of each dimension (not `Ord::min`, which compares whole values).
+    pub fn min_each(self, other: Resources) -> Resources {
+        Resources {
+            gpus: self.gpus.min(other.gpus),
+            cpu_millis: self.cpu_millis.min(other.cpu_millis),
+            memory_mib: self.memory_mib.min(other.memory_mib),
+        }
+    }
     /// True when every dimension of `self` is at most the same dimension of `other`.
     pub fn fits_in(self, other: Resources) -> bool {
         self.gpus <= other.gpus && self.cpu_millis <= other.cpu_millis && self.memory_mib <= other.memory_mib
@@ -214,6 +222,12 @@ impl JobSpec {
     pub fn total(&self) -> Resources {
         self.per_replica.times(self.replicas)
     }
+    /// The accounts the job is charged to: its project, then its user (once if the same).
+    /// The iterator owns its two ids, so callers may change state while using it.
+    pub fn accounts(&self) -> impl Iterator<Item = AccountId> + use<> {
+        let (u, p) = (self.user, self.project);
+        std::iter::once(p).chain((u != p).then_some(u))
+    }
 }
 
 /// A node as the driver describes it.
@@ -243,6 +257,10 @@ impl Quota {
             ResourceKind::Cpu => self.cpu_millis_max,
             ResourceKind::Memory => self.memory_mib_max,
         }
+    }
+    /// The first dimension in which `usage` is above its limit.
+    pub fn first_exceeded(&self, usage: Resources) -> Option<ResourceKind> {
+        ResourceKind::ALL.into_iter().find(|&kind| self.limit(kind).is_some_and(|limit| kind.of(usage) > limit))
     }
 }
 

@@ -20,8 +20,8 @@
 //! The core's own whole-state check (`Scheduler::check_invariants`) verifies its internal
 //! indexes; the engine runs it on a schedule (see `engine::CheckLevel`).
 
+use fairway_core::GpuSet;
 use fairway_core::{AccountId, JobSpec, NodeId, NodeSpec, Placement, PreemptionPolicy, Quota, Resources};
-use fairway_core::{GpuSet, ResourceKind};
 
 /// A node as the driver sees it.
 struct NodeLedger {
@@ -101,10 +101,10 @@ impl Audit {
             }
         }
         let total = spec.total();
-        for account in accounts_of(spec) {
+        for account in spec.accounts() {
             let Some(a) = self.account(account) else { continue };
             let held = a.held.plus(total);
-            if let Some(kind) = over(a.quota, held) {
+            if let Some(kind) = a.quota.first_exceeded(held) {
                 let limit = a.quota.limit(kind).expect("over a limit it has");
                 return Err(format!(
                     "{id} takes {account} to {} {}, over its quota of {limit}",
@@ -135,7 +135,7 @@ impl Audit {
             node.taken = node.taken.union(r.gpus);
             node.used = used;
         }
-        for account in accounts_of(spec) {
+        for account in spec.accounts() {
             if let Some(a) = self.account_mut(account) {
                 a.held = a.held.plus(total);
             }
@@ -178,7 +178,7 @@ impl Audit {
         self.placed_count -= 1;
         self.release_replicas(spec, placement.replicas());
         let total = spec.total();
-        for account in accounts_of(spec) {
+        for account in spec.accounts() {
             if let Some(a) = self.account_mut(account) {
                 a.held = a.held.minus(total);
             }
@@ -208,17 +208,6 @@ impl Audit {
     fn account_mut(&mut self, id: AccountId) -> Option<&mut AccountLedger> {
         self.accounts.binary_search_by_key(&id, |a| a.id).ok().map(|i| &mut self.accounts[i])
     }
-}
-
-/// The accounts a job is charged to: its project and its user (once if the same).
-fn accounts_of(spec: &JobSpec) -> impl Iterator<Item = AccountId> + use<> {
-    let (u, p) = (spec.user, spec.project);
-    std::iter::once(p).chain((u != p).then_some(u))
-}
-
-/// The first dimension in which `held` exceeds `quota`.
-fn over(quota: Quota, held: Resources) -> Option<ResourceKind> {
-    ResourceKind::ALL.into_iter().find(|&kind| quota.limit(kind).is_some_and(|limit| kind.of(held) > limit))
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ impl Oracle {
                 if let Some(run) = &job.running {
                     self.live.insert(job.spec.id, run.placement.clone());
                     // A restored job keeps what it holds, above a cap too.
-                    for a in accounts(&job.spec) {
+                    for a in job.spec.accounts() {
                         let committed = self.committed(s, a);
                         let g = self.grandfathered.entry(a).or_default();
                         *g = max(*g, committed);
@@ -101,7 +101,7 @@ impl Oracle {
         let held = self.live_usage(account);
         self.specs
             .values()
-            .filter(|spec| accounts(spec).contains(&account))
+            .filter(|spec| spec.accounts().any(|a| a == account))
             .filter(|spec| matches!(s.job_status(spec.id), Some(JobStatus::Pending { reserved: Some(_), .. })))
             .fold(held, |sum, spec| sum.plus(spec.total()))
     }
@@ -110,7 +110,7 @@ impl Oracle {
         self.live
             .keys()
             .map(|id| &self.specs[id])
-            .filter(|spec| accounts(spec).contains(&account))
+            .filter(|spec| spec.accounts().any(|a| a == account))
             .fold(Resources::ZERO, |sum, spec| sum.plus(spec.total()))
     }
 
@@ -120,7 +120,7 @@ impl Oracle {
         for a in accounts {
             let committed = self.committed(s, a);
             let g = self.grandfathered.get_mut(&a).expect("listed");
-            *g = min(*g, committed);
+            *g = g.min_each(committed);
         }
     }
 
@@ -449,7 +449,7 @@ impl Oracle {
                         helps = true;
                     }
                 }
-                for a in accounts(vs) {
+                for a in vs.accounts() {
                     let f = freed_quota.entry(a).or_default();
                     *f = f.plus(vs.total());
                 }
@@ -504,15 +504,10 @@ impl Oracle {
     }
 }
 
-/// A job's accounts, as the core charges them: its project, then its user if different.
-fn accounts(spec: &JobSpec) -> Vec<AccountId> {
-    if spec.user == spec.project { vec![spec.project] } else { vec![spec.project, spec.user] }
-}
-
 /// The first of the job's accounts that starting it would take over its cap, once `freed`
 /// (per account) is uncharged.
 fn over_quota(s: &Scheduler, spec: &JobSpec, freed: &BTreeMap<AccountId, Resources>) -> Option<AccountId> {
-    accounts(spec).into_iter().find(|a| {
+    spec.accounts().find(|a| {
         let (charged, quota) = s.account_usage(*a);
         let freed = freed.get(a).copied().unwrap_or_default();
         quota.is_some_and(|q| {
@@ -533,8 +528,4 @@ fn replicas_fitting(free: Resources, per: Resources) -> u64 {
 
 fn max(a: Resources, b: Resources) -> Resources {
     Resources::new(a.gpus.max(b.gpus), a.cpu_millis.max(b.cpu_millis), a.memory_mib.max(b.memory_mib))
-}
-
-fn min(a: Resources, b: Resources) -> Resources {
-    Resources::new(a.gpus.min(b.gpus), a.cpu_millis.min(b.cpu_millis), a.memory_mib.min(b.memory_mib))
 }
