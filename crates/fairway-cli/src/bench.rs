@@ -260,9 +260,16 @@ impl Bench {
         config.gpu_model = "A100".into();
         config.shim_exe = exe.to_path_buf();
         config.file.container_runtime = Some("none".into());
+        config.registry_dir = None;
         let server = fairway_server::start(config).await?;
         let base = format!("http://{}", server.addr);
-        let http = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+        let token = std::fs::read_to_string(server.data_dir.join(fairway_server::datadir::ADMIN_TOKEN_FILE))
+            .context("reading the admin token")?;
+        // Every request as the admin, every body as YAML: what the CLI sends.
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse()?);
+        headers.insert(reqwest::header::CONTENT_TYPE, reqwest::header::HeaderValue::from_static("application/yaml"));
+        let http = reqwest::Client::builder().pool_max_idle_per_host(64).default_headers(headers).build()?;
         Ok(Bench { server: Some(server), base, data_dir: data_dir.to_path_buf(), http })
     }
 

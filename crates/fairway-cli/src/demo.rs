@@ -36,24 +36,38 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     config.simulated_gpus = Some("8".into());
     config.gpu_model = "A100".into();
     config.tick_ms = 200;
+    // A throwaway server: no record for CLIs to find it by.
+    config.registry_dir = None;
     let exe = std::env::current_exe().context("finding the fairway executable")?;
     config.shim_exe = exe.clone();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         let server = fairway_server::start(config).await?;
         let base = format!("http://{}", server.addr);
+        let data_dir = server.data_dir.clone();
         println!("Fairway demo: a server on {base} with 8 simulated A100 GPUs (data in {})", data_dir.display());
-        println!("(the jobs are real processes: `fairway example-trainer`, checkpointing into FAIRWAY_CHECKPOINT_DIR)\n");
-        let result = story(&base, &exe.display().to_string(), args.step_ms).await;
+        println!(
+            "(the jobs are real processes: `fairway example-trainer`, checkpointing into FAIRWAY_CHECKPOINT_DIR)\n"
+        );
+        let token = std::fs::read_to_string(data_dir.join(fairway_server::datadir::ADMIN_TOKEN_FILE))
+            .context("reading the demo server's admin token")?;
+        let result = story(&base, token.trim(), &exe.display().to_string(), args.step_ms).await;
         server.shutdown().await;
         result?;
         println!("\nThe data directory is kept: {}", data_dir.display());
-        println!(
-            "Inspect it with: fairway serve --data-dir {} --gpus 8 --listen 127.0.0.1:7799 &  fairway --server http://127.0.0.1:7799 ls -A",
-            data_dir.display()
-        );
+        println!("Look at it again with a server on it (the CLI finds that server's admin token by itself):");
+        println!("  {}", inspect_hint(&data_dir).join("\n  "));
         Ok(())
     })
+}
+
+/// The closing hint: the commands, as a user would type them, to look at the demo's jobs.
+pub fn inspect_hint(data_dir: &std::path::Path) -> [String; 3] {
+    [
+        format!("fairway serve --data-dir {} --gpus 8 --gpu-model A100 --listen 127.0.0.1:7799 &", data_dir.display()),
+        "fairway --server http://127.0.0.1:7799 ls -A".to_owned(),
+        "kill %1".to_owned(),
+    ]
 }
 
 fn tempfile_dir() -> Result<std::path::PathBuf> {
@@ -72,9 +86,13 @@ fn job_yaml(name: &str, project: &str, priority: &str, gpus: u32, steps: u64, st
     )
 }
 
-async fn story(base: &str, exe: &str, step_ms: u64) -> Result<()> {
+async fn story(base: &str, token: &str, exe: &str, step_ms: u64) -> Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::new();
+    // As the admin, with YAML bodies: what the CLI sends.
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
+    headers.insert(reqwest::header::CONTENT_TYPE, reqwest::header::HeaderValue::from_static("application/yaml"));
+    let http = reqwest::Client::builder().default_headers(headers).build()?;
     let started = Instant::now();
     let low: String =
         (1..=4).map(|i| job_yaml(&format!("nightly-retrain-{i}"), "vision", "low", 2, 60, step_ms, exe)).collect();

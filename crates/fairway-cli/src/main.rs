@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
-use crate::client::{Client, cluster, jobs, quota};
+use crate::client::{Client, Connection, admin, cluster, jobs, quota};
 
 mod bench;
 mod client;
@@ -23,6 +23,16 @@ struct Cli {
     // bad FAIRWAY_SERVER there must not stop `__shim` or `example-trainer` from starting.
     #[arg(long, global = true, env = "FAIRWAY_SERVER", default_value = client::DEFAULT_SERVER, value_name = "URL")]
     server: String,
+    /// The bearer token to send (default: see `--token-file`, then `fairway login`'s, then
+    /// the admin token of a server on this machine that this user may read).
+    #[arg(long, global = true, env = "FAIRWAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Read the bearer token from this file.
+    #[arg(long, global = true, env = "FAIRWAY_TOKEN_FILE", value_name = "FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+    /// Trust this CA certificate (PEM) for an https server with a private CA.
+    #[arg(long, global = true, env = "FAIRWAY_CA_CERT", value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,6 +68,16 @@ enum Command {
     PriorityClasses(cluster::ListArgs),
     /// Show quotas and usage; `quota set` and `quota delete` change them.
     Quota(quota::QuotaArgs),
+    /// Create, list and revoke access tokens.
+    Token(admin::TokenArgs),
+    /// Show who the server takes you for: user, project, role.
+    Whoami,
+    /// Save a token for this server (read from standard input, or --token-file).
+    Login(admin::LoginArgs),
+    /// Forget the token saved for this server.
+    Logout,
+    /// Show projects and their highest priority class; `project set` changes it.
+    Project(admin::ProjectArgs),
     /// Print a shell completion script to stdout.
     Completions { shell: clap_complete::Shell },
     /// The demo and test trainer: a fake training loop with checkpoints.
@@ -145,20 +165,34 @@ pub enum Output {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let server = &cli.server;
+    let connection = Connection {
+        credentials: client::credentials::TokenArgs { token: cli.token.clone(), token_file: cli.token_file.clone() },
+        ca_cert: cli.ca_cert.clone(),
+    };
     let result = match cli.command {
         Command::Sim(args) => sim::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
-        Command::Submit(args) => with_client(server, async |c| jobs::submit(c, &args).await),
-        Command::Ls(args) => with_client(server, async |c| jobs::ls(c, &args).await),
-        Command::Describe(args) => with_client(server, async |c| jobs::describe(c, &args).await),
-        Command::Why(args) => with_client(server, async |c| jobs::why(c, &args).await),
-        Command::Cancel(args) => with_client(server, async |c| jobs::cancel(c, &args).await),
-        Command::Logs(args) => with_client(server, async |c| jobs::logs(c, &args).await),
-        Command::Nodes(args) => with_client(server, async |c| cluster::nodes(c, &args).await),
-        Command::PriorityClasses(args) => with_client(server, async |c| cluster::priority_classes(c, &args).await),
-        Command::Quota(args) => with_client(server, async |c| quota::quota(c, &args).await),
+        Command::Submit(args) => with_client(server, &connection, async |c| jobs::submit(c, &args).await),
+        Command::Ls(args) => with_client(server, &connection, async |c| jobs::ls(c, &args).await),
+        Command::Describe(args) => with_client(server, &connection, async |c| jobs::describe(c, &args).await),
+        Command::Why(args) => with_client(server, &connection, async |c| jobs::why(c, &args).await),
+        Command::Cancel(args) => with_client(server, &connection, async |c| jobs::cancel(c, &args).await),
+        Command::Logs(args) => with_client(server, &connection, async |c| jobs::logs(c, &args).await),
+        Command::Nodes(args) => with_client(server, &connection, async |c| cluster::nodes(c, &args).await),
+        Command::PriorityClasses(args) => {
+            with_client(server, &connection, async |c| cluster::priority_classes(c, &args).await)
+        }
+        Command::Quota(args) => with_client(server, &connection, async |c| quota::quota(c, &args).await),
+        Command::Token(args) => with_client(server, &connection, async |c| admin::token(c, &args).await),
+        Command::Whoami => with_client(server, &connection, async |c| admin::whoami(c).await),
+        Command::Project(args) => with_client(server, &connection, async |c| admin::project(c, &args).await),
+        Command::Login(args) => {
+            let url = server_url(server);
+            with_client(server, &connection, async |c| admin::login(c, &url, &args).await)
+        }
+        Command::Logout => admin::logout(&server_url(server)),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "fairway", &mut std::io::stdout());
             Ok(())
@@ -186,13 +220,21 @@ fn main() -> ExitCode {
 
 /// Runs a client command against the server on a single-threaded runtime. A bad `--server`
 /// is a usage error (exit 2).
-fn with_client(server: &str, command: impl AsyncFnOnce(&Client) -> anyhow::Result<()>) -> anyhow::Result<()> {
-    let url = client::parse_server_url(server).unwrap_or_else(|e| {
+fn with_client(
+    server: &str,
+    connection: &Connection,
+    command: impl AsyncFnOnce(&Client) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let url = server_url(server);
+    let client = Client::new(&url, connection)?;
+    client::block_on(command(&client))
+}
+
+fn server_url(server: &str) -> reqwest::Url {
+    client::parse_server_url(server).unwrap_or_else(|e| {
         let message = format!("invalid value '{server}' for '--server <URL>': {e}");
         Cli::command().error(clap::error::ErrorKind::ValueValidation, message).exit()
-    });
-    let client = Client::new(&url)?;
-    client::block_on(command(&client))
+    })
 }
 
 /// A child-style exit status (0-255) as the process's own.

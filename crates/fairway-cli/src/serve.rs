@@ -26,6 +26,16 @@ pub struct ServeArgs {
     /// Milliseconds between scheduling ticks when no event arrives.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub tick_ms: u64,
+    /// TLS certificate chain (PEM) for the API; with --tls-key. Overrides the config's `tls`.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Allow a non-loopback --listen without TLS: bearer tokens then cross the network in
+    /// clear text. Only for a network you trust completely.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Merges the file and the flags (flags win) into the server's settings.
@@ -44,7 +54,12 @@ pub fn config(args: &ServeArgs) -> Result<ServerConfig> {
     config.simulated_gpus = args.gpus.clone().or(file.gpus.clone());
     config.gpu_model = args.gpu_model.clone().or(file.gpu_model.clone()).unwrap_or_else(|| "GPU".into());
     config.tick_ms = args.tick_ms.max(10);
+    config.insecure = args.insecure;
     config.file = file;
+    if let (Some(cert_file), Some(key_file)) = (&args.tls_cert, &args.tls_key) {
+        config.file.tls =
+            Some(fairway_server::config::TlsConfig { cert_file: cert_file.clone(), key_file: key_file.clone() });
+    }
     Ok(config)
 }
 
@@ -52,10 +67,15 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     init_logging();
     let config = config(args)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    runtime.block_on(async {
-        let data_dir = config.data_dir.clone();
+    let result = runtime.block_on(async {
         let mut server = fairway_server::start(config).await?;
-        println!("fairway: listening on http://{} (data in {})", server.addr, data_dir.display());
+        let scheme = if server.tls { "https" } else { "http" };
+        println!(
+            "fairway: listening on {scheme}://{} (data in {}; admin token in {})",
+            server.addr,
+            server.data_dir.display(),
+            server.data_dir.join(fairway_server::datadir::ADMIN_TOKEN_FILE).display()
+        );
         tokio::select! {
             () = wait_for_signal() => {}
             () = server.engine_stopped() => {
@@ -65,7 +85,11 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         println!("fairway: stopping; running jobs keep running and are re-adopted at the next start");
         server.shutdown().await;
         Ok(())
-    })
+    });
+    // Threads still waiting on job processes (one per running replica) must not keep the
+    // server alive until the jobs end: those jobs are re-adopted by the next start.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    result
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default: info).

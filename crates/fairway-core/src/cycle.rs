@@ -437,7 +437,9 @@ impl Scheduler {
         let shape = Shape { model: gk.model, per_replica: gk.per_replica, replicas: gk.replicas };
         let preempt_capable = self.config.policy.preemption && gk.may_preempt;
         // c.
-        let never = memo.never_fits.get_or_insert_with(shape, || !self.any_node_holds(shape.model, shape.per_replica));
+        let never = memo.never_fits.get_or_insert_with(shape, || {
+            self.replicas_fit_max(shape.model, shape.per_replica, shape.replicas) < shape.replicas
+        });
         if never {
             let reason = self.never_fits_reason(shape);
             // Node sizes are what it waits for: a node added or back from a drain.
@@ -567,8 +569,23 @@ impl Scheduler {
         })
     }
 
-    fn any_node_holds(&self, model: Option<GpuModel>, per_replica: Resources) -> bool {
-        self.nodes.iter().any(|n| model.is_none_or(|m| m == n.spec.gpu_model) && per_replica.fits_in(n.spec.capacity))
+    /// How many replicas of `per_replica` the nodes of the model hold when empty (each node
+    /// as many as fit in every dimension), counted up to `cap`: a gang of more can never
+    /// start. Drained nodes count: they come back.
+    pub fn replicas_fit_max(&self, model: Option<GpuModel>, per_replica: Resources, cap: u32) -> u32 {
+        let per_dimension = |capacity: u64, asked: u64| capacity.checked_div(asked).unwrap_or(u64::MAX);
+        let mut total: u64 = 0;
+        for n in self.nodes.iter().filter(|n| model.is_none_or(|m| m == n.spec.gpu_model)) {
+            let c = n.spec.capacity;
+            let fit = per_dimension(u64::from(c.gpus), u64::from(per_replica.gpus))
+                .min(per_dimension(c.cpu_millis, per_replica.cpu_millis))
+                .min(per_dimension(c.memory_mib, per_replica.memory_mib));
+            total = total.saturating_add(fit);
+            if total >= u64::from(cap) {
+                return cap;
+            }
+        }
+        total as u32
     }
 
     /// Why no node of the model can hold a replica of `shape`: the first dimension in which
@@ -587,6 +604,8 @@ impl Scheduler {
             resource: short,
             requested: short.map_or(0, |k| k.of(shape.per_replica)),
             largest: short.map_or(0, |k| k.of(largest)),
+            replicas: shape.replicas,
+            replicas_max: self.replicas_fit_max(shape.model, shape.per_replica, shape.replicas),
         }
     }
 

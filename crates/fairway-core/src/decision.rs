@@ -38,16 +38,21 @@ pub enum RequeueCause {
 pub enum PendingReason {
     /// Starting the job would take `account` over its hard cap for `resource`.
     OverQuota { account: AccountId, resource: ResourceKind, requested: u64, used: u64, limit: u64 },
-    /// One replica needs more than any node of the model has, even when empty. `resource`
-    /// is the first dimension in which it asks more (`requested`) than the largest such
-    /// node has (`largest`, 0 when there is no such node); `None` when every dimension fits
-    /// some node but no node has them all.
+    /// The job can never start on these nodes, even empty: one replica needs more than any
+    /// node of the model has, or the gang has more replicas than all of them together can
+    /// hold (`replicas_max`, the most the empty nodes hold, below `replicas`). For a replica
+    /// too large, `resource` is the first dimension in which it asks more (`requested`)
+    /// than the largest such node has (`largest`, 0 when there is no such node); `None`
+    /// when every dimension fits some node but no node has them all, or the replica fits
+    /// and the gang does not.
     NeverFits {
         gpus_per_replica: u32,
         gpu_model: Option<GpuModel>,
         resource: Option<ResourceKind>,
         requested: u64,
         largest: u64,
+        replicas: u32,
+        replicas_max: u32,
     },
     /// No placement now: `gpus_free_max` is the most free GPUs on one schedulable node
     /// of the model, `nodes_matching` how many such nodes there are.
@@ -89,24 +94,35 @@ impl fmt::Display for PendingReason {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 write!(f, "over quota: {account} uses {used} of {limit} {}, job asks {requested}", resource.name())
             }
-            PendingReason::NeverFits { gpus_per_replica, gpu_model, resource, requested, largest } => match resource {
-                Some(ResourceKind::Gpu) => write!(
+            PendingReason::NeverFits { gpus_per_replica, gpu_model, replicas, replicas_max, .. }
+                if *replicas_max > 0 =>
+            {
+                write!(
                     f,
-                    "no node{} can ever hold a replica of {gpus_per_replica} GPUs (the largest has {largest})",
+                    "the nodes{} can never hold {replicas} replicas of {gpus_per_replica} GPUs at once: at most {replicas_max} when empty",
                     model_suffix(*gpu_model)
-                ),
-                Some(kind) => write!(
-                    f,
-                    "no node{} can ever hold a replica: it asks {requested} {}, the largest node has {largest}",
-                    model_suffix(*gpu_model),
-                    kind.name()
-                ),
-                None => write!(
-                    f,
-                    "no node{} has at once all that a replica asks ({gpus_per_replica} GPUs and its CPU and memory)",
-                    model_suffix(*gpu_model)
-                ),
-            },
+                )
+            }
+            PendingReason::NeverFits { gpus_per_replica, gpu_model, resource, requested, largest, .. } => {
+                match resource {
+                    Some(ResourceKind::Gpu) => write!(
+                        f,
+                        "no node{} can ever hold a replica of {gpus_per_replica} GPUs (the largest has {largest})",
+                        model_suffix(*gpu_model)
+                    ),
+                    Some(kind) => write!(
+                        f,
+                        "no node{} can ever hold a replica: it asks {requested} {}, the largest node has {largest}",
+                        model_suffix(*gpu_model),
+                        kind.name()
+                    ),
+                    None => write!(
+                        f,
+                        "no node{} has at once all that a replica asks ({gpus_per_replica} GPUs and its CPU and memory)",
+                        model_suffix(*gpu_model)
+                    ),
+                }
+            }
             PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => write!(
                 f,
                 "no room: needs {replicas}x{gpus_per_replica} GPUs{}; most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",

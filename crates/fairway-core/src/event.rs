@@ -1,6 +1,7 @@
 //! Inputs to the core. Drivers turn what happened (an API call, a process exit, a trace row)
 //! into one of these and hand it to [`crate::Scheduler::apply`] with the current time.
 
+use crate::decision::StopCause;
 use crate::types::{AccountId, JobId, JobSpec, NodeId, NodeSpec, Placement, Quota, Time};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -10,6 +11,9 @@ pub enum Event {
     /// A job a driver already knew before it (re)started the core, e.g. after a daemon
     /// restart: pending at its original queue position, or running where it runs now.
     Restore(RestoredJob),
+    /// After every job is restored: a pending preemptor's hold on the GPUs of its victims,
+    /// as it was (see [`RestoredHold`]).
+    RestoreHold(RestoredHold),
     /// Remove a job wherever it is. A running job gets a `Stop` decision.
     Cancel(JobId),
     /// A job the core started (or asked to stop) has exited.
@@ -67,4 +71,26 @@ pub struct RestoredJob {
 pub struct RestoredRun {
     pub placement: Placement,
     pub started_at: Time,
+    /// Set when it had been asked to stop: it stays on its way out, with its original
+    /// deadline, instead of counting as running (and being chosen as a victim again).
+    pub stopping: Option<RestoredStop>,
+}
+
+/// A stop under way when the driver restarted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoredStop {
+    /// Preempted for `preemptor`: requeued when it exits.
+    Preempted { preemptor: JobId, deadline: Time },
+    /// Stopped for good: removed when it exits.
+    Stopped(StopCause),
+}
+
+/// A preemptor's hold as it was: the slots reserved for it and the victims it waits for.
+/// Restored only if every slot is free or owned by one of those victims still on its way
+/// out for it, and none is held for another job; otherwise the preemptor simply queues.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoredHold {
+    pub preemptor: JobId,
+    pub placement: Placement,
+    pub victims: Vec<JobId>,
 }

@@ -29,6 +29,6 @@ mod victims;
 pub use config::{Config, Limits, Policy, QueueOrder, ScoringPolicy};
 pub use cycle::{CycleOutcome, CycleStats};
 pub use decision::{Decision, PendingReason, RequeueCause, StopCause};
-pub use event::{Event, ExitOutcome, RestoredJob, RestoredRun};
+pub use event::{Event, ExitOutcome, RestoredHold, RestoredJob, RestoredRun, RestoredStop};
 pub use scheduler::{CoreError, Counters, JobStatus, Scheduler};
 pub use types::*;

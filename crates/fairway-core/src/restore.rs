@@ -2,17 +2,18 @@
 //! recovery. A pending job returns to its original queue position; a running one keeps
 //! exactly the GPUs it holds, even if a cap has since been lowered (it may drain, not grow).
 
-use crate::event::RestoredJob;
+use crate::event::{RestoredHold, RestoredJob, RestoredStop};
 use crate::jobs::JobIx;
 use crate::scheduler::{CoreError, Scheduler};
-use crate::state::JobState;
-use crate::types::{GpuSet, JobSpec, NodeId, Placement};
+use crate::state::{JobState, Reservation, Termination};
+use crate::types::{GpuSet, JobSpec, NodeId, Placement, Resources};
 
 impl Scheduler {
     /// 1. Check the placement against the nodes (before anything changes).
     /// 2. Queue the job at its original submit time.
     /// 3. If it runs, start it where it is, as of its start time, and let its accounts keep
     ///    what it holds.
+    /// 4. If it was being stopped, it is on its way out again, with its original deadline.
     pub(crate) fn restore(&mut self, restored: RestoredJob) -> Result<(), CoreError> {
         let RestoredJob { spec, submitted_at, runtime_done_ms, preemptions, last_checkpoint, running } = restored;
         let id = spec.id;
@@ -29,7 +30,59 @@ impl Scheduler {
             self.start(ix, run.placement, run.started_at);
             self.counters.starts -= 1;
             self.grandfather_accounts_of(ix);
+            match run.stopping {
+                None => {}
+                Some(RestoredStop::Preempted { preemptor, deadline }) => {
+                    self.begin_termination(ix, Termination::Preempted { preemptor, deadline });
+                }
+                Some(RestoredStop::Stopped(cause)) => self.begin_termination(ix, Termination::Stopped(cause)),
+            }
         }
+        Ok(())
+    }
+
+    /// Gives a restored pending preemptor its hold back (see [`RestoredHold`]).
+    pub(crate) fn restore_hold(&mut self, hold: RestoredHold) -> Result<(), CoreError> {
+        let RestoredHold { preemptor, placement, victims } = hold;
+        let invalid = |reason: String| Err(CoreError::InvalidJob { job: preemptor, reason });
+        let Some(ix) = self.jobs.ix_of(preemptor) else { return Err(CoreError::UnknownJob(preemptor)) };
+        let job = &self.jobs[ix];
+        if !matches!(job.state, JobState::Pending { reservation: None }) || job.queued_in.is_none() {
+            return invalid("only a queued job without a hold can get one back".into());
+        }
+        if placement.replicas().len() != job.spec.replicas as usize
+            || placement.replicas().iter().any(|r| r.gpus.len() != job.spec.per_replica.gpus)
+        {
+            return invalid("the hold does not have the job's shape".into());
+        }
+        let leaving = self.still_terminating(preemptor, &victims);
+        for replica in placement.replicas() {
+            let Some(node) = self.nodes.get(replica.node) else {
+                return invalid(format!("the hold names unknown {}", replica.node));
+            };
+            if self.jobs[ix].spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model)
+                || !self.jobs[ix].spec.per_replica.fits_in(node.spec.capacity)
+            {
+                return invalid(format!("the hold does not fit on {}", replica.node));
+            }
+            let victims_slots = leaving
+                .iter()
+                .filter_map(|v| match &self.jobs.get(*v)?.state {
+                    JobState::Terminating { placement, .. } => Some(placement),
+                    _ => None,
+                })
+                .flat_map(|p| p.replicas().iter().filter(|r| r.node == replica.node).map(|r| r.gpus))
+                .fold(GpuSet::EMPTY, GpuSet::union);
+            let others = node.owned.minus(victims_slots);
+            if !replica.gpus.is_disjoint(others) || !replica.gpus.is_disjoint(node.held) {
+                return invalid(format!("GPUs {} on {} are no longer free for it", replica.gpus, replica.node));
+            }
+            if replica.gpus.iter().any(|slot| slot >= node.spec.capacity.gpus) {
+                return invalid(format!("the hold names GPUs {} that {} lacks", replica.gpus, replica.node));
+            }
+        }
+        let waiting = leaving.len() as u32;
+        self.reserve(ix, Reservation { placement, victims: leaving, waiting, charged: [Resources::ZERO; 2] });
         Ok(())
     }
 

@@ -155,6 +155,7 @@ impl Scheduler {
         match event {
             Event::Submit(spec) => self.submit(spec, now),
             Event::Restore(job) => self.restore(job),
+            Event::RestoreHold(hold) => self.restore_hold(hold),
             Event::Cancel(job) => self.cancel(job),
             Event::Exited { job, outcome } => self.exited(job, outcome, now),
             Event::CheckpointReported { job: id, at } => {

@@ -105,7 +105,7 @@ pub struct ContainerRun {
 }
 
 /// The full command line, runtime executable first:
-/// `docker run --rm --name N --init -e K=V … -v HOST:CONTAINER … [-w DIR] [GPU flags] IMAGE ARGV…`.
+/// `docker run --rm --name N --init -e K=V … -v HOST:CONTAINER … [-w DIR] [GPU flags] -- IMAGE ARGV…`.
 ///
 /// Paths the job is given are paths inside the container: `FAIRWAY_CHECKPOINT_DIR` names
 /// the mounted checkpoint directory and `FAIRWAY_PREEMPT_NOTICE_FILE` the notice in the
@@ -121,6 +121,11 @@ pub fn container_argv(runtime: &ContainerRuntime, run: &ContainerRun) -> Vec<Str
     let mut env = run.env.clone();
     if run.checkpoint_dir.is_some() {
         env.insert("FAIRWAY_CHECKPOINT_DIR".to_owned(), run.container_checkpoint_dir.clone());
+        // The completion mark lives in the checkpoint directory: inside, under its mount.
+        if let Some(name) = env.get("FAIRWAY_COMPLETION_FILE").and_then(|f| Path::new(f).file_name()) {
+            let inside = format!("{}/{}", run.container_checkpoint_dir, name.to_string_lossy());
+            env.insert("FAIRWAY_COMPLETION_FILE".to_owned(), inside);
+        }
     }
     let notice = run.notice_file.as_ref().and_then(|f| Some((f.parent()?, f.file_name()?)));
     if let Some((_, name)) = notice {
@@ -164,6 +169,9 @@ pub fn container_argv(runtime: &ContainerRuntime, run: &ContainerRun) -> Vec<Str
             }
         }
     }
+    // Everything after `--` is the image and its command, never an option of the runtime,
+    // whatever the image string says (it is also validated as an image reference).
+    argv.push("--".to_owned());
     argv.push(run.image.clone());
     argv.extend(run.argv.iter().cloned());
     argv
@@ -171,13 +179,13 @@ pub fn container_argv(runtime: &ContainerRuntime, run: &ContainerRun) -> Vec<Str
 
 /// Runs `<runtime> pull <image>`, blocking until it ends; the error carries the end of stderr.
 pub fn pull_image(runtime: &ContainerRuntime, image: &str) -> Result<(), ExecError> {
-    run_runtime(runtime, &["pull", image])
+    run_runtime(runtime, &["pull", "--", image])
 }
 
 /// Whether `image` is present locally (`<runtime> image inspect <image>` succeeds).
 pub fn image_present(runtime: &ContainerRuntime, image: &str) -> bool {
     Command::new(&runtime.path)
-        .args(["image", "inspect", image])
+        .args(["image", "inspect", "--", image])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

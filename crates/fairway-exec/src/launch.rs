@@ -44,6 +44,19 @@ pub struct LaunchSpec {
     /// The executable that runs the shim as `<shim_exe> __shim <run_dir>`, usually the
     /// `fairway` binary itself (`std::env::current_exe()`).
     pub shim_exe: PathBuf,
+    /// The Unix user and group the job runs as (the shim stays the server's user, to write
+    /// the log and exit record). Switching needs a root server; `None`: the shim's own user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<RunAs>,
+}
+
+/// A Unix identity to run a job as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunAs {
+    /// The user id.
+    pub uid: u32,
+    /// The primary group id. Supplementary groups are dropped.
+    pub gid: u32,
 }
 
 impl LaunchSpec {

@@ -74,10 +74,12 @@ pub use gpus::{
     discover, hostname, machine_resources, short_model_name,
 };
 pub use launch::{
-    EXIT_FILE, ExitRecord, LAUNCH_FILE, LaunchSpec, Launched, PreemptNotice, SHIM_LOG_FILE, SHIM_SUBCOMMAND, launch,
-    read_exit, read_preempt_notice, write_preempt_notice,
+    EXIT_FILE, ExitRecord, LAUNCH_FILE, LaunchSpec, Launched, PreemptNotice, RunAs, SHIM_LOG_FILE, SHIM_SUBCOMMAND,
+    launch, read_exit, read_preempt_notice, write_preempt_notice,
 };
 pub use logs::{FOLLOW_POLL_BYTES_MAX, FollowFrom, LogFollower, TAIL_BYTES_MAX, rotated_path, tail_lines};
-pub use process::{Signal, is_same_process_alive, process_start_ticks, signal_group};
+pub use process::{
+    Signal, is_same_process_alive, kill_processes, process_start_ticks, processes_with_env, signal_group,
+};
 pub use shim::{SHIM_EXIT_SHIM_FAILED, SHIM_EXIT_SPAWN_FAILED, run_shim};
 pub use trainer::{TRAINER_EXIT_TERMINATED, TRAINER_STATE_FILE, TrainerArgs, run_example_trainer};

@@ -74,6 +74,40 @@ pub fn signal_group(pgid: u32, sig: Signal) -> Result<(), ExecError> {
     }
 }
 
+/// Processes whose environment holds every `KEY=VALUE` of `wanted`, found through
+/// `/proc/<pid>/environ` (readable for the caller's own processes, and for all of them as
+/// root). A job's children inherit its environment, so this finds what a job left behind
+/// even when it moved to another process group; the caller's own process is never listed.
+pub fn processes_with_env(wanted: &[(&str, &str)]) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    let wanted: Vec<Vec<u8>> = wanted.iter().map(|(k, v)| format!("{k}={v}").into_bytes()).collect();
+    let own = std::process::id();
+    let mut found: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != own)
+        .filter(|&pid| {
+            let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else { return false };
+            let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+            wanted.iter().all(|w| vars.contains(&w.as_slice()))
+        })
+        .filter(|&pid| read_stat(pid).is_some_and(|s| !matches!(s.state, 'Z' | 'X' | 'x')))
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// Sends SIGKILL to each process (not its group). One that is already gone is not an error.
+pub fn kill_processes(pids: &[u32]) {
+    for &pid in pids {
+        if let Ok(raw) = i32::try_from(pid)
+            && raw > 1
+        {
+            let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

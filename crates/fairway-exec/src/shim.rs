@@ -16,6 +16,16 @@ use crate::launch::{EXIT_FILE, LAUNCH_FILE};
 use crate::logs::RotatingWriter;
 use crate::{ExitRecord, LaunchSpec};
 
+/// Writes a line to the shim's own log (its stderr, `shim.log` in the run directory). Never
+/// panics as `eprintln!` does when the write fails: on a full disk the shim must live on to
+/// record the job's exit once there is room.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// The shim's exit code when the job could not be started (as a shell's 127).
 pub const SHIM_EXIT_SPAWN_FAILED: i32 = 127;
 /// The shim's exit code when the shim itself failed (unreadable `launch.json`, cannot write
@@ -40,18 +50,18 @@ pub fn run_shim(run_dir: &Path) -> i32 {
     let received = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
         if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&received)) {
-            eprintln!("fairway shim: cannot install a handler for signal {sig}: {e}");
+            note!("fairway shim: cannot install a handler for signal {sig}: {e}");
             return SHIM_EXIT_SHIM_FAILED;
         }
     }
     let spec: LaunchSpec = match read_json_opt(&run_dir.join(LAUNCH_FILE)) {
         Ok(Some(spec)) => spec,
         Ok(None) => {
-            eprintln!("fairway shim: {} does not exist", run_dir.join(LAUNCH_FILE).display());
+            note!("fairway shim: {} does not exist", run_dir.join(LAUNCH_FILE).display());
             return SHIM_EXIT_SHIM_FAILED;
         }
         Err(e) => {
-            eprintln!("fairway shim: {e}");
+            note!("fairway shim: {e}");
             return SHIM_EXIT_SHIM_FAILED;
         }
     };
@@ -66,17 +76,40 @@ pub fn run_shim(run_dir: &Path) -> i32 {
             status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
         ),
         Err(message) => {
-            eprintln!("fairway shim: job {}: {message}", spec.job_id);
+            note!("fairway shim: job {}: {message}", spec.job_id);
             let record =
                 ExitRecord { code: None, signal: None, finished_at_unix_ms: now_unix_ms(), spawn_error: Some(message) };
             (record, SHIM_EXIT_SPAWN_FAILED)
         }
     };
-    match write_json_atomic(&run_dir.join(EXIT_FILE), &record) {
+    match write_exit_record(run_dir, &record) {
         Ok(()) => code,
         Err(e) => {
-            eprintln!("fairway shim: job {}: {e}", spec.job_id);
+            note!("fairway shim: job {}: {e}", spec.job_id);
             SHIM_EXIT_SHIM_FAILED
+        }
+    }
+}
+
+/// How long the shim keeps trying to record an exit it could not write (a full disk): while
+/// it lives, the server sees the run as running, and reads the record once it lands, instead
+/// of judging a finished job lost.
+const EXIT_RECORD_RETRY_FOR: Duration = Duration::from_secs(600);
+
+fn write_exit_record(run_dir: &Path, record: &ExitRecord) -> Result<(), crate::ExecError> {
+    let started = Instant::now();
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match write_json_atomic(&run_dir.join(EXIT_FILE), record) {
+            Ok(()) => return Ok(()),
+            Err(e) if started.elapsed() >= EXIT_RECORD_RETRY_FOR => return Err(e),
+            Err(e) => {
+                if wait == Duration::from_millis(100) {
+                    note!("fairway shim: cannot record the exit yet, retrying: {e}");
+                }
+                thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
         }
     }
 }
@@ -101,6 +134,11 @@ fn supervise(spec: &LaunchSpec) -> Result<ExitStatus, String> {
     command.args(&spec.argv[1..]).envs(&spec.env).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
+    }
+    if let Some(run_as) = spec.run_as {
+        // std drops the supplementary groups when a root process sets the uid.
+        std::os::unix::process::CommandExt::uid(&mut command, run_as.uid);
+        std::os::unix::process::CommandExt::gid(&mut command, run_as.gid);
     }
     let mut child = command.spawn().map_err(|e| format!("cannot start {argv0:?}: {e}"))?;
 
@@ -128,7 +166,7 @@ fn supervise(spec: &LaunchSpec) -> Result<ExitStatus, String> {
     let deadline = Instant::now() + DRAIN_AFTER_EXIT;
     for _ in 0..copiers {
         if done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
-            eprintln!("fairway shim: job {}: output still open after the job exited; not waiting for it", spec.job_id);
+            note!("fairway shim: job {}: output still open after the job exited; not waiting for it", spec.job_id);
             break;
         }
     }
@@ -147,13 +185,13 @@ fn copy_into_log(mut reader: Box<dyn Read + Send>, log: &Mutex<RotatingWriter>) 
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                eprintln!("fairway shim: reading job output failed: {e}");
+                note!("fairway shim: reading job output failed: {e}");
                 return;
             }
         };
         let mut log = log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let (Err(e), false) = (log.write_all(&buf[..n]), reported) {
-            eprintln!("fairway shim: writing the job log failed (output is dropped until it works again): {e}");
+            note!("fairway shim: writing the job log failed (output is dropped until it works again): {e}");
             reported = true;
         }
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use fairway_store::JobState;
+pub use fairway_store::{JobState, Role};
 
 /// Every error answer: `{"error": {...}}` with a stable `code`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,7 +70,8 @@ pub struct JobView {
     pub first_started_at_ms: Option<u64>,
     pub started_at_ms: Option<u64>,
     pub finished_at_ms: Option<u64>,
-    /// Time from submission to the first start (or until now while it has never run).
+    /// Time spent waiting: the first wait and every wait after a preemption or a failed run
+    /// (up to now while it waits).
     pub wait_seconds: f64,
     /// Runs after the first.
     pub restart_count: u32,
@@ -121,6 +122,12 @@ pub struct ReasonView {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobList {
     pub jobs: Vec<JobView>,
+    /// How many jobs match the query in all (the page shows at most its limit).
+    #[serde(default)]
+    pub total: u64,
+    /// Pass as `cursor` to get the next (older) page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<i64>,
 }
 
 /// A job with its full spec and event history (`describe`).
@@ -240,7 +247,11 @@ pub struct CancelResponse {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
+    /// `ok`, or `degraded` when the store cannot be written (see `problem`): the server then
+    /// refuses changes until it can, and starts nothing.
     pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
     pub version: String,
     pub jobs_pending: u64,
     pub jobs_running: u64,
@@ -257,4 +268,80 @@ pub struct ImageView {
     pub image: String,
     /// `present`, `pulling`, `failed: …`, or `no container runtime`.
     pub status: String,
+}
+
+/// `POST /v1/tokens` body.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewTokenRequest {
+    pub user: String,
+    pub project: String,
+    /// `viewer`, `submitter` (default) or `admin`.
+    pub role: Option<Role>,
+    /// A label for listings; default `<user>@<project>`.
+    pub name: Option<String>,
+    /// The token stops working after this long; default: never.
+    pub expires_in_seconds: Option<u64>,
+}
+
+/// A token as listed: never its secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenView {
+    pub id: i64,
+    pub name: String,
+    pub user: String,
+    pub project: String,
+    pub role: Role,
+    pub created_at_ms: u64,
+    pub expires_at_ms: Option<u64>,
+    pub revoked_at_ms: Option<u64>,
+}
+
+/// The answer to `POST /v1/tokens`: the secret, shown this once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCreated {
+    pub token: TokenView,
+    pub secret: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenList {
+    pub tokens: Vec<TokenView>,
+}
+
+/// `GET /v1/whoami`: the caller, as its token says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhoAmI {
+    pub token_id: i64,
+    pub token_name: String,
+    pub user: String,
+    pub project: String,
+    pub role: Role,
+    /// The highest priority class this caller may submit at (`None`: any, as an admin).
+    pub priority_class_max: Option<String>,
+}
+
+/// `PUT /v1/projects/{name}` body.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectSpec {
+    /// The highest priority class the project's tokens may use; absent: the server default.
+    pub priority_class_max: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectView {
+    pub name: String,
+    /// What applies now: the project's own setting, the config file's, or the default.
+    pub priority_class_max: String,
+    /// Where that comes from: `project`, `config` or `default`.
+    pub priority_class_max_source: String,
+    /// The Unix user its jobs run as (config file only), if not the server's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectList {
+    pub projects: Vec<ProjectView>,
 }

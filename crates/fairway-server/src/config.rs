@@ -25,6 +25,13 @@ pub struct ServerConfig {
     pub shim_exe: PathBuf,
     /// How often the loop runs a cycle and polls checkpoints without any event.
     pub tick_ms: u64,
+    /// Listen on a non-loopback address without TLS (`--insecure`): bearer tokens then cross
+    /// the network in clear text.
+    pub insecure: bool,
+    /// Where the server records where it runs, for CLIs on this machine
+    /// (`$XDG_STATE_HOME/fairway/servers`, else `~/.local/state/fairway/servers`); `None`:
+    /// not recorded.
+    pub registry_dir: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -38,6 +45,8 @@ impl ServerConfig {
             file: ConfigFile::default(),
             shim_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("fairway")),
             tick_ms: 1000,
+            insecure: false,
+            registry_dir: default_registry_dir(),
         }
     }
 
@@ -69,6 +78,61 @@ pub struct ConfigFile {
     /// `auto` (default: docker or podman on the PATH, if its daemon answers), `none`, or
     /// the path of a docker- or podman-compatible executable.
     pub container_runtime: Option<String>,
+    /// TLS for the API: required to listen on a non-loopback address (unless `--insecure`).
+    pub tls: Option<TlsConfig>,
+    /// The highest priority class a non-admin token may use, unless its project has its
+    /// own setting (`projects`). Default `high`: `critical` is for admins to grant.
+    pub priority_class_max: Option<String>,
+    /// Per-project settings.
+    #[serde(default)]
+    pub projects: Vec<ProjectConfig>,
+    /// Failed runs with retries left wait before running again: the first retry after
+    /// `initial`, each next one twice as long, at most `max`.
+    #[serde(default)]
+    pub retry_backoff: BackoffConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM: the certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM: its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectConfig {
+    pub name: String,
+    /// The highest priority class this project's tokens may use.
+    pub priority_class_max: Option<String>,
+    /// The Unix user this project's jobs run as. Only a server running as root can switch
+    /// users; a non-root server with `run_as` set refuses to start.
+    pub run_as: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackoffConfig {
+    pub initial_seconds: u64,
+    pub max_seconds: u64,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        // Kubernetes' Job controller: 10 s, doubling, capped at 6 minutes.
+        BackoffConfig { initial_seconds: 10, max_seconds: 360 }
+    }
+}
+
+impl BackoffConfig {
+    /// The wait before the retry that follows `failures` failed runs (1 = the first retry).
+    pub fn delay_ms(&self, failures: u32) -> u64 {
+        let doublings = failures.saturating_sub(1).min(32);
+        let delay = self.initial_seconds.saturating_mul(1u64 << doublings);
+        delay.min(self.max_seconds).saturating_mul(1000)
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -112,18 +176,29 @@ pub struct LimitsConfig {
     /// The longest grace period a job may ask for: how long a victim may keep GPUs that a
     /// higher-priority job is waiting for.
     pub grace_seconds_max: u64,
+    /// Open connections at once; more are closed as they arrive.
+    pub connections_max: usize,
+    /// How long a client may take to send a request's headers, and how long a kept-alive
+    /// connection may stay idle between requests.
+    pub header_read_timeout_seconds: u64,
+    /// How long a client may take to send a request's body.
+    pub body_read_timeout_seconds: u64,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
-            request_body_bytes_max: 4 << 20,
+            // The job-spec reader's own limit (docs/job-spec.md): a larger body could never parse.
+            request_body_bytes_max: 1 << 20,
             jobs_active_max: 100_000,
             jobs_per_submission_max: 1000,
             log_bytes_max: 16 << 20,
             log_files_max: 3,
             list_jobs_max: 10_000,
             grace_seconds_max: 600,
+            connections_max: 1024,
+            header_read_timeout_seconds: 10,
+            body_read_timeout_seconds: 30,
         }
     }
 }
@@ -162,14 +237,52 @@ impl ConfigFile {
             }
         }
         let l = &self.limits;
-        if l.request_body_bytes_max == 0 || l.jobs_active_max == 0 || l.jobs_per_submission_max == 0 {
-            return Err("limits: every limit must be at least 1".into());
+        let zero = [
+            ("request_body_bytes_max", l.request_body_bytes_max as u64),
+            ("jobs_active_max", u64::from(l.jobs_active_max)),
+            ("jobs_per_submission_max", l.jobs_per_submission_max as u64),
+            ("log_bytes_max", l.log_bytes_max),
+            ("log_files_max", u64::from(l.log_files_max)),
+            ("list_jobs_max", u64::from(l.list_jobs_max)),
+            ("connections_max", l.connections_max as u64),
+            ("header_read_timeout_seconds", l.header_read_timeout_seconds),
+            ("body_read_timeout_seconds", l.body_read_timeout_seconds),
+        ];
+        if let Some((name, _)) = zero.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("limits.{name}: must be at least 1"));
         }
-        if l.log_bytes_max == 0 || l.log_files_max == 0 || l.list_jobs_max == 0 {
-            return Err("limits: every limit must be at least 1".into());
+        if l.request_body_bytes_max > fairway_spec::ParseLimits::default().input_bytes_max {
+            return Err(format!(
+                "limits.request_body_bytes_max: at most {} (the job-spec reader's limit)",
+                fairway_spec::ParseLimits::default().input_bytes_max
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, p) in self.projects.iter().enumerate() {
+            if p.name.is_empty() || !seen.insert(p.name.as_str()) {
+                return Err(format!("projects[{i}].name: {:?} is empty or given twice", p.name));
+            }
+            if let Some(user) = &p.run_as
+                && (user.is_empty() || user.starts_with('-') || user.contains(['/', ':', ' ']))
+            {
+                return Err(format!("projects[{i}].run_as: {user:?} is not a user name"));
+            }
+        }
+        let b = &self.retry_backoff;
+        if b.initial_seconds == 0 || b.max_seconds < b.initial_seconds {
+            return Err("retry_backoff: initial_seconds must be at least 1 and at most max_seconds".into());
         }
         Ok(())
     }
+}
+
+/// `$XDG_STATE_HOME/fairway/servers`, else `$HOME/.local/state/fairway/servers`.
+pub fn default_registry_dir() -> Option<PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    Some(state.join("fairway").join("servers"))
 }
 
 #[cfg(test)]
@@ -197,6 +310,14 @@ mod tests {
     }
 
     #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let b = BackoffConfig { initial_seconds: 10, max_seconds: 60 };
+        let delays: Vec<u64> = (1..=6).map(|n| b.delay_ms(n) / 1000).collect();
+        assert_eq!(delays, [10, 20, 40, 60, 60, 60]);
+        assert_eq!(b.delay_ms(u32::MAX), 60_000);
+    }
+
+    #[test]
     fn the_shipped_example_parses() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fairway.yaml");
         let file = ConfigFile::load(&path).unwrap();
@@ -214,7 +335,12 @@ mod tests {
                 "priority_classes:\n  - { name: x, value: 1, preemption_policy: Sometimes }\n",
                 "priority_classes[0].preemption_policy",
             ),
-            ("limits: { log_files_max: 0 }\n", "limits"),
+            ("limits: { log_files_max: 0 }\n", "limits.log_files_max"),
+            ("limits: { request_body_bytes_max: 4194304 }\n", "limits.request_body_bytes_max"),
+            ("projects:\n  - { name: a }\n  - { name: a }\n", "projects[1].name"),
+            ("projects:\n  - { name: a, run_as: \"-x\" }\n", "projects[0].run_as"),
+            ("retry_backoff: { initial_seconds: 0 }\n", "retry_backoff"),
+            ("tls: { cert_file: a }\n", "key_file"),
             ("priority_classes:\n  - { name: x, value: lots }\n", "value"),
         ];
         for (text, want) in cases {

@@ -41,8 +41,18 @@ pub enum ExecCommand {
     /// image job, removed when the run is killed (SIGKILL stops the `docker run` client,
     /// not the container).
     Start { job: i64, run: u32, replicas: Vec<LaunchSpec>, grace_ms: u64, container: Option<Container> },
-    /// Watch a run started by an earlier server process.
-    Adopt { job: i64, run: u32, replicas: Vec<ProcessRecord>, grace_ms: u64, container: Option<Container> },
+    /// Watch a run started by an earlier server process (or, after the engine rebuilt its
+    /// state, one this executor already watches: then nothing changes). `kill_at_unix_ms`:
+    /// the run was being stopped; SIGTERM again (the old server may have died before
+    /// sending it) and SIGKILL at that same deadline.
+    Adopt {
+        job: i64,
+        run: u32,
+        replicas: Vec<ProcessRecord>,
+        grace_ms: u64,
+        container: Option<Container>,
+        kill_at_unix_ms: Option<u64>,
+    },
     /// SIGTERM now (after writing the notice, if any), SIGKILL at `kill_at_unix_ms`.
     Terminate { job: i64, run: u32, notice: Option<(PathBuf, PreemptNotice)>, kill_at_unix_ms: u64 },
 }
@@ -62,8 +72,18 @@ pub enum RunExit {
 
 /// Internal: what replica watchers tell the executor loop.
 enum Watch {
-    ReplicaExited { job: i64, run: u32, replica: usize, record: Option<ExitRecord> },
-    KillNow { job: i64, run: u32 },
+    ReplicaExited {
+        job: i64,
+        run: u32,
+        replica: usize,
+        record: Option<ExitRecord>,
+    },
+    /// `deadline`: the end of a grace period the engine gave (not a gang member's failure).
+    KillNow {
+        job: i64,
+        run: u32,
+        deadline: bool,
+    },
 }
 
 struct Run {
@@ -73,6 +93,8 @@ struct Run {
     grace_ms: u64,
     /// Set once the run was told to stop (by the engine or because a gang member failed).
     terminating: bool,
+    /// Set once SIGKILL was sent at the end of a grace period.
+    killed: bool,
     /// The first replica outcome that was not a success.
     first_failure: Option<RunExit>,
     last_record: Option<ExitRecord>,
@@ -116,8 +138,14 @@ impl Executor {
             ExecCommand::Start { job, run, replicas, grace_ms, container } => {
                 self.start(job, run, replicas, grace_ms, container)
             }
-            ExecCommand::Adopt { job, run, replicas, grace_ms, container } => {
-                self.adopt(job, run, replicas, grace_ms, container)
+            ExecCommand::Adopt { job, run, replicas, grace_ms, container, kill_at_unix_ms } => {
+                if self.runs.get(&job).is_some_and(|r| r.run == run) {
+                    return;
+                }
+                self.adopt(job, run, replicas, grace_ms, container);
+                if let Some(kill_at) = kill_at_unix_ms {
+                    self.terminate(job, run, None, kill_at);
+                }
             }
             ExecCommand::Terminate { job, run, notice, kill_at_unix_ms } => {
                 self.terminate(job, run, notice, kill_at_unix_ms)
@@ -146,8 +174,8 @@ impl Executor {
                     for mut l in launched {
                         let _ = l.child.wait();
                     }
-                    let _ =
-                        self.engine.send(Command::RunEnded { job, run, exit: RunExit::LaunchFailed(e.to_string()) });
+                    let exit = RunExit::LaunchFailed(e.to_string());
+                    let _ = self.engine.send(Command::RunEnded { job, run, exit, killed: false });
                     return;
                 }
             }
@@ -196,14 +224,15 @@ impl Executor {
         let watch = self.watch_tx.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let _ = watch.send(Watch::KillNow { job, run });
+            let _ = watch.send(Watch::KillNow { job, run, deadline: true });
         });
     }
 
     fn watched(&mut self, watch: Watch) {
         match watch {
-            Watch::KillNow { job, run } => {
-                if let Some(state) = self.runs.get(&job).filter(|r| r.run == run) {
+            Watch::KillNow { job, run, deadline } => {
+                if let Some(state) = self.runs.get_mut(&job).filter(|r| r.run == run) {
+                    state.killed |= deadline;
                     signal_live(state, Signal::Kill);
                     if let Some(c) = state.container.clone() {
                         tokio::task::spawn_blocking(move || {
@@ -240,14 +269,15 @@ impl Executor {
                 let (watch, grace) = (self.watch_tx.clone(), state.grace_ms);
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(grace)).await;
-                    let _ = watch.send(Watch::KillNow { job, run });
+                    let _ = watch.send(Watch::KillNow { job, run, deadline: false });
                 });
             }
         }
         if state.replicas.iter().all(|r| r.done) {
             let state = self.runs.remove(&job).expect("present");
             let exit = state.first_failure.or(state.last_record.map(RunExit::Exited)).unwrap_or(RunExit::Lost);
-            let _ = self.engine.send(Command::RunEnded { job, run, exit });
+            let killed = state.killed;
+            let _ = self.engine.send(Command::RunEnded { job, run, exit, killed });
         }
     }
 }
@@ -262,7 +292,16 @@ fn sweep_group(pgid: u32) {
 }
 
 fn new_run(run: u32, replicas: Vec<ReplicaState>, grace_ms: u64) -> Run {
-    Run { run, container: None, replicas, grace_ms, terminating: false, first_failure: None, last_record: None }
+    Run {
+        run,
+        container: None,
+        replicas,
+        grace_ms,
+        terminating: false,
+        killed: false,
+        first_failure: None,
+        last_record: None,
+    }
 }
 
 fn signal_live(run: &Run, signal: Signal) {

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{Extension, Path, RawQuery, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -19,6 +20,7 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 
 use crate::api::*;
+use crate::auth::{Identity, Tokens};
 use crate::engine::{Cluster, Command, LiveView, log_path};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -42,6 +44,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/quotas"),
     ("put", "/v1/quotas/{kind}/{account}"),
     ("delete", "/v1/quotas/{kind}/{account}"),
+    ("get", "/v1/projects"),
+    ("put", "/v1/projects/{name}"),
+    ("get", "/v1/tokens"),
+    ("post", "/v1/tokens"),
+    ("delete", "/v1/tokens/{id}"),
+    ("get", "/v1/whoami"),
     ("get", "/healthz"),
     ("get", "/metrics"),
     ("get", "/openapi.yaml"),
@@ -54,7 +62,11 @@ pub struct AppState {
     pub cluster: Arc<Cluster>,
     pub metrics: Arc<Metrics>,
     pub data_dir: PathBuf,
+    pub tokens: Tokens,
+    /// The engine's priority classes, to check submissions against before asking it.
+    pub classes: Arc<std::sync::RwLock<fairway_spec::PriorityClasses>>,
     pub body_bytes_max: usize,
+    pub body_read_timeout: Duration,
     pub list_jobs_max: u32,
 }
 
@@ -103,13 +115,83 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/priority-classes", get(classes))
         .route("/v1/quotas", get(quotas))
         .route("/v1/quotas/{kind}/{account}", put(set_quota).delete(delete_quota))
+        .route("/v1/projects", get(projects))
+        .route("/v1/projects/{name}", put(set_project))
+        .route("/v1/tokens", get(tokens).post(create_token))
+        .route("/v1/tokens/{id}", axum::routing::delete(revoke_token))
+        .route("/v1/whoami", get(whoami))
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.yaml", get(openapi))
         .fallback(|| async {
             ApiError::bad_request("no such route; see /openapi.yaml").with_status(StatusCode::NOT_FOUND)
         })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// Routes anyone may read: liveness and the API's description.
+const PUBLIC: &[&str] = &["/healthz", "/openapi.yaml"];
+
+/// Runs before every handler: (1) a request that changes state must come from no browser
+/// origin or this server's own, and carry JSON or YAML (or no body) — so no web page can
+/// submit a job through a visitor's browser; (2) every route but [`PUBLIC`] needs a valid
+/// bearer token, whose [`Identity`] the handlers receive.
+async fn guard(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
+    if changes && let Err(e) = same_origin(request.headers()).and_then(|()| json_or_yaml(request.headers())) {
+        return e.into_response();
+    }
+    if PUBLIC.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match state.tokens.authenticate(header) {
+        Ok(identity) => {
+            request.extensions_mut().insert(identity);
+            next.run(request).await
+        }
+        Err(refusal) => {
+            let mut response = ApiError::unauthenticated(refusal.message()).into_response();
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer realm=\"fairway\""));
+            response
+        }
+    }
+}
+
+/// A browser names the page's origin in `Origin` (and says `Sec-Fetch-Site`); other clients
+/// send neither. Only the server's own origin may change anything.
+fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+        && !matches!(site, "same-origin" | "none")
+    {
+        return Err(ApiError::cross_origin(&format!("Sec-Fetch-Site: {site}")));
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
+    let origin = origin.to_str().unwrap_or("(not text)");
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest.trim_end_matches('/'));
+    if host.is_empty() || origin_host != Some(host) {
+        return Err(ApiError::cross_origin(origin));
+    }
+    Ok(())
+}
+
+/// A body, if any, is JSON or YAML: `text/plain` and form encodings are what a cross-site
+/// form can send without asking.
+fn json_or_yaml(headers: &HeaderMap) -> Result<(), ApiError> {
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).is_some_and(|n| n.trim() != "0");
+    let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
+        return if has_body { Err(ApiError::unsupported_media_type("(none)")) } else { Ok(()) };
+    };
+    let text = content_type.to_str().unwrap_or("");
+    let essence = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let accepted = ["application/json", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"];
+    if accepted.contains(&essence.as_str()) { Ok(()) } else { Err(ApiError::unsupported_media_type(text)) }
 }
 
 impl ApiError {
@@ -122,29 +204,72 @@ impl ApiError {
     }
 }
 
+/// How long a handler waits for the engine before answering 503: the engine answers in
+/// milliseconds unless the machine is in trouble, and a client must not hang forever.
+const ENGINE_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Sends a command and waits for the engine's answer.
 async fn ask<T>(state: &AppState, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, ApiError> {
     let (tx, rx) = oneshot::channel();
     state.engine.send(make(tx)).map_err(|_| ApiError::unavailable())?;
-    rx.await.map_err(|_| ApiError::unavailable())
+    match tokio::time::timeout(ENGINE_ANSWER_TIMEOUT, rx).await {
+        Ok(answer) => answer.map_err(|_| ApiError::unavailable()),
+        Err(_) => Err(ApiError::new_unavailable("the scheduling engine did not answer in time")),
+    }
 }
 
+/// The whole body, within the size limit and the read deadline.
 async fn read_body(state: &AppState, request: Request) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(request.into_body(), state.body_bytes_max)
-        .await
-        .map_err(|_| ApiError::payload_too_large(state.body_bytes_max))
+    let read = axum::body::to_bytes(request.into_body(), state.body_bytes_max);
+    match tokio::time::timeout(state.body_read_timeout, read).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if is_length_limit(&e) => Err(ApiError::payload_too_large(state.body_bytes_max)),
+        Ok(Err(_)) => Err(ApiError::bad_request("body: the connection failed while the body was read")),
+        Err(_) => Err(ApiError::timeout("sending the request body")),
+    }
 }
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+use crate::error::parse_json as json_body;
+use crate::error::parse_query as query;
 
 // ---- jobs ------------------------------------------------------------------------------
 
-async fn submit(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
+async fn submit(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    if !who.may_submit() {
+        return Err(ApiError::forbidden(format!(
+            "token {:?} is a viewer token: it may not submit jobs",
+            who.token_name
+        )));
+    }
     let bytes = read_body(&state, request).await?;
     let limits = ParseLimits { input_bytes_max: state.body_bytes_max, ..ParseLimits::default() };
-    let parsed = fairway_spec::parse_documents(&bytes, &limits).map_err(ApiError::invalid_spec)?;
+    // Parsed here, off the engine's thread, and checked against the classes it has now so
+    // that every problem is reported at once; the engine checks classes again under its own
+    // lock of time (one may have been added since).
+    let classes = state.classes.read().expect("not poisoned").clone();
+    let options = fairway_spec::ParseOptions { tenant_required: false };
+    let resolved =
+        fairway_spec::parse_and_resolve(&bytes, &limits, &classes, &options).map_err(ApiError::invalid_spec)?;
+    let parsed = resolved.parsed;
     if parsed.jobs.is_empty() && parsed.priority_classes.is_empty() {
-        return Err(ApiError::bad_request("the body holds no job and no priority class"));
+        return Err(ApiError::bad_request("input: the body holds no job and no priority class"));
     }
-    let response = ask(&state, |reply| Command::Submit { parsed, reply }).await??;
+    let response = ask(&state, |reply| Command::Submit { parsed, who, reply }).await??;
     Ok((StatusCode::CREATED, Json(response)).into_response())
 }
 
@@ -158,13 +283,28 @@ struct ListQuery {
     priority_min: Option<i32>,
     name: Option<String>,
     limit: Option<u32>,
+    cursor: Option<i64>,
 }
 
 async fn list_jobs(
     State(state): State<AppState>,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    Extension(who): Extension<Identity>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Json<JobList>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("query: {}", e.body_text())))?;
+    let mut q: ListQuery = query(raw.as_deref())?;
+    // A non-admin sees its own project's jobs, and asking for another's is an error rather
+    // than an empty list that would look like "none there".
+    if !who.is_admin() {
+        match &q.project {
+            Some(p) if *p != who.project => {
+                return Err(ApiError::forbidden(format!(
+                    "project: your token may see project {:?} only, not {p:?}",
+                    who.project
+                )));
+            }
+            _ => q.project = Some(who.project.clone()),
+        }
+    }
     let mut states = Vec::new();
     for s in q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
         states.push(JobState::parse(s).ok_or_else(|| {
@@ -172,6 +312,9 @@ async fn list_jobs(
                 "state: {s:?} is not one of pending, running, preempting, stopping, succeeded, failed, cancelled"
             ))
         })?);
+    }
+    if q.limit == Some(0) {
+        return Err(ApiError::bad_request("limit: must be at least 1"));
     }
     let limit = q.limit.unwrap_or(1000).min(state.list_jobs_max);
     let filter = JobFilter {
@@ -181,12 +324,15 @@ async fn list_jobs(
         priority_class: q.priority_class,
         priority_min: q.priority_min,
         name: q.name,
+        before_id: q.cursor,
         limit,
     };
-    let rows = state.readers.with(move |s| s.jobs(&filter)).await?;
+    let (rows, total) = state.readers.with(move |s| Ok((s.jobs(&filter)?, s.count_jobs(&filter)?))).await?;
     let live = live_of(&state, &rows).await?;
-    let jobs = rows.iter().map(|r| job_view(&state, r, live.get(&r.id))).collect();
-    Ok(Json(JobList { jobs }))
+    let jobs: Vec<JobView> = rows.iter().map(|r| job_view(&state, r, live.get(&r.id))).collect();
+    // A full page may have more behind it; the last page says so by having no cursor.
+    let next_cursor = (rows.len() == limit as usize).then(|| rows.last().map(|r| r.id)).flatten();
+    Ok(Json(JobList { jobs, total, next_cursor }))
 }
 
 /// Live facts for the unfinished jobs among `rows`.
@@ -198,16 +344,40 @@ async fn live_of(state: &AppState, rows: &[JobRow]) -> Result<BTreeMap<i64, Live
     ask(state, |reply| Command::Live { ids, reply }).await
 }
 
-async fn job_row(state: &AppState, id: i64) -> Result<JobRow, ApiError> {
-    state.readers.with(move |s| s.job(id)).await?.ok_or_else(|| ApiError::not_found(id))
+/// A job the caller may see: others' jobs are "not found", so that ids do not reveal
+/// whether another project's job exists.
+async fn job_row(state: &AppState, who: &Identity, id: i64) -> Result<JobRow, ApiError> {
+    match state.readers.with(move |s| s.job(id)).await? {
+        Some(row) if who.sees(&row.project) => Ok(row),
+        _ => Err(ApiError::not_found(id)),
+    }
 }
 
-async fn get_job(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<JobDetail>, ApiError> {
+/// A job the caller may change: its owner or an admin.
+async fn owned_job_row(state: &AppState, who: &Identity, id: i64, what: &str) -> Result<JobRow, ApiError> {
+    let row = job_row(state, who, id).await?;
+    if !who.owns(&row.user, &row.project) {
+        return Err(ApiError::forbidden(format!(
+            "job {id} belongs to user {:?} of project {:?}: only its owner or an admin may {what} it",
+            row.user, row.project
+        )));
+    }
+    Ok(row)
+}
+
+async fn get_job(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Json<JobDetail>, ApiError> {
     let id = job_id(&id)?;
-    let row = job_row(&state, id).await?;
+    let row = job_row(&state, &who, id).await?;
     let events = state.readers.with(move |s| s.events(id)).await?;
     let live = live_of(&state, std::slice::from_ref(&row)).await?;
-    let spec = serde_json::from_str(&row.spec_json).unwrap_or(serde_json::Value::Null);
+    let mut spec = serde_json::from_str(&row.spec_json).unwrap_or(serde_json::Value::Null);
+    if !who.sees_secrets_of(&row.user, &row.project) {
+        redact_env(&mut spec);
+    }
     Ok(Json(JobDetail {
         job: job_view(&state, &row, live.get(&id)),
         spec,
@@ -215,21 +385,43 @@ async fn get_job(State(state): State<AppState>, Path(id): Path<String>) -> Resul
     }))
 }
 
-async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<CancelResponse>, ApiError> {
+/// Env values may hold credentials: others in the project see the names only.
+fn redact_env(spec: &mut serde_json::Value) {
+    if let Some(env) = spec.get_mut("env").and_then(|e| e.as_object_mut()) {
+        for value in env.values_mut() {
+            *value = serde_json::Value::String("(hidden: only the job's owner and admins see env values)".into());
+        }
+    }
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Json<CancelResponse>, ApiError> {
     let id = job_id(&id)?;
+    owned_job_row(&state, &who, id, "cancel").await?;
     Ok(Json(ask(&state, |reply| Command::Cancel { id, reply }).await??))
 }
 
-async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<EventList>, ApiError> {
+async fn events(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Json<EventList>, ApiError> {
     let id = job_id(&id)?;
-    job_row(&state, id).await?;
+    job_row(&state, &who, id).await?;
     let events = state.readers.with(move |s| s.events(id)).await?;
     Ok(Json(EventList { events: events.into_iter().map(event_view).collect() }))
 }
 
-async fn why(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<WhyView>, ApiError> {
+async fn why(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Json<WhyView>, ApiError> {
     let id = job_id(&id)?;
-    let row = job_row(&state, id).await?;
+    let row = job_row(&state, &who, id).await?;
     let live = live_of(&state, std::slice::from_ref(&row)).await?;
     let reasons = live.get(&id).map(|l| l.reasons.clone()).unwrap_or_default();
     Ok(Json(WhyView { id, state: row.state, reasons }))
@@ -237,16 +429,15 @@ async fn why(State(state): State<AppState>, Path(id): Path<String>) -> Result<Js
 
 async fn checkpoint(
     State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
     Path(id): Path<String>,
     request: Request,
 ) -> Result<StatusCode, ApiError> {
     let id = job_id(&id)?;
+    owned_job_row(&state, &who, id, "report checkpoints of").await?;
     let bytes = read_body(&state, request).await?;
-    let report: CheckpointReport = if bytes.iter().all(u8::is_ascii_whitespace) {
-        CheckpointReport::default()
-    } else {
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("body: {e}")))?
-    };
+    let report: CheckpointReport =
+        if bytes.iter().all(u8::is_ascii_whitespace) { CheckpointReport::default() } else { json_body(&bytes)? };
     ask(&state, |reply| Command::Checkpoint { id, at_ms: report.at_ms, reply }).await??;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -264,13 +455,25 @@ const LOG_TAIL_LINES_MAX: usize = 100_000;
 
 async fn logs(
     State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
     Path(id): Path<String>,
-    query: Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("query: {}", e.body_text())))?;
-    let row = job_row(&state, id).await?;
+    let q: LogsQuery = query(raw.as_deref())?;
+    let row = job_row(&state, &who, id).await?;
     let replica = q.replica.unwrap_or(0);
+    let replicas = serde_json::from_str::<serde_json::Value>(&row.spec_json)
+        .ok()
+        .and_then(|spec| spec["replicas"].as_u64())
+        .unwrap_or(1);
+    if u64::from(replica) >= replicas {
+        return Err(ApiError::bad_request(format!(
+            "replica: job {id} has {replicas} replica{} (0 to {}), not {replica}",
+            if replicas == 1 { "" } else { "s" },
+            replicas - 1
+        )));
+    }
     let path = log_path(&state.data_dir, id, replica);
     let tail = q.tail.unwrap_or(LOG_TAIL_LINES_MAX).min(LOG_TAIL_LINES_MAX);
     let text_plain = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
@@ -324,27 +527,143 @@ async fn classes(State(state): State<AppState>) -> Result<Json<PriorityClassList
     Ok(Json(ask(&state, |reply| Command::Classes { reply }).await?))
 }
 
-async fn quotas(State(state): State<AppState>) -> Result<Json<QuotaList>, ApiError> {
-    Ok(Json(ask(&state, |reply| Command::Quotas { reply }).await?))
+/// Quotas: an admin sees every account; anyone else sees its own user and project.
+async fn quotas(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+) -> Result<Json<QuotaList>, ApiError> {
+    let mut list = ask(&state, |reply| Command::Quotas { reply }).await?;
+    if !who.is_admin() {
+        list.quotas.retain(|q| match q.kind.as_str() {
+            "user" => q.account == who.user,
+            _ => q.account == who.project,
+        });
+    }
+    Ok(Json(list))
+}
+
+fn admin_only(who: &Identity, what: &str) -> Result<(), ApiError> {
+    if who.is_admin() {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(format!("only an admin token may {what}; this one is a {} token", who.role.as_str())))
 }
 
 async fn set_quota(
     State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
     Path((kind, account)): Path<(String, String)>,
     request: Request,
 ) -> Result<Json<QuotaView>, ApiError> {
+    admin_only(&who, "set quotas")?;
     let bytes = read_body(&state, request).await?;
-    let quota: QuotaSpec = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("body: {e}")))?;
+    let quota: QuotaSpec = json_body(&bytes)?;
     let view = ask(&state, |reply| Command::SetQuota { kind, account, quota: Some(quota), reply }).await??;
     view.map(Json).ok_or_else(|| ApiError::internal("quota not set"))
 }
 
 async fn delete_quota(
     State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
     Path((kind, account)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
+    admin_only(&who, "delete quotas")?;
     ask(&state, |reply| Command::SetQuota { kind, account, quota: None, reply }).await??;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn projects(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+) -> Result<Json<ProjectList>, ApiError> {
+    let mut list = ask(&state, |reply| Command::Projects { reply }).await?;
+    if !who.is_admin() {
+        list.projects.retain(|p| p.name == who.project);
+    }
+    Ok(Json(list))
+}
+
+async fn set_project(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Result<Json<ProjectView>, ApiError> {
+    admin_only(&who, "change projects")?;
+    let bytes = read_body(&state, request).await?;
+    let spec: ProjectSpec = json_body(&bytes)?;
+    Ok(Json(ask(&state, |reply| Command::SetProject { name, spec, reply }).await??))
+}
+
+async fn tokens(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+) -> Result<Json<TokenList>, ApiError> {
+    admin_only(&who, "list tokens")?;
+    let rows = state.readers.with(|s| s.tokens()).await?;
+    Ok(Json(TokenList { tokens: rows.iter().map(token_view).collect() }))
+}
+
+async fn create_token(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    admin_only(&who, "create tokens")?;
+    let bytes = read_body(&state, request).await?;
+    let spec: NewTokenRequest = json_body(&bytes)?;
+    let created = ask(&state, |reply| Command::CreateToken { spec, reply }).await??;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+async fn revoke_token(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = id
+        .parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| ApiError::bad_request(format!("id: {id:?} is not a token id (a positive integer)")))?;
+    // Anyone may revoke their own token (a leaked token should die fast); only an admin
+    // may revoke others'.
+    if id != who.token_id {
+        admin_only(&who, "revoke other tokens")?;
+    }
+    ask(&state, |reply| Command::RevokeToken { id, reply }).await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn whoami(State(state): State<AppState>, Extension(who): Extension<Identity>) -> Result<Json<WhoAmI>, ApiError> {
+    let priority_class_max = if who.is_admin() {
+        None
+    } else {
+        let project = who.project.clone();
+        let list = ask(&state, |reply| Command::Projects { reply }).await?;
+        Some(list.projects.into_iter().find(|p| p.name == project).map(|p| p.priority_class_max).unwrap_or_default())
+    };
+    Ok(Json(WhoAmI {
+        token_id: who.token_id,
+        token_name: who.token_name,
+        user: who.user,
+        project: who.project,
+        role: who.role,
+        priority_class_max,
+    }))
+}
+
+pub(crate) fn token_view(row: &fairway_store::TokenRow) -> TokenView {
+    TokenView {
+        id: row.id,
+        name: row.name.clone(),
+        user: row.user.clone(),
+        project: row.project.clone(),
+        role: row.role,
+        created_at_ms: row.created_at_ms,
+        expires_at_ms: row.expires_at_ms,
+        revoked_at_ms: row.revoked_at_ms,
+    }
 }
 
 async fn health(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
@@ -377,7 +696,6 @@ pub(crate) fn job_view(state: &AppState, row: &JobRow, live: Option<&LiveView>) 
     let spec: serde_json::Value = serde_json::from_str(&row.spec_json).unwrap_or_default();
     let resources = &spec["resources"];
     let now = crate::engine::now_ms();
-    let waited_until = row.first_started_at_ms.or(row.finished_at_ms).unwrap_or(now);
     let placement = row
         .placement_json
         .as_deref()
@@ -407,7 +725,7 @@ pub(crate) fn job_view(state: &AppState, row: &JobRow, live: Option<&LiveView>) 
         first_started_at_ms: row.first_started_at_ms,
         started_at_ms: row.started_at_ms,
         finished_at_ms: row.finished_at_ms,
-        wait_seconds: waited_until.saturating_sub(row.submitted_at_ms) as f64 / 1000.0,
+        wait_seconds: row.wait_ms(now) as f64 / 1000.0,
         restart_count: row.restart_count,
         preemptions: row.preemptions,
         failures: row.failures,

@@ -11,11 +11,14 @@
 //! - the **HTTP** tasks ([`http`]) parse requests, read the store, and ask the engine.
 
 pub mod api;
+pub mod auth;
 pub mod config;
+pub mod datadir;
 pub mod engine;
 mod error;
 pub mod executor;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 
 use std::net::SocketAddr;
@@ -26,7 +29,7 @@ use fairway_store::Store;
 use tokio::sync::oneshot;
 
 pub use config::{ConfigFile, ServerConfig};
-pub use error::{ApiError, ServerError};
+pub use error::{ApiError, ServerError, where_and_why};
 
 use crate::api::ImageView;
 use crate::engine::{Cluster, Command, Engine, EngineParts};
@@ -36,7 +39,12 @@ use crate::metrics::Metrics;
 pub struct RunningServer {
     /// The address it listens on (the real port when asked for port 0).
     pub addr: SocketAddr,
+    /// The data directory, absolute; locked until the server is shut down.
+    pub data_dir: std::path::PathBuf,
+    /// Whether the API is served over TLS.
+    pub tls: bool,
     engine: std::sync::mpsc::Sender<Command>,
+    registry_file: Option<std::path::PathBuf>,
     http_stop: Option<oneshot::Sender<()>>,
     http_done: tokio::task::JoinHandle<()>,
     engine_done: std::thread::JoinHandle<()>,
@@ -56,8 +64,10 @@ impl Drop for ExitSignal {
 }
 
 impl RunningServer {
-    /// Stops taking requests and stops the engine. Running jobs keep running: a server
-    /// started later on the same data directory re-adopts them.
+    /// Stops taking requests and stops the engine, within a few seconds whatever the jobs
+    /// do: open requests get [`listen`]'s short drain, the engine finishes its turn. Running
+    /// jobs keep running: a server started later on the same data directory re-adopts them.
+    /// The data directory's lock is released when the engine (which owns it) is gone.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.http_stop.take() {
             let _ = stop.send(());
@@ -65,6 +75,11 @@ impl RunningServer {
         let _ = self.http_done.await;
         let _ = self.engine.send(Command::Shutdown);
         let _ = tokio::task::spawn_blocking(move || self.engine_done.join()).await;
+        if let Some(file) = &self.registry_file
+            && datadir::read_registry(file).is_some_and(|dir| dir == self.data_dir)
+        {
+            let _ = std::fs::remove_file(file);
+        }
     }
 
     /// Resolves if the engine thread ends before [`RunningServer::shutdown`]: a bug (it
@@ -79,12 +94,15 @@ impl RunningServer {
     }
 }
 
-/// Opens the store, finds the GPUs, recovers jobs, and starts the engine, the executor and
-/// the HTTP server. Must run inside a tokio runtime.
-pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(|source| ServerError::Io { what: format!("creating {}", config.data_dir.display()), source })?;
+/// Takes the data directory, opens the store, finds the GPUs, recovers jobs, and starts the
+/// engine, the executor and the HTTP server. Must run inside a tokio runtime.
+pub async fn start(mut config: ServerConfig) -> Result<RunningServer, ServerError> {
+    let tls = tls_of(&config)?;
+    let data_dir = datadir::DataDir::open(&config.data_dir)?;
+    config.data_dir = data_dir.path.clone();
+    datadir::restrict(&data_dir.path, !config.file.projects.iter().all(|p| p.run_as.is_none()))?;
     let store = Store::open(&config.db_path())?;
+    datadir::restrict_store_files(&config.db_path())?;
     let (layout, source) = discover_gpus(&config)?;
     tracing::info!(
         gpus = layout.gpu_count(),
@@ -104,6 +122,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 
     let (engine_tx, engine_rx) = std::sync::mpsc::channel();
     let exec = executor::spawn(engine_tx.clone());
+    let tokens = auth::Tokens::default();
+    let classes = Arc::new(RwLock::new(fairway_spec::PriorityClasses::builtin()));
     let parts = EngineParts {
         config: config.clone(),
         store,
@@ -112,48 +132,86 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         metrics: metrics.clone(),
         runtime,
         images,
+        tokens: tokens.clone(),
+        classes: classes.clone(),
     };
     let engine = Engine::start(parts)?;
-    let (exited_tx, engine_exited) = oneshot::channel();
-    let engine_done = std::thread::Builder::new()
-        .name("fairway-engine".into())
-        .spawn(move || {
-            let _signal = ExitSignal(Some(exited_tx));
-            engine.run(engine_rx)
-        })
-        .map_err(|source| ServerError::Io { what: "starting the engine thread".into(), source })?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServerError::Io { what: format!("listening on {}", config.listen), source })?;
     let addr = listener.local_addr().map_err(|source| ServerError::Io { what: "local address".into(), source })?;
+    let server_file = datadir::ServerFile { pid: std::process::id(), listen: addr.to_string(), tls: tls.is_some() };
+    data_dir.write_server_file(&server_file)?;
+    let registry_file = config.registry_dir.as_deref().and_then(|dir| datadir::register(dir, addr, &data_dir.path));
+
+    let (exited_tx, engine_exited) = oneshot::channel();
+    let engine_done = std::thread::Builder::new()
+        .name("fairway-engine".into())
+        .spawn(move || {
+            let _signal = ExitSignal(Some(exited_tx));
+            // The engine holds the data directory (and its lock) for as long as it runs.
+            let _data_dir = data_dir;
+            engine.run(engine_rx)
+        })
+        .map_err(|source| ServerError::Io { what: "starting the engine thread".into(), source })?;
+
+    let limits = &config.file.limits;
     let state = http::AppState {
         engine: engine_tx.clone(),
         readers: http::Readers::new(config.db_path()),
         cluster,
         metrics,
         data_dir: config.data_dir.clone(),
-        body_bytes_max: config.file.limits.request_body_bytes_max,
-        list_jobs_max: config.file.limits.list_jobs_max,
+        tokens,
+        classes,
+        body_bytes_max: limits.request_body_bytes_max,
+        body_read_timeout: std::time::Duration::from_secs(limits.body_read_timeout_seconds),
+        list_jobs_max: limits.list_jobs_max,
+    };
+    let listen_config = listen::ListenConfig {
+        connections_max: limits.connections_max,
+        header_read_timeout: std::time::Duration::from_secs(limits.header_read_timeout_seconds),
+        tls: tls.clone(),
     };
     let (http_stop, stopped) = oneshot::channel::<()>();
     let app = http::router(state);
-    let http_done = tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-            let _ = stopped.await;
-        });
-        if let Err(e) = serve.await {
-            tracing::error!("HTTP server: {e}");
-        }
-    });
+    let http_done = tokio::spawn(listen::serve(listener, app, listen_config, stopped));
     Ok(RunningServer {
         addr,
+        data_dir: config.data_dir.clone(),
+        tls: tls.is_some(),
         engine: engine_tx,
+        registry_file,
         http_stop: Some(http_stop),
         http_done,
         engine_done,
         engine_exited: Some(engine_exited),
     })
+}
+
+/// TLS from the config, and the rule that needs it: bearer tokens must not cross a network
+/// in clear text, so a non-loopback listen address needs TLS unless `--insecure` says
+/// otherwise, knowingly.
+fn tls_of(config: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ServerError> {
+    let acceptor = match &config.file.tls {
+        Some(tls) => Some(listen::tls_acceptor(&tls.cert_file, &tls.key_file).map_err(ServerError::Config)?),
+        None => None,
+    };
+    if acceptor.is_none() && !config.listen.ip().is_loopback() && !config.insecure {
+        return Err(ServerError::Config(format!(
+            "listening on {} (not loopback) needs TLS: give `tls: {{ cert_file, key_file }}` in the config \
+             (or --tls-cert and --tls-key), or pass --insecure to send tokens in clear text anyway",
+            config.listen
+        )));
+    }
+    if acceptor.is_none() && !config.listen.ip().is_loopback() {
+        tracing::warn!(
+            "listening on {} without TLS (--insecure): bearer tokens cross the network in clear text",
+            config.listen
+        );
+    }
+    Ok(acceptor)
 }
 
 fn discover_gpus(config: &ServerConfig) -> Result<(GpuLayout, GpuSource), ServerError> {

@@ -78,6 +78,11 @@ impl Metrics {
         self.jobs.get_or_create(&TierStateLabels { tier: tier.into(), state: state.as_str().into() }).inc_by(delta);
     }
 
+    /// Forgets every job gauge (the engine rebuilds them from the store).
+    pub(crate) fn reset_job_gauges(&self) {
+        self.jobs.clear();
+    }
+
     pub(crate) fn wait_seconds(&self, tier: &str, seconds: f64) {
         self.wait.get_or_create(&TierLabels { tier: tier.into() }).observe(seconds);
     }

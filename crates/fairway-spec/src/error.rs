@@ -138,10 +138,6 @@ impl Issues {
         self.warn(path, IGNORED);
     }
 
-    pub(crate) fn has_errors(&self) -> bool {
-        !self.errors.is_empty()
-    }
-
     /// `Ok(value)` when nothing went wrong; the warnings are dropped on error.
     pub(crate) fn finish<T>(self, value: Option<T>) -> Result<(T, Vec<Warning>), SpecErrors> {
         match value {

@@ -147,6 +147,21 @@ pub struct Origin {
     pub document: usize,
     pub format: SourceFormat,
     pub paths: BTreeMap<Field, String>,
+    /// Which parts of the tenant the document wrote, and where.
+    pub tenant: TenantOrigin,
+}
+
+/// Where a job's user and project were written: the input path of each, or `None` when
+/// the document did not write it (it was defaulted, or left empty for the server to fill
+/// in from the caller). A server that takes the tenant from the caller's credentials uses
+/// this to refuse a spec that names another tenant, pointing at the field.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantOrigin {
+    /// Native `tenant.user`; Kubernetes `metadata.labels["fairway.dev/user"]` or
+    /// `metadata.annotations["fairway.dev/user"]`.
+    pub user: Option<String>,
+    /// Native `tenant.project`; Kubernetes `metadata.namespace`.
+    pub project: Option<String>,
 }
 
 impl Origin {
@@ -249,6 +264,7 @@ fn secs_to_ms(secs: u64) -> u64 {
 #[derive(Serialize)]
 struct NativeOut<'a> {
     name: &'a str,
+    #[serde(skip_serializing_if = "TenantOut::is_empty")]
     tenant: TenantOut<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     priority: Option<&'a PriorityRef>,
@@ -288,10 +304,20 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// Empty parts are left out: a job read without its tenant (the server fills it in) then
+/// serializes to a document that reads back the same.
 #[derive(Serialize)]
 struct TenantOut<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
     user: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
     project: &'a str,
+}
+
+impl TenantOut<'_> {
+    fn is_empty(&self) -> bool {
+        self.user.is_empty() && self.project.is_empty()
+    }
 }
 
 impl Serialize for JobDoc {
@@ -326,7 +352,8 @@ impl Serialize for JobDoc {
 /// error are relative to the job; use `parse_native_job` directly for exact paths.
 impl<'de> Deserialize<'de> for JobDoc {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let crate::value::StrictValue(value) = crate::value::StrictValue::deserialize(deserializer)?;
+        let strict = crate::value::StrictValue::deserialize(deserializer)?;
+        let value = strict.into_value(0, "").map_err(serde::de::Error::custom)?;
         crate::native::parse_native_job(&value, 0, "").map_err(|e: SpecErrors| serde::de::Error::custom(e))
     }
 }

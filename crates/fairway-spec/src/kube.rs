@@ -8,6 +8,7 @@ use std::collections::btree_map::Entry;
 use serde_json::Value;
 
 use crate::error::{IGNORED, Issues};
+use crate::input::ParseOptions;
 use crate::job::{Field, JobDoc, Origin, PriorityRef, ResourcesDoc, SourceFormat};
 use crate::names;
 use crate::native::{self, DEFAULT_GRACE_SECONDS, SECONDS_MAX};
@@ -28,11 +29,12 @@ pub(crate) const DEFAULT_BACKOFF_LIMIT: u32 = 6;
 
 /// Reads a Job whose envelope (`apiVersion`, `kind`) is already taken. Failures are in
 /// `issues`; the returned job is then a placeholder to discard.
-pub(crate) fn read_job(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
+pub(crate) fn read_job(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Issues) -> JobDoc {
     let mut job = JobDoc {
         name: String::new(),
         user: String::new(),
-        project: DEFAULT_NAMESPACE.to_owned(),
+        // Without a required tenant the server fills in the caller's project instead.
+        project: if options.tenant_required { DEFAULT_NAMESPACE.to_owned() } else { String::new() },
         priority: PriorityRef::Default,
         resources: ResourcesDoc::default(),
         replicas: 1,
@@ -48,7 +50,7 @@ pub(crate) fn read_job(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
         preemption_grace_seconds: DEFAULT_GRACE_SECONDS,
         checkpoint_interval_seconds: None,
         preemption_policy: None,
-        origin: Origin { document: issues.document(), format: SourceFormat::KubernetesJob, paths: BTreeMap::new() },
+        origin: Origin { document: issues.document(), format: SourceFormat::KubernetesJob, ..Origin::default() },
     };
     job.origin.paths.insert(Field::Priority, pod_spec_path(obj.path()).field("priorityClassName").as_str().to_owned());
     job.origin.paths.insert(Field::Replicas, obj.path().field("spec").field("parallelism").as_str().to_owned());
@@ -56,7 +58,7 @@ pub(crate) fn read_job(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
     let working_dir = pod_spec_path(obj.path()).field("containers").index(0).field("workingDir");
     job.origin.paths.insert(Field::WorkingDir, working_dir.as_str().to_owned());
     if let Some((v, path)) = obj.require("metadata", issues) {
-        read_metadata(v, path, &mut job, issues);
+        read_metadata(v, path, options, &mut job, issues);
     }
     if let Some((v, path)) = obj.require("spec", issues) {
         read_job_spec(v, path, &mut job, issues);
@@ -70,7 +72,7 @@ fn pod_spec_path(root: &Path) -> Path {
     root.field("spec").field("template").field("spec")
 }
 
-fn read_metadata(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
+fn read_metadata(v: &Value, path: Path, options: &ParseOptions, job: &mut JobDoc, issues: &mut Issues) {
     let Some(mut meta) = Obj::new(v, path, issues) else { return };
     let name_path = meta.path().field("name");
     job.origin.paths.insert(Field::Name, name_path.as_str().to_owned());
@@ -78,9 +80,10 @@ fn read_metadata(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
         issues
             .error(&name_path, "required field is missing (generateName is not supported: fairway needs a fixed name)");
     } else if let Some((v, path)) = meta.require("name", issues) {
-        job.name = native::dns_name(v, &path, issues).unwrap_or_default();
+        job.name = native::job_name(v, &path, issues).unwrap_or_default();
     }
     if let Some((v, path)) = meta.take("namespace") {
+        job.origin.tenant.project = Some(path.as_str().to_owned());
         job.project = namespace(v, &path, issues).unwrap_or_default();
     }
     let labels = meta.take("labels").map(|(v, path)| fairway_keys(v, &path, "label", &[USER_KEY], issues));
@@ -90,7 +93,16 @@ fn read_metadata(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
     let labels = labels.unwrap_or_default();
     let annotations = annotations.unwrap_or_default();
     meta.warn_rest(issues);
-    job.user = user(&labels, &annotations, issues).unwrap_or_else(|| job.project.clone());
+    let user = user(&labels, &annotations, issues);
+    job.origin.tenant.user =
+        [&labels, &annotations].iter().find_map(|found| found.get(USER_KEY)).map(|(_, path)| path.as_str().to_owned());
+    job.user = match user {
+        Some(user) => user,
+        // As Kubernetes has it, the namespace stands for the user too, unless the tenant
+        // comes from the caller: then a namespace alone says nothing about the user.
+        None if options.tenant_required => job.project.clone(),
+        None => String::new(),
+    };
     if let Some((v, path)) = annotations.get(CHECKPOINT_KEY) {
         job.checkpoint_interval_seconds = seconds_annotation(v, path, issues);
     }
@@ -201,7 +213,10 @@ fn read_template(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
 
 fn read_pod_spec(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
     let Some(mut pod) = Obj::new(v, path, issues) else { return };
-    if let Some(name) = pod.take("priorityClassName").and_then(|(v, path)| value::string(v, &path, issues)) {
+    // An empty name is no name, as for the Kubernetes API server (the field is omitempty):
+    // the default class, not a class called "".
+    let class = pod.take("priorityClassName").and_then(|(v, path)| value::string(v, &path, issues));
+    if let Some(name) = class.filter(|name| !name.is_empty()) {
         job.priority = PriorityRef::Class(name);
     }
     if let Some((v, path)) = pod.take("terminationGracePeriodSeconds") {
@@ -268,7 +283,7 @@ fn read_containers(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues)
 /// same fields in other containers are warned about as ignored.
 fn read_main_container(container: &mut Obj<'_>, job: &mut JobDoc, issues: &mut Issues) {
     if let Some((v, path)) = container.require("image", issues) {
-        job.image = native::token(v, &path, issues);
+        job.image = native::image_reference(v, &path, issues);
     }
     let command = container.take("command").and_then(|(v, path)| value::string_list(v, &path, issues));
     let args = container.take("args").map(|(v, path)| (value::string_list(v, &path, issues), path));

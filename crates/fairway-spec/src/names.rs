@@ -6,6 +6,16 @@ pub(crate) fn dns_subdomain(name: &str) -> Result<(), String> {
     check_dns(name, 253, true)
 }
 
+/// A job name: a DNS-1123 subdomain that is not made only of digits. The CLI takes a job
+/// as an id or a name, so a job named `42` would be ambiguous.
+pub(crate) fn job_name(name: &str) -> Result<(), String> {
+    dns_subdomain(name)?;
+    if name.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!("{} is only digits and would read as a job id; add a letter", crate::value::quote(name)));
+    }
+    Ok(())
+}
+
 /// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (a Kubernetes namespace).
 pub(crate) fn dns_label(name: &str) -> Result<(), String> {
     check_dns(name, 63, false)

@@ -7,7 +7,9 @@ use serde_json::Value;
 
 use crate::document::take_envelope;
 use crate::error::{Issues, SpecErrors};
-use crate::job::{Field, JobDoc, Origin, PriorityRef, ResourcesDoc, SourceFormat};
+use crate::image;
+use crate::input::ParseOptions;
+use crate::job::{Field, JobDoc, Origin, PriorityRef, ResourcesDoc, SourceFormat, TenantOrigin};
 use crate::names;
 use crate::path::Path;
 use crate::priority::policy;
@@ -48,29 +50,33 @@ const ENV_HINT: &str = " (quote numbers and booleans, e.g. \"3\")";
 /// Reads one native job. `document` and `path_prefix` place errors: a scenario file that
 /// embeds jobs under `jobs:` passes its own document number and `jobs[3]`. An
 /// `apiVersion: fairway/v1` / `kind: Job` envelope is allowed.
+///
+/// The tenant is required, as with [`crate::ParseOptions::default`].
 pub fn parse_native_job(value: &Value, document: usize, path_prefix: &str) -> Result<JobDoc, SpecErrors> {
     let mut issues = Issues::new(document);
     let job = Obj::new(value, Path::root(path_prefix), &mut issues).and_then(|mut obj| {
         take_envelope(&mut obj, "Job", &mut issues)?;
-        Some(read(obj, &mut issues))
+        Some(read(obj, &ParseOptions::default(), &mut issues))
     });
     issues.finish(job).map(|(job, _)| job)
 }
 
 /// The native fields of `obj` (its envelope already taken). Whatever fails is recorded in
 /// `issues` and replaced by a placeholder; callers discard the job when `issues` has errors.
-pub(crate) fn read(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
-    let origin = native_origin(obj.path(), issues.document());
-    let name = obj.require("name", issues).and_then(|(v, path)| dns_name(v, &path, issues));
-    let (user, project) = match obj.require("tenant", issues) {
-        Some((v, path)) => tenant(v, path, issues),
-        None => (None, None),
+pub(crate) fn read(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Issues) -> JobDoc {
+    let mut origin = native_origin(obj.path(), issues.document());
+    let name = obj.require("name", issues).and_then(|(v, path)| job_name(v, &path, issues));
+    let tenant_field = if options.tenant_required { obj.require("tenant", issues) } else { obj.take("tenant") };
+    let tenant = match tenant_field {
+        Some((v, path)) => tenant(v, path, options, issues),
+        None => Tenant::default(),
     };
+    origin.tenant = tenant.origin;
     let priority = obj.take("priority").map_or(Some(PriorityRef::Default), |(v, path)| priority_ref(v, &path, issues));
     let resources = obj.require("resources", issues).and_then(|(v, path)| resources(v, path, issues));
     let replicas = obj.take("replicas").map_or(Some(1), |(v, path)| replicas(v, &path, issues));
     let image_given = obj.has("image");
-    let image = obj.take("image").and_then(|(v, path)| token(v, &path, issues));
+    let image = obj.take("image").and_then(|(v, path)| image_reference(v, &path, issues));
     let image_optional = obj.take("image_optional").map_or(Some(false), |(v, path)| value::boolean(v, &path, issues));
     let command_given = obj.has("command");
     let command = obj.take("command").and_then(|(v, path)| value::string_list(v, &path, issues));
@@ -90,8 +96,8 @@ pub(crate) fn read(mut obj: Obj<'_>, issues: &mut Issues) -> JobDoc {
     obj.reject_rest(issues, FIELDS);
     let job = JobDoc {
         name: name.unwrap_or_default(),
-        user: user.unwrap_or_default(),
-        project: project.unwrap_or_default(),
+        user: tenant.user.unwrap_or_default(),
+        project: tenant.project.unwrap_or_default(),
         priority: priority.unwrap_or(PriorityRef::Default),
         resources: resources.unwrap_or_default(),
         replicas: replicas.unwrap_or(1),
@@ -132,6 +138,7 @@ fn native_origin(root: &Path, document: usize) -> Origin {
         document,
         format: SourceFormat::Native,
         paths: paths.into_iter().map(|(f, p)| (f, p.as_str().to_owned())).collect(),
+        tenant: TenantOrigin::default(),
     }
 }
 
@@ -198,16 +205,34 @@ pub(crate) fn check_totals(job: &JobDoc, issues: &mut Issues) {
     }
 }
 
-/// `tenant: { user, project }`; the user defaults to the project.
-fn tenant(v: &Value, path: Path, issues: &mut Issues) -> (Option<String>, Option<String>) {
-    let Some(mut obj) = Obj::new(v, path, issues) else { return (None, None) };
-    let project = obj.require("project", issues).and_then(|(v, path)| token(v, &path, issues));
+/// A tenant as read: each part, and where it was written.
+#[derive(Default)]
+struct Tenant {
+    user: Option<String>,
+    project: Option<String>,
+    origin: TenantOrigin,
+}
+
+/// `tenant: { user, project }`. With the tenant required, the project is required and the
+/// user defaults to it; otherwise both may be left out, and stay empty for the server.
+fn tenant(v: &Value, path: Path, options: &ParseOptions, issues: &mut Issues) -> Tenant {
+    let Some(mut obj) = Obj::new(v, path, issues) else { return Tenant::default() };
+    let project_field = if options.tenant_required { obj.require("project", issues) } else { obj.take("project") };
+    let mut origin = TenantOrigin::default();
+    let project = project_field.and_then(|(v, path)| {
+        origin.project = Some(path.as_str().to_owned());
+        token(v, &path, issues)
+    });
     let user = match obj.take("user") {
-        Some((v, path)) => token(v, &path, issues),
-        None => project.clone(),
+        Some((v, path)) => {
+            origin.user = Some(path.as_str().to_owned());
+            token(v, &path, issues)
+        }
+        None if options.tenant_required => project.clone(),
+        None => None,
     };
     obj.reject_rest(issues, &["user", "project"]);
-    (user, project)
+    Tenant { user, project, origin }
 }
 
 fn resources(v: &Value, path: Path, issues: &mut Issues) -> Option<ResourcesDoc> {
@@ -260,10 +285,10 @@ fn priority_ref(v: &Value, path: &Path, issues: &mut Issues) -> Option<PriorityR
     }
 }
 
-/// A DNS-1123 subdomain name.
-pub(crate) fn dns_name(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
+/// A job name: a DNS-1123 subdomain name that is not all digits.
+pub(crate) fn job_name(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
     let name = value::string(v, path, issues)?;
-    match names::dns_subdomain(&name) {
+    match names::job_name(&name) {
         Ok(()) => Some(name),
         Err(reason) => {
             issues.error(path, reason);
@@ -272,7 +297,19 @@ pub(crate) fn dns_name(v: &Value, path: &Path, issues: &mut Issues) -> Option<St
     }
 }
 
-/// A user, project, GPU model or image name.
+/// A container image reference, as `docker run` takes it.
+pub(crate) fn image_reference(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
+    let reference = value::string(v, path, issues)?;
+    match image::check_reference(&reference) {
+        Ok(()) => Some(reference),
+        Err(reason) => {
+            issues.error(path, reason);
+            None
+        }
+    }
+}
+
+/// A user, project or GPU model name.
 pub(crate) fn token(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
     let s = value::string(v, path, issues)?;
     match names::token(&s) {
@@ -286,13 +323,28 @@ pub(crate) fn token(v: &Value, path: &Path, issues: &mut Issues) -> Option<Strin
 
 /// `env: { NAME: "value" }`. Values must be strings: YAML turns `3` into a number and
 /// `true` into a boolean, and guessing how to print them back would be a silent misread.
+/// Each entry's name and value are checked, so one bad entry does not hide another's.
 fn env_map(v: &Value, path: &Path, issues: &mut Issues) -> Option<BTreeMap<String, String>> {
-    let env = value::string_map(v, path, issues, ENV_HINT)?;
+    let Value::Object(entries) = v else {
+        issues.error(path, format!("must be a mapping of strings, got {}", describe(v)));
+        return None;
+    };
+    let mut env = BTreeMap::new();
     let mut ok = true;
-    for name in env.keys() {
+    for (name, value) in entries {
+        let entry_path = path.field(name);
         if let Err(reason) = names::env_name(name) {
             ok = false;
-            issues.error(&path.field(name), reason);
+            issues.error(&entry_path, reason);
+        }
+        match value {
+            Value::String(s) => {
+                env.insert(name.clone(), s.clone());
+            }
+            other => {
+                ok = false;
+                issues.error(&entry_path, format!("must be a string{ENV_HINT}, got {}", describe(other)));
+            }
         }
     }
     ok.then_some(env)

@@ -270,7 +270,7 @@ pub fn parse_priority_class(value: &Value, document: usize, path_prefix: &str) -
 
 /// The compact form; `obj`'s envelope, if any, is already taken.
 pub(crate) fn read_compact(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityClassDoc {
-    let mut origin = Origin { document: issues.document(), format: SourceFormat::Native, paths: BTreeMap::new() };
+    let mut origin = Origin { document: issues.document(), format: SourceFormat::Native, ..Origin::default() };
     let name = read_name(&mut obj, "name", &mut origin, issues);
     let class = read_body(&mut obj, name, origin, issues);
     let mut known = COMPACT_FIELDS.to_vec();
@@ -283,7 +283,7 @@ pub(crate) fn read_compact(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityCla
 /// fairway does not use (labels, annotations, status) become warnings.
 pub(crate) fn read_kube(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityClassDoc {
     let mut origin =
-        Origin { document: issues.document(), format: SourceFormat::KubernetesPriorityClass, paths: BTreeMap::new() };
+        Origin { document: issues.document(), format: SourceFormat::KubernetesPriorityClass, ..Origin::default() };
     let name = match obj.require("metadata", issues) {
         Some((meta, path)) => Obj::new(meta, path, issues).map(|mut meta| {
             let name = read_name(&mut meta, "name", &mut origin, issues);
@@ -384,7 +384,8 @@ impl Serialize for PriorityClassDoc {
 /// Reads the compact form with all of [`parse_priority_class`]'s checks.
 impl<'de> Deserialize<'de> for PriorityClassDoc {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value::StrictValue(v) = value::StrictValue::deserialize(deserializer)?;
+        let strict = value::StrictValue::deserialize(deserializer)?;
+        let v = strict.into_value(0, "").map_err(serde::de::Error::custom)?;
         parse_priority_class(&v, 0, "").map_err(serde::de::Error::custom)
     }
 }

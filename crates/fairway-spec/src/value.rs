@@ -1,101 +1,181 @@
 //! Reading untyped documents (`serde_json::Value`) field by field, recording every problem
 //! with its path instead of stopping at the first, and noticing fields nobody read.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-use crate::error::Issues;
+use crate::error::{Issues, SpecError, SpecErrors};
 use crate::path::Path;
 
 /// A `serde_json::Value` deserialized strictly: duplicate mapping keys and non-finite
-/// numbers are errors rather than a silent "last one wins" or a `null`. Works with any
-/// self-describing format (JSON and YAML here).
-pub(crate) struct StrictValue(pub(crate) Value);
+/// numbers are recorded as problems, with where they are, rather than a silent "last one
+/// wins" or a `null`. Recording instead of failing lets a document report them together with
+/// its other errors, at their field paths, in fairway's own words (a deserializer error
+/// would stop at the first and carry the parser's wording). Works with any self-describing
+/// format (JSON and YAML here).
+pub(crate) struct StrictValue {
+    pub(crate) value: Value,
+    pub(crate) problems: Vec<RawProblem>,
+}
+
+/// A problem in the raw value, before any field is read. Its path is kept as steps from
+/// the problem up to the document root, the order in which the visitor learns them.
+#[derive(Clone, Debug)]
+pub(crate) struct RawProblem {
+    steps_up: Vec<Step>,
+    pub(crate) reason: String,
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+impl RawProblem {
+    fn here(reason: String) -> RawProblem {
+        RawProblem { steps_up: Vec::new(), reason }
+    }
+
+    fn under(mut self, step: Step) -> RawProblem {
+        self.steps_up.push(step);
+        self
+    }
+
+    /// The problem's path below `root`.
+    pub(crate) fn path(&self, root: &Path) -> Path {
+        self.steps_up.iter().rev().fold(root.clone(), |path, step| match step {
+            Step::Key(key) => path.field(key),
+            Step::Index(i) => path.index(*i),
+        })
+    }
+}
+
+impl StrictValue {
+    fn plain(value: Value) -> StrictValue {
+        StrictValue { value, problems: Vec::new() }
+    }
+
+    /// The value, or its problems as errors of `document` (paths below `path_prefix`).
+    pub(crate) fn into_value(self, document: usize, path_prefix: &str) -> Result<Value, SpecErrors> {
+        if self.problems.is_empty() {
+            return Ok(self.value);
+        }
+        let root = Path::root(path_prefix);
+        let errors = self.problems.iter().map(|p| SpecError::new(document, p.path(&root).as_str(), &p.reason));
+        Err(SpecErrors(errors.collect()))
+    }
+}
 
 impl<'de> Deserialize<'de> for StrictValue {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StrictVisitor).map(StrictValue)
+        deserializer.deserialize_any(StrictVisitor)
     }
 }
 
 struct StrictVisitor;
 
 impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
+    type Value = StrictValue;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a YAML or JSON value")
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<StrictValue, E> {
+        Ok(StrictValue::plain(Value::Bool(v)))
     }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<StrictValue, E> {
+        Ok(StrictValue::plain(Value::from(v)))
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<StrictValue, E> {
+        Ok(StrictValue::plain(Value::from(v)))
     }
     // Integers beyond 64 bits are out of range for every field; keep them as (finite)
     // floats so that the field check reports them with their magnitude.
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<StrictValue, E> {
         match i64::try_from(v) {
-            Ok(small) => Ok(Value::from(small)),
+            Ok(small) => self.visit_i64(small),
             Err(_) => self.visit_f64(v as f64),
         }
     }
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<StrictValue, E> {
         match u64::try_from(v) {
-            Ok(small) => Ok(Value::from(small)),
+            Ok(small) => self.visit_u64(small),
             Err(_) => self.visit_f64(v as f64),
         }
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom(format!("number {v} is not supported (not finite)")))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<StrictValue, E> {
+        match Number::from_f64(v) {
+            Some(n) => Ok(StrictValue::plain(Value::Number(n))),
+            // Null stands in for the number: the field reads as absent, and the problem,
+            // reported at this path, replaces whatever the field check says about it.
+            None => Ok(StrictValue { value: Value::Null, problems: vec![RawProblem::here(non_finite(v))] }),
+        }
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<StrictValue, E> {
+        Ok(StrictValue::plain(Value::String(v.to_owned())))
     }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
+    fn visit_string<E: de::Error>(self, v: String) -> Result<StrictValue, E> {
+        Ok(StrictValue::plain(Value::String(v)))
     }
-    fn visit_bytes<E: de::Error>(self, _v: &[u8]) -> Result<Value, E> {
-        Err(E::custom("binary values are not supported"))
+    fn visit_bytes<E: de::Error>(self, _v: &[u8]) -> Result<StrictValue, E> {
+        Ok(StrictValue {
+            value: Value::Null,
+            problems: vec![RawProblem::here("binary values are not supported; write text".to_owned())],
+        })
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_unit<E: de::Error>(self) -> Result<StrictValue, E> {
+        Ok(StrictValue::plain(Value::Null))
     }
-    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_none<E: de::Error>(self) -> Result<StrictValue, E> {
+        Ok(StrictValue::plain(Value::Null))
     }
-    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<StrictValue, D::Error> {
         d.deserialize_any(StrictVisitor)
     }
-    fn visit_newtype_struct<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+    fn visit_newtype_struct<D: de::Deserializer<'de>>(self, d: D) -> Result<StrictValue, D::Error> {
         d.deserialize_any(StrictVisitor)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StrictValue, A::Error> {
         let mut items = Vec::new();
-        while let Some(StrictValue(item)) = seq.next_element()? {
-            items.push(item);
+        let mut problems = Vec::new();
+        while let Some(item) = seq.next_element::<StrictValue>()? {
+            let index = items.len();
+            problems.extend(item.problems.into_iter().map(|p| p.under(Step::Index(index))));
+            items.push(item.value);
         }
-        Ok(Value::Array(items))
+        Ok(StrictValue { value: Value::Array(items), problems })
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StrictValue, A::Error> {
         let mut out = Map::new();
+        let mut problems = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
-            let StrictValue(value) = map.next_value()?;
+            let item: StrictValue = map.next_value()?;
             if out.contains_key(&key) {
-                return Err(de::Error::custom(format!("duplicate key {key:?}")));
+                // The first value stays; the repeated one is not read further.
+                let reason = format!("duplicate key {}: a key may appear only once in a mapping", quote(&key));
+                problems.push(RawProblem::here(reason).under(Step::Key(key)));
+                continue;
             }
-            out.insert(key, value);
+            problems.extend(item.problems.into_iter().map(|p| p.under(Step::Key(key.clone()))));
+            out.insert(key, item.value);
         }
-        Ok(Value::Object(out))
+        Ok(StrictValue { value: Value::Object(out), problems })
+    }
+}
+
+/// Why a NaN or an infinity is refused, in the words YAML users write them.
+fn non_finite(v: f64) -> String {
+    if v.is_nan() {
+        "not a finite number: got NaN (.nan)".to_owned()
+    } else {
+        let sign = if v < 0.0 { "-" } else { "" };
+        format!(
+            "not a finite number: got {sign}infinity ({sign}.inf, or a number too large to represent such as {sign}1e400)"
+        )
     }
 }
 
@@ -114,6 +194,11 @@ pub(crate) fn describe(value: &Value) -> String {
     match value {
         Value::Null => "null".to_owned(),
         Value::Bool(b) => b.to_string(),
+        // A float this large was most likely written as a long integer; its digits past
+        // the 17th are lost, so say so instead of echoing an exponent the user never wrote.
+        Value::Number(n) if n.as_f64().is_some_and(|f| !n.is_i64() && !n.is_u64() && f.abs() >= 9.2e18) => {
+            format!("a number too large to hold exactly (about {n})")
+        }
         Value::Number(n) => n.to_string(),
         Value::String(s) if s.chars().count() > MAX_CHARS => {
             let cut: String = s.chars().take(MAX_CHARS).collect();
@@ -275,33 +360,6 @@ pub(crate) fn string_list(value: &Value, path: &Path, issues: &mut Issues) -> Op
             other => {
                 ok = false;
                 issues.error(&path.index(i), format!("must be a string, got {}", describe(other)));
-            }
-        }
-    }
-    ok.then_some(out)
-}
-
-/// A mapping of strings to strings (labels, annotations, native env).
-pub(crate) fn string_map(
-    value: &Value,
-    path: &Path,
-    issues: &mut Issues,
-    hint: &str,
-) -> Option<BTreeMap<String, String>> {
-    let Value::Object(map) = value else {
-        issues.error(path, format!("must be a mapping of strings, got {}", describe(value)));
-        return None;
-    };
-    let mut out = BTreeMap::new();
-    let mut ok = true;
-    for (k, v) in map {
-        match v {
-            Value::String(s) => {
-                out.insert(k.clone(), s.clone());
-            }
-            other => {
-                ok = false;
-                issues.error(&path.field(k), format!("must be a string{hint}, got {}", describe(other)));
             }
         }
     }

@@ -20,7 +20,10 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 pub use migrations::SCHEMA_VERSION;
-pub use rows::{EventRow, JobFilter, JobRow, JobState, NewEvent, NewJob, PriorityClassRow, QuotaRow, RunEnd, RunRow};
+pub use rows::{
+    EventRow, JobFilter, JobRow, JobState, NewEvent, NewJob, NewToken, PriorityClassRow, ProjectRow, QuotaRow, Role,
+    RunEnd, RunRow, StopRow, TokenRow,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -71,6 +74,19 @@ impl Store {
         Ok(self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
     }
 
+    /// A small committed write: whether the store takes writes now (after a disk-full or
+    /// I/O error, before trusting it again).
+    pub fn probe_write(&mut self, now_ms: u64) -> Result<()> {
+        let tx = self.transaction()?;
+        tx.tx
+            .prepare_cached(
+                "INSERT INTO server_state (key, value) VALUES ('probe', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = ?1",
+            )?
+            .execute(params![now_ms.to_string()])?;
+        tx.commit()
+    }
+
     /// Starts a write transaction (`BEGIN IMMEDIATE`): everything in it lands together.
     pub fn transaction(&mut self) -> Result<Tx<'_>> {
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -91,6 +107,29 @@ impl Store {
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map(rusqlite::params_from_iter(args), rows::job_row)?;
         rows.map(|r| r?).collect()
+    }
+
+    /// How many jobs match `filter` (its `limit` and `before_id` aside).
+    pub fn count_jobs(&self, filter: &JobFilter) -> Result<u64> {
+        let filter = JobFilter { before_id: None, ..filter.clone() };
+        let (clause, args) = filter.where_clause();
+        let sql = format!("SELECT count(*) FROM jobs {clause}");
+        let n: i64 = self.conn.query_row(&sql, rusqlite::params_from_iter(args), |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
+    /// Every token, revoked and expired ones included, in id order.
+    pub fn tokens(&self) -> Result<Vec<TokenRow>> {
+        let sql = format!("SELECT {} FROM tokens ORDER BY id", rows::TOKEN_COLUMNS);
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([], rows::token_row)?;
+        rows.map(|r| r?).collect()
+    }
+
+    pub fn projects(&self) -> Result<Vec<ProjectRow>> {
+        let mut stmt = self.conn.prepare("SELECT name, priority_class_max FROM projects ORDER BY name")?;
+        let rows = stmt.query_map([], |r| Ok(ProjectRow { name: r.get(0)?, priority_class_max: r.get(1)? }))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Jobs that are not finished (pending, running, stopping), in submission order: what
@@ -156,8 +195,9 @@ impl Tx<'_> {
     pub fn insert_job(&mut self, job: &NewJob) -> Result<i64> {
         self.tx
             .prepare_cached(
-                "INSERT INTO jobs (name, user, project, priority, priority_class, spec_json, state, submitted_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
+                "INSERT INTO jobs (name, user, project, priority, priority_class, spec_json, state, submitted_at_ms,
+                   pending_since_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7)",
             )?
             .execute(params![
                 job.name,
@@ -193,8 +233,15 @@ impl Tx<'_> {
     pub fn set_state(&mut self, id: i64, state: JobState, event: &NewEvent) -> Result<()> {
         let finished = state.is_finished().then_some(event.at_ms as i64);
         self.tx
-            .prepare_cached("UPDATE jobs SET state = ?2, finished_at_ms = coalesce(?3, finished_at_ms) WHERE id = ?1")?
-            .execute(params![id, state.as_str(), finished])?;
+            .prepare_cached(
+                "UPDATE jobs SET state = ?2, finished_at_ms = coalesce(?3, finished_at_ms),
+                   waited_ms = waited_ms + CASE WHEN ?3 IS NOT NULL AND pending_since_ms IS NOT NULL
+                     THEN max(0, ?3 - pending_since_ms) ELSE 0 END,
+                   pending_since_ms = CASE WHEN ?2 = 'pending' THEN coalesce(pending_since_ms, ?4)
+                     WHEN ?3 IS NOT NULL THEN NULL ELSE pending_since_ms END
+                 WHERE id = ?1",
+            )?
+            .execute(params![id, state.as_str(), finished, event.at_ms as i64])?;
         self.event(event)
     }
 
@@ -204,11 +251,39 @@ impl Tx<'_> {
             .prepare_cached(
                 "UPDATE jobs SET state = 'running', started_at_ms = ?2,
                    first_started_at_ms = coalesce(first_started_at_ms, ?2), placement_json = ?3, run_dir = ?4,
-                   processes_json = NULL, exit_code = NULL, exit_signal = NULL
+                   waited_ms = waited_ms + max(0, ?2 - coalesce(pending_since_ms, ?2)), pending_since_ms = NULL,
+                   processes_json = NULL, exit_code = NULL, exit_signal = NULL, retry_at_ms = NULL,
+                   stop_cause = NULL, stop_requested_at_ms = NULL, kill_at_ms = NULL, preemptor_id = NULL,
+                   hold_json = NULL
                  WHERE id = ?1",
             )?
             .execute(params![id, run.started_at_ms as i64, run.placement_json, run.run_dir])?;
         self.event(event)
+    }
+
+    /// The run was asked to stop (`state` is `preempting` or `stopping`): records why and
+    /// its deadline, so that a restart keeps both.
+    pub fn set_stopping(&mut self, id: i64, state: JobState, stop: &StopRow, event: &NewEvent) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "UPDATE jobs SET state = ?2, stop_cause = ?3, stop_requested_at_ms = ?4, kill_at_ms = ?5, preemptor_id = ?6
+                 WHERE id = ?1",
+            )?
+            .execute(params![
+                id,
+                state.as_str(),
+                stop.cause,
+                stop.requested_at_ms as i64,
+                stop.kill_at_ms as i64,
+                stop.preemptor_id
+            ])?;
+        self.event(event)
+    }
+
+    /// A pending preemptor's hold (opaque JSON), or `None` when it has none any more.
+    pub fn set_hold(&mut self, id: i64, hold_json: Option<&str>) -> Result<()> {
+        self.tx.prepare_cached("UPDATE jobs SET hold_json = ?2 WHERE id = ?1")?.execute(params![id, hold_json])?;
+        Ok(())
     }
 
     /// The run's supervisor processes, once spawned (opaque JSON of the server's).
@@ -227,7 +302,9 @@ impl Tx<'_> {
                 "UPDATE jobs SET state = ?2, runtime_done_ms = runtime_done_ms + ?3,
                    restart_count = restart_count + ?4, preemptions = preemptions + ?5, failures = failures + ?6,
                    exit_code = ?7, exit_signal = ?8, processes_json = NULL, placement_json = NULL,
-                   finished_at_ms = coalesce(?9, finished_at_ms)
+                   finished_at_ms = coalesce(?9, finished_at_ms), retry_at_ms = ?10,
+                   pending_since_ms = CASE WHEN ?2 = 'pending' THEN ?11 ELSE NULL END,
+                   stop_cause = NULL, stop_requested_at_ms = NULL, kill_at_ms = NULL, preemptor_id = NULL
                  WHERE id = ?1",
             )?
             .execute(params![
@@ -240,6 +317,8 @@ impl Tx<'_> {
                 end.exit_code,
                 end.exit_signal,
                 finished,
+                end.retry_at_ms.map(|t| t as i64),
+                event.at_ms as i64,
             ])?;
         self.event(event)
     }
@@ -287,10 +366,95 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Stores a new token; returns its id.
+    pub fn insert_token(&mut self, token: &NewToken) -> Result<i64> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO tokens (name, secret_sha256, user, project, role, created_at_ms, expires_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                token.name,
+                token.secret_sha256,
+                token.user,
+                token.project,
+                token.role.as_str(),
+                token.created_at_ms as i64,
+                token.expires_at_ms.map(|t| t as i64)
+            ])?;
+        Ok(self.tx.last_insert_rowid())
+    }
+
+    /// Revokes a token; `false` if there is no such token or it was already revoked.
+    pub fn revoke_token(&mut self, id: i64, at_ms: u64) -> Result<bool> {
+        let n = self
+            .tx
+            .prepare_cached("UPDATE tokens SET revoked_at_ms = ?2 WHERE id = ?1 AND revoked_at_ms IS NULL")?
+            .execute(params![id, at_ms as i64])?;
+        Ok(n > 0)
+    }
+
+    pub fn set_project(&mut self, project: &ProjectRow) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO projects (name, priority_class_max) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET priority_class_max = ?2",
+            )?
+            .execute(params![project.name, project.priority_class_max])?;
+        Ok(())
+    }
+
+    /// Makes run directories and recorded processes absolute: stores written by servers
+    /// started with a relative data directory (`./fairway-data`) hold paths relative to
+    /// wherever that server ran. A relative `run_dir` that ends in `jobs/<id>/runs/<n>` is
+    /// rewritten under `data_dir`; returns how many jobs changed.
+    pub fn absolutize_run_dirs(&mut self, data_dir: &Path) -> Result<usize> {
+        let rows: Vec<(i64, String, Option<String>)> = {
+            let mut stmt = self.tx.prepare(
+                "SELECT id, run_dir, processes_json FROM jobs WHERE run_dir IS NOT NULL AND run_dir NOT LIKE '/%'",
+            )?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?
+        };
+        let mut changed = 0;
+        for (id, run_dir, processes) in rows {
+            let Some(absolute) = absolute_run_dir(data_dir, id, &run_dir) else { continue };
+            let processes = processes.map(|p| absolutize_processes(&p, &run_dir, &absolute));
+            self.tx
+                .prepare_cached("UPDATE jobs SET run_dir = ?2, processes_json = ?3 WHERE id = ?1")?
+                .execute(params![id, absolute, processes])?;
+            changed += 1;
+        }
+        Ok(changed)
+    }
+
     /// Makes everything in the transaction durable.
     pub fn commit(self) -> Result<()> {
         Ok(self.tx.commit()?)
     }
+}
+
+/// `data_dir/jobs/<id>/runs/<n>` for a relative run directory that names the job's own
+/// run; `None` for anything else (left as it is).
+fn absolute_run_dir(data_dir: &Path, id: i64, run_dir: &str) -> Option<String> {
+    let parts: Vec<&str> = run_dir.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    let [.., jobs, job, runs, run] = parts.as_slice() else { return None };
+    let ours = *jobs == "jobs" && *job == id.to_string() && *runs == "runs" && run.parse::<u32>().is_ok();
+    ours.then(|| data_dir.join("jobs").join(job).join("runs").join(run).display().to_string())
+}
+
+/// The recorded processes (opaque JSON) with `old` run-directory prefixes replaced.
+fn absolutize_processes(json: &str, old: &str, new: &str) -> String {
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(json) else { return json.to_owned() };
+    if let Some(list) = value.as_array_mut() {
+        for record in list {
+            if let Some(dir) = record.get("run_dir").and_then(|d| d.as_str())
+                && let Some(rest) = dir.strip_prefix(old)
+            {
+                record["run_dir"] = serde_json::Value::String(format!("{new}{rest}"));
+            }
+        }
+    }
+    value.to_string()
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {

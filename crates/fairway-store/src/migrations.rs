@@ -64,6 +64,38 @@ const MIGRATIONS: &[&str] = &[
         global_default INTEGER NOT NULL,
         description TEXT
     );",
+    // 2: identities (bearer tokens, stored as SHA-256 digests), per-project settings, and
+    //    what a restart needs to honour a stop already under way (its deadline and cause)
+    //    and a retry's backoff.
+    "CREATE TABLE tokens (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        secret_sha256 TEXT NOT NULL UNIQUE,
+        user TEXT NOT NULL,
+        project TEXT NOT NULL,
+        role TEXT NOT NULL CHECK (role IN ('admin', 'submitter', 'viewer')),
+        created_at_ms INTEGER NOT NULL,
+        expires_at_ms INTEGER,
+        revoked_at_ms INTEGER
+    );
+    CREATE TABLE projects (
+        name TEXT PRIMARY KEY,
+        priority_class_max TEXT
+    );
+    CREATE TABLE server_state (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    ALTER TABLE jobs ADD COLUMN stop_cause TEXT;
+    ALTER TABLE jobs ADD COLUMN stop_requested_at_ms INTEGER;
+    ALTER TABLE jobs ADD COLUMN kill_at_ms INTEGER;
+    ALTER TABLE jobs ADD COLUMN preemptor_id INTEGER;
+    ALTER TABLE jobs ADD COLUMN retry_at_ms INTEGER;
+    ALTER TABLE jobs ADD COLUMN hold_json TEXT;
+    ALTER TABLE jobs ADD COLUMN waited_ms INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN pending_since_ms INTEGER;
+    UPDATE jobs SET pending_since_ms = submitted_at_ms WHERE state = 'pending' AND first_started_at_ms IS NULL;
+    UPDATE jobs SET waited_ms = first_started_at_ms - submitted_at_ms WHERE first_started_at_ms IS NOT NULL;",
 ];
 
 pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {

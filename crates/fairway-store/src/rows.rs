@@ -90,6 +90,37 @@ pub struct JobRow {
     pub last_checkpoint_ms: Option<u64>,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    /// Set while the server has asked the run to stop: why, when, and when it is killed.
+    pub stop: Option<StopRow>,
+    /// After a failed run with retries left: not to be started before this time (backoff).
+    pub retry_at_ms: Option<u64>,
+    /// A pending preemptor's hold: the GPUs reserved for it while its victims leave, and
+    /// those victims (the server's opaque JSON).
+    pub hold_json: Option<String>,
+    /// Time spent pending before the current state: the first wait and every re-wait after
+    /// a preemption or a retry.
+    pub waited_ms: u64,
+    /// Since when it waits, while pending.
+    pub pending_since_ms: Option<u64>,
+}
+
+impl JobRow {
+    /// All the time it has spent waiting, up to `now` if it waits now.
+    pub fn wait_ms(&self, now_ms: u64) -> u64 {
+        self.waited_ms + self.pending_since_ms.map_or(0, |since| now_ms.saturating_sub(since))
+    }
+}
+
+/// A stop under way: the run was asked to end (`preempted`, `cancelled`, `runtime_limit`).
+/// Stored so that a restart keeps the original deadline instead of granting a fresh grace
+/// period, and judges the run's exit as the stop it was.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StopRow {
+    pub cause: String,
+    pub requested_at_ms: u64,
+    pub kill_at_ms: u64,
+    /// The job the GPUs are freed for, when preempted.
+    pub preemptor_id: Option<i64>,
 }
 
 /// The start of a run.
@@ -111,6 +142,8 @@ pub struct RunEnd {
     pub failed: bool,
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
+    /// When the job may run again, if it must wait (a retry's backoff).
+    pub retry_at_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,6 +186,66 @@ pub struct PriorityClassRow {
     pub description: Option<String>,
 }
 
+/// What a token may do. `admin` may do everything; `submitter` submits jobs and manages
+/// its own; `viewer` only reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Viewer,
+    Submitter,
+    Admin,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Viewer, Role::Submitter, Role::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Submitter => "submitter",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// A new bearer token. Only its SHA-256 digest is stored: the secret is shown once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewToken {
+    pub name: String,
+    /// Lowercase hex of SHA-256 of the secret.
+    pub secret_sha256: String,
+    pub user: String,
+    pub project: String,
+    pub role: Role,
+    pub created_at_ms: u64,
+    pub expires_at_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TokenRow {
+    pub id: i64,
+    pub name: String,
+    pub secret_sha256: String,
+    pub user: String,
+    pub project: String,
+    pub role: Role,
+    pub created_at_ms: u64,
+    pub expires_at_ms: Option<u64>,
+    pub revoked_at_ms: Option<u64>,
+}
+
+/// Per-project settings an admin sets through the API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectRow {
+    pub name: String,
+    /// The highest priority class the project's tokens may use; `None`: the server default.
+    pub priority_class_max: Option<String>,
+}
+
 /// Which jobs to list. Every field narrows; `limit` caps the answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobFilter {
@@ -162,6 +255,8 @@ pub struct JobFilter {
     pub priority_class: Option<String>,
     pub priority_min: Option<i32>,
     pub name: Option<String>,
+    /// Only jobs with a smaller id (the cursor of the previous page).
+    pub before_id: Option<i64>,
     pub limit: u32,
 }
 
@@ -174,6 +269,7 @@ impl Default for JobFilter {
             priority_class: None,
             priority_min: None,
             name: None,
+            before_id: None,
             limit: 1000,
         }
     }
@@ -209,6 +305,10 @@ impl JobFilter {
             args.push(Value::Integer(p.into()));
             terms.push(format!("priority >= ?{}", args.len()));
         }
+        if let Some(id) = self.before_id {
+            args.push(Value::Integer(id));
+            terms.push(format!("id < ?{}", args.len()));
+        }
         let clause = if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
         (clause, args)
     }
@@ -216,7 +316,8 @@ impl JobFilter {
 
 pub(crate) const JOB_COLUMNS: &str = "id, name, user, project, priority, priority_class, spec_json, state, \
     submitted_at_ms, first_started_at_ms, started_at_ms, finished_at_ms, placement_json, run_dir, \
-    processes_json, restart_count, preemptions, failures, runtime_done_ms, last_checkpoint_ms, exit_code, exit_signal";
+    processes_json, restart_count, preemptions, failures, runtime_done_ms, last_checkpoint_ms, exit_code, exit_signal, \
+    stop_cause, stop_requested_at_ms, kill_at_ms, preemptor_id, retry_at_ms, hold_json, waited_ms, pending_since_ms";
 
 /// Reads one job row; a state the schema should have prevented is reported, not guessed.
 pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
@@ -249,6 +350,19 @@ pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
         last_checkpoint_ms: u(r.get(19)?),
         exit_code: r.get(20)?,
         exit_signal: r.get(21)?,
+        stop: match r.get::<_, Option<String>>(22)? {
+            Some(cause) => Some(StopRow {
+                cause,
+                requested_at_ms: r.get::<_, Option<i64>>(23)?.unwrap_or(0) as u64,
+                kill_at_ms: r.get::<_, Option<i64>>(24)?.unwrap_or(0) as u64,
+                preemptor_id: r.get(25)?,
+            }),
+            None => None,
+        },
+        retry_at_ms: u(r.get(26)?),
+        hold_json: r.get(27)?,
+        waited_ms: r.get::<_, i64>(28)? as u64,
+        pending_since_ms: u(r.get(29)?),
     }))
 }
 
@@ -281,4 +395,27 @@ pub(crate) fn class_row(r: &Row<'_>) -> rusqlite::Result<PriorityClassRow> {
         global_default: r.get(3)?,
         description: r.get(4)?,
     })
+}
+
+pub(crate) const TOKEN_COLUMNS: &str =
+    "id, name, secret_sha256, user, project, role, created_at_ms, expires_at_ms, revoked_at_ms";
+
+pub(crate) fn token_row(r: &Row<'_>) -> rusqlite::Result<Result<TokenRow>> {
+    let id: i64 = r.get(0)?;
+    let role: String = r.get(5)?;
+    let Some(role) = Role::parse(&role) else {
+        return Ok(Err(StoreError::Corrupt { id, column: "role", value: role }));
+    };
+    let u = |v: Option<i64>| v.map(|v| v as u64);
+    Ok(Ok(TokenRow {
+        id,
+        name: r.get(1)?,
+        secret_sha256: r.get(2)?,
+        user: r.get(3)?,
+        project: r.get(4)?,
+        role,
+        created_at_ms: r.get::<_, i64>(6)? as u64,
+        expires_at_ms: u(r.get(7)?),
+        revoked_at_ms: u(r.get(8)?),
+    }))
 }

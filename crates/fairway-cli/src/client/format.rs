@@ -4,8 +4,8 @@
 use std::fmt::Write;
 
 use fairway_server::api::{
-    EventView, GpuView, JobDetail, JobState, JobView, NodeView, PriorityClassView, QuotaView, ReasonView, ReplicaView,
-    SubmitResponse, WhyView,
+    EventView, GpuView, JobDetail, JobState, JobView, NodeView, PriorityClassView, ProjectView, QuotaView, ReasonView,
+    ReplicaView, SubmitResponse, TokenView, WhyView,
 };
 
 /// Longest reason message the narrow job table shows; `-o wide` shows it whole.
@@ -288,6 +288,54 @@ pub fn quota_caps(gpus_max: Option<u32>, cpu_millis_max: Option<u64>, memory_mib
 }
 
 /// `fairway priority-classes`.
+/// For a list that shows only part of what matches: how much, and how to see the rest.
+pub fn partial_list_note(list: &fairway_server::api::JobList) -> Option<String> {
+    let cursor = list.next_cursor?;
+    Some(format!(
+        "showing {} of {} matching jobs, newest first; `--cursor {cursor}` lists the next ones, `--limit N` more at once",
+        list.jobs.len(),
+        list.total
+    ))
+}
+
+pub fn tokens_table(tokens: &[TokenView], now_ms: u64) -> String {
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            let status = match (t.revoked_at_ms, t.expires_at_ms) {
+                (Some(at), _) => format!("revoked {}", timestamp_relative(at, now_ms)),
+                (None, Some(at)) if at <= now_ms => format!("expired {}", timestamp_relative(at, now_ms)),
+                (None, Some(at)) => format!("expires {}", timestamp(at)),
+                (None, None) => "active".into(),
+            };
+            vec![
+                t.id.to_string(),
+                t.name.clone(),
+                t.user.clone(),
+                t.project.clone(),
+                t.role.as_str().into(),
+                age(t.created_at_ms, now_ms),
+                status,
+            ]
+        })
+        .collect();
+    table(&["ID", "NAME", "USER", "PROJECT", "ROLE", "AGE", "STATUS"], &rows)
+}
+
+pub fn projects_table(projects: &[ProjectView]) -> String {
+    let rows: Vec<Vec<String>> = projects
+        .iter()
+        .map(|p| {
+            vec![
+                p.name.clone(),
+                format!("{} ({})", p.priority_class_max, p.priority_class_max_source),
+                p.run_as.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    table(&["PROJECT", "PRIORITY CLASS MAX", "RUN AS"], &rows)
+}
+
 pub fn priority_classes_table(classes: &[PriorityClassView]) -> String {
     let rows: Vec<Vec<String>> = classes
         .iter()
@@ -569,6 +617,19 @@ mod tests {
         assert_eq!(timestamp(T0 + 999), "2026-01-01T00:00:00Z");
         assert_eq!(timestamp_relative(T0, T0 + 120_000), "2026-01-01T00:00:00Z (2m ago)");
         assert_eq!(timestamp_relative(T0 + 25_000, T0), "2026-01-01T00:00:25Z (in 25s)");
+    }
+
+    #[test]
+    fn a_partial_list_says_so_and_how_to_go_on() {
+        let jobs = sample_jobs();
+        let whole = fairway_server::api::JobList { total: jobs.len() as u64, next_cursor: None, jobs: jobs.clone() };
+        assert_eq!(partial_list_note(&whole), None);
+        let part = fairway_server::api::JobList { total: 5000, next_cursor: Some(17), jobs };
+        let note = partial_list_note(&part).unwrap();
+        assert!(
+            note.starts_with(&format!("showing {} of 5000", part.jobs.len())) && note.contains("--cursor 17"),
+            "{note}"
+        );
     }
 
     #[test]

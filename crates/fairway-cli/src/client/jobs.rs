@@ -42,9 +42,13 @@ pub struct LsArgs {
     /// All jobs, finished ones included.
     #[arg(short = 'A', long, conflicts_with = "state")]
     pub all: bool,
-    /// At most this many jobs (newest first).
+    /// At most this many jobs (newest first; the server's default is 1000).
     #[arg(long)]
     pub limit: Option<u32>,
+    /// Continue a partial list: only jobs older than this id (the note under a partial list
+    /// gives it).
+    #[arg(long, value_name = "ID")]
+    pub cursor: Option<i64>,
     /// Output format (`wide` adds model, restarts, preemptions and placement).
     #[arg(short = 'o', long, value_enum, default_value_t = ListFormat::Table)]
     pub output: ListFormat,
@@ -126,7 +130,13 @@ fn read_input(file: &PathBuf) -> Result<(String, Vec<u8>)> {
 /// `fairway ls`.
 pub async fn ls(client: &Client, args: &LsArgs) -> Result<()> {
     let list: JobList = client.get(&["v1", "jobs"], &ls_query(args)).await?;
-    print_listing(&list, args.output, |wide| format::jobs_table(&list.jobs, now_ms(), wide))
+    print_listing(&list, args.output, |wide| format::jobs_table(&list.jobs, now_ms(), wide))?;
+    // A partial list must not pass for the whole one; the note goes to stderr so that the
+    // table itself can still be piped.
+    if let Some(note) = format::partial_list_note(&list) {
+        eprintln!("{note}");
+    }
+    Ok(())
 }
 
 fn ls_query(args: &LsArgs) -> Vec<(&'static str, String)> {
@@ -144,6 +154,9 @@ fn ls_query(args: &LsArgs) -> Vec<(&'static str, String)> {
     }
     if let Some(limit) = args.limit {
         query.push(("limit", limit.to_string()));
+    }
+    if let Some(cursor) = args.cursor {
+        query.push(("cursor", cursor.to_string()));
     }
     query
 }

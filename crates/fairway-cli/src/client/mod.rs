@@ -13,7 +13,9 @@ use reqwest::{Method, RequestBuilder, Response, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub mod admin;
 pub mod cluster;
+pub mod credentials;
 pub mod format;
 pub mod jobs;
 pub mod quota;
@@ -72,7 +74,7 @@ impl fmt::Display for ApiError {
         let message = &self.body.error.message;
         f.write_str(message)?;
         for d in &self.body.error.details {
-            let line = format!("document {}, {}: {}", d.document, d.path, d.reason);
+            let line = fairway_server::where_and_why(d);
             // A single problem is usually spelled out in the message already.
             if !message.contains(&line) {
                 write!(f, "\n  {line}")?;
@@ -120,19 +122,42 @@ pub struct Client {
     base: Url,
     /// The server URL as the user wrote it, without a trailing `/`, for messages.
     server: String,
+    /// The bearer token, and where it was found.
+    token: Option<(String, String)>,
+}
+
+/// How to reach and trust the server: `--ca-cert` for a server whose certificate a private
+/// CA signed.
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    pub credentials: credentials::TokenArgs,
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 impl Client {
-    pub fn new(server: &Url) -> Result<Client> {
+    pub fn new(server: &Url, connection: &Connection) -> Result<Client> {
         // reqwest is built with `rustls-no-provider`: it needs a process-wide provider even if
         // we only ever speak plain HTTP. Installing fails only if one is already installed.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("fairway/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .context("cannot create the HTTP client")?;
-        Ok(Client { http, base: server.clone(), server: server.as_str().trim_end_matches('/').to_string() })
+            .user_agent(concat!("fairway/", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = &connection.ca_cert {
+            let pem = std::fs::read(path).with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("--ca-cert {}: not a PEM certificate bundle", path.display()))?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().context("cannot create the HTTP client")?;
+        let token = credentials::find_token(server, &connection.credentials)?;
+        Ok(Client { http, base: server.clone(), server: server.as_str().trim_end_matches('/').to_string(), token })
+    }
+
+    /// The same client with another token (to check one before saving it).
+    pub fn with_token(&self, token: &str) -> Client {
+        Client { token: Some((token.to_owned(), "the token given".into())), ..self.clone() }
     }
 
     /// The URL of an API path given as segments (`["v1", "jobs", "12"]`, each percent-encoded
@@ -152,7 +177,11 @@ impl Client {
     }
 
     pub fn request(&self, method: Method, segments: &[&str], query: &[(&str, String)]) -> Result<RequestBuilder> {
-        Ok(self.http.request(method, self.url(segments, query)?))
+        let request = self.http.request(method, self.url(segments, query)?);
+        Ok(match &self.token {
+            Some((token, _)) => request.bearer_auth(token),
+            None => request,
+        })
     }
 
     /// Sends a request with the ordinary timeout; a non-2xx answer becomes an [`ApiError`].
@@ -186,6 +215,16 @@ impl Client {
             Err(e) => return self.transport_error(e),
         };
         match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(mut body) if status == reqwest::StatusCode::UNAUTHORIZED => {
+                body.error.message = match &self.token {
+                    None => format!(
+                        "{} (no token found: pass --token or --token-file, set FAIRWAY_TOKEN, or run `fairway login`)",
+                        body.error.message
+                    ),
+                    Some((_, from)) => format!("{} (token from {from})", body.error.message),
+                };
+                anyhow::Error::new(ApiError { body })
+            }
             Ok(body) => anyhow::Error::new(ApiError { body }),
             Err(_) => {
                 let text = text.trim();

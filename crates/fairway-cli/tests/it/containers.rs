@@ -26,8 +26,8 @@ state='{state}'
 echo "$*" >> "$state/calls"
 key() {{ echo "$1" | tr '/:' '__'; }}
 case "$1" in
-  image) [ "$2" = inspect ] && [ -e "$state/images/$(key "$3")" ]; exit $? ;;
-  pull) mkdir -p "$state/images" && touch "$state/images/$(key "$2")"; exit 0 ;;
+  image) [ "$2" = inspect ] && [ "$3" = -- ] && [ -e "$state/images/$(key "$4")" ]; exit $? ;;
+  pull) [ "$2" = -- ] && mkdir -p "$state/images" && touch "$state/images/$(key "$3")"; exit $? ;;
   version) echo 28.2.2; exit 0 ;;
   rm) exit 0 ;;
   run) shift ;;
@@ -40,8 +40,8 @@ while [ $# -gt 0 ]; do
     --name|-w|--gpus|--device) shift 2 ;;
     -e) export "$2"; shift 2 ;;
     -v) spec=$2; host=${{spec%%:*}}; rest=${{spec#*:}}; mounts="$mounts $host=${{rest%%:*}}"; shift 2 ;;
-    -*) echo "unexpected flag $1" >&2; exit 2 ;;
-    *) break ;;
+    --) shift; break ;;
+    *) echo "unexpected argument $1 before -- and the image" >&2; exit 2 ;;
   esac
 done
 shift  # the image
@@ -55,6 +55,7 @@ inside() {{
 }}
 export FAIRWAY_CHECKPOINT_DIR="$(inside "$FAIRWAY_CHECKPOINT_DIR")"
 export FAIRWAY_PREEMPT_NOTICE_FILE="$(inside "$FAIRWAY_PREEMPT_NOTICE_FILE")"
+export FAIRWAY_COMPLETION_FILE="$(inside "$FAIRWAY_COMPLETION_FILE")"
 exec "$@"
 "#,
         state = dir.display()
@@ -89,7 +90,7 @@ fn image_jobs_run_through_the_container_runtime_with_the_same_lifecycle() {
     );
     let image_calls: Vec<String> =
         calls(docker_dir.path()).into_iter().filter(|c| c.starts_with("image") || c.starts_with("pull")).collect();
-    assert_eq!(image_calls, [format!("image inspect {IMAGE}"), format!("pull {IMAGE}")]);
+    assert_eq!(image_calls, [format!("image inspect -- {IMAGE}"), format!("pull -- {IMAGE}")]);
 
     // 2. An image job runs as `docker run`, sees its mounted checkpoint directory and
     //    notice, is preempted by a plain high-priority job, and resumes from its checkpoint.
@@ -127,7 +128,8 @@ fn image_jobs_run_through_the_container_runtime_with_the_same_lifecycle() {
             "-e FAIRWAY_PREEMPT_NOTICE_FILE=/fairway/notice/preempt-notice.json".to_owned(),
             format!("-v {}:/fairway/checkpoint", checkpoint.display()),
             format!("-v {}:/fairway/notice:ro", notice_dir.display()),
-            format!("{IMAGE} {FAIRWAY} example-trainer"),
+            // The image comes after `--`: whatever it says, the runtime never reads it as a flag.
+            format!("-- {IMAGE} {FAIRWAY} example-trainer"),
         ] {
             assert!(run.contains(&needle), "{needle} missing from `docker {run}`");
         }
@@ -146,7 +148,9 @@ fn image_jobs_run_through_the_container_runtime_with_the_same_lifecycle() {
     ))[0];
     api.wait_for("the stubborn job to run", |api| api.log(stubborn).contains("ready").then_some(()));
     api.json("POST", &format!("/v1/jobs/{stubborn}/cancel"), None);
-    api.wait_state(stubborn, JobState::Cancelled);
+    let cancelled = api.wait_state(stubborn, JobState::Cancelled);
+    let last = cancelled.events.last().unwrap();
+    assert!(last.message.contains("killed after its grace period"), "{last:?}");
     api.wait_for("its container to be removed", |_| {
         calls(docker_dir.path()).contains(&format!("rm -f fairway-job-{stubborn}")).then_some(())
     });
@@ -164,7 +168,7 @@ fn image_jobs_are_refused_without_a_runtime_unless_they_may_run_plain() {
         )
     };
     let (status, body) = api.json("POST", "/v1/jobs", Some(&job("")));
-    assert_eq!(status, 400, "{body}");
+    assert_eq!((status, body["error"]["code"].as_str()), (422, Some("unsupported")), "{body}");
     let detail = &body["error"]["details"][0];
     assert!(detail.to_string().contains("image") && detail.to_string().contains("container runtime"), "{body}");
     assert!(api.jobs("").is_empty(), "nothing was stored");

@@ -79,5 +79,8 @@ fn report_writes_markdown_and_plots() {
 mod bench;
 mod client;
 mod containers;
+mod demo;
 mod fake_server;
+mod lifecycle;
+mod security;
 mod server;

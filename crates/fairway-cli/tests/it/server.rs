@@ -16,25 +16,56 @@ const WAIT_MAX: Duration = Duration::from_secs(60);
 /// A blocking HTTP client for the tests.
 pub struct Api {
     pub base: String,
+    /// The bearer token it sends (the server's admin token unless told otherwise).
+    pub token: Option<String>,
     rt: tokio::runtime::Runtime,
     http: reqwest::Client,
 }
 
+/// The admin token a server wrote into its data directory.
+pub fn admin_token(data_dir: &Path) -> String {
+    std::fs::read_to_string(data_dir.join("admin.token")).expect("the server writes admin.token").trim().to_owned()
+}
+
 impl Api {
-    pub fn new(base: String) -> Api {
+    pub fn new(base: String, token: Option<String>) -> Api {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let _ = rustls::crypto::ring::default_provider().install_default();
         // No pooled connections: a connection the server closed after refusing an oversized
         // body must not be reused by the next request.
         let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
-        Api { base, rt, http }
+        Api { base, token, rt, http }
     }
 
+    /// The same server, another token.
+    pub fn as_token(&self, token: &str) -> Api {
+        Api::new(self.base.clone(), Some(token.to_owned()))
+    }
+
+    /// A request with a YAML body (the API's inputs read JSON too, JSON being YAML).
     pub fn request(&self, method: &str, path: &str, body: Option<Vec<u8>>) -> (u16, Vec<u8>) {
+        let headers: &[(&str, &str)] = if body.is_some() { &[("content-type", "application/yaml")] } else { &[] };
+        self.request_with(method, path, body, headers)
+    }
+
+    /// A request with exactly these extra headers.
+    pub fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Vec<u8>) {
         let url = format!("{}{path}", self.base);
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         self.rt.block_on(async {
             let mut req = self.http.request(method, &url);
+            if let Some(token) = &self.token {
+                req = req.bearer_auth(token);
+            }
+            for (name, value) in headers {
+                req = req.header(*name, *value);
+            }
             if let Some(body) = body {
                 req = req.body(body);
             }
@@ -114,11 +145,13 @@ impl InProcess {
         config.tick_ms = 100;
         config.shim_exe = PathBuf::from(FAIRWAY);
         config.file = fairway_server::ConfigFile::parse(config_yaml).unwrap();
+        // Tests must not leave records in the home directory of whoever runs them.
+        config.registry_dir = None;
         // The same answers on machines with and without a container runtime.
         config.file.container_runtime.get_or_insert_with(|| "none".into());
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let server = rt.block_on(fairway_server::start(config)).unwrap();
-        let api = Api::new(format!("http://{}", server.addr));
+        let api = Api::new(format!("http://{}", server.addr), Some(admin_token(data_dir.path())));
         InProcess { api, data_dir, rt: Some(rt), server: Some(server) }
     }
 }
@@ -177,10 +210,13 @@ fn high_priority_preempts_low_which_checkpoints_and_resumes() {
     let step: u64 = resumed.split_whitespace().nth(3).unwrap().parse().unwrap();
     assert!(step >= 5, "resumed from step {step}");
     let kinds: Vec<&str> = low_done.events.iter().map(|e| e.kind.as_str()).collect();
-    assert_eq!(kinds, ["submitted", "started", "preempting", "requeued", "started", "succeeded"]);
+    assert_eq!(kinds, ["submitted", "started", "preempted", "requeued", "started", "succeeded"]);
     let preempting = &low_done.events[2];
     assert_eq!(preempting.reason.as_deref(), Some("preempted"));
-    assert!(preempting.message.contains(&format!("preempted by job {high} (priority high)")), "{preempting:?}");
+    assert!(
+        preempting.message.contains(&format!("preempted by ctr-model (job {high}), priority high")),
+        "{preempting:?}"
+    );
     // The victim exited after SIGTERM within its grace period, and the high job started on
     // its GPUs right after: its start follows the victim's exit, nothing else ran between.
     let requeued_at = low_done.events[3].at_ms;
@@ -188,21 +224,37 @@ fn high_priority_preempts_low_which_checkpoints_and_resumes() {
     assert!(high_started_at >= requeued_at && high_started_at - preempting.at_ms < 20_000);
     let high_kinds: Vec<&str> = high_done.events.iter().map(|e| e.kind.as_str()).collect();
     assert!(high_kinds.starts_with(&["submitted", "preempting"]), "{high_kinds:?}");
+    assert!(
+        high_done.events[1].message.contains(&format!("preempting nightly (job {low})")),
+        "{:?}",
+        high_done.events[1]
+    );
+    // Waits count every wait: the victim's second start says how long it waited again.
+    let restarted = &low_done.events[4];
+    assert!(restarted.message.contains("after waiting") && restarted.message.contains("again"), "{restarted:?}");
 }
 
 #[test]
-fn a_failing_job_is_retried_then_failed_and_preemption_does_not_use_retries() {
-    let server = InProcess::start("1", "");
+fn a_failing_job_is_retried_after_a_backoff_then_failed() {
+    let server = InProcess::start("1", "retry_backoff: { initial_seconds: 2, max_seconds: 2 }\n");
     let api = &server.api;
     let job = format!(
         "name: flaky\ntenant: {{ project: p }}\nresources: {{ gpus: 1 }}\nretries: 1\n\
          command: [{FAIRWAY:?}, example-trainer, --steps, \"10\", --step-ms, \"1\", --fail-at-step, \"3\"]\n"
     );
     let id = api.submit(&job)[0];
+    // Between the runs it waits out its backoff, and says so.
+    let waiting = api.wait_for("the backoff to show", |api| {
+        let job = api.job(id).job;
+        job.reasons.iter().find(|r| r.code == "retry_backoff").cloned()
+    });
+    assert!(waiting.message.contains("returns to the queue in"), "{waiting:?}");
     let done = api.wait_state(id, JobState::Failed);
     assert_eq!((done.job.failures, done.job.restart_count, done.job.preemptions), (2, 1, 0));
     let kinds: Vec<&str> = done.events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["submitted", "started", "retrying", "started", "failed"]);
+    assert!(done.events[2].message.contains("runs again in 2s"), "{:?}", done.events[2]);
+    assert!(done.events[3].at_ms >= done.events[2].at_ms + 2000, "retried before its backoff: {:?}", done.events);
     assert_eq!(done.job.exit_code, Some(1));
 }
 
@@ -237,39 +289,50 @@ fn quotas_bad_input_and_oversized_bodies_through_the_api() {
     // Bad submissions: 4xx with the document and field path, and nothing stored.
     let before = api.jobs("limit=10000").len();
     let cases = [
-        ("name: x\ntenant: { project: p }\nresources: { gpus: 0 }\ncommand: [\"true\"]\n", "resources.gpus"),
-        ("name: x\ntenant: { project: p }\nresources: { gpus: 9 }\ncommand: [\"true\"]\n", "resources.gpus"),
+        ("name: x\ntenant: { project: p }\nresources: { gpus: 0 }\ncommand: [\"true\"]\n", "resources.gpus", 400),
+        ("name: x\ntenant: { project: p }\nresources: { gpus: 9 }\ncommand: [\"true\"]\n", "resources.gpus", 422),
         (
             "name: x\ntenant: { project: p }\npriority: urgent\nresources: { gpus: 1 }\ncommand: [\"true\"]\n",
             "priority",
+            400,
         ),
         (
             "name: x\ntenant: { project: p }\nresources: { gpus: 1, gpu_model: H100 }\ncommand: [\"true\"]\n",
             "resources.gpu_model",
+            422,
         ),
         (
             "name: ok\ntenant: { project: p }\nresources: { gpus: 1 }\ncommand: [\"true\"]\n---\nname: x\ntenant: { project: p }\nresources: { gpus: 1 }\nreplica: 2\ncommand: [\"true\"]\n",
             "replica",
+            400,
         ),
         (
             "name: x\ntenant: { project: p }\nresources: { gpus: 1 }\nimage: pytorch/pytorch\ncommand: [python]\n",
             "image",
+            422,
         ),
         (
             "name: x\ntenant: { project: p }\nresources: { gpus: 1 }\npreemption_grace_seconds: 601\ncommand: [x]\n",
             "preemption_grace_seconds",
+            400,
         ),
+        // A gang larger than the whole (empty) cluster would wait forever.
+        ("name: x\ntenant: { project: p }\nresources: { gpus: 4 }\nreplicas: 2\ncommand: [x]\n", "replicas", 422),
     ];
-    for (body, path) in cases {
+    for (body, path, want) in cases {
         let (status, err) = api.json("POST", "/v1/jobs", Some(body));
-        assert_eq!(status, 400, "{body}: {err}");
-        assert_eq!(err["error"]["code"], "invalid_spec", "{err}");
+        assert_eq!(status, want, "{body}: {err}");
+        let code = match want {
+            400 => "invalid_spec",
+            _ => err["error"]["code"].as_str().filter(|c| ["unschedulable", "unsupported"].contains(c)).unwrap_or("?"),
+        };
+        assert_eq!(err["error"]["code"], code, "{err}");
         let details = err["error"]["details"].as_array().unwrap();
         assert!(details.iter().any(|d| d["path"] == path), "{body}: want {path} in {err}");
     }
     let (status, _) = api.request("POST", "/v1/jobs", Some(vec![0xff, 0xfe, b'\n']));
     assert_eq!(status, 400);
-    let huge = vec![b'#'; 5 << 20];
+    let huge = vec![b'#'; (1 << 20) + 1];
     let (status, body) = api.request("POST", "/v1/jobs", Some(huge));
     let err: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!((status, err["error"]["code"].as_str()), (413, Some("payload_too_large")));
@@ -322,22 +385,36 @@ fn metrics_openapi_nodes_and_health() {
 }
 
 /// `fairway serve` as a child process, for kill -9.
-struct ServeProcess {
-    child: Child,
-    base: String,
+pub struct ServeProcess {
+    pub child: Child,
+    pub base: String,
 }
 
 fn serve(data_dir: &Path) -> ServeProcess {
-    let mut child = Command::new(FAIRWAY)
-        .args(["serve", "--gpus", "4", "--gpu-model", "A100", "--listen", "127.0.0.1:0", "--tick-ms", "100"])
+    serve_with(data_dir, &["--gpus", "4"], None)
+}
+
+/// `fairway serve` on `data_dir` with `args` (GPUs, config), from `cwd` if given; its
+/// registry record stays in a directory of the test's.
+pub fn serve_with(data_dir: &Path, args: &[&str], cwd: Option<&Path>) -> ServeProcess {
+    let mut command = Command::new(FAIRWAY);
+    command
+        .args(["serve", "--gpu-model", "A100", "--listen", "127.0.0.1:0", "--tick-ms", "100"])
+        .args(args)
         .arg("--data-dir")
         .arg(data_dir)
+        .env("XDG_STATE_HOME", std::env::temp_dir().join(format!("fairway-test-state-{}", std::process::id())))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    stdout.read_line(&mut line).unwrap();
+    // Keep reading: a server whose stdout is closed would fail to print when it stops.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let base =
         line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}")).to_owned();
     ServeProcess { child, base }
@@ -347,7 +424,8 @@ fn serve(data_dir: &Path) -> ServeProcess {
 fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
     let data_dir = tempfile::tempdir().unwrap();
     let mut first = serve(data_dir.path());
-    let api = Api::new(first.base.clone());
+    let token = Some(admin_token(data_dir.path()));
+    let api = Api::new(first.base.clone(), token.clone());
     let running: Vec<i64> =
         (0..2).map(|i| api.submit(&trainer_job(&format!("long-{i}"), "p", "medium", 2, 150, 40))[0]).collect();
     for &id in &running {
@@ -369,8 +447,9 @@ fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
 
     // Submissions in flight while the server dies: every one answered 201 must survive.
     let base = first.base.clone();
+    let submitter_token = token.clone();
     let submitter = std::thread::spawn(move || {
-        let api = Api::new(base);
+        let api = Api::new(base, submitter_token);
         let mut acknowledged = Vec::new();
         for i in 0.. {
             let (status, bytes) = api.request(
@@ -393,7 +472,7 @@ fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
     assert!(!acknowledged.is_empty(), "some submissions were acknowledged before the kill");
 
     let mut second = serve(data_dir.path());
-    let api = Api::new(second.base.clone());
+    let api = Api::new(second.base.clone(), token.clone());
     for &id in &acknowledged {
         let (status, _) = api.request("GET", &format!("/v1/jobs/{id}"), None);
         assert_eq!(status, 200, "acknowledged job {id} lost");
@@ -433,10 +512,21 @@ fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
     kill_jobs_under(data_dir.path());
 }
 
-fn cli(server: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+fn cli(server: &InProcess, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    cli_as(&server.api.base, server.api.token.as_deref(), args, stdin)
+}
+
+/// The `fairway` CLI against `base` with `token` in its environment, nothing from the
+/// environment of the test (no server, token or home of the person running it).
+fn cli_as(base: &str, token: Option<&str>, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     use std::io::Write;
-    let mut child = Command::new(FAIRWAY)
-        .args(["--server", server])
+    let mut command = Command::new(FAIRWAY);
+    command.env_remove("FAIRWAY_TOKEN").env_remove("FAIRWAY_TOKEN_FILE").env("HOME", "/nonexistent");
+    if let Some(token) = token {
+        command.env("FAIRWAY_TOKEN", token);
+    }
+    let mut child = command
+        .args(["--server", base])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -456,50 +546,50 @@ fn cli(server: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String
 #[test]
 fn cli_submit_ls_describe_logs_cancel_against_a_live_server() {
     let server = InProcess::start("2", "");
-    let base = server.api.base.clone();
-    let (code, out, err) = cli(&base, &["submit", "-f", "-"], Some(&trainer_job("busy", "vision", "low", 2, 400, 50)));
+    let base = &server;
+    let (code, out, err) = cli(base, &["submit", "-f", "-"], Some(&trainer_job("busy", "vision", "low", 2, 400, 50)));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("job/busy submitted (id 1)"), "{out}");
     server.api.wait_state(1, JobState::Running);
     // A medium job that may not preempt: it waits, and says why.
     let waiting = trainer_job("waiting", "ads", "medium", 2, 5, 10) + "preemption_policy: Never\n";
-    let (code, out, err) = cli(&base, &["submit", "-f", "-"], Some(&waiting));
+    let (code, out, err) = cli(base, &["submit", "-f", "-"], Some(&waiting));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("job/waiting submitted (id 2)"), "{out}");
     server.api.wait_for("a reason for the waiting job", |api| (!api.job(2).job.reasons.is_empty()).then_some(()));
 
-    let (code, out, err) = cli(&base, &["ls"], None);
+    let (code, out, err) = cli(base, &["ls"], None);
     assert_eq!(code, 0, "{err}");
     let busy = out.lines().find(|l| l.contains("busy")).unwrap_or_else(|| panic!("{out}"));
     assert!(busy.contains("running") && busy.contains("vision"), "{busy}");
     let waiting = out.lines().find(|l| l.contains("waiting")).unwrap_or_else(|| panic!("{out}"));
     assert!(waiting.contains("pending") && waiting.contains("no_fit") && waiting.contains("+1 more"), "{waiting}");
 
-    let (code, out, err) = cli(&base, &["describe", "waiting"], None);
+    let (code, out, err) = cli(base, &["describe", "waiting"], None);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("preemption_disabled") && out.contains("submitted"), "{out}");
 
     server.api.wait_for("the busy job's output", |api| api.log(1).contains("step 2/400").then_some(()));
-    let (code, out, err) = cli(&base, &["logs", "busy", "--tail", "50"], None);
+    let (code, out, err) = cli(base, &["logs", "busy", "--tail", "50"], None);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("starting from step 0") && out.contains("step 1/400"), "{out}");
 
-    let (code, out, err) = cli(&base, &["cancel", "busy"], None);
+    let (code, out, err) = cli(base, &["cancel", "busy"], None);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains('1'), "{out}");
     server.api.wait_state(1, JobState::Cancelled);
     server.api.wait_state(2, JobState::Succeeded);
-    let (code, out, _) = cli(&base, &["ls", "-A", "-o", "json"], None);
+    let (code, out, _) = cli(base, &["ls", "-A", "-o", "json"], None);
     assert_eq!(code, 0);
     let list: JobList = serde_json::from_str(&out).unwrap();
     let states: Vec<(String, JobState)> = list.jobs.into_iter().map(|j| (j.name, j.state)).collect();
     assert_eq!(states, [("waiting".to_string(), JobState::Succeeded), ("busy".to_string(), JobState::Cancelled)]);
 
-    let (code, _, err) = cli(&base, &["describe", "nope"], None);
+    let (code, _, err) = cli(base, &["describe", "nope"], None);
     assert_eq!(code, 1);
     assert!(err.contains("nope"), "{err}");
     let (code, _, err) = cli(
-        &base,
+        base,
         &["submit", "-f", "-"],
         Some("name: x\ntenant: { project: p }\nresources: { gpus: 3 }\ncommand: [a]\n"),
     );
@@ -508,7 +598,7 @@ fn cli_submit_ls_describe_logs_cancel_against_a_live_server() {
 }
 
 /// Processes whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<u32> {
+pub fn processes_with(needle: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };

@@ -136,9 +136,18 @@ impl Names {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 format!("over_quota({} {}: used {used} + {requested} > {limit})", self.a(*account), resource.name())
             }
-            PendingReason::NeverFits { gpus_per_replica, gpu_model, resource, requested, largest } => {
+            PendingReason::NeverFits {
+                gpus_per_replica,
+                gpu_model,
+                resource,
+                requested,
+                largest,
+                replicas,
+                replicas_max,
+            } => {
                 let why = match resource {
                     Some(kind) => format!("{} {requested} > {largest}", kind.name()),
+                    None if *replicas_max > 0 => format!("{replicas} replicas > {replicas_max} the nodes hold"),
                     None => "no node has it all".into(),
                 };
                 format!("never_fits({gpus_per_replica} GPUs/replica{}; {why})", self.model_suffix(*gpu_model))
@@ -388,6 +397,7 @@ impl Runner {
             "quota" => self.quota(&line),
             "submit" => self.submit(&line),
             "restore" => self.restore(&line),
+            "restore-hold" => self.restore_hold(&line),
             "cancel" => {
                 line.only(&[])?;
                 let job = self.names.job(line.arg(0)?)?;
@@ -587,18 +597,28 @@ impl Runner {
         self.apply(&format!("submit {name}"), Event::Submit(spec))
     }
 
-    /// `restore NAME <submit keys> submitted=T [running=n1:0,1+n2:0,1 started=T]
-    /// [runtime-done=T] [preemptions=N]`: a job known before a driver restart.
+    /// `restore NAME <submit keys> submitted=T [running=n1:0,1+n2:0,1 started=T
+    /// [stopping=cancelled|runtime-limit|PREEMPTOR deadline=T]] [runtime-done=T]
+    /// [preemptions=N]`: a job known before a driver restart.
     fn restore(&mut self, line: &Line) -> Result<(), String> {
         let mut keys = SUBMIT_KEYS.to_vec();
-        keys.extend(["submitted", "running", "started", "runtime-done", "preemptions"]);
+        keys.extend(["submitted", "running", "started", "stopping", "deadline", "runtime-done", "preemptions"]);
         line.only(&keys)?;
         let (name, spec) = self.job_spec(line)?;
+        let stopping = match line.get("stopping") {
+            None => None,
+            Some("cancelled") => Some(RestoredStop::Stopped(StopCause::Cancelled)),
+            Some("runtime-limit") => Some(RestoredStop::Stopped(StopCause::RuntimeLimit)),
+            Some(preemptor) => Some(RestoredStop::Preempted {
+                preemptor: self.names.job(preemptor)?,
+                deadline: Time(parse_time(line.get("deadline").ok_or("restore: stopping= needs deadline=")?)?),
+            }),
+        };
         let running = match line.get("running") {
             None => None,
             Some(text) => {
                 let started_at = Time(line.get("started").map_or(Ok(0), parse_time)?);
-                Some(RestoredRun { placement: self.placement(text), started_at })
+                Some(RestoredRun { placement: self.placement(text), started_at, stopping })
             }
         };
         let restored = RestoredJob {
@@ -610,6 +630,22 @@ impl Runner {
             running,
         };
         self.apply(&format!("restore {name}"), Event::Restore(restored))
+    }
+
+    /// `restore-hold NAME n1:0,1+n2:2,3 victims=a,b`: a preemptor's hold after a restart.
+    fn restore_hold(&mut self, line: &Line) -> Result<(), String> {
+        line.only(&["victims"])?;
+        let preemptor = self.names.job(line.arg(0)?)?;
+        let placement = self.placement(line.arg(1)?);
+        let victims = line
+            .get("victims")
+            .unwrap_or("")
+            .split(',')
+            .filter(|v| !v.is_empty())
+            .map(|v| self.names.job(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        let what = format!("restore-hold {}", line.args.join(" "));
+        self.apply(&what, Event::RestoreHold(RestoredHold { preemptor, placement, victims }))
     }
 
     /// `n1:0,1+n2:2,3`: one replica per `+`, a node and its GPU indices.

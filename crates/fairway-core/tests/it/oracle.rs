@@ -66,6 +66,16 @@ impl Oracle {
                     }
                 }
             }
+            Event::RestoreHold(hold) => {
+                // A restored hold keeps what it reserves, above a cap too, as a restored run does.
+                if let Some(spec) = self.specs.get(&hold.preemptor).cloned() {
+                    for a in spec.accounts() {
+                        let committed = self.committed(s, a);
+                        let g = self.grandfathered.entry(a).or_default();
+                        *g = max(*g, committed);
+                    }
+                }
+            }
             Event::SetQuota { account, quota } => {
                 match quota {
                     Some(q) => self.quotas.insert(*account, *q),
@@ -488,8 +498,19 @@ impl Oracle {
             }
             let matches_model = |n: &NodeSpec| spec.gpu_model.is_none_or(|m| m == n.gpu_model);
             if reasons.iter().any(|r| matches!(r, PendingReason::NeverFits { .. })) {
-                if self.nodes.values().any(|n| matches_model(n) && spec.per_replica.fits_in(n.capacity)) {
-                    return Err(format!("{id} said to never fit, but a node holds a replica: {reasons:?}"));
+                // Replica by replica onto the empty nodes: how many fit in all.
+                let mut fit = 0u64;
+                for n in self.nodes.values().filter(|n| matches_model(n)) {
+                    let mut room = n.capacity;
+                    while spec.per_replica.fits_in(room) && fit < u64::from(spec.replicas) {
+                        room = room.minus(spec.per_replica);
+                        fit += 1;
+                    }
+                }
+                if fit >= u64::from(spec.replicas) {
+                    return Err(format!(
+                        "{id} said to never fit, but the empty nodes hold its {fit} replicas: {reasons:?}"
+                    ));
                 }
                 continue;
             }

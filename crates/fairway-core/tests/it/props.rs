@@ -426,6 +426,7 @@ fn script_line(event: &Event, now: Time) -> String {
     let at = format!("at={}ms", now.millis());
     let acct = |a: AccountId| if a.0 >= PROJECT_BASE { format!("p{}", a.0) } else { format!("u{}", a.0) };
     match event {
+        Event::RestoreHold(_) => unreachable!("the generator makes no restored holds"),
         Event::Submit(j) => {
             let mut line = format!(
                 "submit j{id} id={id} {at} prio={} gpus={} cpu={} mem={} replicas={} user={} project={} grace={}ms",

@@ -24,6 +24,7 @@ fn run(real_gpus: bool) -> ContainerRun {
         env: BTreeMap::from([
             ("CUDA_VISIBLE_DEVICES".to_owned(), "2,3".to_owned()),
             ("FAIRWAY_CHECKPOINT_DIR".to_owned(), "/var/lib/fairway/ckpt/12".to_owned()),
+            ("FAIRWAY_COMPLETION_FILE".to_owned(), "/var/lib/fairway/ckpt/12/.fairway-complete".to_owned()),
             (
                 "FAIRWAY_PREEMPT_NOTICE_FILE".to_owned(),
                 "/var/lib/fairway/jobs/12/notice/preempt-notice.json".to_owned(),
@@ -54,6 +55,8 @@ fn docker_argv_with_real_gpus() {
             "-e",
             "FAIRWAY_CHECKPOINT_DIR=/fairway/checkpoint",
             "-e",
+            "FAIRWAY_COMPLETION_FILE=/fairway/checkpoint/.fairway-complete",
+            "-e",
             "FAIRWAY_PREEMPT_NOTICE_FILE=/fairway/notice/preempt-notice.json",
             "-v",
             "/var/lib/fairway/ckpt/12:/fairway/checkpoint",
@@ -63,6 +66,7 @@ fn docker_argv_with_real_gpus() {
             "/workspace",
             "--gpus",
             "\"device=2,3\"",
+            "--",
             "nvcr.io/nvidia/pytorch:24.01-py3",
             "python",
             "train.py",
@@ -86,6 +90,8 @@ fn podman_argv_with_real_gpus_uses_cdi_devices() {
             "-e",
             "FAIRWAY_CHECKPOINT_DIR=/fairway/checkpoint",
             "-e",
+            "FAIRWAY_COMPLETION_FILE=/fairway/checkpoint/.fairway-complete",
+            "-e",
             "FAIRWAY_PREEMPT_NOTICE_FILE=/fairway/notice/preempt-notice.json",
             "-v",
             "/var/lib/fairway/ckpt/12:/fairway/checkpoint",
@@ -97,6 +103,7 @@ fn podman_argv_with_real_gpus_uses_cdi_devices() {
             "nvidia.com/gpu=2",
             "--device",
             "nvidia.com/gpu=3",
+            "--",
             "nvcr.io/nvidia/pytorch:24.01-py3",
             "python",
             "train.py",
@@ -126,7 +133,10 @@ fn simulated_gpus_get_no_gpu_flags_and_keep_the_env() {
             "-e",
             "FAIRWAY_CHECKPOINT_DIR=/var/lib/fairway/ckpt/12",
             "-e",
+            "FAIRWAY_COMPLETION_FILE=/var/lib/fairway/ckpt/12/.fairway-complete",
+            "-e",
             "FAIRWAY_PREEMPT_NOTICE_FILE=/var/lib/fairway/jobs/12/notice/preempt-notice.json",
+            "--",
             "nvcr.io/nvidia/pytorch:24.01-py3",
         ]
     );
@@ -174,10 +184,10 @@ fn runners_report_the_cli_outcome() {
     let args_file = dir.path().join("args");
     let script = format!(
         r#"echo "$@" >> '{}'
-case "$1 $2" in
-  "image inspect") [ "$3" = present:1 ] ;;
-  "pull denied:1") echo "Error response from daemon: pull access denied for denied" >&2; exit 1 ;;
-  "rm -f") echo "Error: No such container: $3" >&2; exit 1 ;;
+case "$1 $2 $3" in
+  "image inspect --") [ "$4" = present:1 ] ;;
+  "pull -- denied:1") echo "Error response from daemon: pull access denied for denied" >&2; exit 1 ;;
+  "rm -f "*) echo "Error: No such container: $3" >&2; exit 1 ;;
   *) exit 0 ;;
 esac"#,
         args_file.display()
@@ -187,11 +197,11 @@ esac"#,
     assert!(!image_present(&cli, "absent:1"));
     pull_image(&cli, "ok:1").unwrap();
     let err = pull_image(&cli, "denied:1").unwrap_err().to_string();
-    assert!(err.contains("pull denied:1 failed") && err.contains("pull access denied"), "{err}");
+    assert!(err.contains("pull -- denied:1 failed") && err.contains("pull access denied"), "{err}");
     remove_container(&cli, "fairway-job-12").unwrap();
     assert_eq!(
         fs::read_to_string(&args_file).unwrap(),
-        "image inspect present:1\nimage inspect absent:1\npull ok:1\npull denied:1\nrm -f fairway-job-12\n"
+        "image inspect -- present:1\nimage inspect -- absent:1\npull -- ok:1\npull -- denied:1\nrm -f fairway-job-12\n"
     );
     let missing = ContainerRuntime { kind: RuntimeKind::Docker, path: dir.path().join("none") };
     assert!(pull_image(&missing, "x").is_err() && !image_present(&missing, "x"));

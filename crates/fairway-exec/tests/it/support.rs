@@ -26,6 +26,7 @@ pub fn spec(dir: &Path, argv: &[&str]) -> LaunchSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: None,
         env: BTreeMap::new(),
+        run_as: None,
         shim_exe: helper_exe(),
     }
 }

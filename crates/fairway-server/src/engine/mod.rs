@@ -13,7 +13,18 @@
 //! 6. If anything changed (or on a tick): run one core cycle; write its decisions in one
 //!    transaction, commit, then give them to the executor.
 //! 7. Answer the queries of the batch (after the cycle, so reasons are fresh).
+//!
+//! **When the store cannot be written** (disk full, I/O error), nothing is carried out that
+//! was not recorded first: the decisions of that cycle are dropped, no process is started
+//! or signalled for them, and the engine turns *degraded*. While degraded it refuses every
+//! change with 503 `store_unavailable`, runs no cycle, answers queries, and says why in
+//! `/healthz`. On each tick it tries a small write; once one succeeds it rebuilds its whole
+//! state from the store exactly as a restart would (re-adopting live runs, judging runs
+//! that ended meanwhile from their exit records) and resumes. Memory and store thus never
+//! stay out of step.
 
+mod admin;
+mod jobdirs;
 mod recovery;
 mod runs;
 mod submit;
@@ -35,9 +46,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 use crate::api::{
-    CancelResponse, Health, NodeList, PreemptionView, PriorityClassList, QuotaList, QuotaSpec, QuotaView, ReasonView,
-    SubmitResponse,
+    CancelResponse, Health, NewTokenRequest, NodeList, PreemptionView, PriorityClassList, ProjectList, ProjectSpec,
+    ProjectView, QuotaList, QuotaSpec, QuotaView, ReasonView, SubmitResponse, TokenCreated,
 };
+use crate::auth::{Identity, Tokens};
 use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::executor::{ExecCommand, ProcessRecord, RunExit};
@@ -58,6 +70,7 @@ pub type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
 pub enum Command {
     Submit {
         parsed: fairway_spec::Parsed,
+        who: Identity,
         reply: Reply<SubmitResponse>,
     },
     Cancel {
@@ -89,6 +102,22 @@ pub enum Command {
     Classes {
         reply: oneshot::Sender<PriorityClassList>,
     },
+    Projects {
+        reply: oneshot::Sender<ProjectList>,
+    },
+    SetProject {
+        name: String,
+        spec: ProjectSpec,
+        reply: Reply<ProjectView>,
+    },
+    CreateToken {
+        spec: NewTokenRequest,
+        reply: Reply<TokenCreated>,
+    },
+    RevokeToken {
+        id: i64,
+        reply: Reply<()>,
+    },
     Health {
         reply: oneshot::Sender<Health>,
     },
@@ -98,11 +127,12 @@ pub enum Command {
         run: u32,
         processes: Vec<ProcessRecord>,
     },
-    /// From the executor: a run is over.
+    /// From the executor: a run is over. `killed`: it was still running at its deadline.
     RunEnded {
         job: i64,
         run: u32,
         exit: RunExit,
+        killed: bool,
     },
     Shutdown,
 }
@@ -127,9 +157,18 @@ pub(crate) struct ActiveJob {
     pub in_flight: bool,
     pub started_at_ms: Option<u64>,
     pub failures: u32,
+    pub preemptions: u32,
+    /// Run time of finished runs.
+    pub runtime_done_ms: u64,
+    /// Since when it waits, while pending (submission, or the end of its last run).
+    pub pending_since_ms: Option<u64>,
     pub last_checkpoint_ms: Option<u64>,
-    /// Restored while being preempted: its exit is a preemption, not a failure.
-    pub recovered_preempting: bool,
+    /// When the server asked the current run to stop (preemption, cancel, run-time limit):
+    /// an exit after this is that stop, whatever its status, unless the job reported that it
+    /// had completed.
+    pub stop_requested_at_ms: Option<u64>,
+    /// Waiting out a retry's backoff: not in the core until then.
+    pub retry_at_ms: Option<u64>,
 }
 
 /// The cluster as the server runs it: node `i` is the core's `NodeId(i)`.
@@ -168,6 +207,18 @@ pub struct Engine {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) runtime: Option<ContainerRuntime>,
     pub(crate) images: Arc<RwLock<Vec<crate::api::ImageView>>>,
+    pub(crate) tokens: Tokens,
+    /// A copy of `classes` for the HTTP handlers, updated whenever `classes` changes.
+    pub(crate) shared_classes: Arc<RwLock<PriorityClasses>>,
+    /// Per-project settings from the store (what the API set; the config file's values are
+    /// written there at start-up).
+    pub(crate) projects: BTreeMap<String, fairway_store::ProjectRow>,
+    /// Jobs waiting out a retry's backoff, by the time they return to the queue.
+    pub(crate) backoff: std::collections::BTreeSet<(u64, i64)>,
+    /// The Unix identity each project's jobs run as (config `projects[].run_as`).
+    pub(crate) run_as: BTreeMap<String, fairway_exec::RunAs>,
+    /// Why the store cannot be written, while it cannot (see the module doc).
+    pub(crate) degraded: Option<String>,
     /// Something changed since the last cycle.
     dirty: bool,
     last_tick: Instant,
@@ -182,16 +233,16 @@ pub struct EngineParts {
     pub metrics: Arc<Metrics>,
     pub runtime: Option<ContainerRuntime>,
     pub images: Arc<RwLock<Vec<crate::api::ImageView>>>,
+    pub tokens: Tokens,
+    pub classes: Arc<RwLock<PriorityClasses>>,
 }
 
 impl Engine {
     /// Builds the core from the store: nodes, classes, quotas, then every unfinished job
     /// (pending ones at their original positions, live runs re-adopted).
     pub fn start(parts: EngineParts) -> Result<Engine, crate::ServerError> {
-        let limits = Limits { jobs_max: parts.config.file.limits.jobs_active_max, ..Limits::default() };
-        let core = Scheduler::new(Config { limits, ..Config::default() });
         let mut engine = Engine {
-            core,
+            core: new_core(&parts.config),
             store: parts.store,
             interner: Interner::new(),
             classes: PriorityClasses::builtin(),
@@ -202,14 +253,54 @@ impl Engine {
             metrics: parts.metrics,
             runtime: parts.runtime,
             images: parts.images,
+            tokens: parts.tokens,
+            shared_classes: parts.classes,
+            projects: BTreeMap::new(),
+            backoff: std::collections::BTreeSet::new(),
+            run_as: BTreeMap::new(),
+            degraded: None,
             dirty: true,
             last_tick: Instant::now(),
         };
-        engine.add_nodes()?;
-        engine.load_classes()?;
-        engine.load_quotas()?;
-        engine.recover()?;
+        // A store that cannot be written is refused now, before anything is restored.
+        engine.store.probe_write(now_ms())?;
+        engine.run_as = resolve_run_as(&engine.config)?;
+        engine.bootstrap_admin_token()?;
+        engine.write_config_settings()?;
+        engine.absolutize_paths()?;
+        engine.load()?;
         Ok(engine)
+    }
+
+    /// Everything in memory, from the store: nodes, classes, quotas, projects, tokens, and
+    /// every unfinished job. The same at start-up and after the store was unwritable.
+    fn load(&mut self) -> Result<(), crate::ServerError> {
+        self.add_nodes()?;
+        self.load_classes()?;
+        self.share_classes();
+        self.load_quotas()?;
+        self.projects = self.store.projects()?.into_iter().map(|p| (p.name.clone(), p)).collect();
+        self.tokens.load(&self.store.tokens()?);
+        self.recover()
+    }
+
+    /// Gives the HTTP handlers the classes as they are now.
+    pub(crate) fn share_classes(&self) {
+        *self.shared_classes.write().expect("not poisoned") = self.classes.clone();
+    }
+
+    /// Drops every in-memory fact and loads them again from the store: what a restart
+    /// would build, without stopping any process.
+    pub(crate) fn rebuild(&mut self) -> Result<(), crate::ServerError> {
+        self.core = new_core(&self.config);
+        self.interner = Interner::new();
+        self.classes = PriorityClasses::builtin();
+        self.jobs.clear();
+        self.backoff.clear();
+        self.metrics.reset_job_gauges();
+        self.load()?;
+        self.touch();
+        Ok(())
     }
 
     fn add_nodes(&mut self) -> Result<(), crate::ServerError> {
@@ -240,6 +331,34 @@ impl Engine {
         (kind.to_owned(), name.to_owned())
     }
 
+    /// Records that the store could not be written: see the module doc.
+    pub(crate) fn degrade(&mut self, what: &str, error: &fairway_store::StoreError) {
+        if self.degraded.is_none() {
+            tracing::error!(
+                "cannot record {what}: {error}; refusing changes and starting nothing until the store can be written"
+            );
+        }
+        self.degraded = Some(format!("cannot write the store: {error}"));
+    }
+
+    /// On a tick while degraded: if the store takes a write again, rebuild from it.
+    fn try_recover_store(&mut self) {
+        if self.store.probe_write(now_ms()).is_err() {
+            return;
+        }
+        let problem = self.degraded.take();
+        match self.rebuild() {
+            Ok(()) if self.degraded.is_none() => {
+                tracing::info!("the store can be written again; state rebuilt from it ({problem:?} is over)");
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::error!("rebuilding from the store failed: {e}");
+                self.degraded = Some(format!("rebuilding from the store failed: {e}"));
+            }
+        }
+    }
+
     /// Runs the loop until `Shutdown` or until every sender is gone.
     pub fn run(mut self, commands: Receiver<Command>) {
         loop {
@@ -265,6 +384,17 @@ impl Engine {
 
     /// One turn of the loop (steps 3–7 of the module recipe).
     fn turn(&mut self, batch: Vec<Command>) {
+        let ticked = self.last_tick.elapsed() >= Duration::from_millis(self.config.tick_ms);
+        if ticked {
+            self.last_tick = Instant::now();
+            if self.degraded.is_some() {
+                self.try_recover_store();
+            }
+        }
+        if let Some(problem) = self.degraded.clone() {
+            self.turn_degraded(batch, &problem);
+            return;
+        }
         let now = now_ms();
         let (submissions, rest): (Vec<Command>, Vec<Command>) =
             batch.into_iter().partition(|c| matches!(c, Command::Submit { .. }));
@@ -274,7 +404,7 @@ impl Engine {
         let mut queries = Vec::new();
         for command in rest {
             match command {
-                Command::RunEnded { job, run, exit } => self.run_ended(job, run, exit, now),
+                Command::RunEnded { job, run, exit, killed } => self.run_ended(job, run, exit, killed, now),
                 Command::Launched { job, run, processes } => self.launched(job, run, &processes),
                 Command::Cancel { id, reply } => {
                     let _ = reply.send(self.cancel(id, now));
@@ -285,15 +415,25 @@ impl Engine {
                 Command::SetQuota { kind, account, quota, reply } => {
                     let _ = reply.send(self.set_quota(&kind, &account, quota));
                 }
+                Command::SetProject { name, spec, reply } => {
+                    let _ = reply.send(self.set_project(&name, spec));
+                }
+                Command::CreateToken { spec, reply } => {
+                    let _ = reply.send(self.create_token(spec, now));
+                }
+                Command::RevokeToken { id, reply } => {
+                    let _ = reply.send(self.revoke_token(id, now));
+                }
                 query => queries.push(query),
             }
         }
-        let ticked = self.last_tick.elapsed() >= Duration::from_millis(self.config.tick_ms);
-        if ticked {
-            self.last_tick = Instant::now();
+        if ticked && self.degraded.is_none() {
             self.poll_checkpoint_markers();
         }
-        if self.dirty || ticked || self.core.next_wakeup().is_some_and(|t| t.millis() <= now) {
+        self.end_backoffs(now);
+        if self.degraded.is_some() {
+            // A write failed this turn: no cycle on a state the store does not have.
+        } else if self.dirty || ticked || self.core.next_wakeup().is_some_and(|t| t.millis() <= now) {
             self.dirty = false;
             self.cycle(now_ms());
             let (_, allocated) = self.core.gpu_totals();
@@ -301,6 +441,27 @@ impl Engine {
         }
         for query in queries {
             self.answer(query);
+        }
+    }
+
+    /// A turn while the store cannot be written: changes are refused, executor reports are
+    /// dropped (the rebuild judges runs from what they left on disk), queries are answered.
+    fn turn_degraded(&mut self, batch: Vec<Command>, problem: &str) {
+        fn refuse<T>(reply: Reply<T>, problem: &str) {
+            let _ = reply.send(Err(ApiError::store_unavailable(problem)));
+        }
+        for command in batch {
+            match command {
+                Command::Submit { reply, .. } => refuse(reply, problem),
+                Command::Cancel { reply, .. } => refuse(reply, problem),
+                Command::Checkpoint { reply, .. } => refuse(reply, problem),
+                Command::SetQuota { reply, .. } => refuse(reply, problem),
+                Command::SetProject { reply, .. } => refuse(reply, problem),
+                Command::CreateToken { reply, .. } => refuse(reply, problem),
+                Command::RevokeToken { reply, .. } => refuse(reply, problem),
+                Command::RunEnded { .. } | Command::Launched { .. } | Command::Shutdown => {}
+                query => self.answer(query),
+            }
         }
     }
 
@@ -339,6 +500,36 @@ impl Engine {
     pub(crate) fn job_dir(&self, id: i64) -> PathBuf {
         job_dir(&self.config.data_dir, id)
     }
+
+    /// Who a project's jobs run as; `None`: the server's own user.
+    pub(crate) fn run_as_of(&self, project: &str) -> Option<fairway_exec::RunAs> {
+        self.run_as.get(project).copied()
+    }
+}
+
+/// Each `run_as` user of the config, looked up once: a server that is not root cannot
+/// switch users, and an unknown user is a configuration error, both refused at start.
+fn resolve_run_as(config: &ServerConfig) -> Result<BTreeMap<String, fairway_exec::RunAs>, crate::ServerError> {
+    let mut out = BTreeMap::new();
+    for (i, project) in config.file.projects.iter().enumerate() {
+        let Some(name) = &project.run_as else { continue };
+        if !nix::unistd::geteuid().is_root() {
+            return Err(crate::ServerError::Config(format!(
+                "projects[{i}].run_as: only a server running as root can run jobs as another user ({name:?})"
+            )));
+        }
+        let user = nix::unistd::User::from_name(name)
+            .ok()
+            .flatten()
+            .ok_or_else(|| crate::ServerError::Config(format!("projects[{i}].run_as: no Unix user {name:?}")))?;
+        out.insert(project.name.clone(), fairway_exec::RunAs { uid: user.uid.as_raw(), gid: user.gid.as_raw() });
+    }
+    Ok(out)
+}
+
+fn new_core(config: &ServerConfig) -> Scheduler {
+    let limits = Limits { jobs_max: config.file.limits.jobs_active_max, ..Limits::default() };
+    Scheduler::new(Config { limits, ..Config::default() })
 }
 
 /// Where a job keeps its checkpoint directory, logs and run directories.

@@ -1,25 +1,37 @@
-//! Start-up: classes, quotas, and every job the store says is not finished.
+//! Start-up (and rebuild after the store was unwritable): classes, quotas, and every job
+//! the store says is not finished.
 //!
-//! A pending job returns to its original queue position (its submit time and id). A run the
-//! store says is live is looked for: by the recorded supervisor pids *and* their start times
-//! (a reused pid is not our process), or, when the server died before recording them, by
-//! scanning `/proc` for a shim of the run's directory. A live run is re-adopted and keeps
-//! its GPUs; a finished one is judged from its `exit.json`; one that never started is
-//! requeued without counting against anything; one that vanished is judged by the restart
-//! policy (`retries`).
+//! 1. A pending job returns to its original queue position (its submit time and id); one
+//!    waiting out a retry's backoff waits out the rest of it first.
+//! 2. A run the store says is live is looked for: by the recorded supervisor pids *and*
+//!    their start times (a reused pid is not our process), or, when the server died before
+//!    recording them, by scanning `/proc` for a shim of the run's directory. A live run is
+//!    re-adopted and keeps its GPUs; if it was being stopped, it stays on its way out with
+//!    its original deadline (no fresh grace period), and a preemptor gets its hold back.
+//! 3. A run whose supervisors are gone is judged from its `exit.json`, like any run's end;
+//!    whatever its processes left behind (children that outlived the shim) is killed first,
+//!    so that nothing of it keeps using GPUs another job is about to get. One that never
+//!    started is requeued without counting against anything.
 
 use std::path::{Path, PathBuf};
 
-use fairway_core::{Event, PreemptionPolicy, RestoredJob, RestoredRun, Time};
+use fairway_core::{Event, PreemptionPolicy, RestoredHold, RestoredJob, RestoredRun, RestoredStop, StopCause, Time};
 use fairway_exec::{ExitRecord, LAUNCH_FILE};
 use fairway_spec::ResolvedJob;
-use fairway_store::{JobRow, JobState, NewEvent};
+use fairway_store::{JobRow, JobState, NewEvent, StopRow};
 
-use super::runs::parse_placement;
+use super::runs::{StoredHold, parse_placement, placement_of};
 use super::submit::new_active;
 use super::{AccountKind, Engine, core_id, now_ms, tier_label};
 use crate::ServerError;
 use crate::executor::{ExecCommand, ProcessRecord, RunExit};
+
+/// A run found ended at recovery, to judge once every job is back.
+struct Ended {
+    id: i64,
+    exit: RunExit,
+    killed: bool,
+}
 
 impl Engine {
     /// Built-ins, then the config file's classes, then classes submitted earlier.
@@ -52,30 +64,8 @@ impl Engine {
         Ok(())
     }
 
-    /// The config file's quotas win over stored ones for the same account (the file is
-    /// declarative); quotas set through the API persist for the others.
+    /// The stored quotas (the config file's were written over them at start-up).
     pub(crate) fn load_quotas(&mut self) -> Result<(), ServerError> {
-        let rows: Vec<fairway_store::QuotaRow> = self
-            .config
-            .file
-            .quotas
-            .iter()
-            .map(|q| {
-                let (kind, account) = match (&q.project, &q.user) {
-                    (Some(p), _) => ("project", p.clone()),
-                    (None, Some(u)) => ("user", u.clone()),
-                    (None, None) => unreachable!("checked when the config was read"),
-                };
-                fairway_store::QuotaRow {
-                    account_kind: kind.into(),
-                    account,
-                    gpus_max: q.gpus_max,
-                    cpu_millis_max: q.cpu_millis_max,
-                    memory_mib_max: q.memory_mib_max,
-                }
-            })
-            .collect();
-        self.write(|tx| rows.iter().try_for_each(|r| tx.set_quota(r)))?;
         for row in self.store.quotas()? {
             let kind = AccountKind::parse(&row.account_kind).unwrap_or(AccountKind::Project);
             let account = self.account(kind, &row.account).map_err(|e| ServerError::Config(e.message))?;
@@ -97,40 +87,52 @@ impl Engine {
             tracing::info!(jobs = rows.len(), "restoring unfinished jobs from the store");
         }
         let mut ended = Vec::new();
+        let mut holds = Vec::new();
         for row in rows {
             let id = row.id;
             let resolved = match resolved_from_row(&row) {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(id, "stored job cannot be read back; marking it failed: {e}");
-                    let event = lost_event(id, format!("its stored spec cannot be read: {e}"));
-                    self.write(|tx| tx.set_state(id, JobState::Failed, &event))?;
+                    let event = recovered_event(id, format!("its stored spec cannot be read: {e}"));
+                    let _ =
+                        self.write("a job that cannot be read back", |tx| tx.set_state(id, JobState::Failed, &event));
                     continue;
                 }
             };
-            if let Some(exit) = self.recover_job(row, resolved)? {
-                ended.push((id, exit));
+            if let Some(hold) = row.hold_json.as_deref().filter(|_| row.state == JobState::Pending) {
+                holds.push((id, hold.to_owned()));
+            }
+            if let Some(end) = self.recover_job(row, resolved)? {
+                ended.push(end);
             }
         }
-        // Runs that ended while the server was down are judged once everything is restored,
-        // through the same path as any other end of a run.
-        for (id, exit) in ended {
+        // Holds after every job is back: they name victims restored after them.
+        for (id, json) in holds {
+            self.restore_hold(id, &json);
+        }
+        // Runs that ended while the server was down are judged through the same path as any
+        // other end of a run.
+        for Ended { id, exit, killed } in ended {
             let run = self.jobs[&id].run;
-            self.run_ended(id, run, exit, now_ms());
+            self.run_ended(id, run, exit, killed, now_ms());
         }
         self.touch();
         Ok(())
     }
 
     /// Restores one job; returns how its run ended if it ended while the server was down.
-    fn recover_job(&mut self, row: JobRow, resolved: ResolvedJob) -> Result<Option<RunExit>, ServerError> {
+    fn recover_job(&mut self, row: JobRow, resolved: ResolvedJob) -> Result<Option<Ended>, ServerError> {
         let id = row.id;
         let spec = self.core_spec(id, &resolved).map_err(|e| ServerError::Config(e.message))?;
         let mut active = new_active(resolved, row.submitted_at_ms);
         active.run = row.restart_count;
         active.failures = row.failures;
+        active.preemptions = row.preemptions;
+        active.runtime_done_ms = row.runtime_done_ms;
         active.first_started_at_ms = row.first_started_at_ms;
         active.last_checkpoint_ms = row.last_checkpoint_ms;
+        active.pending_since_ms = row.pending_since_ms;
         let restored = RestoredJob {
             spec,
             submitted_at: Time(row.submitted_at_ms),
@@ -149,14 +151,15 @@ impl Engine {
             _ => None,
         };
         let Some((placement, run_dir, started_at)) = live_run else {
-            self.restore_pending(id, restored, active, &tier, was)?;
+            self.restore_pending(id, restored, active, &tier, was, row.retry_at_ms)?;
             return Ok(None);
         };
         let replica_dirs: Vec<PathBuf> =
             (0..placement.replicas().len()).map(|i| run_dir.join(format!("replica-{i}"))).collect();
         let processes = live_processes(&row, &replica_dirs);
-        let running =
-            RestoredJob { running: Some(RestoredRun { placement, started_at: Time(started_at) }), ..restored.clone() };
+        let stopping = row.stop.as_ref().and_then(restored_stop);
+        let run = RestoredRun { placement, started_at: Time(started_at), stopping };
+        let running = RestoredJob { running: Some(run), ..restored.clone() };
         if let Err(e) = self.core.apply(Event::Restore(running), Time(now_ms())) {
             // The node layout changed under the run (a smaller --gpus): it cannot keep its
             // GPUs. Stop what is left of it and queue it again.
@@ -164,29 +167,37 @@ impl Engine {
             for p in &processes {
                 let _ = fairway_exec::signal_group(p.pid, fairway_exec::Signal::Kill);
             }
-            let event = lost_event(id, format!("its run could not be restored ({e}); back in the queue"));
-            self.write(|tx| tx.end_run(id, &requeue_end(), &event))?;
-            self.restore_pending(id, restored, active, &tier, JobState::Pending)?;
+            self.kill_leftovers(id, row.restart_count);
+            let event = recovered_event(id, format!("its run could not be restored ({e}); back in the queue"));
+            let _ = self.write("a run that cannot be restored", |tx| tx.end_run(id, &requeue_end(), &event));
+            active.pending_since_ms = Some(now_ms());
+            self.restore_pending(id, restored, active, &tier, JobState::Pending, None)?;
             return Ok(None);
         }
         active.in_flight = true;
         active.started_at_ms = Some(started_at);
-        active.recovered_preempting = was == JobState::Preempting;
+        active.stop_requested_at_ms = row.stop.as_ref().map(|s| s.requested_at_ms);
         active.state = was;
         self.metrics.job_state(&tier, was, 1);
         let run = active.run;
         self.jobs.insert(id, active);
         if !processes.is_empty() {
             let container = self.container_of(id);
-            let _ = self.exec.send(ExecCommand::Adopt { job: id, run, replicas: processes, grace_ms, container });
-            if was == JobState::Stopping && self.stopped_by_cancel(id)? {
-                self.core
-                    .apply(Event::Cancel(core_id(id)), Time(now_ms()))
-                    .map_err(|e| ServerError::Config(e.to_string()))?;
-            }
+            let kill_at_unix_ms = row.stop.as_ref().map(|s| s.kill_at_ms);
+            let _ = self.exec.send(ExecCommand::Adopt {
+                job: id,
+                run,
+                replicas: processes,
+                grace_ms,
+                container,
+                kill_at_unix_ms,
+            });
             return Ok(None);
         }
-        Ok(Some(ended_run(&replica_dirs)))
+        self.kill_leftovers(id, run);
+        let killed = row.stop.as_ref().is_some_and(|s| s.kill_at_ms <= now_ms());
+        let exit = ended_run(&replica_dirs);
+        Ok(Some(Ended { id, killed: killed && exit == RunExit::Lost, exit }))
     }
 
     fn restore_pending(
@@ -196,11 +207,23 @@ impl Engine {
         mut active: super::ActiveJob,
         tier: &str,
         was: JobState,
+        retry_at_ms: Option<u64>,
     ) -> Result<(), ServerError> {
-        self.core.apply(Event::Restore(restored), Time(now_ms())).map_err(|e| ServerError::Config(e.to_string()))?;
+        match retry_at_ms.filter(|at| *at > now_ms()) {
+            // Still waiting out its backoff: it joins the queue when that is over.
+            Some(at) => {
+                active.retry_at_ms = Some(at);
+                self.backoff.insert((at, id));
+            }
+            None => {
+                self.core
+                    .apply(Event::Restore(restored), Time(now_ms()))
+                    .map_err(|e| ServerError::Config(e.to_string()))?;
+            }
+        }
         if was != JobState::Pending {
-            let event = lost_event(id, "no run to restore; back in the queue".into());
-            self.write(|tx| tx.set_state(id, JobState::Pending, &event))?;
+            let event = recovered_event(id, "no run to restore; back in the queue".into());
+            let _ = self.write("a requeue at recovery", |tx| tx.set_state(id, JobState::Pending, &event));
         }
         active.state = JobState::Pending;
         self.metrics.job_state(tier, JobState::Pending, 1);
@@ -208,10 +231,61 @@ impl Engine {
         Ok(())
     }
 
-    fn stopped_by_cancel(&self, id: i64) -> Result<bool, ServerError> {
-        let events = self.store.events(id)?;
-        Ok(events.iter().rev().find(|e| e.kind == "stopping").is_some_and(|e| e.reason.as_deref() == Some("cancelled")))
+    /// A pending preemptor's stored hold, given back to the core if it still holds.
+    fn restore_hold(&mut self, id: i64, json: &str) {
+        let Ok(hold) = serde_json::from_str::<StoredHold>(json) else { return };
+        let Some(placement) = placement_of(hold.placement) else { return };
+        let victims = hold.victims.iter().map(|v| core_id(*v)).collect();
+        let hold = RestoredHold { preemptor: core_id(id), placement, victims };
+        if let Err(e) = self.core.apply(Event::RestoreHold(hold), Time(now_ms())) {
+            tracing::info!(id, "the hold of a preemptor is not restored: {e}");
+        }
     }
+
+    /// Kills what a finished run left running: its processes carry the job's checkpoint
+    /// directory and run number in their environment, even those that left its process
+    /// group. An image job's container is removed too.
+    fn kill_leftovers(&self, id: i64, run: u32) {
+        let checkpoint = super::jobdirs::JobDirs::of(&self.job_dir(id)).checkpoint.display().to_string();
+        let run = run.to_string();
+        let pids = fairway_exec::processes_with_env(&[
+            ("FAIRWAY_CHECKPOINT_DIR", &checkpoint),
+            ("FAIRWAY_RESTART_COUNT", &run),
+        ]);
+        if !pids.is_empty() {
+            tracing::warn!(id, ?pids, "killing processes a finished run left behind");
+            fairway_exec::kill_processes(&pids);
+        }
+        if let Some(c) = self.container_of(id)
+            && let Err(e) = fairway_exec::remove_container(&c.runtime, &c.name)
+        {
+            tracing::warn!(id, "cannot remove container {}: {e}", c.name);
+        }
+    }
+
+    /// Makes the store's paths absolute (stores of servers started with a relative
+    /// `--data-dir`).
+    pub(crate) fn absolutize_paths(&mut self) -> Result<(), ServerError> {
+        let data_dir = self.config.data_dir.clone();
+        let mut tx = self.store.transaction()?;
+        let changed = tx.absolutize_run_dirs(&data_dir)?;
+        tx.commit()?;
+        if changed > 0 {
+            tracing::info!(changed, "run directories recorded relative to the old working directory made absolute");
+        }
+        Ok(())
+    }
+}
+
+fn restored_stop(stop: &StopRow) -> Option<RestoredStop> {
+    Some(match stop.cause.as_str() {
+        "preempted" => {
+            RestoredStop::Preempted { preemptor: core_id(stop.preemptor_id?), deadline: Time(stop.kill_at_ms) }
+        }
+        "cancelled" => RestoredStop::Stopped(StopCause::Cancelled),
+        "runtime_limit" => RestoredStop::Stopped(StopCause::RuntimeLimit),
+        _ => return None,
+    })
 }
 
 /// The stored spec back as a resolved job, without consulting today's classes: the
@@ -229,9 +303,7 @@ fn live_processes(row: &JobRow, replica_dirs: &[PathBuf]) -> Vec<ProcessRecord> 
     let recorded: Vec<ProcessRecord> =
         row.processes_json.as_deref().and_then(|j| serde_json::from_str(j).ok()).unwrap_or_default();
     let candidates = if recorded.is_empty() { find_shims(replica_dirs) } else { recorded };
-    let alive: Vec<ProcessRecord> =
-        candidates.into_iter().filter(|p| fairway_exec::is_same_process_alive(p.pid, p.start_ticks)).collect();
-    alive
+    candidates.into_iter().filter(|p| fairway_exec::is_same_process_alive(p.pid, p.start_ticks)).collect()
 }
 
 /// Shims whose command line is `… __shim <dir>` for one of `dirs`.
@@ -270,7 +342,7 @@ fn ended_run(replica_dirs: &[PathBuf]) -> RunExit {
     }
 }
 
-fn lost_event(id: i64, message: String) -> NewEvent {
+fn recovered_event(id: i64, message: String) -> NewEvent {
     NewEvent { job_id: id, at_ms: now_ms(), kind: "recovered".into(), reason: Some("server_restart".into()), message }
 }
 
@@ -283,5 +355,6 @@ fn requeue_end() -> fairway_store::RunEnd {
         failed: false,
         exit_code: None,
         exit_signal: None,
+        retry_at_ms: None,
     }
 }

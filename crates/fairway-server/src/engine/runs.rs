@@ -1,25 +1,41 @@
 //! Runs: carrying out the core's decisions, and judging how runs end.
 //!
-//! The store is written before the executor acts (a run is `running` in the store before its
-//! process exists), so after a crash the store never forgets a process that might exist;
-//! recovery then finds it by its run directory.
+//! The store is written before the executor acts: a run is `running` in the store before its
+//! process exists, and a stop (its cause and deadline) is recorded before the signal. So
+//! after a crash the store never forgets a process that might exist, and a restart keeps a
+//! stop's deadline. If the write fails, nothing of that cycle is carried out (see the
+//! engine's module doc).
+//!
+//! How a run's end is judged (`judge`):
+//! 1. The server asked the run to stop (preemption, cancel, run-time limit): the exit is
+//!    that stop, whatever its status, unless the job completed first: it exited 0 before
+//!    the stop was asked, or it touched `$FAIRWAY_COMPLETION_FILE` before exiting 0. The
+//!    usual `trap 'save; exit 0' TERM` pattern thus requeues a preempted job instead of
+//!    marking it done.
+//! 2. Otherwise exit 0 succeeds, and anything else fails; a failure with retries left runs
+//!    again after a backoff (`retry_backoff`), keeping its queue position.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use fairway_core::{Decision, Event, ExitOutcome, JobStatus, Placement, StopCause, Time};
+use fairway_core::{Decision, Event, ExitOutcome, JobStatus, PendingReason, Placement, StopCause, Time};
 use fairway_exec::{ContainerRun, LaunchSpec, PreemptNotice};
-use fairway_store::{JobState, NewEvent, RunEnd, RunRow, Tx};
+use fairway_store::{JobState, NewEvent, RunEnd, RunRow, StopRow, Tx};
 
 use super::{AccountKind, Engine, core_id, now_ms, tier_label};
 use crate::api::{CancelResponse, QuotaSpec, QuotaView};
 use crate::error::ApiError;
 use crate::executor::{ExecCommand, ProcessRecord, RunExit};
 
+/// The file a job touches to say it completed (see the module doc); in its checkpoint
+/// directory, which image jobs see mounted.
+pub const COMPLETION_FILE: &str = ".fairway-complete";
+
 /// One store write of a cycle's decisions.
 enum Write {
     Running(i64, RunRow, NewEvent),
-    State(i64, JobState, NewEvent),
+    Stopping(i64, JobState, StopRow, NewEvent),
+    Hold(i64, Option<String>),
     Event(NewEvent),
 }
 
@@ -36,10 +52,21 @@ enum Verdict {
     Preempted {
         why: String,
     },
-    Cancelled,
-    RuntimeLimit,
+    Cancelled {
+        why: String,
+    },
+    RuntimeLimit {
+        why: String,
+    },
     /// The run never started because the server died first: run it again, nothing counts.
     NotStarted,
+}
+
+/// A preemptor's hold as stored (`hold_json`), for a restart to give it back.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct StoredHold {
+    pub placement: Vec<(u32, Vec<u32>)>,
+    pub victims: Vec<i64>,
 }
 
 impl Engine {
@@ -47,6 +74,7 @@ impl Engine {
     pub(crate) fn carry_out(&mut self, decisions: Vec<Decision>, now: u64) {
         let mut commands = Vec::new();
         let mut writes = Vec::new();
+        let mut preemptors: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
         for decision in decisions {
             match decision {
                 Decision::Start { job, placement } => {
@@ -57,23 +85,17 @@ impl Engine {
                 }
                 Decision::Preempt { victim, preemptor, deadline } => {
                     let (victim, preemptor) = (victim.0 as i64, preemptor.0 as i64);
-                    let (event, command) = self.preempt(victim, preemptor, deadline, now);
-                    writes.push(Write::State(victim, JobState::Preempting, event));
-                    writes.push(Write::Event(NewEvent {
-                        job_id: preemptor,
-                        at_ms: now,
-                        kind: "preempting".into(),
-                        reason: Some("waiting_for_preemption".into()),
-                        message: format!("job {victim} asked to stop; its GPUs are held for this job"),
-                    }));
+                    let (event, stop, command) = self.preempt(victim, preemptor, deadline, now);
+                    writes.push(Write::Stopping(victim, JobState::Preempting, stop, event));
+                    preemptors.entry(preemptor).or_default().push(victim);
                     commands.extend(command);
                     self.set_live_state(victim, JobState::Preempting);
                     self.metrics.preemptions.inc();
                 }
                 Decision::Stop { job, cause } => {
                     let id = job.0 as i64;
-                    let (event, command) = self.stop(id, cause, now);
-                    writes.push(Write::State(id, JobState::Stopping, event));
+                    let (event, stop, command) = self.stop(id, cause, now);
+                    writes.push(Write::Stopping(id, JobState::Stopping, stop, event));
                     commands.extend(command);
                     self.set_live_state(id, JobState::Stopping);
                 }
@@ -83,24 +105,67 @@ impl Engine {
                 }
             }
         }
-        let written = self.write(|tx| {
+        for (preemptor, victims) in preemptors {
+            writes.push(Write::Event(NewEvent {
+                job_id: preemptor,
+                at_ms: now,
+                kind: "preempting".into(),
+                reason: Some("waiting_for_preemption".into()),
+                message: format!(
+                    "preempting {} to make room; their GPUs are held for this job",
+                    self.names_of(&victims).join(", ")
+                ),
+            }));
+            writes.push(Write::Hold(preemptor, self.hold_json(preemptor)));
+        }
+        let written = self.write("the decisions of a cycle", |tx| {
             for write in &writes {
                 match write {
                     Write::Running(id, row, event) => tx.set_running(*id, row, event)?,
-                    Write::State(id, state, event) => tx.set_state(*id, *state, event)?,
+                    Write::Stopping(id, state, stop, event) => tx.set_stopping(*id, *state, stop, event)?,
+                    Write::Hold(id, hold) => tx.set_hold(*id, hold.as_deref())?,
                     Write::Event(event) => tx.event(event)?,
                 }
             }
             Ok(())
         });
-        if let Err(e) = written {
-            // The core already moved on. Processes are still started: refusing to run because
-            // the event log is unwritable would strand GPUs.
-            tracing::error!("cannot record decisions: {e}");
+        if written.is_err() {
+            // Nothing unrecorded is carried out: no process starts, no victim is signalled.
+            // The engine is degraded now and rebuilds from the store once it can write.
+            return;
         }
         for command in commands {
             let _ = self.exec.send(command);
         }
+    }
+
+    /// `name (job 12)` for each id: people know their jobs by name.
+    pub(crate) fn names_of(&self, ids: &[i64]) -> Vec<String> {
+        ids.iter().map(|id| self.name_of(*id)).collect()
+    }
+
+    pub(crate) fn name_of(&self, id: i64) -> String {
+        match self.jobs.get(&id) {
+            Some(job) => format!("{} (job {id})", job.resolved.doc.name),
+            None => format!("job {id}"),
+        }
+    }
+
+    /// What the store keeps of a pending preemptor's hold.
+    fn hold_json(&self, preemptor: i64) -> Option<String> {
+        let Some(JobStatus::Pending { reserved: Some(placement), reasons }) = self.core.job_status(core_id(preemptor))
+        else {
+            return None;
+        };
+        let victims = reasons
+            .iter()
+            .find_map(|r| match r {
+                PendingReason::WaitingForPreemption { victims } => Some(victims.iter().map(|v| v.0 as i64).collect()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let placement = placement.replicas().iter().map(|r| (r.node.0, r.gpus.iter().collect())).collect();
+        Some(serde_json::to_string(&StoredHold { placement, victims }).expect("plain data"))
     }
 
     /// Prepares a run: its store row, the executor's launch, and the `started` event.
@@ -108,13 +173,12 @@ impl Engine {
         let job = self.jobs.get_mut(&id).expect("the core starts only known jobs");
         job.in_flight = true;
         job.started_at_ms = Some(now);
+        job.stop_requested_at_ms = None;
         let first = job.first_started_at_ms.is_none();
-        if first {
-            job.first_started_at_ms = Some(now);
-            let wait = now.saturating_sub(job.submitted_at_ms) as f64 / 1000.0;
-            self.metrics.wait_seconds(&tier_label(&job.resolved), wait);
-        }
-        let wait_s = now.saturating_sub(job.submitted_at_ms) as f64 / 1000.0;
+        job.first_started_at_ms.get_or_insert(now);
+        // Every wait counts: the first one, and each after a preemption or a retry.
+        let wait_s = job.pending_since_ms.take().map_or(0, |since| now.saturating_sub(since)) as f64 / 1000.0;
+        self.metrics.wait_seconds(&tier_label(&job.resolved), wait_s);
         let run = job.run;
         let grace_ms = job.resolved.doc.preemption_grace_seconds * 1000;
         let run_dir = self.job_dir(id).join("runs").join(run.to_string());
@@ -123,7 +187,7 @@ impl Engine {
         let message = if first {
             format!("started on {placement_text} after waiting {wait_s:.1}s")
         } else {
-            format!("run {} started on {placement_text} (restart {run})", run + 1)
+            format!("run {} started on {placement_text} after waiting {wait_s:.1}s again (restart {run})", run + 1)
         };
         let row = RunRow {
             started_at_ms: now,
@@ -153,12 +217,15 @@ impl Engine {
     fn launch_specs(&self, id: i64, placement: &Placement, run_dir: &std::path::Path) -> Vec<LaunchSpec> {
         let job = &self.jobs[&id];
         let doc = &job.resolved.doc;
-        let checkpoint_dir = self.job_dir(id).join("checkpoint");
-        let notice = notice_file(&self.job_dir(id));
-        let _ = std::fs::create_dir_all(&checkpoint_dir);
-        let _ = std::fs::create_dir_all(notice.parent().expect("in the job's directory"));
-        // A notice from an earlier preemption must not be read as a new one.
-        let _ = std::fs::remove_file(&notice);
+        let run_as = self.run_as_of(&doc.project);
+        let dirs = match super::jobdirs::prepare(&self.job_dir(id), run_as) {
+            Ok(dirs) => dirs,
+            Err(e) => {
+                // The shim reports what it cannot do (an unwritable log, say) as a failed start.
+                tracing::error!(id, "cannot prepare the job's directories: {e}");
+                super::jobdirs::JobDirs::of(&self.job_dir(id))
+            }
+        };
         let limits = &self.config.file.limits;
         let replicas = placement.replicas().len();
         placement
@@ -173,8 +240,12 @@ impl Engine {
                 env.insert("FAIRWAY_JOB_ID".into(), id.to_string());
                 env.insert("FAIRWAY_JOB_NAME".into(), doc.name.clone());
                 env.insert("FAIRWAY_RESTART_COUNT".into(), job.run.to_string());
-                env.insert("FAIRWAY_CHECKPOINT_DIR".into(), checkpoint_dir.display().to_string());
-                env.insert("FAIRWAY_PREEMPT_NOTICE_FILE".into(), notice.display().to_string());
+                env.insert("FAIRWAY_CHECKPOINT_DIR".into(), dirs.checkpoint.display().to_string());
+                env.insert(
+                    "FAIRWAY_COMPLETION_FILE".into(),
+                    dirs.checkpoint.join(COMPLETION_FILE).display().to_string(),
+                );
+                env.insert("FAIRWAY_PREEMPT_NOTICE_FILE".into(), dirs.notice_file.display().to_string());
                 env.insert("FAIRWAY_REPLICA_INDEX".into(), i.to_string());
                 env.insert("FAIRWAY_REPLICAS".into(), replicas.to_string());
                 env.insert("FAIRWAY_NODE".into(), self.cluster.node_name(replica.node).to_owned());
@@ -189,6 +260,7 @@ impl Engine {
                     cwd: doc.working_dir.as_ref().map(PathBuf::from),
                     env,
                     shim_exe: self.config.shim_exe.clone(),
+                    run_as,
                 }
             })
             .collect()
@@ -202,14 +274,15 @@ impl Engine {
         };
         match (&doc.image, &self.runtime) {
             (Some(image), Some(runtime)) => {
+                let dirs = super::jobdirs::JobDirs::of(&self.job_dir(id));
                 let run = ContainerRun {
                     name: fairway_exec::container_name(id as u64),
                     image: image.clone(),
                     gpu_indices: gpus,
                     real_gpus: self.cluster.source == fairway_exec::GpuSource::Nvml,
-                    checkpoint_dir: Some(self.job_dir(id).join("checkpoint")),
+                    checkpoint_dir: Some(dirs.checkpoint),
                     container_checkpoint_dir: fairway_exec::CONTAINER_CHECKPOINT_DIR.into(),
-                    notice_file: Some(notice_file(&self.job_dir(id))),
+                    notice_file: Some(dirs.notice_file),
                     env: env.clone(),
                     argv: command,
                     workdir: doc.working_dir.clone(),
@@ -221,17 +294,26 @@ impl Engine {
         }
     }
 
-    fn preempt(&mut self, victim: i64, preemptor: i64, deadline: Time, now: u64) -> (NewEvent, Option<ExecCommand>) {
+    fn preempt(
+        &mut self,
+        victim: i64,
+        preemptor: i64,
+        deadline: Time,
+        now: u64,
+    ) -> (NewEvent, StopRow, Option<ExecCommand>) {
         let preemptor_tier = self.jobs.get(&preemptor).map(|j| tier_label(&j.resolved)).unwrap_or_default();
-        let job = self.jobs.get(&victim).expect("the core preempts only known jobs");
+        let preemptor_name = self.name_of(preemptor);
+        let path = super::jobdirs::JobDirs::of(&self.job_dir(victim)).notice_file;
+        let job = self.jobs.get_mut(&victim).expect("the core preempts only known jobs");
+        job.stop_requested_at_ms = Some(now);
         let grace_s = deadline.millis().saturating_sub(now) / 1000;
-        let reason = format!("preempted by job {preemptor} (priority {preemptor_tier})");
+        let reason = format!("preempted by {preemptor_name}, priority {preemptor_tier}");
         let event = NewEvent {
             job_id: victim,
             at_ms: now,
-            kind: "preempting".into(),
+            kind: "preempted".into(),
             reason: Some("preempted".into()),
-            message: format!("{reason}: notice written, SIGTERM now, SIGKILL after {grace_s}s if still running"),
+            message: format!("{reason}: notice written, SIGTERM now, SIGKILL in {grace_s}s if still running"),
         };
         let notice = PreemptNotice {
             deadline_unix_ms: deadline.millis(),
@@ -239,37 +321,46 @@ impl Engine {
             grace_seconds: grace_s,
             reason,
         };
-        let path = notice_file(&self.job_dir(victim));
+        let stop = StopRow {
+            cause: "preempted".into(),
+            requested_at_ms: now,
+            kill_at_ms: deadline.millis(),
+            preemptor_id: Some(preemptor),
+        };
         let command = job.in_flight.then(|| ExecCommand::Terminate {
             job: victim,
             run: job.run,
             notice: Some((path, notice)),
             kill_at_unix_ms: deadline.millis(),
         });
-        (event, command)
+        (event, stop, command)
     }
 
-    fn stop(&mut self, id: i64, cause: StopCause, now: u64) -> (NewEvent, Option<ExecCommand>) {
-        let job = self.jobs.get(&id).expect("the core stops only known jobs");
+    fn stop(&mut self, id: i64, cause: StopCause, now: u64) -> (NewEvent, StopRow, Option<ExecCommand>) {
+        let job = self.jobs.get_mut(&id).expect("the core stops only known jobs");
+        job.stop_requested_at_ms = Some(now);
         let grace_ms = job.resolved.doc.preemption_grace_seconds * 1000;
         let (reason, message) = match cause {
-            StopCause::Cancelled => ("cancelled", "cancelled: SIGTERM now".to_string()),
+            StopCause::Cancelled => ("cancelled", format!("cancelled: SIGTERM now, SIGKILL in {}s", grace_ms / 1000)),
             StopCause::RuntimeLimit => (
                 "runtime_limit",
                 format!(
-                    "run-time limit of {}s reached: SIGTERM now",
-                    job.resolved.doc.max_runtime_seconds.unwrap_or_default()
+                    "run-time limit of {}s reached: SIGTERM now, SIGKILL in {}s",
+                    job.resolved.doc.max_runtime_seconds.unwrap_or_default(),
+                    grace_ms / 1000
                 ),
             ),
         };
         let event = NewEvent { job_id: id, at_ms: now, kind: "stopping".into(), reason: Some(reason.into()), message };
+        let stop =
+            StopRow { cause: reason.into(), requested_at_ms: now, kill_at_ms: now + grace_ms, preemptor_id: None };
         let command = job.in_flight.then(|| ExecCommand::Terminate {
             job: id,
             run: job.run,
             notice: None,
             kill_at_unix_ms: now + grace_ms,
         });
-        (event, command)
+        (event, stop, command)
     }
 
     /// The executor launched a run: remember its processes for re-adoption.
@@ -278,54 +369,61 @@ impl Engine {
             return;
         }
         let json = serde_json::to_string(processes).expect("plain data");
-        if let Err(e) = self.write(|tx| tx.set_processes(id, &json)) {
-            tracing::error!(id, "cannot record the processes of a run: {e}");
-        }
+        // On failure the engine degrades; the rebuild finds the shims by their run directory.
+        let _ = self.write("the processes of a run", |tx| tx.set_processes(id, &json));
     }
 
     /// A run ended: judge it, tell the core, record it.
-    pub(crate) fn run_ended(&mut self, id: i64, run: u32, exit: RunExit, now: u64) {
+    pub(crate) fn run_ended(&mut self, id: i64, run: u32, exit: RunExit, killed: bool, now: u64) {
         let Some(job) = self.jobs.get(&id).filter(|j| j.run == run && j.in_flight) else { return };
-        let verdict = self.judge(id, &exit);
+        let verdict = self.judge(id, &exit, killed);
         let outcome = match &verdict {
             Verdict::Succeeded => ExitOutcome::Succeeded,
-            Verdict::Failed { retry: true, .. } | Verdict::Preempted { .. } | Verdict::NotStarted => {
-                ExitOutcome::Requeue
-            }
-            Verdict::Failed { retry: false, .. } | Verdict::Cancelled | Verdict::RuntimeLimit => ExitOutcome::Failed,
+            Verdict::Preempted { .. } | Verdict::NotStarted => ExitOutcome::Requeue,
+            // A retry waits out its backoff outside the core, which forgets the job until then.
+            Verdict::Failed { .. } | Verdict::Cancelled { .. } | Verdict::RuntimeLimit { .. } => ExitOutcome::Failed,
         };
         let runtime_ms = job.started_at_ms.map_or(0, |s| now.saturating_sub(s));
+        let failures = job.failures + u32::from(matches!(verdict, Verdict::Failed { .. }));
         if let Err(e) = self.core.apply(Event::Exited { job: core_id(id), outcome }, Time(now)) {
             tracing::error!(id, "core refused an exit: {e}");
             return;
         }
         // A job cancelled during its preemption is gone from the core although requeued.
         let requeued = matches!(self.core.job_status(core_id(id)), Some(JobStatus::Pending { .. }));
-        let (state, kind, reason, message) = describe_end(&verdict, &exit, requeued);
+        let retry_at_ms = matches!(verdict, Verdict::Failed { retry: true, .. })
+            .then(|| now + self.config.file.retry_backoff.delay_ms(failures));
+        let waits = requeued || retry_at_ms.is_some();
+        let (state, kind, reason, message) = describe_end(&verdict, requeued, retry_at_ms, now);
         let end = RunEnd {
             state,
             runtime_ms,
-            will_restart: requeued && verdict != Verdict::NotStarted,
+            will_restart: waits && verdict != Verdict::NotStarted,
             preempted: matches!(verdict, Verdict::Preempted { .. }),
             failed: matches!(verdict, Verdict::Failed { .. }),
             exit_code: exit_code(&exit),
             exit_signal: exit_signal(&exit),
+            retry_at_ms,
         };
         let event = NewEvent { job_id: id, at_ms: now, kind: kind.into(), reason: reason.map(Into::into), message };
-        if let Err(e) = self.write(|tx| tx.end_run(id, &end, &event)) {
-            tracing::error!(id, "cannot record the end of a run: {e}");
-        }
+        // On failure the engine degrades; the rebuild judges the run again from its exit record.
+        let _ = self.write("the end of a run", |tx| tx.end_run(id, &end, &event));
         let job = self.jobs.get_mut(&id).expect("checked above");
         job.in_flight = false;
-        job.recovered_preempting = false;
         job.started_at_ms = None;
-        if end.failed {
-            job.failures += 1;
-        }
+        job.stop_requested_at_ms = None;
+        job.runtime_done_ms += runtime_ms;
+        job.failures = failures;
+        job.preemptions += u32::from(end.preempted);
         if end.will_restart {
             job.run += 1;
         }
-        if requeued {
+        if waits {
+            job.pending_since_ms = Some(now);
+            job.retry_at_ms = retry_at_ms;
+            if let Some(at) = retry_at_ms {
+                self.backoff.insert((at, id));
+            }
             self.set_live_state(id, JobState::Pending);
         } else {
             self.metrics.finished(&tier_label(&self.jobs[&id].resolved), state);
@@ -334,22 +432,66 @@ impl Engine {
         self.touch();
     }
 
-    fn judge(&self, id: i64, exit: &RunExit) -> Verdict {
+    /// Jobs whose backoff is over go back to the queue, at their original position.
+    pub(crate) fn end_backoffs(&mut self, now: u64) {
+        while let Some(&(at, id)) = self.backoff.first() {
+            if at > now {
+                break;
+            }
+            self.backoff.pop_first();
+            if let Err(e) = self.requeue_after_backoff(id) {
+                tracing::error!(id, "cannot queue the job again after its backoff: {e}");
+            }
+        }
+    }
+
+    fn requeue_after_backoff(&mut self, id: i64) -> Result<(), ApiError> {
+        let Some(resolved) = self.jobs.get(&id).map(|j| j.resolved.clone()) else { return Ok(()) };
+        let spec = self.core_spec(id, &resolved)?;
         let job = &self.jobs[&id];
-        let success = matches!(exit, RunExit::Exited(r) if r.success());
+        let restored = fairway_core::RestoredJob {
+            spec,
+            submitted_at: Time(job.submitted_at_ms),
+            runtime_done_ms: job.runtime_done_ms,
+            preemptions: job.preemptions,
+            last_checkpoint: job.last_checkpoint_ms.map(Time),
+            running: None,
+        };
+        self.core.apply(Event::Restore(restored), Time(now_ms())).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.retry_at_ms = None;
+        }
+        self.touch();
+        Ok(())
+    }
+
+    fn judge(&self, id: i64, exit: &RunExit, killed: bool) -> Verdict {
+        let job = &self.jobs[&id];
         if *exit == RunExit::NotStarted {
             return Verdict::NotStarted;
         }
+        let success = matches!(exit, RunExit::Exited(r) if r.success());
+        let completed = success && self.completed_before_stop(id, exit);
+        let why = || exit_text(exit, killed);
         match self.core.job_status(core_id(id)) {
-            Some(JobStatus::Preempting { .. }) if !success => Verdict::Preempted { why: exit_text(exit) },
-            Some(JobStatus::Stopping { cause: StopCause::Cancelled, .. }) if !success => Verdict::Cancelled,
-            Some(JobStatus::Stopping { cause: StopCause::RuntimeLimit, .. }) if !success => Verdict::RuntimeLimit,
-            Some(JobStatus::Running { .. }) if !success && job.recovered_preempting => {
-                Verdict::Preempted { why: exit_text(exit) }
+            Some(JobStatus::Preempting { .. }) if !completed => Verdict::Preempted { why: why() },
+            Some(JobStatus::Stopping { cause: StopCause::Cancelled, .. }) if !completed => {
+                Verdict::Cancelled { why: why() }
+            }
+            Some(JobStatus::Stopping { cause: StopCause::RuntimeLimit, .. }) if !completed => {
+                Verdict::RuntimeLimit { why: why() }
             }
             _ if success => Verdict::Succeeded,
-            _ => Verdict::Failed { retry: job.failures < job.resolved.doc.retries, why: exit_text(exit) },
+            _ => Verdict::Failed { retry: job.failures < job.resolved.doc.retries, why: why() },
         }
+    }
+
+    /// A job asked to stop still succeeds if it finished first: it exited before the stop
+    /// was asked, or it says so through its completion file.
+    fn completed_before_stop(&self, id: i64, exit: &RunExit) -> bool {
+        let Some(asked) = self.jobs[&id].stop_requested_at_ms else { return true };
+        let exited_before = matches!(exit, RunExit::Exited(r) if r.finished_at_unix_ms < asked);
+        exited_before || super::jobdirs::JobDirs::of(&self.job_dir(id)).checkpoint.join(COMPLETION_FILE).exists()
     }
 
     /// Cancels a job: a pending one at once, a running one through a `Stop` decision.
@@ -359,7 +501,7 @@ impl Engine {
             return Ok(CancelResponse { id, state: row.state });
         };
         let was_pending = !job.in_flight;
-        self.core.apply(Event::Cancel(core_id(id)), Time(now)).map_err(|e| ApiError::internal(e.to_string()))?;
+        let in_backoff = job.retry_at_ms.is_some();
         if was_pending {
             let event = NewEvent {
                 job_id: id,
@@ -368,12 +510,21 @@ impl Engine {
                 reason: Some("cancelled".into()),
                 message: "cancelled while pending".into(),
             };
-            self.write(|tx| tx.set_state(id, JobState::Cancelled, &event)).map_err(ApiError::store)?;
+            self.write("a cancellation", |tx| tx.set_state(id, JobState::Cancelled, &event))
+                .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+            if in_backoff {
+                self.backoff.retain(|(_, j)| *j != id);
+            } else {
+                self.core
+                    .apply(Event::Cancel(core_id(id)), Time(now))
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+            }
             self.metrics.finished(&tier_label(&self.jobs[&id].resolved), JobState::Cancelled);
             self.finish(id);
             self.touch();
             return Ok(CancelResponse { id, state: JobState::Cancelled });
         }
+        self.core.apply(Event::Cancel(core_id(id)), Time(now)).map_err(|e| ApiError::internal(e.to_string()))?;
         self.touch();
         Ok(CancelResponse { id, state: JobState::Stopping })
     }
@@ -388,11 +539,16 @@ impl Engine {
         if job.last_checkpoint_ms.is_some_and(|t| t >= at_ms) {
             return Ok(());
         }
+        self.write("a checkpoint", |tx| tx.set_checkpoint(id, at_ms))
+            .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        let job = self.jobs.get_mut(&id).expect("checked above");
         job.last_checkpoint_ms = Some(at_ms);
-        self.core
-            .apply(Event::CheckpointReported { job: core_id(id), at: Time(at_ms) }, Time(now_ms()))
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        self.write(|tx| tx.set_checkpoint(id, at_ms)).map_err(ApiError::store)
+        if job.retry_at_ms.is_none() {
+            self.core
+                .apply(Event::CheckpointReported { job: core_id(id), at: Time(at_ms) }, Time(now_ms()))
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Step 5: jobs report checkpoints by touching a marker in their checkpoint directory.
@@ -400,7 +556,7 @@ impl Engine {
         let running: Vec<(i64, Option<u64>)> =
             self.jobs.iter().filter(|(_, j)| j.in_flight).map(|(id, j)| (*id, j.last_checkpoint_ms)).collect();
         for (id, last) in running {
-            let dir = self.job_dir(id).join("checkpoint");
+            let dir = super::jobdirs::JobDirs::of(&self.job_dir(id)).checkpoint;
             if let Some(at) = fairway_exec::checkpoint_marker_time(&dir)
                 && last.is_none_or(|l| at > l)
                 && let Err(e) = self.checkpoint(id, at.min(now_ms()))
@@ -429,11 +585,11 @@ impl Engine {
             cpu_millis_max: q.cpu_millis_max,
             memory_mib_max: q.memory_mib_max,
         });
-        self.write(|tx| match &row {
+        self.write("a quota", |tx| match &row {
             Some(row) => tx.set_quota(row),
             None => tx.delete_quota(kind.as_str(), account).map(|_| ()),
         })
-        .map_err(ApiError::store)?;
+        .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
         let core_quota = quota.as_ref().map(|q| fairway_core::Quota {
             gpus_max: q.gpus_max,
             cpu_millis_max: q.cpu_millis_max,
@@ -460,15 +616,23 @@ impl Engine {
         }
     }
 
-    /// Runs `f` in one committed transaction.
+    /// Runs `f` in one committed transaction. A failure (a full disk, an I/O error) makes
+    /// the engine degraded: see the module doc of `engine`.
     pub(crate) fn write<T>(
         &mut self,
+        what: &str,
         f: impl FnOnce(&mut Tx<'_>) -> fairway_store::Result<T>,
     ) -> fairway_store::Result<T> {
-        let mut tx = self.store.transaction()?;
-        let out = f(&mut tx)?;
-        tx.commit()?;
-        Ok(out)
+        let result = (|| {
+            let mut tx = self.store.transaction()?;
+            let out = f(&mut tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        if let Err(e) = &result {
+            self.degrade(what, e);
+        }
+        result
     }
 
     pub(crate) fn placement_text(&self, placement: &Placement) -> String {
@@ -478,6 +642,42 @@ impl Engine {
             .map(|r| format!("{} GPUs {}", self.cluster.node_name(r.node), r.gpus))
             .collect::<Vec<_>>()
             .join("; ")
+    }
+}
+
+fn describe_end(
+    verdict: &Verdict,
+    requeued: bool,
+    retry_at_ms: Option<u64>,
+    now: u64,
+) -> (JobState, &'static str, Option<&'static str>, String) {
+    match verdict {
+        Verdict::Succeeded => (JobState::Succeeded, "succeeded", None, "exited with code 0".into()),
+        Verdict::Preempted { why } if requeued => (
+            JobState::Pending,
+            "requeued",
+            Some("preempted"),
+            format!("preempted ({why}); back in the queue at its original position"),
+        ),
+        Verdict::Preempted { why } | Verdict::Cancelled { why } => {
+            (JobState::Cancelled, "cancelled", Some("cancelled"), format!("cancelled ({why})"))
+        }
+        Verdict::RuntimeLimit { why } => {
+            (JobState::Failed, "failed", Some("runtime_limit"), format!("stopped at its run-time limit ({why})"))
+        }
+        Verdict::Failed { retry: true, why } => {
+            let wait_s = retry_at_ms.unwrap_or(now).saturating_sub(now) / 1000;
+            (JobState::Pending, "retrying", Some("failed"), format!("failed ({why}); runs again in {wait_s}s"))
+        }
+        Verdict::Failed { retry: false, why } => {
+            (JobState::Failed, "failed", Some("failed"), format!("failed ({why})"))
+        }
+        Verdict::NotStarted => (
+            JobState::Pending,
+            "requeued",
+            Some("not_started"),
+            "the server stopped before the run started; back in the queue".into(),
+        ),
     }
 }
 
@@ -492,6 +692,10 @@ pub(crate) fn placement_json(placement: &Placement) -> String {
 /// below 64 and listed once).
 pub(crate) fn parse_placement(json: &str) -> Option<Placement> {
     let replicas: Vec<(u32, Vec<u32>)> = serde_json::from_str(json).ok()?;
+    placement_of(replicas)
+}
+
+pub(crate) fn placement_of(replicas: Vec<(u32, Vec<u32>)>) -> Option<Placement> {
     let replicas = replicas
         .into_iter()
         .map(|(node, gpus)| {
@@ -502,44 +706,10 @@ pub(crate) fn parse_placement(json: &str) -> Option<Placement> {
     Some(Placement::new(replicas))
 }
 
-fn describe_end(
-    verdict: &Verdict,
-    exit: &RunExit,
-    requeued: bool,
-) -> (JobState, &'static str, Option<&'static str>, String) {
-    match verdict {
-        Verdict::Succeeded => (JobState::Succeeded, "succeeded", None, "exited with code 0".into()),
-        Verdict::Preempted { why } if requeued => (
-            JobState::Pending,
-            "requeued",
-            Some("preempted"),
-            format!("preempted ({why}); back in the queue at its original position"),
-        ),
-        Verdict::Preempted { .. } | Verdict::Cancelled => {
-            (JobState::Cancelled, "cancelled", Some("cancelled"), format!("cancelled ({})", exit_text(exit)))
-        }
-        Verdict::RuntimeLimit => (
-            JobState::Failed,
-            "failed",
-            Some("runtime_limit"),
-            format!("stopped at its run-time limit ({})", exit_text(exit)),
-        ),
-        Verdict::Failed { retry: true, why } => {
-            (JobState::Pending, "retrying", Some("failed"), format!("failed ({why}); will run again"))
-        }
-        Verdict::Failed { retry: false, why } => {
-            (JobState::Failed, "failed", Some("failed"), format!("failed ({why})"))
-        }
-        Verdict::NotStarted => (
-            JobState::Pending,
-            "requeued",
-            Some("not_started"),
-            "the server stopped before the run started; back in the queue".into(),
-        ),
+fn exit_text(exit: &RunExit, killed: bool) -> String {
+    if killed {
+        return "killed after its grace period".into();
     }
-}
-
-fn exit_text(exit: &RunExit) -> String {
     match exit {
         RunExit::Exited(r) => match (&r.spawn_error, r.code, r.signal) {
             (Some(e), _, _) => format!("could not start: {e}"),
@@ -565,10 +735,4 @@ fn exit_signal(exit: &RunExit) -> Option<i32> {
         RunExit::Exited(r) => r.signal,
         _ => None,
     }
-}
-
-/// Where a job's preemption notice is written: alone in its own directory, which an image
-/// job gets mounted read-only (the job directory's other contents stay outside).
-fn notice_file(job_dir: &std::path::Path) -> PathBuf {
-    job_dir.join("notice").join("preempt-notice.json")
 }

@@ -1,12 +1,50 @@
 //! Submissions: validate, write durably in one transaction per batch, then queue in the core.
+//!
+//! What a caller may submit (see `auth.rs`): jobs of its own tenant (the token's user and
+//! project fill in what the spec leaves out; naming another is refused), at a priority no
+//! higher than its project's `priority_class_max`, and priority classes only as an admin.
+//! Every problem of a submission is reported at once; the status is that of the gravest
+//! kind among them: 400 for a malformed spec, 403 for what the caller may not do, 422 for
+//! what this cluster cannot run.
 
+use axum::http::StatusCode;
 use fairway_core::{Event, JobSpec, Time};
-use fairway_spec::{Parsed, PriorityClasses, ResolvedJob, SpecError, SpecErrors};
+use fairway_spec::{Field, JobDoc, Parsed, PriorityClasses, ResolvedJob, SpecError, SpecErrors};
 use fairway_store::{JobState, NewJob, PriorityClassRow};
 
 use super::{AccountKind, ActiveJob, Command, Engine, Reply, core_id, tier_label};
 use crate::api::{FieldError, SubmitResponse, SubmittedJob};
+use crate::auth::Identity;
 use crate::error::ApiError;
+
+/// A submission's problems, by kind.
+#[derive(Default)]
+struct Problems {
+    invalid: Vec<SpecError>,
+    forbidden: Vec<SpecError>,
+    unschedulable: Vec<SpecError>,
+    /// What this server lacks (a container runtime).
+    unsupported: Vec<SpecError>,
+}
+
+impl Problems {
+    fn into_error(self) -> Option<ApiError> {
+        let (status, code) = if !self.invalid.is_empty() {
+            (StatusCode::BAD_REQUEST, "invalid_spec")
+        } else if !self.forbidden.is_empty() {
+            (StatusCode::FORBIDDEN, "forbidden")
+        } else if !self.unschedulable.is_empty() {
+            (StatusCode::UNPROCESSABLE_ENTITY, "unschedulable")
+        } else if !self.unsupported.is_empty() {
+            (StatusCode::UNPROCESSABLE_ENTITY, "unsupported")
+        } else {
+            return None;
+        };
+        let mut all: Vec<SpecError> = [self.invalid, self.forbidden, self.unschedulable, self.unsupported].concat();
+        all.sort_by(|a, b| (a.document, &a.path).cmp(&(b.document, &b.path)));
+        Some(ApiError::spec_refused(status, code, SpecErrors(all)))
+    }
+}
 
 /// A submission that passed validation.
 struct Checked {
@@ -15,6 +53,14 @@ struct Checked {
     classes: PriorityClasses,
     class_names: Vec<String>,
     warnings: Vec<FieldError>,
+}
+
+/// Why a batch of submissions was not written.
+enum WriteFailure {
+    /// The store failed (a full disk): the engine degrades.
+    Store(fairway_store::StoreError),
+    /// A job the core could not take.
+    Api(ApiError),
 }
 
 /// A checked submission waiting for the batch's commit.
@@ -31,8 +77,8 @@ impl Engine {
         let mut classes = self.classes.clone();
         let mut admitted = self.jobs.len();
         for command in commands {
-            let Command::Submit { parsed, reply } = command else { unreachable!("partitioned") };
-            match self.prepare(parsed, &classes, admitted) {
+            let Command::Submit { parsed, who, reply } = command else { unreachable!("partitioned") };
+            match self.prepare(parsed, &who, &classes, admitted) {
                 Ok(checked) => {
                     admitted += checked.jobs.len();
                     classes = checked.classes.clone();
@@ -46,25 +92,39 @@ impl Engine {
         if prepared.is_empty() {
             return;
         }
-        match self.write_submissions(&prepared, now) {
+        let error = match self.write_submissions(&prepared, now) {
             Ok((ids, specs)) => {
                 self.classes = classes;
+                self.share_classes();
                 self.queue_submissions(prepared, ids, specs, now);
+                return;
             }
-            Err(e) => {
-                for p in prepared {
-                    let _ = p.reply.send(Err(e.clone()));
-                }
+            Err(WriteFailure::Api(e)) => e,
+            Err(WriteFailure::Store(e)) => {
+                // Nothing of the batch was stored or queued; the engine stops taking changes
+                // until the store takes writes again.
+                self.degrade("submissions", &e);
+                ApiError::store_unavailable(&e.to_string())
             }
+        };
+        for p in prepared {
+            let _ = p.reply.send(Err(error.clone()));
         }
     }
 
-    /// Resolves classes, checks the cluster, the container runtime and the limits.
-    fn prepare(&self, parsed: Parsed, classes: &PriorityClasses, admitted: usize) -> Result<Checked, ApiError> {
+    /// Fills in the tenant, resolves classes, checks what the caller may do, the cluster,
+    /// the container runtime and the limits.
+    fn prepare(
+        &self,
+        parsed: Parsed,
+        who: &Identity,
+        classes: &PriorityClasses,
+        admitted: usize,
+    ) -> Result<Checked, ApiError> {
         let limits = &self.config.file.limits;
         if parsed.jobs.len() > limits.jobs_per_submission_max {
             return Err(ApiError::bad_request(format!(
-                "{} jobs in one submission; the limit is {}",
+                "input: {} jobs in one submission; the limit is {}",
                 parsed.jobs.len(),
                 limits.jobs_per_submission_max
             )));
@@ -72,28 +132,106 @@ impl Engine {
         if admitted + parsed.jobs.len() > limits.jobs_active_max as usize {
             return Err(ApiError::queue_full(limits.jobs_active_max));
         }
+        let mut problems = Problems::default();
+        if !who.is_admin() {
+            problems.forbidden.extend(parsed.priority_classes.iter().map(|c| {
+                SpecError::new(
+                    c.origin.document,
+                    c.origin.path(Field::Name),
+                    format!("only an admin token may add priority classes ({:?})", c.name),
+                )
+            }));
+        }
         let mut staged = classes.clone();
-        staged.register_all(&parsed.priority_classes).map_err(ApiError::invalid_spec)?;
-        let mut jobs = Vec::with_capacity(parsed.jobs.len());
-        let mut errors = Vec::new();
-        for job in &parsed.jobs {
+        if let Err(SpecErrors(mut e)) = staged.register_all(&parsed.priority_classes) {
+            problems.invalid.append(&mut e);
+        }
+        let docs: Vec<JobDoc> = parsed.jobs.iter().map(|job| with_tenant(job, who, &mut problems)).collect();
+        let mut jobs = Vec::with_capacity(docs.len());
+        for job in &docs {
             match job.resolve(&staged) {
-                Ok(r) => jobs.push(r),
-                Err(e) => errors.push(e),
+                Ok(r) => {
+                    if let Some(e) = self.check_priority(&r, who) {
+                        problems.forbidden.push(e);
+                    }
+                    jobs.push(r);
+                }
+                Err(e) => problems.invalid.push(e),
             }
         }
-        if let Err(SpecErrors(mut e)) = fairway_spec::validate_against_cluster(&parsed.jobs, &self.cluster.shape) {
-            errors.append(&mut e);
+        if let Err(SpecErrors(mut e)) = fairway_spec::validate_against_cluster(&docs, &self.cluster.shape) {
+            problems.unschedulable.append(&mut e);
+        } else {
+            problems.unschedulable.extend(docs.iter().filter_map(|job| self.check_gang(job)));
         }
-        errors.extend(parsed.jobs.iter().filter_map(|job| self.check_image(job)));
-        errors.extend(parsed.jobs.iter().filter_map(|job| self.check_grace(job)));
-        if !errors.is_empty() {
-            errors.sort_by(|a, b| (a.document, &a.path).cmp(&(b.document, &b.path)));
-            return Err(ApiError::invalid_spec(SpecErrors(errors)));
+        problems.unsupported.extend(docs.iter().filter_map(|job| self.check_image(job)));
+        problems.invalid.extend(docs.iter().filter_map(|job| self.check_grace(job)));
+        if let Some(error) = problems.into_error() {
+            return Err(error);
         }
         let names = parsed.priority_classes.iter().map(|c| c.name.clone()).collect();
         let warnings = parsed.warnings.iter().map(crate::error::warning_view).collect();
         Ok(Checked { jobs, classes: staged, class_names: names, warnings })
+    }
+
+    /// A non-admin may not submit above its project's `priority_class_max`.
+    fn check_priority(&self, job: &ResolvedJob, who: &Identity) -> Option<SpecError> {
+        if who.is_admin() {
+            return None;
+        }
+        let (max_name, max_value) = self.priority_value_max(&who.project);
+        (job.priority > max_value).then(|| {
+            let asked = match &job.priority_class {
+                Some(class) => format!("class {class:?} ({})", job.priority),
+                None => format!("priority {}", job.priority),
+            };
+            SpecError::new(
+                job.doc.origin.document,
+                job.doc.origin.path(Field::Priority),
+                format!(
+                    "{asked} is above what project {:?} may use: at most class {max_name:?} ({max_value}); an admin \
+                     can raise it with `fairway project set {} --priority-class-max <class>`",
+                    who.project, who.project
+                ),
+            )
+        })
+    }
+
+    /// A gang must fit on the empty cluster all at once: otherwise it would wait forever.
+    fn check_gang(&self, job: &JobDoc) -> Option<SpecError> {
+        if job.replicas <= 1 {
+            return None;
+        }
+        let model = job.resources.gpu_model.as_deref().and_then(|m| self.interner.gpu_model_id(m));
+        let per_replica =
+            fairway_core::Resources::new(job.resources.gpus, job.resources.cpu_millis, job.resources.memory_mib);
+        let most = self.core.replicas_fit_max(model, per_replica, job.replicas);
+        (most < job.replicas).then(|| {
+            SpecError::new(
+                job.origin.document,
+                job.origin.path(Field::Replicas),
+                format!(
+                    "{} replicas of {} GPUs can never run at once here: the empty cluster holds at most {most} \
+                     (its nodes: {})",
+                    job.replicas,
+                    job.resources.gpus,
+                    self.cluster_summary()
+                ),
+            )
+        })
+    }
+
+    /// `2 nodes of 8 A100`, for messages.
+    fn cluster_summary(&self) -> String {
+        let mut counts: std::collections::BTreeMap<(String, usize), usize> = std::collections::BTreeMap::new();
+        for node in &self.cluster.layout.nodes {
+            *counts.entry((node.gpu_model.clone(), node.gpus.len())).or_default() += 1;
+        }
+        let parts: Vec<String> = counts
+            .into_iter()
+            .map(|((model, gpus), n)| format!("{n} node{} of {gpus} {model}", if n == 1 { "" } else { "s" }))
+            .collect();
+        parts.join(", ")
     }
 
     /// An image job needs a container runtime, unless it may run as a plain process.
@@ -101,11 +239,19 @@ impl Engine {
         if job.image.is_none() || self.runtime.is_some() || job.image_optional {
             return None;
         }
+        let advice = match job.origin.format {
+            fairway_spec::SourceFormat::Native => {
+                "remove `image`, or add `image_optional: true` to run `command` as a plain process"
+            }
+            _ => {
+                "submit it as a native job without `image` (docs/job-spec.md), or start the server with a \
+                 container runtime (docker or podman on its PATH, or `container_runtime:` in its config)"
+            }
+        };
         Some(SpecError::new(
             job.origin.document,
             image_path(job),
-            "this server has no container runtime (docker or podman on its PATH); remove the image, \
-             or set image_optional: true to run the command as a plain process",
+            format!("this server has no container runtime to run the image; {advice}"),
         ))
     }
 
@@ -126,10 +272,10 @@ impl Engine {
     }
 
     /// Writes every prepared job and class in one transaction and commits it.
-    fn write_submissions(&mut self, prepared: &[Prepared], now: u64) -> Result<(Vec<i64>, Vec<JobSpec>), ApiError> {
+    fn write_submissions(&mut self, prepared: &[Prepared], now: u64) -> Result<(Vec<i64>, Vec<JobSpec>), WriteFailure> {
         let mut ids = Vec::new();
         let mut specs = Vec::new();
-        let mut tx = self.store.transaction().map_err(ApiError::store)?;
+        let mut tx = self.store.transaction().map_err(WriteFailure::Store)?;
         for Prepared { checked: p, .. } in prepared {
             for name in &p.class_names {
                 let class = p.classes.resolve(name).expect("registered by prepare");
@@ -140,7 +286,7 @@ impl Engine {
                     global_default: class.global_default,
                     description: Some(class.description.clone()).filter(|d| !d.is_empty()),
                 })
-                .map_err(ApiError::store)?;
+                .map_err(WriteFailure::Store)?;
             }
             for job in &p.jobs {
                 let doc = stored_doc(job);
@@ -150,10 +296,11 @@ impl Engine {
                     project: job.doc.project.clone(),
                     priority: job.priority,
                     priority_class: job.priority_class.clone(),
-                    spec_json: serde_json::to_string(&doc).map_err(|e| ApiError::internal(e.to_string()))?,
+                    spec_json: serde_json::to_string(&doc)
+                        .map_err(|e| WriteFailure::Api(ApiError::internal(e.to_string())))?,
                     submitted_at_ms: now,
                 };
-                let id = tx.insert_job(&new).map_err(ApiError::store)?;
+                let id = tx.insert_job(&new).map_err(WriteFailure::Store)?;
                 ids.push(id);
             }
         }
@@ -162,11 +309,11 @@ impl Engine {
         let mut i = 0;
         for Prepared { checked: p, .. } in prepared {
             for job in &p.jobs {
-                specs.push(core_spec(&mut self.interner, ids[i], job)?);
+                specs.push(core_spec(&mut self.interner, ids[i], job).map_err(WriteFailure::Api)?);
                 i += 1;
             }
         }
-        tx.commit().map_err(ApiError::store)?;
+        tx.commit().map_err(WriteFailure::Store)?;
         Ok((ids, specs))
     }
 
@@ -196,6 +343,31 @@ impl Engine {
         }
         self.touch();
     }
+}
+
+/// The job with its tenant from the caller: what the spec leaves out is the token's; what
+/// it names must be the token's too, unless the caller is an admin.
+fn with_tenant(job: &JobDoc, who: &Identity, problems: &mut Problems) -> JobDoc {
+    let mut job = job.clone();
+    let parts = [
+        ("user", job.origin.tenant.user.clone(), &mut job.user, &who.user),
+        ("project", job.origin.tenant.project.clone(), &mut job.project, &who.project),
+    ];
+    for (what, given_at, value, own) in parts {
+        match given_at {
+            Some(path) if !who.is_admin() && *value != *own => problems.forbidden.push(SpecError::new(
+                job.origin.document,
+                path,
+                format!(
+                    "your token is for {what} {own:?}, not {value:?}: a job runs as its submitter; leave the {what} out \
+                     or name your own"
+                ),
+            )),
+            Some(_) => {}
+            None => value.clone_from(own),
+        }
+    }
+    job
 }
 
 /// The core's job: user and project in their own account namespaces.
@@ -232,7 +404,11 @@ pub(crate) fn new_active(resolved: ResolvedJob, now: u64) -> ActiveJob {
         in_flight: false,
         started_at_ms: None,
         failures: 0,
+        preemptions: 0,
+        runtime_done_ms: 0,
+        pending_since_ms: Some(now),
         last_checkpoint_ms: None,
-        recovered_preempting: false,
+        stop_requested_at_ms: None,
+        retry_at_ms: None,
     }
 }

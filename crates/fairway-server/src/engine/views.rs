@@ -34,11 +34,17 @@ impl Engine {
             Command::Health { reply } => {
                 let _ = reply.send(self.health());
             }
+            Command::Projects { reply } => {
+                let _ = reply.send(self.projects_view());
+            }
             _ => unreachable!("only queries are deferred"),
         }
     }
 
     pub(crate) fn live_view(&self, id: i64) -> Option<LiveView> {
+        if let Some(at) = self.jobs.get(&id).and_then(|j| j.retry_at_ms) {
+            return Some(LiveView { reasons: vec![self.backoff_reason(id, at)], ..LiveView::default() });
+        }
         match self.core.job_status(core_id(id))? {
             JobStatus::Pending { reasons, .. } => {
                 Some(LiveView { reasons: reasons.iter().map(|r| self.reason_view(r)).collect(), ..LiveView::default() })
@@ -69,6 +75,24 @@ impl Engine {
         }
     }
 
+    /// A job waiting out a retry's backoff: when it returns to the queue, and why.
+    fn backoff_reason(&self, id: i64, retry_at_ms: u64) -> ReasonView {
+        let job = &self.jobs[&id];
+        let in_s = retry_at_ms.saturating_sub(super::now_ms()).div_ceil(1000);
+        let retries = job.resolved.doc.retries;
+        let message = format!(
+            "its last run failed; it returns to the queue in {in_s}s (failure {} of {} allowed before it is marked failed)",
+            job.failures,
+            retries + 1
+        );
+        let data = json!({"retry_at_ms": retry_at_ms, "failures": job.failures, "retries": retries});
+        let data = match data {
+            serde_json::Value::Object(map) => map.into_iter().collect(),
+            _ => BTreeMap::new(),
+        };
+        ReasonView { code: "retry_backoff".into(), message, data }
+    }
+
     /// A reason with names instead of the core's ids.
     pub(crate) fn reason_view(&self, reason: &PendingReason) -> ReasonView {
         let model = |m: Option<fairway_core::GpuModel>| m.and_then(|m| self.interner.name_of(m)).map(str::to_owned);
@@ -83,9 +107,20 @@ impl Engine {
                     json!({"account_kind": kind, "account": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
                 )
             }
-            PendingReason::NeverFits { gpus_per_replica, gpu_model, resource, requested, largest } => {
+            PendingReason::NeverFits {
+                gpus_per_replica,
+                gpu_model,
+                resource,
+                requested,
+                largest,
+                replicas,
+                replicas_max,
+            } => {
                 let of_model = model(*gpu_model).map(|m| format!(" of {m}")).unwrap_or_default();
                 let message = match resource {
+                    None if *replicas_max > 0 => format!(
+                        "the nodes{of_model} can never hold its {replicas} replicas of {gpus_per_replica} GPUs at once: at most {replicas_max} when empty"
+                    ),
                     Some(fairway_core::ResourceKind::Gpu) => format!(
                         "no node{of_model} can ever hold a replica of {gpus_per_replica} GPUs (the largest has {largest})"
                     ),
@@ -101,6 +136,8 @@ impl Engine {
                     "resource": resource.map(|k| k.name()),
                     "requested": requested,
                     "largest": largest,
+                    "replicas": replicas,
+                    "replicas_max": replicas_max,
                 });
                 (message, data)
             }
@@ -113,14 +150,19 @@ impl Engine {
             ),
             PendingReason::WaitingForPreemption { victims } => {
                 let ids: Vec<i64> = victims.iter().map(|v| v.0 as i64).collect();
-                let list: Vec<String> = ids.iter().map(|v| format!("job {v}")).collect();
                 (
-                    format!("waiting for preemption of {}; their GPUs are held for this job", list.join(", ")),
+                    format!(
+                        "waiting for the preemption of {}; their GPUs are held for this job",
+                        self.names_of(&ids).join(", ")
+                    ),
                     json!({"victims": ids}),
                 )
             }
             PendingReason::BlockedBehind { job, priority } => (
-                format!("blocked behind job {} (priority {priority}), which is waiting for GPUs", job.0),
+                format!(
+                    "blocked behind {} (priority {priority}), which is waiting for GPUs",
+                    self.name_of(job.0 as i64)
+                ),
                 json!({"job": job.0, "priority": priority}),
             ),
             other => (other.to_string(), json!({})),
@@ -220,7 +262,8 @@ impl Engine {
         let (total, allocated) = self.core.gpu_totals();
         let pending = self.jobs.values().filter(|j| j.state == JobState::Pending).count() as u64;
         Health {
-            status: "ok".into(),
+            status: if self.degraded.is_some() { "degraded" } else { "ok" }.into(),
+            problem: self.degraded.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             jobs_pending: pending,
             jobs_running: self.jobs.len() as u64 - pending,

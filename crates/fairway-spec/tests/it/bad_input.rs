@@ -216,7 +216,13 @@ fn cases() -> Vec<Case> {
             "apiVersion",
             "required field is missing",
         ),
-        case("document not a mapping", "- a\n- b\n", 1, "", "must be a mapping, got a list"),
+        case(
+            "document not a mapping",
+            "- a\n- b\n",
+            1,
+            "",
+            "must be a mapping (a job or a priority class), got a list",
+        ),
         case(
             "class value too high",
             ARTICLE_CLASS.replace("1000000", "2000000000"),
@@ -334,10 +340,41 @@ fn cases() -> Vec<Case> {
             "metadata.namespace",
             "must match",
         ),
-        case("duplicate YAML key", "name: a\nname: b\n", 0, "", "duplicate"),
+        case("duplicate YAML key", "name: a\nname: b\n", 1, "name", "duplicate key \"name\""),
         case("YAML syntax error", "name: [unclosed\n", 0, "", "invalid YAML"),
         case("JSON syntax error", "{\"name\": \"x\"\n", 0, "", "not valid JSON"),
-        case("JSON duplicate key", "{\"name\": \"a\", \"name\": \"b\"}", 0, "", "duplicate key \"name\""),
+        case("JSON duplicate key", "{\"name\": \"a\", \"name\": \"b\"}", 1, "name", "duplicate key \"name\""),
+        case(
+            "job name only digits, native",
+            native_with("name", "\"42\""),
+            1,
+            "name",
+            r#""42" is only digits and would read as a job id; add a letter"#,
+        ),
+        case(
+            "job name only digits, kubernetes",
+            article_job_with("name: paddle-high-priority-training", "name: \"1\""),
+            1,
+            "metadata.name",
+            r#""1" is only digits and would read as a job id; add a letter"#,
+        ),
+        case(
+            "image that is an option, native",
+            native_with("image", "\"--privileged\""),
+            1,
+            "image",
+            r#""--privileged" is not an image reference: it starts with "-""#,
+        ),
+        case(
+            "image that is an option, kubernetes",
+            article_job_with(
+                "image: registry.baidubce.com/paddlepaddle/paddle:2.6-gpu-cuda11.8-cudnn8",
+                "image: \"--volume=/:/host\"",
+            ),
+            1,
+            "spec.template.spec.containers[0].image",
+            r#""--volume=/:/host" is not an image reference: it starts with "-""#,
+        ),
     ]
 }
 

@@ -94,6 +94,7 @@ fn a_run_and_its_end_update_counters_and_the_event_log() {
         failed: false,
         exit_code: Some(143),
         exit_signal: None,
+        retry_at_ms: None,
     };
     tx.end_run(id, &end, &event(id, 520, "requeued")).unwrap();
     tx.set_checkpoint(id, 510).unwrap();
@@ -104,6 +105,7 @@ fn a_run_and_its_end_update_counters_and_the_event_log() {
     assert_eq!(row.state, JobState::Running);
     assert_eq!((row.restart_count, row.preemptions, row.failures, row.runtime_done_ms), (1, 1, 0, 500));
     assert_eq!(row.first_started_at_ms, Some(20), "the first start is kept for the wait time");
+    assert_eq!((row.waited_ms, row.pending_since_ms), (10 + 80, None), "waits add up: 10-20, then 520-600");
     assert_eq!(row.last_checkpoint_ms, Some(510), "checkpoint times only move forward");
     assert_eq!(row.processes_json, None, "a new run has no process until it is spawned");
 
@@ -116,6 +118,7 @@ fn a_run_and_its_end_update_counters_and_the_event_log() {
         failed: false,
         exit_code: Some(0),
         exit_signal: None,
+        retry_at_ms: None,
     };
     tx.end_run(id, &done, &event(id, 700, "succeeded")).unwrap();
     tx.commit().unwrap();
@@ -191,4 +194,129 @@ fn a_reader_sees_committed_writes_while_the_writer_is_open() {
     assert!(reader.job(id).unwrap().is_none(), "uncommitted work is invisible");
     tx.commit().unwrap();
     assert_eq!(reader.job(id).unwrap().unwrap().name, "a");
+}
+
+#[test]
+fn a_stop_under_way_and_a_backoff_are_kept_until_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let id = tx.insert_job(&new_job("train", "ads", 1000, 10)).unwrap();
+    let run = RunRow { started_at_ms: 20, placement_json: "[[0,[0]]]".into(), run_dir: "/tmp/r".into() };
+    tx.set_running(id, &run, &event(id, 20, "started")).unwrap();
+    let stop = StopRow { cause: "preempted".into(), requested_at_ms: 30, kill_at_ms: 60, preemptor_id: Some(9) };
+    tx.set_stopping(id, JobState::Preempting, &stop, &event(id, 30, "preempted")).unwrap();
+    tx.commit().unwrap();
+    let row = store.job(id).unwrap().unwrap();
+    assert_eq!((row.state, row.stop.clone()), (JobState::Preempting, Some(stop)));
+    assert_eq!(store.unfinished_jobs().unwrap().len(), 1);
+
+    let mut tx = store.transaction().unwrap();
+    let end = RunEnd {
+        state: JobState::Pending,
+        runtime_ms: 15,
+        will_restart: true,
+        preempted: false,
+        failed: true,
+        exit_code: Some(1),
+        exit_signal: None,
+        retry_at_ms: Some(10_035),
+    };
+    tx.end_run(id, &end, &event(id, 35, "retrying")).unwrap();
+    tx.set_hold(id, Some("{}")).unwrap();
+    tx.commit().unwrap();
+    let row = store.job(id).unwrap().unwrap();
+    assert_eq!((row.stop.clone(), row.retry_at_ms, row.pending_since_ms), (None, Some(10_035), Some(35)));
+    assert_eq!(row.wait_ms(100), 10 + 65, "the first wait and the re-wait up to now");
+    let mut tx = store.transaction().unwrap();
+    tx.set_running(id, &RunRow { started_at_ms: 10_040, ..run }, &event(id, 10_040, "started")).unwrap();
+    tx.commit().unwrap();
+    let row = store.job(id).unwrap().unwrap();
+    assert_eq!((row.retry_at_ms, row.hold_json.clone(), row.waited_ms), (None, None, 10 + 10_005));
+}
+
+#[test]
+fn tokens_are_stored_as_digests_revoked_once_and_projects_keep_their_caps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+    let token = NewToken {
+        name: "alice@vision".into(),
+        secret_sha256: "ab".repeat(32),
+        user: "alice".into(),
+        project: "vision".into(),
+        role: Role::Submitter,
+        created_at_ms: 5,
+        expires_at_ms: Some(99),
+    };
+    let mut tx = store.transaction().unwrap();
+    let id = tx.insert_token(&token).unwrap();
+    assert!(tx.insert_token(&token).is_err(), "a digest is stored once");
+    tx.commit().unwrap();
+    let mut tx = store.transaction().unwrap();
+    assert!(tx.revoke_token(id, 7).unwrap());
+    assert!(!tx.revoke_token(id, 8).unwrap(), "revoked once");
+    assert!(!tx.revoke_token(id + 100, 8).unwrap());
+    tx.set_project(&ProjectRow { name: "vision".into(), priority_class_max: Some("high".into()) }).unwrap();
+    tx.set_project(&ProjectRow { name: "vision".into(), priority_class_max: Some("critical".into()) }).unwrap();
+    tx.commit().unwrap();
+    let rows = store.tokens().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].role, rows[0].revoked_at_ms, rows[0].expires_at_ms), (Role::Submitter, Some(7), Some(99)));
+    assert_eq!(store.projects().unwrap()[0].priority_class_max.as_deref(), Some("critical"));
+}
+
+#[test]
+fn pages_follow_a_cursor_and_the_count_ignores_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut tx = store.transaction().unwrap();
+    for i in 0..25 {
+        tx.insert_job(&new_job(&format!("j{i}"), "p", 1, i)).unwrap();
+    }
+    tx.commit().unwrap();
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let filter = JobFilter { before_id: cursor, limit: 10, ..JobFilter::default() };
+        assert_eq!(store.count_jobs(&filter).unwrap(), 25);
+        let page = store.jobs(&filter).unwrap();
+        seen.extend(page.iter().map(|j| j.id));
+        if page.len() < 10 {
+            break;
+        }
+        cursor = page.last().map(|j| j.id);
+    }
+    let mut want: Vec<i64> = (1..=25).collect();
+    want.reverse();
+    assert_eq!(seen, want, "every job once, newest first");
+}
+
+#[test]
+fn relative_run_directories_are_made_absolute_under_the_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let a = tx.insert_job(&new_job("a", "p", 1, 1)).unwrap();
+    let b = tx.insert_job(&new_job("b", "p", 1, 2)).unwrap();
+    let rel = format!("fairway-data/jobs/{a}/runs/0");
+    tx.set_running(
+        a,
+        &RunRow { started_at_ms: 3, placement_json: "[]".into(), run_dir: rel.clone() },
+        &event(a, 3, "s"),
+    )
+    .unwrap();
+    tx.set_processes(a, &format!("[{{\"pid\":7,\"start_ticks\":1,\"run_dir\":\"{rel}/replica-0\"}}]")).unwrap();
+    let odd = RunRow { started_at_ms: 3, placement_json: "[]".into(), run_dir: "elsewhere/x".into() };
+    tx.set_running(b, &odd, &event(b, 3, "s")).unwrap();
+    tx.commit().unwrap();
+    let data = std::path::Path::new("/srv/fairway");
+    let mut tx = store.transaction().unwrap();
+    assert_eq!(tx.absolutize_run_dirs(data).unwrap(), 1);
+    tx.commit().unwrap();
+    let row = store.job(a).unwrap().unwrap();
+    assert_eq!(row.run_dir.as_deref(), Some(format!("/srv/fairway/jobs/{a}/runs/0").as_str()));
+    assert!(row.processes_json.unwrap().contains(&format!("/srv/fairway/jobs/{a}/runs/0/replica-0")));
+    assert_eq!(store.job(b).unwrap().unwrap().run_dir.as_deref(), Some("elsewhere/x"), "not ours: left alone");
+    let mut tx = store.transaction().unwrap();
+    assert_eq!(tx.absolutize_run_dirs(data).unwrap(), 0, "idempotent");
 }

@@ -1,0 +1,352 @@
+//! One owner per data directory, nothing run twice, clean shutdown, and the lifecycle rules
+//! users rely on: exits after a stop request, a restart during a grace period, children left
+//! behind while the server was down.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fairway_server::api::JobState;
+
+use crate::server::{Api, InProcess, admin_token, kill_jobs_under, processes_with, serve_with, trainer_job};
+
+const FAIRWAY: &str = env!("CARGO_BIN_EXE_fairway");
+
+fn api_of(base: &str, data_dir: &Path) -> Api {
+    Api::new(base.to_owned(), Some(admin_token(data_dir)))
+}
+
+fn sigterm(pid: u32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+}
+
+#[test]
+fn a_second_server_on_the_same_data_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = serve_with(dir.path(), &["--gpus", "1"], None);
+    let out = Command::new(FAIRWAY)
+        .args(["serve", "--gpus", "1", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second server started: {err}");
+    assert!(err.contains(&format!("pid {}", first.child.id())) && err.contains("in use"), "{err}");
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+}
+
+#[test]
+fn sigterm_stops_the_server_in_seconds_and_jobs_are_readopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&server.base, dir.path());
+    let id = api.submit(&trainer_job("long", "p", "medium", 1, 300, 100))[0];
+    api.wait_state(id, JobState::Running);
+    let started = Instant::now();
+    sigterm(server.child.id());
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?} to stop", started.elapsed());
+    assert_eq!(processes_with(&dir.path().display().to_string()).len(), 1, "the job's shim still runs");
+    let mut again = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&again.base, dir.path());
+    let job = api.job(id);
+    assert_eq!((job.job.state, job.job.restart_count), (JobState::Running, 0), "re-adopted, not restarted");
+    again.child.kill().unwrap();
+    again.child.wait().unwrap();
+    kill_jobs_under(dir.path());
+}
+
+/// A job that saves and exits 0 on SIGTERM, the usual pattern; `complete`: it says it is done
+/// through its completion file first.
+fn polite(name: &str, priority: &str, complete: bool) -> String {
+    let mark = if complete { "touch $FAIRWAY_COMPLETION_FILE; " } else { "" };
+    format!(
+        "name: {name}\ntenant: {{ project: p }}\npriority: {priority}\nresources: {{ gpus: 1 }}\nshell: true\n\
+         command: [\"trap 'echo saving; {mark}exit 0' TERM; echo up; while true; do sleep 0.05; done\"]\n\
+         preemption_grace_seconds: 10\n"
+    )
+}
+
+#[test]
+fn an_exit_after_a_stop_request_is_that_stop_unless_the_job_says_it_completed() {
+    let server = InProcess::start("1", "");
+    let api = &server.api;
+    let low = api.submit(&polite("trap-and-exit-0", "low", false))[0];
+    api.wait_for("the low job to run", |api| api.log(low).contains("up").then_some(()));
+    let high = api.submit(&trainer_job("urgent", "q", "high", 1, 2, 10))[0];
+    api.wait_state(high, JobState::Succeeded);
+    let low_job = api.wait_for("the low job to be back", |api| {
+        let j = api.job(low);
+        j.events.iter().any(|e| e.kind == "requeued").then_some(j)
+    });
+    assert_eq!(low_job.job.preemptions, 1, "an exit 0 after SIGTERM is a preemption, not a success");
+    api.wait_for("the low job to run again", |api| (api.job(low).job.restart_count == 1).then_some(()));
+    // Cancelled and exiting 0: cancelled, not succeeded.
+    api.json("POST", &format!("/v1/jobs/{low}/cancel"), None);
+    api.wait_state(low, JobState::Cancelled);
+
+    // A job that says it completed before exiting 0 on SIGTERM succeeded.
+    let done = api.submit(&polite("completes", "low", true))[0];
+    api.wait_for("it to run", |api| api.log(done).contains("up").then_some(()));
+    api.json("POST", &format!("/v1/jobs/{done}/cancel"), None);
+    let job = api.wait_state(done, JobState::Succeeded);
+    assert_eq!(job.job.exit_code, Some(0));
+}
+
+#[test]
+fn a_restart_during_a_grace_period_keeps_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&first.base, dir.path());
+    // A victim that ignores SIGTERM: it is killed at its deadline, 6 s after the notice.
+    let stubborn = "name: stubborn\ntenant: { project: p }\npriority: low\nresources: { gpus: 1 }\nshell: true\n\
+                    command: [\"trap '' TERM; echo up; while true; do sleep 0.05; done\"]\n\
+                    preemption_grace_seconds: 6\n";
+    let victim = api.submit(stubborn)[0];
+    api.wait_for("the victim to run", |api| api.log(victim).contains("up").then_some(()));
+    let high = api.submit(&trainer_job("urgent", "q", "high", 1, 2, 10))[0];
+    let noticed = api.wait_for("the preemption", |api| {
+        api.job(victim).events.iter().find(|e| e.kind == "preempted").map(|e| e.at_ms)
+    });
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let mut second = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&second.base, dir.path());
+    let job = api.job(victim);
+    assert_eq!(job.job.state, JobState::Preempting, "still on its way out after the restart");
+    api.wait_state(high, JobState::Succeeded);
+    let job = api.job(victim);
+    let requeued = job.events.iter().find(|e| e.kind == "requeued").expect("requeued once killed").clone();
+    let waited = requeued.at_ms - noticed;
+    assert!((5_500..8_500).contains(&waited), "killed {waited} ms after the notice, not at its 6 s deadline");
+    assert!(requeued.message.contains("killed after its grace period"), "{requeued:?}");
+    assert_eq!(job.job.preemptions, 1);
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    kill_jobs_under(dir.path());
+}
+
+#[test]
+fn what_a_job_left_running_while_the_server_was_down_is_killed_at_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("{}.{}", std::process::id(), 3013);
+    let mut first = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&first.base, dir.path());
+    // The job's shell leaves a child behind (in its own session, out of the job's group)
+    // and exits 2 s later, while the server is down.
+    let job = format!(
+        "name: leaky\ntenant: {{ project: p }}\nresources: {{ gpus: 1 }}\nshell: true\n\
+         command: [\"setsid sleep {marker} & echo started; sleep 2\"]\n"
+    );
+    let id = api.submit(&job)[0];
+    api.wait_for("the job to start", |api| api.log(id).contains("started").then_some(()));
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(processes_with(&format!("sleep {marker}")).len(), 1, "the leftover runs while the server is down");
+    let mut second = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&second.base, dir.path());
+    api.wait_state(id, JobState::Succeeded);
+    assert!(processes_with(&format!("sleep {marker}")).is_empty(), "the leftover survived the restart");
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    kill_jobs_under(dir.path());
+}
+
+#[test]
+fn a_relative_data_directory_means_the_same_place_from_anywhere() {
+    let root = tempfile::tempdir().unwrap();
+    let workdir = root.path().join("a");
+    let elsewhere = root.path().join("b");
+    std::fs::create_dir_all(&workdir).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut server = serve_with(Path::new("fairway-data"), &["--gpus", "1"], Some(&workdir));
+    let data = workdir.join("fairway-data");
+    let api = api_of(&server.base, &data);
+    // A job in another working directory can still write its checkpoint.
+    let job = format!(
+        "name: ckpt\ntenant: {{ project: p }}\nresources: {{ gpus: 1 }}\nshell: true\nworking_dir: {:?}\n\
+         command: [\"echo $FAIRWAY_CHECKPOINT_DIR; touch $FAIRWAY_CHECKPOINT_DIR/saved && echo saved\"]\n",
+        elsewhere.display()
+    );
+    let id = api.submit(&job)[0];
+    api.wait_state(id, JobState::Succeeded);
+    let log = api.log(id);
+    assert!(log.starts_with('/') && log.contains("saved"), "{log}");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    // From another directory, the same store by another path: the finished job stays
+    // finished, nothing runs again.
+    let mut again = serve_with(Path::new("../a/fairway-data"), &["--gpus", "1"], Some(&elsewhere));
+    let api = api_of(&again.base, &data);
+    std::thread::sleep(Duration::from_millis(500));
+    let job = api.job(id);
+    assert_eq!((job.job.state, job.job.restart_count), (JobState::Succeeded, 0));
+    again.child.kill().unwrap();
+    again.child.wait().unwrap();
+}
+
+/// A small tmpfs, unmounted (lazily) when dropped. Mounting needs root, as CI has: the
+/// test says so plainly rather than skip.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("mount(8) runs");
+        assert!(
+            out.status.success(),
+            "this test mounts a small tmpfs to fill it, which needs root (CI runs as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file until the disk is full.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.path().join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while file.write_all(&block).is_ok() {}
+        let _ = file.sync_all();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// A job as the API shows it: id, state, and (node, GPUs) per replica.
+type JobFacts = (i64, JobState, Vec<(String, Vec<u32>)>);
+
+/// What the API says of every job.
+fn snapshot(api: &Api) -> Vec<JobFacts> {
+    let mut jobs: Vec<_> = api
+        .jobs("limit=10000")
+        .into_iter()
+        .map(|j| (j.id, j.state, j.placement.into_iter().map(|r| (r.node, r.gpus)).collect()))
+        .collect();
+    jobs.sort();
+    jobs
+}
+
+/// The nodes' view of who holds which GPU equals the jobs' view of where they run.
+fn assert_nodes_agree_with_jobs(api: &Api) {
+    let (_, nodes) = api.json("GET", "/v1/nodes", None);
+    let mut by_nodes: Vec<(String, u64, i64)> = Vec::new();
+    for node in nodes["nodes"].as_array().unwrap() {
+        for gpu in node["gpus"].as_array().unwrap() {
+            if let Some(job) = gpu["job"].as_i64() {
+                by_nodes.push((node["name"].as_str().unwrap().to_owned(), gpu["index"].as_u64().unwrap(), job));
+            }
+        }
+    }
+    let mut by_jobs: Vec<(String, u64, i64)> = Vec::new();
+    for job in api.jobs("state=running,preempting,stopping&limit=10000") {
+        for replica in &job.placement {
+            by_jobs.extend(replica.gpus.iter().map(|g| (replica.node.clone(), u64::from(*g), job.id)));
+        }
+    }
+    by_nodes.sort();
+    by_jobs.sort();
+    assert_eq!(by_nodes, by_jobs, "nodes and jobs disagree on who holds which GPU");
+}
+
+#[test]
+fn a_full_disk_stops_changes_and_the_server_recovers_when_it_is_freed() {
+    let disk = SmallDisk::mount("6m");
+    let data = disk.path().join("data");
+    let mut server = serve_with(&data, &["--gpus", "2"], None);
+    let api = api_of(&server.base, &data);
+    let sleeper = |name: &str| {
+        format!(
+            "name: {name}\ntenant: {{ project: p }}\nresources: {{ gpus: 1 }}\nshell: true\ncommand: [\"sleep 60\"]\n"
+        )
+    };
+    let running = api.submit(&sleeper("running"))[0];
+    let short = api
+        .submit("name: short\ntenant: { project: p }\nresources: { gpus: 1 }\nshell: true\ncommand: [\"sleep 2\"]\n")
+        [0];
+    api.wait_state(running, JobState::Running);
+    api.wait_state(short, JobState::Running);
+
+    // 1. The disk fills. Submissions go on until the store can no longer take one; every
+    //    acknowledged one must survive, and the first refusal says why.
+    let filler = disk.fill();
+    let mut acknowledged = Vec::new();
+    let refusal = loop {
+        let (status, body) =
+            api.request("POST", "/v1/jobs", Some(sleeper(&format!("q-{}", acknowledged.len())).into_bytes()));
+        match status {
+            201 => acknowledged
+                .push(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["jobs"][0]["id"].as_i64().unwrap()),
+            _ => break (status, String::from_utf8_lossy(&body).into_owned()),
+        }
+        assert!(acknowledged.len() < 5_000, "the store never reported the full disk");
+    };
+    assert_eq!(refusal.0, 503, "{refusal:?}");
+    assert!(refusal.1.contains("store_unavailable"), "{refusal:?}");
+    let (_, health) = api.json("GET", "/healthz", None);
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(health["problem"].as_str().unwrap().contains("cannot write the store"), "{health}");
+    // Changes are refused and leave things as they were; reads work.
+    let (status, _) = api.json("POST", &format!("/v1/jobs/{running}/cancel"), None);
+    assert_eq!(status, 503);
+    assert_eq!(api.job(running).job.state, JobState::Running);
+    // The short job ends while the disk is full.
+    std::thread::sleep(Duration::from_secs(3));
+
+    // 2. The disk is freed: the server recovers by itself.
+    std::fs::remove_file(filler).unwrap();
+    api.wait_for("the server to recover", |api| {
+        let (_, health) = api.json("GET", "/healthz", None);
+        (health["status"] == "ok").then_some(())
+    });
+    for &id in &acknowledged {
+        assert_eq!(api.request("GET", &format!("/v1/jobs/{id}"), None).0, 200, "acknowledged job {id} lost");
+    }
+    // It ended while the disk was full: its shim kept trying to record the exit until it
+    // could, so it succeeded rather than being judged lost.
+    api.wait_state(short, JobState::Succeeded);
+    assert_eq!(api.job(running).job.state, JobState::Running, "the running job kept running");
+    api.wait_for("every pending job to have a reason", |api| {
+        api.jobs("state=pending&limit=10000").iter().all(|j| !j.reasons.is_empty()).then_some(())
+    });
+    assert_nodes_agree_with_jobs(&api);
+    // Changes work again: a cancel, a submission.
+    assert_eq!(api.json("POST", &format!("/v1/jobs/{running}/cancel"), None).0, 200);
+    api.wait_state(running, JobState::Cancelled);
+    api.submit(&sleeper("after"));
+
+    // 3. What the server holds equals what a restart builds from the store.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = snapshot(&api);
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let mut again = serve_with(&data, &["--gpus", "2"], None);
+    let api = api_of(&again.base, &data);
+    assert_eq!(snapshot(&api), before, "memory and store were out of step");
+    assert_nodes_agree_with_jobs(&api);
+    again.child.kill().unwrap();
+    again.child.wait().unwrap();
+    kill_jobs_under(&data);
+}

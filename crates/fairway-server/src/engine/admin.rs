@@ -1,0 +1,235 @@
+//! Identities and per-project settings: the admin token of first start, tokens, and the
+//! highest priority class each project may use.
+
+use fairway_store::{NewToken, ProjectRow, Role};
+
+use super::{Engine, now_ms};
+use crate::ServerError;
+use crate::api::{NewTokenRequest, ProjectList, ProjectSpec, ProjectView, TokenCreated};
+use crate::auth;
+use crate::datadir::{ADMIN_TOKEN_FILE, write_private};
+use crate::error::ApiError;
+
+/// The class non-admin tokens may use at most, unless the config says otherwise:
+/// `critical` is for admins to grant.
+pub const DEFAULT_PRIORITY_CLASS_MAX: &str = "high";
+/// Longest user, project or token name.
+const NAME_BYTES_MAX: usize = 253;
+
+impl Engine {
+    /// Makes sure `admin.token` in the data directory holds a working admin token: at first
+    /// start, or when the file was deleted or its token revoked, a new one is made. Whoever
+    /// can read the data directory can therefore always get admin access back, and nobody
+    /// else can.
+    pub(crate) fn bootstrap_admin_token(&mut self) -> Result<(), ServerError> {
+        let path = self.config.data_dir.join(ADMIN_TOKEN_FILE);
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let secret = text.trim();
+            let digest = auth::digest(secret);
+            let usable = self.store.tokens()?.iter().any(|t| {
+                t.secret_sha256 == digest
+                    && t.role == Role::Admin
+                    && t.revoked_at_ms.is_none()
+                    && t.expires_at_ms.is_none_or(|e| e > now_ms())
+            });
+            if auth::is_well_formed(secret) && usable {
+                return Ok(());
+            }
+        }
+        let secret = auth::new_secret();
+        let token = NewToken {
+            name: "admin (data directory)".into(),
+            secret_sha256: auth::digest(&secret),
+            user: server_user(),
+            project: "default".into(),
+            role: Role::Admin,
+            created_at_ms: now_ms(),
+            expires_at_ms: None,
+        };
+        let mut tx = self.store.transaction()?;
+        tx.insert_token(&token)?;
+        tx.commit()?;
+        write_private(&path, format!("{secret}\n").as_bytes())?;
+        tracing::info!("admin token written to {} (readable by this user only)", path.display());
+        Ok(())
+    }
+
+    /// The config file's quotas and per-project priority caps win at start-up; what was set
+    /// through the API persists otherwise. The config's class names are checked here.
+    pub(crate) fn write_config_settings(&mut self) -> Result<(), ServerError> {
+        let classes = self.classes_with_config()?;
+        let default = self.config.file.priority_class_max.clone().unwrap_or(DEFAULT_PRIORITY_CLASS_MAX.into());
+        if classes.resolve(&default).is_none() {
+            return Err(ServerError::Config(format!("priority_class_max: {default:?} is not a priority class")));
+        }
+        let mut rows = Vec::new();
+        for (i, p) in self.config.file.projects.iter().enumerate() {
+            if let Some(max) = &p.priority_class_max {
+                if classes.resolve(max).is_none() {
+                    return Err(ServerError::Config(format!(
+                        "projects[{i}].priority_class_max: {max:?} is not a priority class"
+                    )));
+                }
+                rows.push(ProjectRow { name: p.name.clone(), priority_class_max: Some(max.clone()) });
+            }
+        }
+        let quotas: Vec<fairway_store::QuotaRow> = self
+            .config
+            .file
+            .quotas
+            .iter()
+            .map(|q| {
+                let (kind, account) = match (&q.project, &q.user) {
+                    (Some(p), _) => ("project", p.clone()),
+                    (None, Some(u)) => ("user", u.clone()),
+                    (None, None) => unreachable!("checked when the config was read"),
+                };
+                fairway_store::QuotaRow {
+                    account_kind: kind.into(),
+                    account,
+                    gpus_max: q.gpus_max,
+                    cpu_millis_max: q.cpu_millis_max,
+                    memory_mib_max: q.memory_mib_max,
+                }
+            })
+            .collect();
+        let mut tx = self.store.transaction()?;
+        for row in &rows {
+            tx.set_project(row)?;
+        }
+        for quota in &quotas {
+            tx.set_quota(quota)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The built-in classes, the config's and the stored ones, as `load_classes` builds them.
+    fn classes_with_config(&mut self) -> Result<fairway_spec::PriorityClasses, ServerError> {
+        self.classes = fairway_spec::PriorityClasses::builtin();
+        self.load_classes()?;
+        Ok(std::mem::replace(&mut self.classes, fairway_spec::PriorityClasses::builtin()))
+    }
+
+    /// The highest class `project` may use, and where that comes from.
+    pub(crate) fn priority_class_max(&self, project: &str) -> (String, &'static str) {
+        let from_config = self.config.file.projects.iter().any(|p| p.name == project && p.priority_class_max.is_some());
+        match self.projects.get(project).and_then(|p| p.priority_class_max.clone()) {
+            Some(max) if from_config => (max, "config"),
+            Some(max) => (max, "project"),
+            None => match &self.config.file.priority_class_max {
+                Some(max) => (max.clone(), "config"),
+                None => (DEFAULT_PRIORITY_CLASS_MAX.into(), "default"),
+            },
+        }
+    }
+
+    /// The priority value `project`'s tokens may use at most.
+    pub(crate) fn priority_value_max(&self, project: &str) -> (String, i32) {
+        let (name, _) = self.priority_class_max(project);
+        // Checked to exist when it was set; a class cannot be removed.
+        let value = self.classes.resolve(&name).map_or(i32::MIN, |c| c.value);
+        (name, value)
+    }
+
+    pub(crate) fn projects_view(&self) -> ProjectList {
+        let mut names: std::collections::BTreeSet<String> = self.projects.keys().cloned().collect();
+        names.extend(self.config.file.projects.iter().map(|p| p.name.clone()));
+        names.extend(self.jobs.values().map(|j| j.resolved.doc.project.clone()));
+        ProjectList { projects: names.into_iter().map(|n| self.project_view(&n)).collect() }
+    }
+
+    fn project_view(&self, name: &str) -> ProjectView {
+        let (max, source) = self.priority_class_max(name);
+        let run_as = self.config.file.projects.iter().find(|p| p.name == name).and_then(|p| p.run_as.clone());
+        ProjectView { name: name.into(), priority_class_max: max, priority_class_max_source: source.into(), run_as }
+    }
+
+    pub(crate) fn set_project(&mut self, name: &str, spec: ProjectSpec) -> Result<ProjectView, ApiError> {
+        check_name("name", name)?;
+        if let Some(max) = &spec.priority_class_max
+            && self.classes.resolve(max).is_none()
+        {
+            let known: Vec<&str> = self.classes.iter().map(|c| c.name.as_str()).collect();
+            return Err(ApiError::bad_request(format!(
+                "priority_class_max: {max:?} is not a priority class (known: {})",
+                known.join(", ")
+            )));
+        }
+        let row = ProjectRow { name: name.into(), priority_class_max: spec.priority_class_max };
+        self.write("a project setting", |tx| tx.set_project(&row))
+            .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        self.projects.insert(name.into(), row);
+        Ok(self.project_view(name))
+    }
+
+    pub(crate) fn create_token(&mut self, spec: NewTokenRequest, now: u64) -> Result<TokenCreated, ApiError> {
+        check_name("user", &spec.user)?;
+        check_name("project", &spec.project)?;
+        let name = spec.name.clone().unwrap_or_else(|| format!("{}@{}", spec.user, spec.project));
+        check_name("name", &name)?;
+        let expires_at_ms = match spec.expires_in_seconds {
+            Some(0) => return Err(ApiError::bad_request("expires_in_seconds: must be at least 1")),
+            Some(s) => Some(now.saturating_add(s.saturating_mul(1000))),
+            None => None,
+        };
+        let secret = auth::new_secret();
+        let token = NewToken {
+            name,
+            secret_sha256: auth::digest(&secret),
+            user: spec.user,
+            project: spec.project,
+            role: spec.role.unwrap_or(Role::Submitter),
+            created_at_ms: now,
+            expires_at_ms,
+        };
+        let id = self
+            .write("a new token", |tx| tx.insert_token(&token))
+            .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        let row = fairway_store::TokenRow {
+            id,
+            name: token.name,
+            secret_sha256: token.secret_sha256,
+            user: token.user,
+            project: token.project,
+            role: token.role,
+            created_at_ms: now,
+            expires_at_ms,
+            revoked_at_ms: None,
+        };
+        self.tokens.upsert(&row);
+        Ok(TokenCreated { token: crate::http::token_view(&row), secret })
+    }
+
+    pub(crate) fn revoke_token(&mut self, id: i64, now: u64) -> Result<(), ApiError> {
+        let rows = self.store.tokens().map_err(ApiError::store)?;
+        let Some(row) = rows.into_iter().find(|t| t.id == id) else {
+            return Err(ApiError::not_found_message(format!("token {id} does not exist")));
+        };
+        if row.revoked_at_ms.is_some() {
+            return Ok(());
+        }
+        self.write("a revocation", |tx| tx.revoke_token(id, now))
+            .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        self.tokens.upsert(&fairway_store::TokenRow { revoked_at_ms: Some(now), ..row });
+        Ok(())
+    }
+}
+
+/// A user, project or token name: what the job-spec reader accepts for users and projects.
+fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.len() > NAME_BYTES_MAX || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ApiError::bad_request(format!(
+            "{field}: {name:?} must be 1 to {NAME_BYTES_MAX} bytes without whitespace or control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// The Unix user the server runs as: the admin token's user.
+fn server_user() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid-{}", nix::unistd::getuid()), |u| u.name)
+}
