@@ -80,6 +80,7 @@ mod bench;
 mod client;
 mod containers;
 mod demo;
+mod docs;
 mod fake_server;
 mod lifecycle;
 mod security;
