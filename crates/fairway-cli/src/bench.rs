@@ -37,6 +37,7 @@ use serde::Serialize;
 use crate::Output;
 
 mod sim;
+mod soak;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -53,6 +54,10 @@ pub enum BenchCommand {
     /// The simulator: events per second through the core, and a whole trace end to end
     /// (load, replay, summary) for each policy of a scenario (release build expected).
     Sim(sim::SimBenchArgs),
+    /// Rounds of concurrent submissions, cancels and quota changes ended by `kill -9` of the
+    /// server, checked from outside after each: nothing acknowledged lost, no job running
+    /// twice, no GPU double-booked, pending order kept. Exits 1 if anything was found.
+    Soak(soak::SoakArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -173,6 +178,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.command {
         BenchCommand::Server(a) => server(a),
         BenchCommand::Sim(a) => sim::run(a),
+        BenchCommand::Soak(a) => soak::run(a),
     }
 }
 

@@ -73,3 +73,21 @@ fn bench_sim_refuses_zero_repeats() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--repeat"));
 }
+
+/// The soak, briefly, as CI runs it: a few rounds of load ended by `kill -9` of the server,
+/// each checked from outside (the benchmark runs it long: docs/benchmarks.md).
+#[test]
+fn a_brief_soak_finds_nothing_lost_run_twice_or_double_booked() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fairway"))
+        .args(["bench", "soak", "--rounds", "3", "--seed", "7", "--round-ms-max", "800", "-o", "json"])
+        .output()
+        .expect("runs");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    assert!(out.status.success(), "{report}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(report["submissions_acknowledged"].as_u64().unwrap() > 0, "{report}");
+    for problem in ["jobs_lost", "jobs_run_twice", "gpus_double_booked", "pending_out_of_order", "jobs_ended_badly"] {
+        assert_eq!(report[problem], 0, "{problem}: {report}");
+    }
+}
