@@ -73,7 +73,7 @@ enum Command {
     /// Show who the server takes you for: user, project, role.
     Whoami,
     /// Save a token for this server (read from standard input, or --token-file).
-    Login(admin::LoginArgs),
+    Login,
     /// Forget the token saved for this server.
     Logout,
     /// Show projects and their highest priority class; `project set` changes it.
@@ -163,7 +163,7 @@ pub enum Output {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_usage(&e));
     let server = &cli.server;
     let connection = Connection {
         credentials: client::credentials::TokenArgs { token: cli.token.clone(), token_file: cli.token_file.clone() },
@@ -188,9 +188,16 @@ fn main() -> ExitCode {
         Command::Token(args) => with_client(server, &connection, async |c| admin::token(c, &args).await),
         Command::Whoami => with_client(server, &connection, async |c| admin::whoami(c).await),
         Command::Project(args) => with_client(server, &connection, async |c| admin::project(c, &args).await),
-        Command::Login(args) => {
+        Command::Login => {
             let url = server_url(server);
-            with_client(server, &connection, async |c| admin::login(c, &url, &args).await)
+            // `--token-file` names the token to save here (default: standard input), so the
+            // client itself does not read it as its credentials.
+            let source = cli.token_file.clone();
+            let connection = Connection {
+                credentials: client::credentials::TokenArgs { token_file: None, ..connection.credentials.clone() },
+                ..connection.clone()
+            };
+            with_client(server, &connection, async |c| admin::login(c, &url, source.as_deref()).await)
         }
         Command::Logout => admin::logout(&server_url(server)),
         Command::Completions { shell } => {
@@ -235,6 +242,40 @@ fn server_url(server: &str) -> reqwest::Url {
         let message = format!("invalid value '{server}' for '--server <URL>': {e}");
         Cli::command().error(clap::error::ErrorKind::ValueValidation, message).exit()
     })
+}
+
+/// Prints a command-line error as clap does, but with the standard library's words for a
+/// bad number ("invalid digit found in string") in plain ones, and exits (2 for usage errors).
+fn exit_usage(e: &clap::Error) -> ! {
+    if !e.use_stderr() {
+        e.exit(); // --help and --version
+    }
+    let styled = e.render();
+    let text = if std::io::stderr().is_terminal() { styled.ansi().to_string() } else { styled.to_string() };
+    let _ = write!(std::io::stderr().lock(), "{}", plain_number_errors(&text));
+    std::process::exit(e.exit_code())
+}
+
+/// Rust's messages for numbers that do not parse, in words for people; clap's ranges
+/// (`0 is not in 1..=4294967295`) without Rust's range syntax.
+fn plain_number_errors(text: &str) -> String {
+    let replacements = [
+        ("invalid digit found in string", "not a whole number of 0 or more (digits only)"),
+        ("cannot parse integer from empty string", "empty, where a whole number is expected"),
+        ("number too large to fit in target type", "the number is too large"),
+        ("number too small to fit in target type", "the number is too small"),
+        ("invalid float literal", "not a number"),
+    ];
+    let mut text = replacements.iter().fold(text.to_owned(), |text, (from, to)| text.replace(from, to));
+    if let Some(at) = text.find(" is not in ") {
+        let start = at + " is not in ".len();
+        let end = text[start..].find(char::is_whitespace).map_or(text.len(), |e| start + e);
+        if let Some((low, high)) = text[start..end].split_once("..=") {
+            let words = format!(" is not between {low} and {high}");
+            text.replace_range(at..end, &words);
+        }
+    }
+    text
 }
 
 /// A child-style exit status (0-255) as the process's own.

@@ -370,6 +370,10 @@ impl Scheduler {
         };
         let was_preempted = matches!(job.state, JobState::Terminating { why: Termination::Preempted { .. }, .. });
         self.release(ix, now);
+        // A stop asked since the last cycle (a cancel) is moot once the job has exited: the
+        // driver must not be told to stop a job that is gone. (Found by fuzzing the server's
+        // API: a cancel and the run's end in one turn.)
+        self.outbox.retain(|d| !matches!(d, Decision::Stop { job, .. } if *job == id));
         if requeue {
             if was_preempted {
                 self.jobs[ix].preemptions += 1;

@@ -278,7 +278,7 @@ pub struct NewTokenRequest {
     pub project: String,
     /// `viewer`, `submitter` (default) or `admin`.
     pub role: Option<Role>,
-    /// A label for listings; default `<user>@<project>`.
+    /// A label for listings; default `<user>@<project>` (its first 253 bytes).
     pub name: Option<String>,
     /// The token stops working after this long; default: never.
     pub expires_in_seconds: Option<u64>,

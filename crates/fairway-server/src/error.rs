@@ -145,12 +145,24 @@ impl IntoResponse for ApiError {
 /// A JSON body as `T`; errors name the field (`gpus_max: expected a non-negative integer,
 /// got the text "four"`) in words, without Rust type names.
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Every body is an object: say so, rather than let serde name the Rust type it wanted.
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => return Err(ApiError::bad_request("body: empty, where a JSON object is expected")),
+        Some(b'{') => {}
+        Some(_) if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() => {
+            return Err(ApiError::bad_request("body: must be a JSON object ({\"field\": value, ...})"));
+        }
+        Some(_) => {}
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let reason = plain_words(&inner.to_string());
-        let reason = if inner.is_syntax() || inner.is_eof() { format!("not valid JSON: {reason}") } else { reason };
+        // A syntax error is about the text, not a field (its path would read "?").
+        if inner.is_syntax() || inner.is_eof() {
+            return ApiError::bad_request(format!("body: not valid JSON: {reason}"));
+        }
         ApiError::bad_request(match path.as_str() {
             "." | "" => format!("body: {reason}"),
             path => format!("body: {path}: {reason}"),
@@ -162,10 +174,22 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
 
 /// A query string as `T`; errors name the parameter.
 pub fn parse_query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> Result<T, ApiError> {
-    let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.unwrap_or("").as_bytes()));
+    let raw = raw.unwrap_or("");
+    let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
-        let reason = plain_words(&e.into_inner().to_string());
+        let message = e.into_inner().to_string();
+        let value = form_urlencoded::parse(raw.as_bytes()).find(|(k, _)| *k == path).map(|(_, v)| v.into_owned());
+        let negative =
+            |v: &str| v.strip_prefix('-').is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+        let reason = match value {
+            // Rust calls the minus sign of `-1` an invalid digit for a count.
+            Some(v) if negative(&v) && message == "invalid digit found in string" => {
+                format!("must not be negative, got {v:?}")
+            }
+            Some(v) if !message.starts_with("unknown field") => format!("{}, got {v:?}", plain_words(&message)),
+            _ => plain_words(&message).replacen("unknown field", "unknown parameter", 1),
+        };
         ApiError::bad_request(match path.as_str() {
             "." | "" => format!("query: {reason}"),
             path => format!("query parameter {path}: {reason}"),
@@ -174,8 +198,8 @@ pub fn parse_query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> Result<
 }
 
 /// serde's messages with Rust's vocabulary replaced by plain words: `u32` is "a
-/// non-negative integer", `` `x` `` is "x", "invalid digit found in string" is "not a
-/// whole number".
+/// non-negative integer up to 4294967295", `` `x` `` is "x", "invalid digit found in
+/// string" is "not a whole number".
 pub fn plain_words(message: &str) -> String {
     let mut text = message.replace('`', "\"");
     let replacements = [
@@ -185,6 +209,8 @@ pub fn plain_words(message: &str) -> String {
         ("cannot parse integer from empty string", "empty, where a whole number is expected"),
         ("invalid type: ", ""),
         ("invalid value: ", ""),
+        ("unknown variant ", "unknown value "),
+        ("EOF while parsing", "the text ends in the middle of"),
         ("provided string was not `true` or `false`", "not true or false"),
         ("provided string was not \"true\" or \"false\"", "not true or false"),
     ];
@@ -194,12 +220,12 @@ pub fn plain_words(message: &str) -> String {
     let words = [
         ("u8", "a non-negative integer"),
         ("u16", "a non-negative integer"),
-        ("u32", "a non-negative integer"),
+        ("u32", "a non-negative integer up to 4294967295"),
         ("u64", "a non-negative integer"),
         ("usize", "a non-negative integer"),
         ("i8", "an integer"),
         ("i16", "an integer"),
-        ("i32", "an integer"),
+        ("i32", "an integer from -2147483648 to 2147483647"),
         ("i64", "an integer"),
         ("isize", "an integer"),
         ("f32", "a number"),

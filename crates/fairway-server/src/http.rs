@@ -298,7 +298,7 @@ async fn list_jobs(
         match &q.project {
             Some(p) if *p != who.project => {
                 return Err(ApiError::forbidden(format!(
-                    "project: your token may see project {:?} only, not {p:?}",
+                    "query parameter project: your token may see project {:?} only, not {p:?}",
                     who.project
                 )));
             }
@@ -309,12 +309,13 @@ async fn list_jobs(
     for s in q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
         states.push(JobState::parse(s).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "state: {s:?} is not one of pending, running, preempting, stopping, succeeded, failed, cancelled"
+                "query parameter state: {s:?} is not one of pending, running, preempting, stopping, succeeded, \
+                 failed, cancelled"
             ))
         })?);
     }
     if q.limit == Some(0) {
-        return Err(ApiError::bad_request("limit: must be at least 1"));
+        return Err(ApiError::bad_request("query parameter limit: must be at least 1"));
     }
     let limit = q.limit.unwrap_or(1000).min(state.list_jobs_max);
     let filter = JobFilter {
@@ -469,7 +470,7 @@ async fn logs(
         .unwrap_or(1);
     if u64::from(replica) >= replicas {
         return Err(ApiError::bad_request(format!(
-            "replica: job {id} has {replicas} replica{} (0 to {}), not {replica}",
+            "query parameter replica: job {id} has {replicas} replica{} (0 to {}), not {replica}",
             if replicas == 1 { "" } else { "s" },
             replicas - 1
         )));

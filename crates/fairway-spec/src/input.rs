@@ -126,17 +126,18 @@ fn json(text: &str, limits: &ParseLimits) -> Result<Vec<StrictValue>, JsonFailur
 
 /// serde_json's message with its position moved to the front, as in the YAML messages.
 /// Only syntax errors reach here: the value visitor records every other problem itself,
-/// so the message is about the text (`expected `,` or `}``, `EOF while parsing a string`).
+/// so the message is about the text (`expected `,` or `}``, `EOF while parsing a string`);
+/// its programmer's "EOF" is said in the words of the YAML messages.
 fn json_reason(e: &serde_json::Error) -> String {
     let message = e.to_string();
     let position = format!(" at line {} column {}", e.line(), e.column());
     let what = message.strip_suffix(&position).unwrap_or(&message);
     let what = match what {
         // A number that overflows a 64-bit float: say it in the words of the YAML check.
-        "number out of range" => "a number is too large to represent",
-        other => other,
+        "number out of range" => "a number is too large to represent".to_owned(),
+        other => other.replace("EOF while parsing", "the input ends in the middle of"),
     };
-    if e.line() == 0 { what.to_owned() } else { format!("line {}, column {}: {what}", e.line(), e.column()) }
+    if e.line() == 0 { what } else { format!("line {}, column {}: {what}", e.line(), e.column()) }
 }
 
 const INVALID_YAML: &str = "invalid YAML: ";

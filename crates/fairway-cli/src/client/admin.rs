@@ -46,7 +46,10 @@ pub enum TokenAction {
         output: ListFormat,
     },
     /// Revoke a token by id (admin; anyone may revoke the token they use).
-    Revoke { id: i64 },
+    Revoke {
+        #[arg(allow_negative_numbers = true)]
+        id: i64,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -139,20 +142,19 @@ pub async fn whoami(client: &Client) -> Result<()> {
     ))
 }
 
-#[derive(clap::Args)]
-pub struct LoginArgs {
-    /// Read the token from this file (`-`: standard input, the default).
-    #[arg(long, value_name = "FILE", default_value = "-")]
-    pub token_file: String,
-}
-
-/// `fairway login`: checks a token against the server and saves it for that server.
-pub async fn login(client: &Client, server: &reqwest::Url, args: &LoginArgs) -> Result<()> {
+/// `fairway login`: checks a token against the server and saves it for that server. The
+/// token comes from `source` (the global `--token-file`), else from standard input (also
+/// `-`). The login command once had its own `--token-file`, which clashed with the global
+/// one of the same name and made every `fairway login` panic.
+pub async fn login(client: &Client, server: &reqwest::Url, source: Option<&std::path::Path>) -> Result<()> {
     let mut text = String::new();
-    if args.token_file == "-" {
-        std::io::stdin().read_to_string(&mut text).context("cannot read the token from standard input")?;
-    } else {
-        text = std::fs::read_to_string(&args.token_file).with_context(|| format!("cannot read {}", args.token_file))?;
+    match source.filter(|p| p.as_os_str() != "-") {
+        None => {
+            std::io::stdin().read_to_string(&mut text).context("cannot read the token from standard input")?;
+        }
+        Some(path) => {
+            text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        }
     }
     let token = text.trim().to_owned();
     if !fairway_server::auth::is_well_formed(&token) {

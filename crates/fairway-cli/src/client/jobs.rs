@@ -43,11 +43,11 @@ pub struct LsArgs {
     #[arg(short = 'A', long, conflicts_with = "state")]
     pub all: bool,
     /// At most this many jobs (newest first; the server's default is 1000).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
     /// Continue a partial list: only jobs older than this id (the note under a partial list
     /// gives it).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", allow_negative_numbers = true)]
     pub cursor: Option<i64>,
     /// Output format (`wide` adds model, restarts, preemptions and placement).
     #[arg(short = 'o', long, value_enum, default_value_t = ListFormat::Table)]
@@ -78,10 +78,10 @@ pub struct LogsArgs {
     #[arg(short = 'f', long)]
     pub follow: bool,
     /// Only the last N lines.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub tail: Option<u64>,
     /// Which replica of a gang job (0-based).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub replica: Option<u32>,
 }
 

@@ -157,7 +157,7 @@ impl Client {
 
     /// The same client with another token (to check one before saving it).
     pub fn with_token(&self, token: &str) -> Client {
-        Client { token: Some((token.to_owned(), "the token given".into())), ..self.clone() }
+        Client { token: Some((token.to_owned(), "the token given to log in".into())), ..self.clone() }
     }
 
     /// The URL of an API path given as segments (`["v1", "jobs", "12"]`, each percent-encoded

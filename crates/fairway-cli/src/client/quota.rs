@@ -24,13 +24,13 @@ pub enum QuotaAction {
         kind: QuotaKind,
         account: String,
         /// GPUs the account may hold at once.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
         gpus: Option<u32>,
         /// CPU the account may hold at once, in millicores.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
         cpu_millis: Option<u64>,
         /// Memory the account may hold at once, in MiB.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
         memory_mib: Option<u64>,
     },
     /// Remove an account's caps (it becomes unlimited).

@@ -350,3 +350,28 @@ fn a_full_disk_stops_changes_and_the_server_recovers_when_it_is_freed() {
     again.child.wait().unwrap();
     kill_jobs_under(&data);
 }
+
+#[test]
+fn a_gang_that_no_longer_fits_after_a_restart_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = serve_with(dir.path(), &["--gpus", "2x4"], None);
+    let api = api_of(&first.base, dir.path());
+    // A quota of 0 keeps the gang pending while the cluster still could hold it.
+    api.json("PUT", "/v1/quotas/project/p", Some(r#"{"gpus_max": 0}"#));
+    let gang =
+        "name: gang\ntenant: { project: p }\nresources: { gpus: 4 }\nreplicas: 2\nshell: true\ncommand: [\"true\"]\n";
+    let id = api.submit(gang)[0];
+    api.wait_for("the quota to hold it", |api| {
+        api.job(id).job.reasons.first().map(|r| r.code == "over_quota")?.then_some(())
+    });
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    // Half the nodes are gone: the gang can never start, and says so rather than waiting.
+    let mut second = serve_with(dir.path(), &["--gpus", "4"], None);
+    let api = api_of(&second.base, dir.path());
+    let reason =
+        api.wait_for("a never_fits reason", |api| api.job(id).job.reasons.into_iter().find(|r| r.code == "never_fits"));
+    assert!(reason.message.contains("2 replicas of 4 GPUs") && reason.message.contains("at most 1"), "{reason:?}");
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+}

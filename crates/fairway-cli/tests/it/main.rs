@@ -77,11 +77,13 @@ fn report_writes_markdown_and_plots() {
 }
 
 mod bench;
+mod catalogue;
 mod client;
 mod containers;
 mod demo;
 mod docs;
 mod fake_server;
+mod http_fuzz;
 mod lifecycle;
 mod security;
 mod server;

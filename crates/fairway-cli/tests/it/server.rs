@@ -384,10 +384,18 @@ fn metrics_openapi_nodes_and_health() {
     assert_eq!(cancelled.events.last().unwrap().kind, "cancelled");
 }
 
-/// `fairway serve` as a child process, for kill -9.
+/// `fairway serve` as a child process, for kill -9. Killed when dropped, so that a failing
+/// test leaves no server behind.
 pub struct ServeProcess {
     pub child: Child,
     pub base: String,
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn serve(data_dir: &Path) -> ServeProcess {

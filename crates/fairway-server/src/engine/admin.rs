@@ -166,7 +166,20 @@ impl Engine {
     pub(crate) fn create_token(&mut self, spec: NewTokenRequest, now: u64) -> Result<TokenCreated, ApiError> {
         check_name("user", &spec.user)?;
         check_name("project", &spec.project)?;
-        let name = spec.name.clone().unwrap_or_else(|| format!("{}@{}", spec.user, spec.project));
+        let name = match &spec.name {
+            Some(name) => name.clone(),
+            // The default label may be longer than a name can be when user and project are
+            // long: it is cut, rather than refused as if the caller had given it.
+            None => {
+                let mut label = format!("{}@{}", spec.user, spec.project);
+                let mut end = label.len().min(NAME_BYTES_MAX);
+                while !label.is_char_boundary(end) {
+                    end -= 1;
+                }
+                label.truncate(end);
+                label
+            }
+        };
         check_name("name", &name)?;
         let expires_at_ms = match spec.expires_in_seconds {
             Some(0) => return Err(ApiError::bad_request("expires_in_seconds: must be at least 1")),

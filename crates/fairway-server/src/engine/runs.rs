@@ -94,6 +94,12 @@ impl Engine {
                 }
                 Decision::Stop { job, cause } => {
                     let id = job.0 as i64;
+                    // A cancel's Stop waits in the core for the next cycle: a run that ended
+                    // in the same turn, after the cancel, has been judged, and the job is gone.
+                    if !self.jobs.contains_key(&id) {
+                        tracing::debug!(id, "stop of a job whose run has already ended");
+                        continue;
+                    }
                     let (event, stop, command) = self.stop(id, cause, now);
                     writes.push(Write::Stopping(id, JobState::Stopping, stop, event));
                     commands.extend(command);
@@ -734,5 +740,77 @@ fn exit_signal(exit: &RunExit) -> Option<i32> {
     match exit {
         RunExit::Exited(r) => r.signal,
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, RwLock};
+
+    use fairway_store::{JobState, Role, Store};
+    use tokio::sync::mpsc::UnboundedReceiver;
+    use tokio::sync::oneshot;
+
+    use crate::auth::{Identity, Tokens};
+    use crate::config::ServerConfig;
+    use crate::engine::{Cluster, Command, Engine, EngineParts};
+    use crate::executor::{ExecCommand, RunExit};
+
+    /// An engine on a fresh data directory with one simulated GPU. What it asks of the
+    /// executor stays in the returned channel: nothing is launched.
+    fn engine(dir: &std::path::Path) -> (Engine, UnboundedReceiver<ExecCommand>) {
+        let mut config = ServerConfig::new(dir.to_path_buf());
+        config.registry_dir = None;
+        let simulated = fairway_exec::SimulatedGpus::parse("1").unwrap();
+        let (layout, source) = fairway_exec::discover(Some(&simulated), "A100").unwrap();
+        let (exec, asked) = tokio::sync::mpsc::unbounded_channel();
+        let parts = EngineParts {
+            store: Store::open(&config.db_path()).unwrap(),
+            cluster: Arc::new(Cluster::new(layout, source)),
+            exec,
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            runtime: None,
+            images: Arc::default(),
+            tokens: Tokens::default(),
+            classes: Arc::new(RwLock::new(fairway_spec::PriorityClasses::builtin())),
+            config,
+        };
+        (Engine::start(parts).unwrap(), asked)
+    }
+
+    /// Found by fuzzing the API: a cancel leaves the core's `Stop` for the next cycle; when
+    /// the run's end came in the same turn, after the cancel, the engine finished the job
+    /// and then panicked on that `Stop` ("the core stops only known jobs"), which stopped
+    /// the server.
+    #[test]
+    fn a_run_that_ends_in_the_turn_of_its_cancel_is_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut engine, mut asked) = engine(dir.path());
+        let who = Identity {
+            token_id: 1,
+            token_name: "admin".into(),
+            user: "u".into(),
+            project: "p".into(),
+            role: Role::Admin,
+        };
+        let spec = b"name: gone\nresources: { gpus: 1 }\ncommand: [/nonexistent]\n";
+        let options = fairway_spec::ParseOptions { tenant_required: false };
+        let classes = fairway_spec::PriorityClasses::builtin();
+        let parsed = fairway_spec::parse_and_resolve(spec, &Default::default(), &classes, &options).unwrap().parsed;
+        let (reply, submitted) = oneshot::channel();
+        engine.turn(vec![Command::Submit { parsed, who, reply }]);
+        let id = submitted.blocking_recv().unwrap().unwrap().jobs[0].id;
+        assert!(matches!(asked.try_recv(), Ok(ExecCommand::Start { job, run: 0, .. }) if job == id), "started");
+
+        let (reply, cancelled) = oneshot::channel();
+        let ended = RunExit::LaunchFailed("cannot start \"/nonexistent\"".into());
+        engine.turn(vec![
+            Command::Cancel { id, reply },
+            Command::RunEnded { job: id, run: 0, exit: ended, killed: false },
+        ]);
+        assert_eq!(cancelled.blocking_recv().unwrap().unwrap().state, JobState::Stopping);
+        assert_eq!(engine.store.job(id).unwrap().unwrap().state, JobState::Cancelled);
+        assert!(!engine.jobs.contains_key(&id));
+        assert!(asked.try_recv().is_err(), "nothing left to signal");
     }
 }

@@ -211,10 +211,10 @@ impl Engine {
                 job.origin.document,
                 job.origin.path(Field::Replicas),
                 format!(
-                    "{} replicas of {} GPUs can never run at once here: the empty cluster holds at most {most} \
+                    "{} replicas of {} can never run at once here: the empty cluster holds at most {most} \
                      (its nodes: {})",
                     job.replicas,
-                    job.resources.gpus,
+                    replica_size(&job.resources),
                     self.cluster_summary()
                 ),
             )
@@ -343,6 +343,19 @@ impl Engine {
         }
         self.touch();
     }
+}
+
+/// `4 GPUs`, or `1 GPU, 64000 MiB of memory`: what one replica asks, CPU and memory only
+/// when asked, so that a gang held back by memory says so.
+fn replica_size(r: &fairway_spec::ResourcesDoc) -> String {
+    let mut parts = vec![format!("{} GPU{}", r.gpus, if r.gpus == 1 { "" } else { "s" })];
+    if r.cpu_millis > 0 {
+        parts.push(format!("{} millicores of CPU", r.cpu_millis));
+    }
+    if r.memory_mib > 0 {
+        parts.push(format!("{} MiB of memory", r.memory_mib));
+    }
+    parts.join(", ")
 }
 
 /// The job with its tenant from the caller: what the spec leaves out is the token's; what

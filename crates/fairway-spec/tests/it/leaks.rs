@@ -175,7 +175,7 @@ fn cases() -> Vec<Case> {
             r#"{"name": "a""#,
             0,
             "",
-            "not valid JSON (line 1, column 12: EOF while parsing an object) nor YAML (line 1, column 1: unclosed bracket '{')",
+            "not valid JSON (line 1, column 12: the input ends in the middle of an object) nor YAML (line 1, column 1: unclosed bracket '{')",
         ),
     ]
 }
