@@ -12,6 +12,8 @@ use crate::client::{Client, Connection, admin, cluster, jobs, quota};
 mod bench;
 mod client;
 mod demo;
+#[cfg(feature = "kube")]
+mod kube;
 mod serve;
 mod sim;
 
@@ -44,6 +46,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the standalone server: scheduler, store, processes, HTTP API, metrics.
     Serve(serve::ServeArgs),
+    /// Run the Kubernetes controller: Fairway schedules the cluster's Jobs (and PaddleJobs)
+    /// in namespaces that opted in.
+    #[cfg(feature = "kube")]
+    Kube(kube::KubeArgs),
     /// Measure Fairway on this machine (`bench server`: submissions/s, start and preemption
     /// latency; `bench sim`: simulator events/s and whole-trace time).
     Bench(bench::BenchArgs),
@@ -172,6 +178,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim::run(&args),
         Command::Serve(args) => serve::run(&args),
+        #[cfg(feature = "kube")]
+        Command::Kube(args) => kube::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Submit(args) => with_client(server, &connection, async |c| jobs::submit(c, &args).await),

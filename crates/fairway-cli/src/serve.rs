@@ -93,7 +93,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default: info).
-fn init_logging() {
+pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
@@ -103,7 +103,7 @@ fn init_logging() {
         .try_init();
 }
 
-async fn wait_for_signal() {
+pub async fn wait_for_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

@@ -277,6 +277,13 @@ impl Scheduler {
         (total, used)
     }
 
+    /// A node's GPU slots that no job owns and none is held for: where a driver may restore
+    /// a job it found running without the core (another scheduler's pod). `None` for an
+    /// unknown node.
+    pub fn node_free_slots(&self, node: NodeId) -> Option<GpuSet> {
+        self.nodes.get(node).map(|n| n.free_slots())
+    }
+
     /// What is charged to an account and its cap.
     pub fn account_usage(&self, account: AccountId) -> (Resources, Option<Quota>) {
         self.accounts.get(&account).map_or((Resources::ZERO, None), |a| (a.charged, a.quota))

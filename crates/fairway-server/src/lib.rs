@@ -29,7 +29,7 @@ use fairway_store::Store;
 use tokio::sync::oneshot;
 
 pub use config::{ConfigFile, ServerConfig};
-pub use error::{ApiError, ServerError, where_and_why};
+pub use error::{ApiError, ServerError, parse_json, parse_query, where_and_why};
 
 use crate::api::ImageView;
 use crate::engine::{Cluster, Command, Engine, EngineParts};

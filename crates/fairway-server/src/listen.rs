@@ -94,15 +94,36 @@ pub async fn serve(listener: TcpListener, app: Router, config: ListenConfig, mut
 
 /// A TLS acceptor from PEM files: the certificate chain and its private key.
 pub fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<tokio_rustls::TlsAcceptor, String> {
+    let cert_pem = std::fs::read(cert).map_err(|e| format!("tls.cert_file {}: {e}", cert.display()))?;
+    let key_pem = std::fs::read(key).map_err(|e| format!("tls.key_file {}: {e}", key.display()))?;
+    acceptor(
+        &cert_pem,
+        &key_pem,
+        &format!("tls.cert_file {}", cert.display()),
+        &format!("tls.key_file {}", key.display()),
+    )
+}
+
+/// A TLS acceptor from PEM text held in memory (a certificate the process made itself).
+pub fn tls_acceptor_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<tokio_rustls::TlsAcceptor, String> {
+    acceptor(cert_pem, key_pem, "certificate", "key")
+}
+
+/// `cert_what` and `key_what` name the two in errors.
+fn acceptor(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    cert_what: &str,
+    key_what: &str,
+) -> Result<tokio_rustls::TlsAcceptor, String> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|it| it.collect::<Result<_, _>>())
-        .map_err(|e| format!("tls.cert_file {}: {e}", cert.display()))?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert_pem).collect::<Result<_, _>>().map_err(|e| format!("{cert_what}: {e}"))?;
     if certs.is_empty() {
-        return Err(format!("tls.cert_file {}: no certificate in the file", cert.display()));
+        return Err(format!("{cert_what}: no certificate in it"));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls.key_file {}: {e}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("{key_what}: {e}"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -71,7 +71,7 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    pub(crate) fn job_state(&self, tier: &str, state: JobState, delta: i64) {
+    pub fn job_state(&self, tier: &str, state: JobState, delta: i64) {
         if state.is_finished() {
             return;
         }
@@ -79,15 +79,15 @@ impl Metrics {
     }
 
     /// Forgets every job gauge (the engine rebuilds them from the store).
-    pub(crate) fn reset_job_gauges(&self) {
+    pub fn reset_job_gauges(&self) {
         self.jobs.clear();
     }
 
-    pub(crate) fn wait_seconds(&self, tier: &str, seconds: f64) {
+    pub fn wait_seconds(&self, tier: &str, seconds: f64) {
         self.wait.get_or_create(&TierLabels { tier: tier.into() }).observe(seconds);
     }
 
-    pub(crate) fn finished(&self, tier: &str, state: JobState) {
+    pub fn finished(&self, tier: &str, state: JobState) {
         self.finished.get_or_create(&TierStateLabels { tier: tier.into(), state: state.as_str().into() }).inc();
     }
 

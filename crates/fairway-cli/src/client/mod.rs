@@ -244,7 +244,8 @@ impl Client {
         read_json(response).await
     }
 
-    /// A job given as an id (`12`, `job/12`) or a name (`ctr-model`, `job/ctr-model`). A name
+    /// A job given as an id (`12`, `job/12`), a name (`ctr-model`, `job/ctr-model`), or a
+    /// project and a name (`ads/ctr-model`: in Kubernetes mode, `namespace/name`). A name
     /// must match exactly one job.
     pub async fn resolve_job(&self, job: &str) -> Result<i64> {
         let job = job.strip_prefix("job/").unwrap_or(job);
@@ -254,8 +255,17 @@ impl Client {
         if job.is_empty() {
             bail!("a job is named by its id or its name; got an empty string");
         }
-        let list: JobList = self.get(&["v1", "jobs"], &[("name", job.to_string())]).await?;
-        let matches: Vec<_> = list.jobs.iter().filter(|j| j.name == job).collect();
+        let (project, name) = match job.split_once('/') {
+            Some((project, name)) if !project.is_empty() && !name.is_empty() => (Some(project), name),
+            _ => (None, job),
+        };
+        let mut query = vec![("name", name.to_string())];
+        if let Some(project) = project {
+            query.push(("project", project.to_string()));
+        }
+        let list: JobList = self.get(&["v1", "jobs"], &query).await?;
+        let matches: Vec<_> =
+            list.jobs.iter().filter(|j| j.name == name && project.is_none_or(|p| j.project == p)).collect();
         match matches.as_slice() {
             [] => bail!("no job named {job:?}"),
             [one] => Ok(one.id),

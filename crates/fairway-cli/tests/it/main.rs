@@ -84,6 +84,7 @@ mod demo;
 mod docs;
 mod fake_server;
 mod http_fuzz;
+mod kube;
 mod lifecycle;
 mod security;
 mod server;

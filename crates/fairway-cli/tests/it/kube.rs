@@ -1,0 +1,228 @@
+//! `fairway kube` as a real process against the fake API server (in this test's process),
+//! and the `fairway` CLI against it: `ls`, `why`, `describe`, `nodes`, `quota` and the
+//! metrics read the controller as they read the standalone server; changes are refused as
+//! read-only. The controller is killed with SIGKILL in the middle of a preemption and
+//! started again: nothing is admitted twice, the victims keep their deadline, and the GPUs
+//! stay held for the preemptor.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fairway_kube_fake::{FakeCluster, FakeConfig, gpu_node};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, ListParams, PostParams};
+
+const FAIRWAY: &str = env!("CARGO_BIN_EXE_fairway");
+
+struct Controller {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_controller(kubeconfig: &Path, config: &Path) -> Controller {
+    let mut child = Command::new(FAIRWAY)
+        .args(["kube", "--listen", "127.0.0.1:0", "--no-leader-election", "--kubeconfig"])
+        .arg(kubeconfig)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "fairway kube exited before it listened");
+        if line.contains("read-only API on") {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let base = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_owned();
+    Controller { child, base }
+}
+
+fn cli(base: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(FAIRWAY).args(["--server", base]).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn cli_ok(base: &str, args: &[&str]) -> String {
+    let (ok, out, err) = cli(base, args);
+    assert!(ok, "fairway {args:?} failed: {err}");
+    out
+}
+
+fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> T {
+    serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn job(name: &str, class: &str, gpus: u32, stop_seconds: u32) -> Job {
+    yaml(&format!(
+        "metadata: {{ name: {name}, namespace: ads }}\n\
+         spec:\n  template:\n    metadata: {{ annotations: {{ fake.fairway.dev/stop-seconds: \"{stop_seconds}\" }} }}\n\
+         \x20   spec:\n      priorityClassName: {class}\n      restartPolicy: Never\n      terminationGracePeriodSeconds: 300\n\
+         \x20     containers: [{{ name: train, image: paddle, command: [sleep, \"3600\"], resources: {{ limits: {{ nvidia.com/gpu: \"{gpus}\" }} }} }}]\n"
+    ))
+}
+
+/// Polls `f` until it gives a value, for at most 30 s.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(FakeCluster::start(FakeConfig { time_scale: 0.1, ..FakeConfig::default() })).unwrap();
+    let client = rt.block_on(async { cluster.client() });
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, cluster.kubeconfig_yaml()).unwrap();
+    // Jobs opt in explicitly here (the webhook is tested with the scenarios): no webhook.
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "leader_election: { enabled: false }\n").unwrap();
+
+    rt.block_on(async {
+        let nodes: Api<Node> = Api::all(client.clone());
+        nodes
+            .create(&PostParams::default(), &gpu_node("gpu-0", 8, "NVIDIA-H100-80GB-HBM3", 96_000, 1_048_576))
+            .await
+            .unwrap();
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces.create(&PostParams::default(), &yaml("metadata: { name: ads }\n")).await.unwrap();
+        let classes: Api<PriorityClass> = Api::all(client.clone());
+        for (name, value) in [("low", 1000), ("high", 1_000_000)] {
+            classes
+                .create(&PostParams::default(), &yaml(&format!("metadata: {{ name: {name} }}\nvalue: {value}\n")))
+                .await
+                .unwrap();
+        }
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "ads");
+        let quota = "metadata: { name: gpus, namespace: ads }\nspec: { hard: { requests.nvidia.com/gpu: \"16\" } }\n";
+        quotas.create(&PostParams::default(), &yaml(quota)).await.unwrap();
+    });
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "ads");
+    let create = |j: Job| {
+        let mut j = j;
+        // The explicit opt-in: suspended, labelled, pods pointed at Fairway.
+        j.metadata.labels = Some([("fairway.dev/queue".to_owned(), "ads".to_owned())].into());
+        let spec = j.spec.as_mut().unwrap();
+        spec.suspend = Some(true);
+        spec.template.spec.as_mut().unwrap().scheduler_name = Some("fairway".into());
+        rt.block_on(jobs.create(&PostParams::default(), &j)).unwrap();
+    };
+    let suspended = |name: &str| rt.block_on(jobs.get(name)).unwrap().spec.unwrap().suspend == Some(true);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ads");
+    let live_pods_of = |name: &str| -> Vec<Pod> {
+        let list = rt
+            .block_on(pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"))))
+            .unwrap();
+        list.items
+            .into_iter()
+            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+            .collect()
+    };
+
+    let mut controller = start_controller(&kubeconfig, &config);
+    // The victims take 80 s (8 s here) to stop, within their 300 s of grace.
+    create(job("low-a", "low", 4, 80));
+    create(job("low-b", "low", 4, 80));
+    for name in ["low-a", "low-b"] {
+        wait_for(name, || {
+            (!suspended(name) && live_pods_of(name).iter().any(|p| p.spec.as_ref().unwrap().node_name.is_some()))
+                .then_some(())
+        });
+    }
+
+    // The CLI reads the controller.
+    let base = controller.base.clone();
+    let ls = cli_ok(&base, &["ls"]);
+    for name in ["low-a", "low-b"] {
+        assert!(ls.lines().any(|l| l.contains(name) && l.contains("running")), "{ls}");
+    }
+    let nodes = cli_ok(&base, &["nodes"]);
+    assert!(nodes.contains("gpu-0") && nodes.contains("NVIDIA-H100-80GB-HBM3"), "{nodes}");
+    let quota = cli_ok(&base, &["quota"]);
+    assert!(quota.contains("ads") && quota.contains("16"), "{quota}");
+    let describe = cli_ok(&base, &["describe", "ads/low-a"]);
+    assert!(describe.contains("low-a") && describe.contains("gpu-0"), "{describe}");
+    // Kubernetes is the source of truth: changes are refused, with the reason.
+    let (ok, _, err) = cli(&base, &["cancel", "ads/low-a"]);
+    assert!(!ok && err.contains("the cluster is the source of truth"), "{err}");
+
+    // A high Job preempts both.
+    create(job("urgent", "high", 8, 0));
+    wait_for("the victims to be suspended", || (suspended("low-a") && suspended("low-b")).then_some(()));
+    let why = cli_ok(&base, &["why", "ads/urgent"]);
+    assert!(
+        why.contains("waiting for the preemption of") && why.contains("ads/low-a") && why.contains("ads/low-b"),
+        "{why}"
+    );
+
+    // Killed mid-preemption, started again.
+    let pid = controller.child.id() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    controller.child.wait().unwrap();
+    let bindings_before = cluster.stats().requests.get("create pods/binding").copied().unwrap_or(0);
+    controller = start_controller(&kubeconfig, &config);
+    let base = controller.base.clone();
+    // Rebuilt from the cluster: the victims on their way out, their GPUs held for urgent.
+    let why = wait_for("the rebuilt controller to answer", || {
+        let (ok, out, _) = cli(&base, &["why", "ads/urgent"]);
+        (ok && out.contains("waiting for the preemption")).then_some(out)
+    });
+    assert!(why.contains("ads/low-a") && why.contains("ads/low-b"), "{why}");
+    assert!(suspended("urgent"), "admitted while its victims' pods still run");
+    // Once their pods are gone, urgent runs; one pod, bound once.
+    wait_for("urgent to run", || {
+        let live = live_pods_of("urgent");
+        (!suspended("urgent")
+            && live.len() == 1
+            && live[0].spec.as_ref().unwrap().node_name.as_deref() == Some("gpu-0"))
+        .then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(live_pods_of("urgent").len(), 1);
+    assert!(live_pods_of("low-a").is_empty() && live_pods_of("low-b").is_empty());
+    let bindings = cluster.stats().requests.get("create pods/binding").copied().unwrap_or(0) - bindings_before;
+    assert_eq!(bindings, 1, "one pod bound after the restart: urgent's");
+    assert_eq!(cluster.double_booked(), Vec::<String>::new());
+    let ls = cli_ok(&base, &["ls"]);
+    assert!(ls.lines().any(|l| l.contains("urgent") && l.contains("running")), "{ls}");
+    assert!(ls.lines().any(|l| l.contains("low-a") && l.contains("pending")), "{ls}");
+    let why = cli_ok(&base, &["why", "ads/low-a"]);
+    assert!(why.contains("no node with 4 free GPUs"), "{why}");
+
+    // The metrics are the standalone server's names.
+    let metrics = rt.block_on(async { reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap() });
+    for name in ["fairway_jobs{", "fairway_preemptions_total", "fairway_gpus_allocated 8"] {
+        assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
+    }
+    drop(controller);
+    rt.block_on(cluster.shutdown());
+}

@@ -1,0 +1,1412 @@
+//! The engine: the core driven by what the cluster says. No IO: watch events come in as
+//! [`Input`]s, the core's decisions go out as [`Action`]s for the executor to carry out
+//! against the API server, and what those writes change comes back through the watches.
+//! Tested without a cluster.
+//!
+//! One step:
+//! 1. `apply(input)`: update the mirror of the cluster (nodes, pods, workloads, priority
+//!    classes, quotas, namespaces) and tell the core what changed. Until every watch has
+//!    listed its objects once, nothing reaches the core; then `reconcile_all` rebuilds the
+//!    core from the cluster (the `Restore` path) in a fixed order: nodes, classes, quotas,
+//!    admitted workloads where they run, workloads being preempted (with their deadline),
+//!    pods Fairway does not account for (as occupants), then pending workloads by creation
+//!    time. Nothing is admitted twice: an admission is recorded on the workload itself.
+//! 2. `cycle(now)`: one core cycle; its decisions become actions:
+//!    - **Start** → `Admit`: record the placement on the workload and unsuspend it; the
+//!      stock Job controller creates the pods, which are then bound to the chosen nodes
+//!      (`Bind`), one per replica slot.
+//!    - **Preempt** → `Suspend` the victim, recording for whom and its deadline: the Job
+//!      controller deletes its pods with their `terminationGracePeriodSeconds`; once they
+//!      are gone the victim goes back to the queue (its original place) and the preemptor's
+//!      hold becomes its start.
+//!    - **Requeued** (its node is gone) → `Suspend`; its pods elsewhere become occupants
+//!      until they are gone.
+//! 3. `status()`: the reasons of workloads whose answer to "why is it pending" changed, as
+//!    conditions and Events (the executor paces them; they never delay an admission).
+//!
+//! **Occupants.** Every pod bound to a node and not terminated that no running managed
+//! workload accounts for (another scheduler's pods, a workload Fairway does not manage, the
+//! leftovers of a requeued one) is in the core as a running, non-preemptible job of its
+//! namespace: its GPUs, CPU and memory are never given twice, and it counts against the
+//! namespace's ResourceQuota as Kubernetes counts it.
+//!
+//! **Ends.** A workload leaves its GPUs only when its last pod is gone: finished
+//! (`Complete`/`Failed`), preempted, or deleted. GPUs are never handed on while a pod of
+//! the last holder may still run on them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use fairway_core::{
+    Config, Decision, Event, ExitOutcome, GpuSet, JobId, JobSpec, JobStatus, Limits, NodeId, NodeSpec, PendingReason,
+    Placement, PreemptionPolicy, Quota, ReplicaPlacement, RestoredJob, RestoredRun, RestoredStop, Scheduler, Time,
+};
+use fairway_spec::{Interner, ParseLimits, ParseOptions, PriorityRef, ResolvedJob};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use serde_json::Value;
+
+use crate::objects::{ClassInfo, NodeInfo, PodInfo, combine_quotas, quota_of};
+use crate::settings::Settings;
+use crate::workload::{Kind, Preemption, Workload};
+
+/// Which watch an input comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stream {
+    Nodes,
+    Pods,
+    Jobs,
+    PaddleJobs,
+    Classes,
+    Quotas,
+    Namespaces,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 7] = [
+        Stream::Nodes,
+        Stream::Pods,
+        Stream::Jobs,
+        Stream::PaddleJobs,
+        Stream::Classes,
+        Stream::Quotas,
+        Stream::Namespaces,
+    ];
+}
+
+/// What a watch reports (kube's `watcher::Event`, with the object already read). Objects
+/// travel by value: each is moved once, from its watch to the engine.
+#[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Input {
+    /// A (re)list begins: objects not listed again before `Listed` are gone.
+    Listing(Stream),
+    /// The (re)list is complete.
+    Listed(Stream),
+    Node(Change<Node>),
+    Pod(Change<Pod>),
+    Workload(Change<Workload>),
+    Class(Change<PriorityClass>),
+    Quota(Change<ResourceQuota>),
+    Namespace(Change<Namespace>),
+}
+
+#[derive(Clone, Debug)]
+pub enum Change<T> {
+    Applied(T),
+    Deleted(T),
+}
+
+/// A workload to write to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Target {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// What the executor is asked to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Record the placement (nodes per replica) and unsuspend.
+    Admit { target: Target, nodes: Vec<String> },
+    /// Bind a pod of an admitted workload to its node.
+    Bind { namespace: String, pod: String, uid: String, node: String },
+    /// Suspend: for a preemptor (`preemption`: who, the deadline, where its GPUs are held;
+    /// recorded on the victim), or because it must not run unadmitted (`None`).
+    Suspend { target: Target, preemption: Option<Preemption> },
+    /// It waits again: forget its admission and preemption.
+    Release { target: Target },
+    /// The `FairwayAdmitted` condition.
+    Condition { target: Target, admitted: bool, reason: String, message: String },
+    /// An Event on the workload.
+    Event { target: Target, warning: bool, reason: String, message: String },
+}
+
+impl Action {
+    /// Status and events: paced, and never ahead of admissions.
+    pub fn is_background(&self) -> bool {
+        matches!(self, Action::Condition { .. } | Action::Event { .. })
+    }
+}
+
+/// A managed workload the engine follows.
+#[derive(Clone, Debug)]
+struct Tracked {
+    w: Workload,
+    id: JobId,
+    in_core: bool,
+    /// Why it cannot be scheduled at all (its spec, its class), published once.
+    refused: Option<String>,
+    /// The node of each replica, once admitted, and the pod in it.
+    slots: Vec<Slot>,
+    /// Deleted by the user: it goes once its pods are gone.
+    deleted: bool,
+    /// Admitted, and not yet seen unsuspended: an older view of it (still suspended) is
+    /// not someone suspending it.
+    awaiting_admission: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Slot {
+    node: String,
+    pod: Option<String>,
+}
+
+/// The engine's counters, for metrics and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub admissions: u64,
+    pub preemptions: u64,
+    pub binds: u64,
+    pub occupants: u64,
+}
+
+pub struct Engine {
+    settings: Settings,
+    core: Scheduler,
+    interner: Interner,
+    nodes: BTreeMap<String, (NodeId, NodeInfo)>,
+    node_names: BTreeMap<NodeId, String>,
+    next_node: u32,
+    pods: HashMap<String, PodInfo>,
+    pods_by_owner: HashMap<String, BTreeSet<String>>,
+    workloads: HashMap<String, Tracked>,
+    by_job: HashMap<JobId, String>,
+    /// Occupant pods in the core, by pod uid.
+    occupants: HashMap<String, JobId>,
+    classes: BTreeMap<String, ClassInfo>,
+    quotas: BTreeMap<String, BTreeMap<String, Quota>>,
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    listed: BTreeSet<Stream>,
+    /// Objects seen during a relist, by stream, to drop the rest at its end.
+    relisting: BTreeMap<Stream, BTreeSet<String>>,
+    /// The core was rebuilt from the cluster once every watch had listed.
+    started: bool,
+    dirty: bool,
+    actions: Vec<Action>,
+    /// The last reason published per workload uid.
+    published: HashMap<String, String>,
+    /// Workloads whose status may have changed since the last publication.
+    touched: BTreeSet<String>,
+    /// When every workload's status was last looked at (reasons' figures change without
+    /// anything happening to the workload itself).
+    swept_ms: u64,
+    stats: EngineStats,
+}
+
+/// Bit that marks an occupant's job id (managed workloads never have it).
+const OCCUPANT: u64 = 1 << 62;
+/// Job ids are 53 bits: they travel in JSON as exact numbers.
+const ID_BITS: u64 = (1 << 53) - 1;
+
+impl Engine {
+    pub fn new(settings: Settings) -> Engine {
+        let limits = Limits::default();
+        Engine {
+            settings,
+            core: Scheduler::new(Config { limits, ..Config::default() }),
+            interner: Interner::new(),
+            nodes: BTreeMap::new(),
+            node_names: BTreeMap::new(),
+            next_node: 0,
+            pods: HashMap::new(),
+            pods_by_owner: HashMap::new(),
+            workloads: HashMap::new(),
+            by_job: HashMap::new(),
+            occupants: HashMap::new(),
+            classes: BTreeMap::new(),
+            quotas: BTreeMap::new(),
+            namespaces: BTreeMap::new(),
+            listed: BTreeSet::new(),
+            relisting: BTreeMap::new(),
+            started: false,
+            dirty: true,
+            actions: Vec::new(),
+            published: HashMap::new(),
+            touched: BTreeSet::new(),
+            swept_ms: 0,
+            stats: EngineStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    pub fn core(&self) -> &Scheduler {
+        &self.core
+    }
+
+    /// Whether every watch has listed and the core was rebuilt from the cluster.
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// The core's job id of a workload uid (a 53-bit hash: stable across restarts).
+    pub fn job_id_of_uid(uid: &str) -> JobId {
+        JobId(fnv1a(uid.as_bytes()) & ID_BITS)
+    }
+
+    /// A workload by the core's id.
+    pub fn workload(&self, id: JobId) -> Option<&Workload> {
+        self.by_job.get(&id).and_then(|uid| self.workloads.get(uid)).map(|t| &t.w)
+    }
+
+    /// Every managed workload, with its id and whether the engine refused it (and why).
+    pub fn workloads(&self) -> impl Iterator<Item = (JobId, &Workload, Option<&str>)> {
+        self.workloads.values().map(|t| (t.id, &t.w, t.refused.as_deref()))
+    }
+
+    pub fn node_name(&self, id: NodeId) -> Option<&str> {
+        self.node_names.get(&id).map(String::as_str)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = (&NodeId, &NodeInfo)> {
+        self.nodes.values().map(|(id, info)| (id, info))
+    }
+
+    pub fn interner(&self) -> &Interner {
+        &self.interner
+    }
+
+    /// Namespaces with a ResourceQuota.
+    pub fn quota_namespaces(&self) -> impl Iterator<Item = String> + '_ {
+        self.quotas.iter().filter(|(_, q)| !q.is_empty()).map(|(ns, _)| ns.clone())
+    }
+
+    /// The cluster's priority classes.
+    pub fn classes(&self) -> impl Iterator<Item = (&String, &ClassInfo)> {
+        self.classes.iter()
+    }
+
+    /// The actions produced since the last call.
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// Whether a cycle is due.
+    pub fn dirty(&self) -> bool {
+        self.dirty
+    }
+
+    // ---- step 1: inputs --------------------------------------------------------------
+
+    pub fn apply(&mut self, input: Input, now: u64) {
+        match input {
+            Input::Listing(stream) => {
+                self.relisting.insert(stream, BTreeSet::new());
+            }
+            Input::Listed(stream) => self.listed(stream, now),
+            Input::Node(change) => self.node_change(change, now),
+            Input::Pod(change) => self.pod_change(change, now),
+            Input::Workload(change) => self.workload_change(change, now),
+            Input::Class(change) => self.class_change(change, now),
+            Input::Quota(change) => self.quota_change(change, now),
+            Input::Namespace(change) => self.namespace_change(change),
+        }
+    }
+
+    fn seen(&mut self, stream: Stream, key: &str) {
+        if let Some(seen) = self.relisting.get_mut(&stream) {
+            seen.insert(key.to_owned());
+        }
+    }
+
+    /// A (re)list ended: what it did not list is gone.
+    fn listed(&mut self, stream: Stream, now: u64) {
+        let seen = self.relisting.remove(&stream).unwrap_or_default();
+        let gone: Vec<String> = match stream {
+            Stream::Nodes => self.nodes.keys().filter(|k| !seen.contains(*k)).cloned().collect(),
+            Stream::Pods => self.pods.keys().filter(|k| !seen.contains(*k)).cloned().collect(),
+            Stream::Jobs | Stream::PaddleJobs => {
+                let kind = if stream == Stream::Jobs { Kind::Job } else { Kind::PaddleJob };
+                self.workloads
+                    .values()
+                    .filter(|t| t.w.kind == kind && !seen.contains(&t.w.uid))
+                    .map(|t| t.w.uid.clone())
+                    .collect()
+            }
+            Stream::Classes => self.classes.keys().filter(|k| !seen.contains(*k)).cloned().collect(),
+            Stream::Quotas => self
+                .quotas
+                .iter()
+                .flat_map(|(ns, qs)| qs.keys().map(move |n| format!("{ns}/{n}")))
+                .filter(|k| !seen.contains(k))
+                .collect(),
+            Stream::Namespaces => self.namespaces.keys().filter(|k| !seen.contains(*k)).cloned().collect(),
+        };
+        for key in gone {
+            match stream {
+                Stream::Nodes => self.node_gone(&key, now),
+                Stream::Pods => self.pod_gone(&key, now),
+                Stream::Jobs | Stream::PaddleJobs => self.workload_gone(&key, now),
+                Stream::Classes => {
+                    self.classes.remove(&key);
+                }
+                Stream::Quotas => {
+                    if let Some((ns, name)) = key.split_once('/') {
+                        let ns = ns.to_owned();
+                        if let Some(qs) = self.quotas.get_mut(&ns) {
+                            qs.remove(name);
+                        }
+                        self.push_quota(&ns, now);
+                    }
+                }
+                Stream::Namespaces => {
+                    self.namespaces.remove(&key);
+                }
+            }
+        }
+        self.listed.insert(stream);
+        if !self.started && Stream::ALL.iter().all(|s| self.listed.contains(s)) {
+            self.reconcile_all(now);
+        }
+    }
+
+    fn node_change(&mut self, change: Change<Node>, now: u64) {
+        let (node, deleted) = match change {
+            Change::Applied(n) => (n, false),
+            Change::Deleted(n) => (n, true),
+        };
+        let Some(info) = NodeInfo::of(&node, &self.settings) else { return };
+        self.seen(Stream::Nodes, &info.name);
+        if deleted {
+            self.node_gone(&info.name.clone(), now);
+            return;
+        }
+        match self.nodes.get(&info.name) {
+            Some((_, old)) if *old == info => {}
+            Some((id, old)) => {
+                let id = *id;
+                let (capacity_changed, was_drained) =
+                    (old.capacity != info.capacity || old.gpu_model != info.gpu_model, old.drained);
+                self.nodes.insert(info.name.clone(), (id, info.clone()));
+                if self.started {
+                    if capacity_changed {
+                        // The core's nodes do not change size: take it out and in again. Its
+                        // jobs are requeued by the core, as for a node that went away.
+                        self.core_node_removed(id, now);
+                        self.core_node_added(id, &info, now);
+                    } else if was_drained != info.drained {
+                        let event = if info.drained { Event::NodeDrained(id) } else { Event::NodeUncordoned(id) };
+                        self.core_apply(event, now);
+                    }
+                }
+            }
+            None => {
+                let id = NodeId(self.next_node);
+                self.next_node += 1;
+                self.nodes.insert(info.name.clone(), (id, info.clone()));
+                self.node_names.insert(id, info.name.clone());
+                if self.started {
+                    self.core_node_added(id, &info, now);
+                    // Pods bound to it before it was seen can now be accounted for.
+                    self.account_unaccounted_pods(now);
+                }
+            }
+        }
+    }
+
+    fn node_gone(&mut self, name: &str, now: u64) {
+        let Some((id, _)) = self.nodes.remove(name) else { return };
+        if self.started {
+            self.core_node_removed(id, now);
+        }
+    }
+
+    fn core_node_added(&mut self, id: NodeId, info: &NodeInfo, now: u64) {
+        let Ok(gpu_model) = self.interner.gpu_model(&info.gpu_model) else { return };
+        let spec = NodeSpec { id, gpu_model, capacity: info.capacity };
+        self.core_apply(Event::NodeAdded(spec), now);
+        if info.drained {
+            self.core_apply(Event::NodeDrained(id), now);
+        }
+    }
+
+    fn core_node_removed(&mut self, id: NodeId, now: u64) {
+        // Occupants on it are gone with it: the core removes them from the node and requeues
+        // them as if they were jobs; they are not, so they leave the core.
+        let on_node: Vec<(String, JobId)> = self
+            .occupants
+            .iter()
+            .filter(|(_, job)| {
+                matches!(self.core.job_status(**job), Some(JobStatus::Running { placement, .. })
+                    if placement.replicas().iter().any(|r| r.node == id))
+            })
+            .map(|(p, j)| (p.clone(), *j))
+            .collect();
+        self.core_apply(Event::NodeRemoved(id), now);
+        for (pod, job) in on_node {
+            self.occupants.remove(&pod);
+            self.by_job.remove(&job);
+            let _ = self.core.apply(Event::Cancel(job), Time(now));
+        }
+    }
+
+    fn pod_change(&mut self, change: Change<Pod>, now: u64) {
+        let (pod, deleted) = match change {
+            Change::Applied(p) => (p, false),
+            Change::Deleted(p) => (p, true),
+        };
+        let Some(info) = PodInfo::of(&pod, &self.settings) else { return };
+        self.seen(Stream::Pods, &info.uid);
+        if deleted {
+            self.pod_gone(&info.uid.clone(), now);
+            return;
+        }
+        if let Some(owner) = &info.owner_uid {
+            self.pods_by_owner.entry(owner.clone()).or_default().insert(info.uid.clone());
+        }
+        let uid = info.uid.clone();
+        self.pods.insert(uid.clone(), info);
+        if self.started {
+            self.pod_updated(&uid, now);
+        }
+    }
+
+    fn pod_gone(&mut self, uid: &str, now: u64) {
+        let Some(info) = self.pods.remove(uid) else { return };
+        if let Some(owner) = &info.owner_uid
+            && let Some(set) = self.pods_by_owner.get_mut(owner)
+        {
+            set.remove(uid);
+            if set.is_empty() {
+                self.pods_by_owner.remove(owner);
+            }
+        }
+        if !self.started {
+            return;
+        }
+        self.occupant_gone(uid, now);
+        if let Some(owner) = info.owner_uid {
+            self.free_slot(&owner, uid);
+            self.check_workload(&owner, now);
+        }
+    }
+
+    /// A pod changed: bind it, free its slot, or account for it as an occupant.
+    fn pod_updated(&mut self, uid: &str, now: u64) {
+        let info = self.pods[uid].clone();
+        let covered = info.owner_uid.as_deref().is_some_and(|o| self.covers(o));
+        if covered {
+            let owner = info.owner_uid.clone().expect("covered");
+            if info.terminal {
+                self.free_slot(&owner, uid);
+            } else if info.node.is_none() && !info.deleting {
+                self.bind(&owner, &info);
+            }
+            self.check_workload(&owner, now);
+        } else if info.terminal || info.node.is_none() {
+            self.occupant_gone(uid, now);
+            if let Some(owner) = &info.owner_uid {
+                self.check_workload(owner, now);
+            }
+        } else {
+            self.ensure_occupant(uid, now);
+        }
+    }
+
+    /// Whether a workload's pods are accounted for by its own placement in the core.
+    fn covers(&self, owner: &str) -> bool {
+        let Some(t) = self.workloads.get(owner) else { return false };
+        t.in_core
+            && matches!(
+                self.core.job_status(t.id),
+                Some(JobStatus::Running { .. } | JobStatus::Preempting { .. } | JobStatus::Stopping { .. })
+            )
+    }
+
+    /// Binds an unbound pod of an admitted workload to the first replica slot without one.
+    fn bind(&mut self, owner: &str, pod: &PodInfo) {
+        let Some(t) = self.workloads.get_mut(owner) else { return };
+        if t.slots.iter().any(|s| s.pod.as_deref() == Some(pod.uid.as_str())) {
+            return;
+        }
+        let Some(slot) = t.slots.iter_mut().find(|s| s.pod.is_none()) else { return };
+        slot.pod = Some(pod.uid.clone());
+        self.stats.binds += 1;
+        self.actions.push(Action::Bind {
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            uid: pod.uid.clone(),
+            node: slot.node.clone(),
+        });
+    }
+
+    fn free_slot(&mut self, owner: &str, pod: &str) {
+        if let Some(t) = self.workloads.get_mut(owner) {
+            for slot in t.slots.iter_mut().filter(|s| s.pod.as_deref() == Some(pod)) {
+                slot.pod = None;
+            }
+        }
+    }
+
+    /// Pods that hold a node's resources and that no running workload accounts for.
+    fn ensure_occupant(&mut self, uid: &str, now: u64) {
+        if self.occupants.contains_key(uid) {
+            return;
+        }
+        let info = &self.pods[uid];
+        let Some(node_name) = &info.node else { return };
+        let Some((node, _)) = self.nodes.get(node_name).map(|(id, info)| (*id, info.clone())) else { return };
+        let free = self.core.node_free_slots(node).unwrap_or(GpuSet::EMPTY);
+        if free.len() < info.requests.gpus {
+            tracing::warn!(
+                pod = %format!("{}/{}", info.namespace, info.name),
+                node = %node_name,
+                "a pod holds GPUs that Fairway had given to others: the node is overcommitted until one of them ends"
+            );
+            return;
+        }
+        let gpus = free.lowest(info.requests.gpus);
+        let id = JobId((fnv1a(uid.as_bytes()) & ID_BITS) | OCCUPANT);
+        let Ok(project) = self.interner.account(&info.namespace) else { return };
+        let mut spec = JobSpec::new(id, i32::MAX, info.requests);
+        spec.preemptible = false;
+        spec.preemption_policy = PreemptionPolicy::Never;
+        spec.user = project;
+        spec.project = project;
+        let restored = RestoredJob {
+            spec,
+            submitted_at: Time(now),
+            runtime_done_ms: 0,
+            preemptions: 0,
+            last_checkpoint: None,
+            running: Some(RestoredRun {
+                placement: Placement::new(vec![ReplicaPlacement { node, gpus }]),
+                started_at: Time(now),
+                stopping: None,
+            }),
+        };
+        match self.core.apply(Event::Restore(restored), Time(now)) {
+            Ok(()) => {
+                self.occupants.insert(uid.to_owned(), id);
+                self.by_job.insert(id, uid.to_owned());
+                self.stats.occupants += 1;
+                self.dirty = true;
+            }
+            Err(e) => tracing::warn!("cannot account for pod {uid}: {e}"),
+        }
+    }
+
+    fn occupant_gone(&mut self, uid: &str, now: u64) {
+        if let Some(id) = self.occupants.remove(uid) {
+            self.by_job.remove(&id);
+            self.core_apply(Event::Exited { job: id, outcome: ExitOutcome::Succeeded }, now);
+        }
+    }
+
+    /// Pods bound before their node was known.
+    fn account_unaccounted_pods(&mut self, now: u64) {
+        let candidates: Vec<String> = self
+            .pods
+            .values()
+            .filter(|p| p.node.is_some() && !p.terminal && !self.occupants.contains_key(&p.uid))
+            .filter(|p| !p.owner_uid.as_deref().is_some_and(|o| self.covers(o)))
+            .map(|p| p.uid.clone())
+            .collect();
+        for uid in candidates {
+            self.ensure_occupant(&uid, now);
+        }
+    }
+
+    fn workload_change(&mut self, change: Change<Workload>, now: u64) {
+        let (w, deleted) = match change {
+            Change::Applied(w) => (w, false),
+            Change::Deleted(w) => (w, true),
+        };
+        let stream = if w.kind == Kind::Job { Stream::Jobs } else { Stream::PaddleJobs };
+        self.seen(stream, &w.uid);
+        if deleted {
+            self.workload_gone(&w.uid.clone(), now);
+            return;
+        }
+        if !self.is_managed(&w) && !self.workloads.contains_key(&w.uid) {
+            return;
+        }
+        let uid = w.uid.clone();
+        match self.workloads.get_mut(&uid) {
+            Some(t) => {
+                if !w.suspended {
+                    t.awaiting_admission = false;
+                }
+                t.w = w;
+            }
+            None => {
+                let id = Engine::job_id_of_uid(&uid);
+                self.workloads.insert(
+                    uid.clone(),
+                    Tracked {
+                        w,
+                        id,
+                        in_core: false,
+                        refused: None,
+                        slots: Vec::new(),
+                        deleted: false,
+                        awaiting_admission: false,
+                    },
+                );
+            }
+        }
+        if self.started {
+            self.check_workload(&uid, now);
+        }
+    }
+
+    fn workload_gone(&mut self, uid: &str, now: u64) {
+        let Some(t) = self.workloads.get_mut(uid) else { return };
+        t.deleted = true;
+        if !self.started {
+            return;
+        }
+        let (id, in_core) = (t.id, t.in_core);
+        if in_core {
+            // Pending: gone at once. Running or stopping: gone once its pods are.
+            self.core_apply(Event::Cancel(id), now);
+        }
+        self.check_workload(uid, now);
+    }
+
+    /// Is this workload Fairway's to schedule?
+    fn is_managed(&self, w: &Workload) -> bool {
+        w.scheduler_name.as_deref() == Some(self.settings.scheduler_name.as_str())
+    }
+
+    /// Brings one workload's place in the core in line with the cluster.
+    fn check_workload(&mut self, uid: &str, now: u64) {
+        let Some(t) = self.workloads.get(uid) else { return };
+        self.touched.insert(uid.to_owned());
+        let (id, in_core, live) = (t.id, t.in_core, self.live_pods(uid));
+        if !in_core {
+            if t.deleted {
+                if live == 0 {
+                    self.forget(uid);
+                }
+                return;
+            }
+            if t.w.finished.is_none() && t.refused.is_none() {
+                self.submit(uid, now);
+            }
+            return;
+        }
+        let status = self.core.job_status(id).map(|s| match s {
+            JobStatus::Pending { .. } => 'p',
+            JobStatus::Running { .. } => 'r',
+            JobStatus::Preempting { .. } => 'x',
+            JobStatus::Stopping { .. } => 's',
+        });
+        let t = &self.workloads[uid];
+        match status {
+            None => {
+                // The core let it go (a pending one cancelled).
+                let deleted = t.deleted;
+                self.workloads.get_mut(uid).expect("present").in_core = false;
+                self.by_job.remove(&id);
+                if deleted && live == 0 {
+                    self.forget(uid);
+                }
+            }
+            Some('p') if !t.w.suspended && !t.deleted => {
+                // Unsuspended by someone else: Fairway admits it.
+                let target = target_of(&t.w);
+                self.actions.push(Action::Suspend { target, preemption: None });
+            }
+            Some('r') if t.w.finished.is_some() && live == 0 => {
+                let outcome = match t.w.finished {
+                    Some(crate::workload::Finished::Succeeded) => ExitOutcome::Succeeded,
+                    _ => ExitOutcome::Failed,
+                };
+                self.exited(uid, outcome, now);
+            }
+            Some('r') if t.w.suspended && live == 0 && !t.awaiting_admission && t.w.admission().is_some() => {
+                // Suspended under it by someone else, and its pods are gone: it waits again.
+                self.exited(uid, ExitOutcome::Requeue, now);
+            }
+            Some('x') if live == 0 => self.exited(uid, ExitOutcome::Requeue, now),
+            Some('s') if live == 0 => self.exited(uid, ExitOutcome::Failed, now),
+            _ => {}
+        }
+    }
+
+    /// Pods of a workload that still hold resources.
+    fn live_pods(&self, uid: &str) -> usize {
+        self.pods_by_owner
+            .get(uid)
+            .map_or(0, |pods| pods.iter().filter(|p| self.pods.get(*p).is_some_and(|p| !p.terminal)).count())
+    }
+
+    fn exited(&mut self, uid: &str, outcome: ExitOutcome, now: u64) {
+        let t = self.workloads.get_mut(uid).expect("checked");
+        let id = t.id;
+        t.slots.clear();
+        if self.core.apply(Event::Exited { job: id, outcome }, Time(now)).is_err() {
+            return;
+        }
+        self.dirty = true;
+        let requeued = matches!(self.core.job_status(id), Some(JobStatus::Pending { .. }));
+        let t = self.workloads.get_mut(uid).expect("checked");
+        if requeued {
+            self.actions.push(Action::Release { target: target_of(&t.w) });
+        } else {
+            t.in_core = false;
+            self.by_job.remove(&id);
+            if t.deleted || t.w.finished.is_some() {
+                // Finished: nothing more to do; deleted: forgotten with its last pod.
+                if t.deleted {
+                    self.forget(uid);
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, uid: &str) {
+        if let Some(t) = self.workloads.remove(uid) {
+            self.by_job.remove(&t.id);
+            self.published.remove(uid);
+        }
+    }
+
+    /// A managed workload enters the core, pending, at its creation time.
+    fn submit(&mut self, uid: &str, now: u64) {
+        let (w, id) = (self.workloads[uid].w.clone(), self.workloads[uid].id);
+        let spec = match self.core_spec(&w, id) {
+            Ok(spec) => spec,
+            Err(why) => {
+                let t = self.workloads.get_mut(uid).expect("present");
+                let target = target_of(&t.w);
+                t.refused = Some(why.clone());
+                self.actions.push(Action::Event {
+                    target: target.clone(),
+                    warning: true,
+                    reason: "Unschedulable".into(),
+                    message: why.clone(),
+                });
+                self.actions.push(Action::Condition {
+                    target,
+                    admitted: false,
+                    reason: "Invalid".into(),
+                    message: why,
+                });
+                return;
+            }
+        };
+        let restored = RestoredJob {
+            spec,
+            submitted_at: Time(w.created_ms),
+            runtime_done_ms: 0,
+            preemptions: 0,
+            last_checkpoint: None,
+            running: None,
+        };
+        let suspended = w.suspended;
+        let target = target_of(&w);
+        match self.core.apply(Event::Restore(restored), Time(now)) {
+            Ok(()) => {
+                let t = self.workloads.get_mut(uid).expect("present");
+                t.in_core = true;
+                self.by_job.insert(id, uid.to_owned());
+                self.dirty = true;
+                if !suspended {
+                    self.actions.push(Action::Suspend { target, preemption: None });
+                }
+            }
+            Err(e) => tracing::warn!("cannot queue {}: {e}", target.name),
+        }
+    }
+
+    /// The core's job of a workload: read as the standalone server reads a `batch/v1` Job,
+    /// with its priority from the cluster's PriorityClasses.
+    fn core_spec(&mut self, w: &Workload, id: JobId) -> Result<JobSpec, String> {
+        let as_job = placement_constraints(&w.as_job, &self.settings.gpu_model_labels)?;
+        let bytes = serde_json::to_vec(&as_job).map_err(|e| e.to_string())?;
+        let parsed = fairway_spec::parse_documents_with(&bytes, &ParseLimits::default(), &ParseOptions::default())
+            .map_err(|errors| {
+                errors.iter().map(|e| format!("{}: {}", e.path, e.reason)).collect::<Vec<_>>().join("; ")
+            })?;
+        let doc = parsed.jobs.into_iter().next().ok_or("not a job")?;
+        let (priority, class, policy) = match &doc.priority {
+            PriorityRef::Class(name) => match self.classes.get(name) {
+                Some(c) => (c.value, Some(name.clone()), c.policy),
+                None => return Err(format!("priorityClassName: no PriorityClass {name:?} in the cluster")),
+            },
+            // Kubernetes: the global default class, else priority 0.
+            _ => match self.classes.iter().find(|(_, c)| c.global_default) {
+                Some((name, c)) => (c.value, Some(name.clone()), c.policy),
+                None => (0, None, PreemptionPolicy::PreemptLowerPriority),
+            },
+        };
+        let preemption_policy = doc.preemption_policy.map_or(policy, PreemptionPolicy::from);
+        let resolved = ResolvedJob { doc, priority, priority_class: class, preemption_policy };
+        let mut spec = resolved.to_core(id, &mut self.interner).map_err(|e| format!("{}: {}", e.path, e.reason))?;
+        // Kubernetes enforces activeDeadlineSeconds itself.
+        spec.max_runtime_ms = None;
+        // The project is the namespace: its ResourceQuota is its cap.
+        spec.project = self.interner.account(&w.namespace).map_err(|e| e.to_string())?;
+        if let Some(user) = resolved_user(&resolved) {
+            spec.user = self.interner.account(&format!("user:{user}")).map_err(|e| e.to_string())?;
+        } else {
+            spec.user = spec.project;
+        }
+        Ok(spec)
+    }
+
+    fn class_change(&mut self, change: Change<PriorityClass>, now: u64) {
+        match change {
+            Change::Applied(c) => {
+                let Some(name) = c.metadata.name.clone() else { return };
+                self.seen(Stream::Classes, &name);
+                let new = ClassInfo::of(&c);
+                if self.classes.insert(name.clone(), new).is_none() && self.started {
+                    // Workloads refused for naming it may now be queued.
+                    let waiting: Vec<String> = self
+                        .workloads
+                        .values()
+                        .filter(|t| t.refused.as_deref().is_some_and(|r| r.contains(&format!("{name:?}"))))
+                        .map(|t| t.w.uid.clone())
+                        .collect();
+                    for uid in waiting {
+                        self.workloads.get_mut(&uid).expect("present").refused = None;
+                        self.check_workload(&uid, now);
+                    }
+                }
+            }
+            Change::Deleted(c) => {
+                if let Some(name) = &c.metadata.name {
+                    self.classes.remove(name);
+                }
+            }
+        }
+    }
+
+    fn quota_change(&mut self, change: Change<ResourceQuota>, now: u64) {
+        let (q, deleted) = match change {
+            Change::Applied(q) => (q, false),
+            Change::Deleted(q) => (q, true),
+        };
+        let (Some(ns), Some(name)) = (q.metadata.namespace.clone(), q.metadata.name.clone()) else { return };
+        self.seen(Stream::Quotas, &format!("{ns}/{name}"));
+        let entry = self.quotas.entry(ns.clone()).or_default();
+        if deleted {
+            entry.remove(&name);
+        } else {
+            entry.insert(name, quota_of(&q, &self.settings));
+        }
+        if self.started {
+            self.push_quota(&ns, now);
+        }
+    }
+
+    /// A namespace's caps, as the core's quota of its project.
+    fn push_quota(&mut self, namespace: &str, now: u64) {
+        let quota = self.quotas.get(namespace).and_then(|qs| combine_quotas(qs.values()));
+        let Ok(account) = self.interner.account(namespace) else { return };
+        self.core_apply(Event::SetQuota { account, quota }, now);
+    }
+
+    fn namespace_change(&mut self, change: Change<Namespace>) {
+        match change {
+            Change::Applied(n) => {
+                let Some(name) = n.metadata.name.clone() else { return };
+                self.seen(Stream::Namespaces, &name);
+                self.namespaces.insert(name, n.metadata.labels.unwrap_or_default());
+            }
+            Change::Deleted(n) => {
+                if let Some(name) = &n.metadata.name {
+                    self.namespaces.remove(name);
+                }
+            }
+        }
+    }
+
+    /// Whether new Jobs of a namespace are managed (the webhook asks).
+    pub fn namespace_opted_in(&self, namespace: &str) -> bool {
+        let Some((key, value)) = self.settings.managed_label() else { return false };
+        self.namespaces.get(namespace).is_some_and(|labels| labels.get(key).map(String::as_str) == Some(value))
+    }
+
+    // ---- the rebuild --------------------------------------------------------------
+
+    /// Every watch has listed: the core is built from the cluster (module doc, step 1).
+    fn reconcile_all(&mut self, now: u64) {
+        self.started = true;
+        let nodes: Vec<(NodeId, NodeInfo)> = self.nodes.values().cloned().collect();
+        for (id, info) in &nodes {
+            self.core_node_added(*id, info, now);
+        }
+        let namespaces: Vec<String> = self.quotas.keys().cloned().collect();
+        for ns in namespaces {
+            self.push_quota(&ns, now);
+        }
+        // Admitted workloads where they run, and those being preempted with their deadline;
+        // in creation order so that the result does not depend on hash order.
+        let mut order: Vec<(u64, String)> =
+            self.workloads.values().map(|t| (t.w.created_ms, t.w.uid.clone())).collect();
+        order.sort();
+        for (_, uid) in &order {
+            self.restore_running(uid, now);
+        }
+        self.account_unaccounted_pods(now);
+        for (_, uid) in &order {
+            self.check_workload(uid, now);
+        }
+        self.restore_holds(now);
+        self.dirty = true;
+    }
+
+    /// Preemptors whose victims are still on their way out get their GPUs held again, as
+    /// recorded on the victims: without it, a restart mid-preemption would let the pending
+    /// preemptor look for GPUs anew, and preempt someone else.
+    fn restore_holds(&mut self, now: u64) {
+        // Preemptor → (the nodes of its hold, its victims), from the victims the core now
+        // has on their way out for it.
+        let mut holds: BTreeMap<JobId, (Vec<String>, Vec<JobId>)> = BTreeMap::new();
+        for t in self.workloads.values() {
+            let Some(p) = t.w.preemption() else { continue };
+            if !t.in_core || p.hold.is_empty() {
+                continue;
+            }
+            if let Some(JobStatus::Preempting { preemptor, .. }) = self.core.job_status(t.id) {
+                let entry = holds.entry(preemptor).or_insert_with(|| (p.hold.clone(), Vec::new()));
+                entry.1.push(t.id);
+            }
+        }
+        for (preemptor, (nodes, mut victims)) in holds {
+            victims.sort();
+            let Some(placement) = self.hold_placement(preemptor, &nodes, &victims) else { continue };
+            let hold = fairway_core::RestoredHold { preemptor, placement, victims };
+            if let Err(e) = self.core.apply(Event::RestoreHold(hold), Time(now)) {
+                tracing::info!(preemptor = preemptor.0, "a preemptor's hold is not restored: {e}");
+            }
+        }
+    }
+
+    /// The GPU slots of a hold on `nodes` (one per replica): the victims' slots on each node
+    /// first, then free ones. `None` if the preemptor is not pending or they do not suffice.
+    fn hold_placement(&self, preemptor: JobId, nodes: &[String], victims: &[JobId]) -> Option<Placement> {
+        if !matches!(self.core.job_status(preemptor), Some(JobStatus::Pending { .. })) {
+            return None;
+        }
+        let uid = self.by_job.get(&preemptor)?;
+        let spec = self.core_spec_cached(uid)?;
+        let mut victim_slots: BTreeMap<NodeId, GpuSet> = BTreeMap::new();
+        for v in victims {
+            if let Some(JobStatus::Preempting { placement, .. }) = self.core.job_status(*v) {
+                for r in placement.replicas() {
+                    let slots = victim_slots.entry(r.node).or_insert(GpuSet::EMPTY);
+                    *slots = slots.union(r.gpus);
+                }
+            }
+        }
+        let mut taken: BTreeMap<NodeId, GpuSet> = BTreeMap::new();
+        let mut replicas = Vec::new();
+        for name in nodes {
+            let (id, _) = self.nodes.get(name)?;
+            let used = taken.get(id).copied().unwrap_or(GpuSet::EMPTY);
+            let theirs = victim_slots.get(id).copied().unwrap_or(GpuSet::EMPTY).minus(used);
+            let free = self.core.node_free_slots(*id)?.minus(used);
+            let from_victims = theirs.lowest(theirs.len().min(spec));
+            let rest = spec - from_victims.len();
+            if free.len() < rest {
+                return None;
+            }
+            let gpus = from_victims.union(free.lowest(rest));
+            taken.insert(*id, used.union(gpus));
+            replicas.push(ReplicaPlacement { node: *id, gpus });
+        }
+        Some(Placement::new(replicas))
+    }
+
+    /// GPUs per replica of a workload in the core.
+    fn core_spec_cached(&self, uid: &str) -> Option<u32> {
+        let id = self.workloads.get(uid)?.id;
+        self.core.job_spec(id).map(|s| s.per_replica.gpus)
+    }
+
+    /// A workload Fairway admitted before a restart, and that has live pods: back where it
+    /// runs (from its admission annotation), on its way out if it was being preempted.
+    fn restore_running(&mut self, uid: &str, now: u64) {
+        let t = &self.workloads[uid];
+        if t.w.finished.is_some() || t.refused.is_some() {
+            return;
+        }
+        let Some(nodes) = t.w.admission() else { return };
+        let live = self.live_pods(uid);
+        let preemption = t.w.preemption();
+        let (suspended, deleted) = (t.w.suspended, t.deleted);
+        if suspended && live == 0 {
+            // Its pods are gone: it only waits again (check_workload queues it).
+            self.actions.push(Action::Release { target: target_of(&t.w) });
+            return;
+        }
+        let (w, id) = (t.w.clone(), t.id);
+        let Ok(spec) = self.core_spec(&w, id) else { return };
+        let Some(placement) = self.placement_on(&nodes, spec.per_replica.gpus) else {
+            tracing::warn!(workload = %self.workloads[uid].w.key(), "its admission names nodes that are gone or full; it is requeued");
+            let target = target_of(&self.workloads[uid].w);
+            self.actions.push(Action::Suspend { target, preemption: None });
+            return;
+        };
+        let stopping = match preemption {
+            Some(p) => {
+                let preemptor = self.workloads.values().find(|o| o.w.key() == p.by).map(|o| o.id);
+                Some(match preemptor {
+                    Some(id) => RestoredStop::Preempted { preemptor: id, deadline: Time(p.deadline_ms) },
+                    None => RestoredStop::Stopped(fairway_core::StopCause::Cancelled),
+                })
+            }
+            None if suspended || deleted => Some(RestoredStop::Stopped(fairway_core::StopCause::Cancelled)),
+            None => None,
+        };
+        let t = &self.workloads[uid];
+        let restored = RestoredJob {
+            spec,
+            submitted_at: Time(t.w.created_ms),
+            runtime_done_ms: 0,
+            preemptions: 0,
+            last_checkpoint: None,
+            running: Some(RestoredRun { placement, started_at: Time(now), stopping }),
+        };
+        let id = t.id;
+        match self.core.apply(Event::Restore(restored), Time(now)) {
+            Ok(()) => {
+                let slots: Vec<Slot> = nodes.iter().map(|n| Slot { node: n.clone(), pod: None }).collect();
+                let t = self.workloads.get_mut(uid).expect("present");
+                t.in_core = true;
+                t.slots = slots;
+                self.by_job.insert(id, uid.to_owned());
+                // Its bound pods take their slots back; unbound ones get bound.
+                let pods: Vec<PodInfo> = self
+                    .pods_by_owner
+                    .get(uid)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| self.pods.get(p))
+                    .filter(|p| !p.terminal)
+                    .cloned()
+                    .collect();
+                for pod in pods {
+                    let t = self.workloads.get_mut(uid).expect("present");
+                    match &pod.node {
+                        Some(node) => {
+                            if let Some(slot) = t.slots.iter_mut().find(|s| s.pod.is_none() && s.node == *node) {
+                                slot.pod = Some(pod.uid.clone());
+                            }
+                        }
+                        None if !pod.deleting => self.bind(uid, &pod),
+                        None => {}
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("cannot restore {}: {e}", self.workloads[uid].w.key()),
+        }
+    }
+
+    /// Slots on the named nodes for one replica each.
+    fn placement_on(&self, nodes: &[String], gpus_per_replica: u32) -> Option<Placement> {
+        let mut taken: BTreeMap<NodeId, GpuSet> = BTreeMap::new();
+        let mut replicas = Vec::new();
+        for name in nodes {
+            let (id, _) = self.nodes.get(name)?;
+            let free = self.core.node_free_slots(*id)?.minus(taken.get(id).copied().unwrap_or(GpuSet::EMPTY));
+            if free.len() < gpus_per_replica {
+                return None;
+            }
+            let gpus = free.lowest(gpus_per_replica);
+            *taken.entry(*id).or_insert(GpuSet::EMPTY) = taken.get(id).copied().unwrap_or(GpuSet::EMPTY).union(gpus);
+            replicas.push(ReplicaPlacement { node: *id, gpus });
+        }
+        Some(Placement::new(replicas))
+    }
+
+    // ---- step 2: the cycle ---------------------------------------------------------------
+
+    pub fn cycle(&mut self, now: u64) {
+        if !self.started {
+            return;
+        }
+        self.dirty = false;
+        let outcome = self.core.cycle(Time(now));
+        for decision in outcome.decisions {
+            self.decided(decision, now);
+        }
+    }
+
+    fn decided(&mut self, decision: Decision, now: u64) {
+        match decision {
+            Decision::Start { job, placement } => {
+                let Some(uid) = self.by_job.get(&job).cloned() else { return };
+                let nodes: Vec<String> =
+                    placement.replicas().iter().filter_map(|r| self.node_names.get(&r.node).cloned()).collect();
+                let t = self.workloads.get_mut(&uid).expect("by_job is in step");
+                t.slots = nodes.iter().map(|n| Slot { node: n.clone(), pod: None }).collect();
+                t.awaiting_admission = true;
+                self.stats.admissions += 1;
+                self.touched.insert(uid.clone());
+                let target = target_of(&t.w);
+                self.actions.push(Action::Admit { target: target.clone(), nodes: nodes.clone() });
+                // Pods that already exist (the Job controller was quick, or a restart) are bound.
+                let pods: Vec<PodInfo> = self
+                    .pods_by_owner
+                    .get(&uid)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| self.pods.get(p))
+                    .filter(|p| !p.terminal && p.node.is_none() && !p.deleting)
+                    .cloned()
+                    .collect();
+                for pod in pods {
+                    self.occupant_gone(&pod.uid, now);
+                    self.bind(&uid, &pod);
+                }
+            }
+            Decision::Preempt { victim, preemptor, deadline } => {
+                let Some(uid) = self.by_job.get(&victim).cloned() else { return };
+                let by = self.workload(preemptor).map(Workload::key).unwrap_or_default();
+                self.touched.insert(uid.clone());
+                if let Some(p) = self.by_job.get(&preemptor) {
+                    self.touched.insert(p.clone());
+                }
+                // Where the preemptor's GPUs are held (the cycle's decisions are applied:
+                // this is its final hold).
+                let hold: Vec<String> = match self.core.job_status(preemptor) {
+                    Some(JobStatus::Pending { reserved: Some(placement), .. }) => {
+                        placement.replicas().iter().filter_map(|r| self.node_names.get(&r.node).cloned()).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                let t = &self.workloads[&uid];
+                let target = target_of(&t.w);
+                self.stats.preemptions += 1;
+                self.actions.push(Action::Suspend {
+                    target: target.clone(),
+                    preemption: Some(Preemption { by: by.clone(), deadline_ms: deadline.millis(), hold }),
+                });
+                let grace = deadline.millis().saturating_sub(now) / 1000;
+                self.actions.push(Action::Event {
+                    target,
+                    warning: false,
+                    reason: "Preempted".into(),
+                    message: format!(
+                        "preempted by {by}: suspended; its pods get {grace}s to stop; it queues again at its place"
+                    ),
+                });
+                if let Some(p) = self.workload(preemptor).map(target_of) {
+                    self.actions.push(Action::Event {
+                        target: p,
+                        warning: false,
+                        reason: "Preempting".into(),
+                        message: format!("preempting {}; its GPUs are held for this job", t.w.key()),
+                    });
+                }
+            }
+            Decision::Stop { .. } => {
+                // Deletion (the only stop in Kubernetes mode) is under way: the garbage
+                // collector deletes the pods; the job leaves once they are gone.
+            }
+            Decision::Requeued { job, .. } => {
+                let Some(uid) = self.by_job.get(&job).cloned() else { return };
+                let t = self.workloads.get_mut(&uid).expect("by_job is in step");
+                t.slots.clear();
+                let target = target_of(&t.w);
+                self.actions.push(Action::Suspend { target, preemption: None });
+                // What still runs of it elsewhere holds its GPUs until it is gone.
+                let pods: Vec<String> = self.pods_by_owner.get(&uid).into_iter().flatten().cloned().collect();
+                for pod in pods {
+                    if self.pods.get(&pod).is_some_and(|p| !p.terminal && p.node.is_some()) {
+                        self.ensure_occupant(&pod, now);
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- step 3: status --------------------------------------------------------------
+
+    /// How often every workload's reason is looked at again.
+    const SWEEP_MS: u64 = 10_000;
+
+    /// Conditions and Events for workloads whose reason changed since it was last said:
+    /// those touched since the last call, and every one once per [`Self::SWEEP_MS`].
+    pub fn publish_status(&mut self, now: u64) {
+        let mut out = Vec::new();
+        let uids: Vec<String> = if now.saturating_sub(self.swept_ms) >= Self::SWEEP_MS {
+            self.swept_ms = now;
+            self.touched.clear();
+            self.workloads.keys().cloned().collect()
+        } else {
+            std::mem::take(&mut self.touched).into_iter().collect()
+        };
+        for uid in uids {
+            let Some(t) = self.workloads.get(&uid) else { continue };
+            if !t.in_core {
+                continue;
+            }
+            let (admitted, reason, message) = match self.core.job_status(t.id) {
+                Some(JobStatus::Pending { reasons, reserved }) => {
+                    if reserved.is_some() || reasons.is_empty() {
+                        let first = reasons.first().map(|r| self.reason_text(r)).unwrap_or_default();
+                        (false, "WaitingForPreemption".to_owned(), first)
+                    } else {
+                        let text: Vec<String> = reasons.iter().map(|r| self.reason_text(r)).collect();
+                        (false, camel(reasons[0].label()), text.join("; "))
+                    }
+                }
+                Some(JobStatus::Running { .. }) => {
+                    let nodes: Vec<&str> = t.slots.iter().map(|s| s.node.as_str()).collect();
+                    (true, "Admitted".to_owned(), format!("admitted by Fairway; runs on {}", nodes.join(", ")))
+                }
+                _ => continue,
+            };
+            let said = format!("{admitted}|{reason}|{message}");
+            if self.published.get(&uid) == Some(&said) {
+                continue;
+            }
+            self.published.insert(uid.clone(), said);
+            let target = target_of(&t.w);
+            out.push(Action::Condition {
+                target: target.clone(),
+                admitted,
+                reason: reason.clone(),
+                message: message.clone(),
+            });
+            out.push(Action::Event {
+                target,
+                warning: false,
+                reason: if admitted { "Admitted".into() } else { "Pending".into() },
+                message,
+            });
+        }
+        self.actions.extend(out);
+    }
+
+    /// A reason in words, with workloads named `namespace/name`.
+    pub fn reason_text(&self, reason: &PendingReason) -> String {
+        let name = |id: JobId| self.workload(id).map_or_else(|| format!("job {}", id.0), Workload::key);
+        let model = |m: Option<fairway_core::GpuModel>| {
+            m.and_then(|m| self.interner.name_of(m)).map(|m| format!(" of {m}")).unwrap_or_default()
+        };
+        match reason {
+            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+                // In the ResourceQuota's own units and names.
+                let (unit, name) = match resource {
+                    fairway_core::ResourceKind::Gpu => ("", self.settings.gpu_resource.as_str()),
+                    fairway_core::ResourceKind::Cpu => ("m", "cpu"),
+                    fairway_core::ResourceKind::Memory => ("Mi", "memory"),
+                };
+                format!(
+                    "over quota: namespace {} uses {used}{unit} of its {limit}{unit} {name} (ResourceQuota); it asks {requested}{unit}",
+                    self.interner.name_of(*account).unwrap_or("?"),
+                )
+            }
+            PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => format!(
+                "no node with {gpus_per_replica} free GPUs{} for each of its {replicas} replica(s): the most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",
+                model(*gpu_model)
+            ),
+            PendingReason::WaitingForPreemption { victims } => {
+                let names: Vec<String> = victims.iter().map(|v| name(*v)).collect();
+                format!("waiting for the preemption of {}; their GPUs are held for it", names.join(", "))
+            }
+            PendingReason::BlockedBehind { job, priority } => {
+                format!("behind higher priority: {} (priority {priority}) waits for GPUs first", name(*job))
+            }
+            other => other.to_string(),
+        }
+    }
+
+    // ---- helpers ------------------------------------------------------------------
+
+    fn core_apply(&mut self, event: Event, now: u64) {
+        if let Err(e) = self.core.apply(event, Time(now)) {
+            tracing::debug!("core: {e}");
+        }
+        self.dirty = true;
+    }
+}
+
+/// The user a Job names (`fairway.dev/user`), or none: the namespace is then the user too.
+fn resolved_user(job: &ResolvedJob) -> Option<&str> {
+    (job.doc.user != job.doc.project && !job.doc.user.is_empty()).then_some(job.doc.user.as_str())
+}
+
+/// The pod template's node constraints, as far as Fairway can honour them. Fairway binds
+/// pods itself, so nothing else would check them: a constraint it cannot keep is refused
+/// (the workload stays suspended, with a condition saying why) rather than silently broken.
+/// - `nodeSelector` on a GPU model label (any of `gpu_model_labels`) selects the model: it is
+///   handed to the job-spec reader under the label it reads;
+/// - any other `nodeSelector` key, and required node affinity, are refused;
+/// - preferred affinity, pod (anti-)affinity and topology spread are preferences: ignored.
+///
+/// Tolerations need nothing: tainted nodes are out of Fairway's pool (`objects`).
+pub fn placement_constraints(as_job: &Value, gpu_model_labels: &[String]) -> Result<Value, String> {
+    const READER_LABEL: &str = "nvidia.com/gpu.product";
+    let pod = "spec.template.spec";
+    let mut out = as_job.clone();
+    if let Some(selector) = as_job.pointer("/spec/template/spec/nodeSelector").and_then(Value::as_object) {
+        let mut model: Option<(&String, &Value)> = None;
+        for (key, value) in selector {
+            if gpu_model_labels.iter().any(|l| l == key) || key == READER_LABEL {
+                if let Some((first, v)) = model.filter(|(_, v)| *v != value) {
+                    return Err(format!(
+                        "{pod}.nodeSelector: {key:?} and {first:?} ask for different GPU models ({value} and {v})"
+                    ));
+                }
+                model = Some((key, value));
+            } else {
+                return Err(format!(
+                    "{pod}.nodeSelector.{key}: Fairway places the pods itself and selects nodes by GPU model only ({}); \
+                     remove it, or label the Job fairway.dev/managed=false to leave it to the default scheduler",
+                    gpu_model_labels.join(", ")
+                ));
+            }
+        }
+        let selector =
+            out.pointer_mut("/spec/template/spec/nodeSelector").and_then(Value::as_object_mut).expect("read above");
+        selector.clear();
+        if let Some((_, value)) = model {
+            selector.insert(READER_LABEL.to_owned(), value.clone());
+        }
+    }
+    if as_job
+        .pointer("/spec/template/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution")
+        .is_some()
+    {
+        return Err(format!(
+            "{pod}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: Fairway places the pods itself \
+             and cannot keep required node affinity; select the GPU model with nodeSelector, or label the Job \
+             fairway.dev/managed=false to leave it to the default scheduler"
+        ));
+    }
+    if let Some(spec) = out.pointer_mut("/spec/template/spec").and_then(Value::as_object_mut) {
+        // Read here, not by the job-spec reader (which would only warn about them).
+        for key in ["affinity", "tolerations", "topologySpreadConstraints"] {
+            spec.remove(key);
+        }
+    }
+    Ok(out)
+}
+
+pub fn target_of(w: &Workload) -> Target {
+    Target { kind: w.kind, namespace: w.namespace.clone(), name: w.name.clone(), uid: w.uid.clone() }
+}
+
+/// `over_quota` → `OverQuota`: reasons as Kubernetes spells them.
+fn camel(label: &str) -> String {
+    label
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default()
+        })
+        .collect()
+}
+
+/// FNV-1a, 64 bits: a stable hash of a uid (the standard library's hasher is seeded).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

@@ -1,0 +1,399 @@
+//! The read-only API: what `fairway ls`, `why`, `describe`, `nodes`, `quota` and
+//! `priority-classes` read from the standalone server, with the same wire types
+//! (`fairway_server::api`), built from the engine. Kubernetes is the source of truth for
+//! everything that changes (submitting, cancelling, quotas, classes): those routes answer
+//! 405 and say to use `kubectl`. `/metrics` has the server's metric names.
+//!
+//! Access: with `api_tokens_file`, a bearer token from that file; without, anyone who can
+//! reach the listen address (loopback by default: `kubectl port-forward`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use fairway_core::{JobId, JobStatus};
+use fairway_server::api::*;
+use fairway_server::metrics::Metrics;
+use serde::Deserialize;
+
+use crate::controller::{SharedEngine, now_ms};
+use crate::engine::Engine;
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub engine: SharedEngine,
+    pub metrics: Arc<Metrics>,
+    /// Accepted bearer tokens; `None`: no token needed.
+    pub tokens: Option<Arc<BTreeSet<String>>>,
+}
+
+pub fn router(state: ApiState) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/jobs", get(list_jobs).post(read_only))
+        .route("/v1/jobs/{id}", get(get_job).delete(read_only))
+        .route("/v1/jobs/{id}/why", get(why))
+        .route("/v1/jobs/{id}/events", get(events))
+        .route("/v1/jobs/{id}/cancel", axum::routing::post(read_only))
+        .route("/v1/nodes", get(nodes))
+        .route("/v1/quotas", get(quotas))
+        .route("/v1/quotas/{kind}/{account}", axum::routing::put(read_only).delete(read_only))
+        .route("/v1/priority-classes", get(classes))
+        .route("/healthz", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// `/metrics` and `/healthz` only, open: for Prometheus and the kubelet's probes.
+pub fn metrics_router(state: ApiState) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "only /metrics and /healthz here") })
+        .with_state(ApiState { tokens: None, ..state })
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = ErrorBody { error: ErrorDetail { code: code.into(), message: message.into(), details: Vec::new() } };
+    (status, Json(body)).into_response()
+}
+
+async fn guard(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let Some(tokens) = &state.tokens else { return next.run(request).await };
+    if request.uri().path() == "/healthz" {
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match presented {
+        Some(token) if tokens.contains(token) => next.run(request).await,
+        _ => {
+            error(StatusCode::UNAUTHORIZED, "unauthenticated", "this API needs a bearer token from its api_tokens_file")
+        }
+    }
+}
+
+async fn read_only() -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "read_only",
+        "in Kubernetes mode the cluster is the source of truth: submit, cancel and set quotas with kubectl \
+         (Jobs, ResourceQuotas, PriorityClasses)",
+    )
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    project: Option<String>,
+    user: Option<String>,
+    name: Option<String>,
+    priority_class: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<i64>,
+}
+
+async fn list_jobs(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> Response {
+    let q: ListQuery = match fairway_server::parse_query(raw.as_deref()) {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    let states: Vec<String> =
+        q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    let engine = state.engine.lock().expect("not poisoned");
+    let now = now_ms();
+    let positions = queue_positions(&engine);
+    let mut jobs: Vec<JobView> = engine
+        .workloads()
+        .map(|(id, _, _)| view(&engine, id, now, &positions))
+        .filter(|j| states.is_empty() || states.iter().any(|s| s == j.state.as_str()))
+        .filter(|j| q.project.as_ref().is_none_or(|p| *p == j.project))
+        .filter(|j| q.user.as_ref().is_none_or(|u| *u == j.user))
+        .filter(|j| q.name.as_ref().is_none_or(|n| *n == j.name))
+        .filter(|j| q.priority_class.is_none() || q.priority_class == j.priority_class)
+        .filter(|j| q.cursor.is_none_or(|c| j.id < c))
+        .collect();
+    let total = jobs.len() as u64;
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
+    let limit = q.limit.unwrap_or(1000).clamp(1, 10_000) as usize;
+    let next_cursor = (jobs.len() > limit).then(|| jobs[limit - 1].id);
+    jobs.truncate(limit);
+    Json(JobList { jobs, total, next_cursor }).into_response()
+}
+
+/// Each pending workload's place in the core's order.
+fn queue_positions(engine: &Engine) -> BTreeMap<JobId, u64> {
+    engine.core().pending().enumerate().map(|(i, id)| (id, i as u64 + 1)).collect()
+}
+
+fn job_id(text: &str) -> Option<JobId> {
+    text.parse::<u64>().ok().map(JobId)
+}
+
+async fn get_job(State(state): State<ApiState>, Path(id): Path<String>) -> Response {
+    let engine = state.engine.lock().expect("not poisoned");
+    let Some(id) = job_id(&id).filter(|id| engine.workload(*id).is_some()) else {
+        return error(StatusCode::NOT_FOUND, "not_found", &format!("no workload with id {id}"));
+    };
+    let w = engine.workload(id).expect("checked");
+    let positions = queue_positions(&engine);
+    Json(JobDetail { job: view(&engine, id, now_ms(), &positions), spec: w.as_job.clone(), events: Vec::new() })
+        .into_response()
+}
+
+async fn why(State(state): State<ApiState>, Path(id): Path<String>) -> Response {
+    let engine = state.engine.lock().expect("not poisoned");
+    let Some(id) = job_id(&id).filter(|id| engine.workload(*id).is_some()) else {
+        return error(StatusCode::NOT_FOUND, "not_found", &format!("no workload with id {id}"));
+    };
+    let job = view(&engine, id, now_ms(), &BTreeMap::new());
+    Json(WhyView { id: job.id, state: job.state, reasons: job.reasons }).into_response()
+}
+
+async fn events(State(state): State<ApiState>, Path(id): Path<String>) -> Response {
+    let engine = state.engine.lock().expect("not poisoned");
+    if job_id(&id).filter(|id| engine.workload(*id).is_some()).is_none() {
+        return error(StatusCode::NOT_FOUND, "not_found", &format!("no workload with id {id}"));
+    }
+    // The history is in the cluster: `kubectl describe` and `kubectl get events` show it.
+    Json(EventList { events: Vec::new() }).into_response()
+}
+
+/// A workload as the standalone server shows a job.
+fn view(engine: &Engine, id: JobId, now: u64, positions: &BTreeMap<JobId, u64>) -> JobView {
+    let w = engine.workload(id).expect("asked for a known workload");
+    let spec = engine.core().job_spec(id);
+    let status = engine.core().job_status(id);
+    let (state, placement, reasons, preemption) = match &status {
+        Some(JobStatus::Pending { reasons, .. }) => {
+            let reasons = reasons
+                .iter()
+                .map(|r| ReasonView { code: r.label().into(), message: engine.reason_text(r), data: BTreeMap::new() })
+                .collect();
+            (JobState::Pending, None, reasons, None)
+        }
+        Some(JobStatus::Running { placement, .. }) => (JobState::Running, Some(*placement), Vec::new(), None),
+        Some(JobStatus::Preempting { placement, preemptor, deadline }) => (
+            JobState::Preempting,
+            Some(*placement),
+            Vec::new(),
+            Some(PreemptionView { preemptor: preemptor.0 as i64, deadline_ms: deadline.millis() }),
+        ),
+        Some(JobStatus::Stopping { placement, .. }) => (JobState::Stopping, Some(*placement), Vec::new(), None),
+        None => {
+            let state = match w.finished {
+                Some(crate::workload::Finished::Succeeded) => JobState::Succeeded,
+                Some(crate::workload::Finished::Failed) => JobState::Failed,
+                None => JobState::Pending,
+            };
+            let refused = engine.workloads().find(|(i, ..)| *i == id).and_then(|(_, _, r)| r.map(str::to_owned));
+            let reasons = refused
+                .map(|r| vec![ReasonView { code: "invalid".into(), message: r, data: BTreeMap::new() }])
+                .unwrap_or_default();
+            (state, None, reasons, None)
+        }
+    };
+    let placement = placement
+        .map(|p| {
+            p.replicas()
+                .iter()
+                .map(|r| ReplicaView {
+                    node: engine.node_name(r.node).unwrap_or("?").to_owned(),
+                    gpus: r.gpus.iter().collect(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let user = spec.and_then(|s| engine.interner().name_of(s.user)).unwrap_or(&w.namespace);
+    JobView {
+        id: id.0 as i64,
+        name: w.name.clone(),
+        user: user.strip_prefix("user:").unwrap_or(user).to_owned(),
+        project: w.namespace.clone(),
+        priority: spec.map_or(0, |s| s.priority),
+        priority_class: w
+            .as_job
+            .pointer("/spec/template/spec/priorityClassName")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned),
+        state,
+        gpus_per_replica: spec.map_or(0, |s| s.per_replica.gpus),
+        replicas: spec.map_or(1, |s| s.replicas),
+        gpu_model: spec.and_then(|s| s.gpu_model).and_then(|m| engine.interner().name_of(m)).map(str::to_owned),
+        submitted_at_ms: w.created_ms,
+        first_started_at_ms: None,
+        started_at_ms: None,
+        finished_at_ms: None,
+        wait_seconds: if state == JobState::Pending { now.saturating_sub(w.created_ms) as f64 / 1000.0 } else { 0.0 },
+        restart_count: 0,
+        preemptions: engine.core().preemptions_of(id).unwrap_or(0),
+        failures: 0,
+        retries: 0,
+        last_checkpoint_ms: None,
+        exit_code: None,
+        exit_signal: None,
+        placement,
+        reasons,
+        preemption,
+        queue_position: positions.get(&id).copied(),
+    }
+}
+
+async fn nodes(State(state): State<ApiState>) -> Response {
+    let engine = state.engine.lock().expect("not poisoned");
+    let mut views: BTreeMap<fairway_core::NodeId, NodeView> = engine
+        .nodes()
+        .map(|(id, info)| {
+            (
+                *id,
+                NodeView {
+                    name: info.name.clone(),
+                    gpu_model: info.gpu_model.clone(),
+                    gpus_total: info.capacity.gpus,
+                    gpus_allocated: 0,
+                    cpu_millis: info.capacity.cpu_millis,
+                    memory_mib: info.capacity.memory_mib,
+                    schedulable: !info.drained,
+                    gpus: (0..info.capacity.gpus).map(|index| GpuView { index, job: None, held_for: None }).collect(),
+                },
+            )
+        })
+        .collect();
+    let ids: Vec<JobId> = engine.workloads().map(|(id, ..)| id).collect();
+    for id in ids {
+        let (placement, held) = match engine.core().job_status(id) {
+            Some(
+                JobStatus::Running { placement, .. }
+                | JobStatus::Preempting { placement, .. }
+                | JobStatus::Stopping { placement, .. },
+            ) => (placement, false),
+            Some(JobStatus::Pending { reserved: Some(placement), .. }) => (placement, true),
+            _ => continue,
+        };
+        for r in placement.replicas() {
+            let Some(node) = views.get_mut(&r.node) else { continue };
+            for g in r.gpus.iter() {
+                if let Some(gpu) = node.gpus.get_mut(g as usize) {
+                    if held {
+                        gpu.held_for = Some(id.0 as i64);
+                    } else {
+                        gpu.job = Some(id.0 as i64);
+                    }
+                }
+            }
+        }
+    }
+    let (_, _) = engine.core().gpu_totals();
+    for node in views.values_mut() {
+        node.gpus_allocated = node.gpus.iter().filter(|g| g.job.is_some()).count() as u32;
+    }
+    Json(NodeList { nodes: views.into_values().collect(), gpu_source: "kubernetes".into() }).into_response()
+}
+
+async fn quotas(State(state): State<ApiState>) -> Response {
+    let engine = state.engine.lock().expect("not poisoned");
+    let mut namespaces: BTreeSet<String> = engine.workloads().map(|(_, w, _)| w.namespace.clone()).collect();
+    namespaces.extend(engine.quota_namespaces());
+    let quotas = namespaces
+        .into_iter()
+        .filter_map(|ns| {
+            let account = engine.interner().account_id(&ns)?;
+            let (used, quota) = engine.core().account_usage(account);
+            Some(QuotaView {
+                kind: "project".into(),
+                account: ns,
+                gpus_max: quota.and_then(|q| q.gpus_max),
+                cpu_millis_max: quota.and_then(|q| q.cpu_millis_max),
+                memory_mib_max: quota.and_then(|q| q.memory_mib_max),
+                gpus_used: used.gpus,
+                cpu_millis_used: used.cpu_millis,
+                memory_mib_used: used.memory_mib,
+            })
+        })
+        .collect();
+    Json(QuotaList { quotas }).into_response()
+}
+
+async fn classes(State(state): State<ApiState>) -> Response {
+    let engine = state.engine.lock().expect("not poisoned");
+    let mut priority_classes: Vec<PriorityClassView> = engine
+        .classes()
+        .map(|(name, c)| PriorityClassView {
+            name: name.clone(),
+            value: c.value,
+            preemption_policy: format!("{:?}", c.policy),
+            global_default: c.global_default,
+            description: None,
+        })
+        .collect();
+    priority_classes.sort_by(|a, b| b.value.cmp(&a.value).then_with(|| a.name.cmp(&b.name)));
+    Json(PriorityClassList { priority_classes }).into_response()
+}
+
+async fn health(State(state): State<ApiState>) -> Response {
+    let engine = state.engine.lock().expect("not poisoned");
+    let (total, allocated) = engine.core().gpu_totals();
+    let pending = engine.core().pending_count() as u64;
+    let status = if engine.started() { "ok" } else { "starting" };
+    Json(Health {
+        status: status.into(),
+        problem: (!engine.started()).then(|| "listing the cluster's objects".to_owned()),
+        version: env!("CARGO_PKG_VERSION").into(),
+        jobs_pending: pending,
+        jobs_running: engine.workloads().count() as u64 - pending.min(engine.workloads().count() as u64),
+        gpus_total: total,
+        gpus_allocated: allocated,
+        container_runtime: None,
+        images: Vec::new(),
+    })
+    .into_response()
+}
+
+async fn metrics(State(state): State<ApiState>) -> Response {
+    {
+        let engine = state.engine.lock().expect("not poisoned");
+        refresh_metrics(&engine, &state.metrics);
+    }
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], state.metrics.encode()).into_response()
+}
+
+/// The gauges, from the engine as it is now.
+fn refresh_metrics(engine: &Engine, metrics: &Metrics) {
+    metrics.reset_job_gauges();
+    for (id, w, _) in engine.workloads() {
+        let tier =
+            w.as_job.pointer("/spec/template/spec/priorityClassName").and_then(|v| v.as_str()).unwrap_or("custom");
+        let state = match engine.core().job_status(id) {
+            Some(JobStatus::Pending { .. }) => JobState::Pending,
+            Some(JobStatus::Running { .. }) => JobState::Running,
+            Some(JobStatus::Preempting { .. }) => JobState::Preempting,
+            Some(JobStatus::Stopping { .. }) => JobState::Stopping,
+            None => continue,
+        };
+        metrics.job_state(tier, state, 1);
+    }
+    let (total, allocated) = engine.core().gpu_totals();
+    metrics.gpus_total.set(i64::from(total));
+    metrics.gpus_allocated.set(i64::from(allocated));
+    let stats = engine.stats();
+    let set = |counter: &prometheus_client::metrics::counter::Counter, value: u64| {
+        let have = counter.get();
+        if value > have {
+            counter.inc_by(value - have);
+        }
+    };
+    set(&metrics.preemptions, stats.preemptions);
+    set(&metrics.starts, stats.admissions);
+}

@@ -1,0 +1,205 @@
+//! The controller's settings: a YAML file (all optional), in the server's format where the
+//! two overlap (`listen`, `tls`, `limits`), plus what only a cluster needs.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::KubeError;
+
+/// `fairway kube --config FILE`. Unknown keys are errors.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// The read-only API for the `fairway` CLI (`/v1`), `/healthz` and `/metrics`.
+    pub listen: String,
+    /// `/metrics` and `/healthz` alone, without a token, for Prometheus and probes; `None`:
+    /// only on `listen`.
+    pub metrics_listen: Option<String>,
+    /// TLS of that API (PEM files), as the server's `tls`.
+    pub tls: Option<TlsFiles>,
+    /// Bearer tokens allowed to read the API (one per line, `fwt_…`); `None`: the API is
+    /// open to whoever reaches it (bind it to loopback and use `kubectl port-forward`).
+    pub api_tokens_file: Option<PathBuf>,
+    /// The mutating admission webhook (HTTPS): `None` runs without it (jobs then opt in
+    /// explicitly).
+    pub webhook: Option<WebhookSettings>,
+    /// The extended resource of GPUs on nodes and in pods.
+    pub gpu_resource: String,
+    /// Node labels that name the GPU model, first present wins.
+    pub gpu_model_labels: Vec<String>,
+    /// The GPU model of nodes with GPUs and none of those labels.
+    pub gpu_model_default: String,
+    /// A namespace with this label (`key=value`) has its new Jobs managed (through the
+    /// webhook).
+    pub managed_namespace_label: String,
+    /// The `schedulerName` of the pods of managed workloads; a Job whose pod template names
+    /// it is managed, whatever its namespace.
+    pub scheduler_name: String,
+    /// Leader election: only the holder of this Lease acts.
+    pub leader_election: LeaderElection,
+    /// Concurrent API writes (admissions, binds, suspends).
+    pub writes_in_flight_max: usize,
+    /// Status and event writes per second at most (they never delay admissions).
+    pub status_writes_per_second_max: u32,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    pub listen: String,
+    /// The serving certificate and key (PEM), e.g. from cert-manager; both or neither.
+    /// Neither: the controller makes and keeps its own ([`ManagedCert`]).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    #[serde(default)]
+    pub managed_cert: ManagedCert,
+}
+
+/// Where a certificate the controller made is kept and announced (see `certs`).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ManagedCert {
+    /// The namespace of the Secret and the Service.
+    pub namespace: String,
+    pub secret_name: String,
+    /// The Service the API server calls the webhook through.
+    pub service_name: String,
+    /// The `MutatingWebhookConfiguration` whose `caBundle` is written.
+    pub webhook_configuration: String,
+    /// More names (or IP addresses) the certificate is for: a webhook reached by URL.
+    pub hosts: Vec<String>,
+}
+
+impl Default for ManagedCert {
+    fn default() -> Self {
+        ManagedCert {
+            namespace: "fairway-system".into(),
+            secret_name: "fairway-webhook-cert".into(),
+            service_name: "fairway-webhook".into(),
+            webhook_configuration: "fairway".into(),
+            hosts: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaderElection {
+    pub enabled: bool,
+    pub namespace: String,
+    pub lease_name: String,
+    pub lease_seconds: u32,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        LeaderElection {
+            enabled: true,
+            namespace: "fairway-system".into(),
+            lease_name: "fairway-controller".into(),
+            lease_seconds: 15,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: "127.0.0.1:7733".into(),
+            metrics_listen: None,
+            tls: None,
+            api_tokens_file: None,
+            webhook: None,
+            gpu_resource: "nvidia.com/gpu".into(),
+            gpu_model_labels: vec!["nvidia.com/gpu.product".into(), "cloud.google.com/gke-accelerator".into()],
+            gpu_model_default: "GPU".into(),
+            managed_namespace_label: "fairway.dev/managed=true".into(),
+            scheduler_name: "fairway".into(),
+            leader_election: LeaderElection::default(),
+            writes_in_flight_max: 64,
+            status_writes_per_second_max: 100,
+        }
+    }
+}
+
+impl Settings {
+    pub fn load(path: &Path) -> Result<Settings, KubeError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| KubeError::Config(format!("{}: cannot read: {e}", path.display())))?;
+        Settings::parse(&text).map_err(|e| KubeError::Config(format!("{}: {e}", path.display())))
+    }
+
+    pub fn parse(text: &str) -> Result<Settings, String> {
+        if text.trim().is_empty() {
+            return Ok(Settings::default());
+        }
+        let settings: Settings = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        settings.check()?;
+        Ok(settings)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.listen.parse::<SocketAddr>().map_err(|_| format!("listen: {:?} is not HOST:PORT", self.listen))?;
+        if let Some(m) = &self.metrics_listen {
+            m.parse::<SocketAddr>().map_err(|_| format!("metrics_listen: {m:?} is not HOST:PORT"))?;
+        }
+        if let Some(w) = &self.webhook {
+            w.listen.parse::<SocketAddr>().map_err(|_| format!("webhook.listen: {:?} is not HOST:PORT", w.listen))?;
+            if w.cert_file.is_some() != w.key_file.is_some() {
+                return Err("webhook.cert_file and webhook.key_file: give both, or neither to let the controller make its own certificate".into());
+            }
+            let m = &w.managed_cert;
+            if [&m.namespace, &m.secret_name, &m.service_name, &m.webhook_configuration].iter().any(|v| v.is_empty()) {
+                return Err("webhook.managed_cert: namespace, secret_name, service_name and webhook_configuration must not be empty".into());
+            }
+        }
+        if self.managed_label().is_none() {
+            return Err(format!("managed_namespace_label: {:?} is not KEY=VALUE", self.managed_namespace_label));
+        }
+        if self.scheduler_name.is_empty() || self.gpu_resource.is_empty() {
+            return Err("scheduler_name and gpu_resource must not be empty".into());
+        }
+        if self.writes_in_flight_max == 0 || self.status_writes_per_second_max == 0 {
+            return Err("writes_in_flight_max and status_writes_per_second_max must be at least 1".into());
+        }
+        if self.leader_election.lease_seconds < 2 {
+            return Err("leader_election.lease_seconds: at least 2".into());
+        }
+        Ok(())
+    }
+
+    /// The opt-in label as (key, value).
+    pub fn managed_label(&self) -> Option<(&str, &str)> {
+        self.managed_namespace_label.split_once('=').filter(|(k, v)| !k.is_empty() && !v.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_errors() {
+        let s = Settings::parse("").unwrap();
+        assert_eq!((s.scheduler_name.as_str(), s.managed_label()), ("fairway", Some(("fairway.dev/managed", "true"))));
+        for (text, want) in [
+            ("listen: nowhere\n", "listen"),
+            ("managed_namespace_label: managed\n", "managed_namespace_label"),
+            ("writes_in_flight_max: 0\n", "writes_in_flight_max"),
+            ("gpu_resourse: x\n", "gpu_resourse"),
+            ("webhook:\n  listen: 0.0.0.0:9443\n  cert_file: /c.pem\n", "webhook.cert_file and webhook.key_file"),
+        ] {
+            let err = Settings::parse(text).unwrap_err();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The controller end to end: `fairway_kube::run::run` (API, webhook with its own
+//! certificate, watches, engine, executor) against the fake API server with its Job
+//! controller and kubelets, driven by the scenario files in `tests/scenarios/` (which name
+//! only Kubernetes objects, so that they could run against a real cluster). After every
+//! scenario no node was found holding more GPUs than it has.
+//!
+//! "Killing" the controller drops its tokio runtime: every task and connection ends where
+//! it stands, as with `kill -9` (the CLI's tests kill a real `fairway kube` process).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
+
+use fairway_kube::Settings;
+use fairway_kube_fake::scenario::{Cluster, ControllerHooks, Scenario};
+use fairway_kube_fake::{FakeCluster, FakeConfig};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use kube::api::{Api, PostParams};
+
+/// Durations read from objects (sleeps, grace periods, stop times) run 10× faster.
+const TIME_SCALE: f64 = 0.1;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A free loopback port (for the webhook, whose URL the webhook configuration must name
+/// before the controller starts).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The controller as a test runs it: the shipped settings but for addresses, leader
+/// election off (one replica), the webhook certificate made by the controller itself.
+pub fn test_settings(webhook_port: u16) -> Settings {
+    let text = format!(
+        "listen: 127.0.0.1:0\n\
+         webhook:\n  listen: 127.0.0.1:{webhook_port}\n  managed_cert: {{ hosts: [127.0.0.1] }}\n\
+         leader_election: {{ enabled: false }}\n"
+    );
+    Settings::parse(&text).unwrap()
+}
+
+/// The shipped namespace (`deploy/kubernetes/namespace.yaml`) and webhook configuration
+/// (`webhook.yaml`), the latter pointed at a URL instead of the Service (the fake has no
+/// Services to route to).
+pub async fn install_webhook(cluster: &FakeCluster, port: u16) {
+    let text = std::fs::read_to_string(repo_root().join("deploy/kubernetes/namespace.yaml")).unwrap();
+    let namespace: k8s_openapi::api::core::v1::Namespace = serde_saphyr::from_str(&text).unwrap();
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client());
+    api.create(&PostParams::default(), &namespace).await.unwrap();
+    let text = std::fs::read_to_string(repo_root().join("deploy/kubernetes/webhook.yaml")).unwrap();
+    let mut config: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    for hook in config["webhooks"].as_array_mut().unwrap() {
+        hook["clientConfig"] = serde_json::json!({"url": format!("https://127.0.0.1:{port}/mutate")});
+    }
+    let config: MutatingWebhookConfiguration = serde_json::from_value(config).unwrap();
+    let api: Api<MutatingWebhookConfiguration> = Api::all(cluster.client());
+    api.create(&PostParams::default(), &config).await.unwrap();
+}
+
+/// The controller in its own runtime, started and killed by the scenario.
+pub struct InProcess {
+    kube_config: kube::Config,
+    settings: Settings,
+    runtime: Option<tokio::runtime::Runtime>,
+    pub starts: u32,
+}
+
+impl InProcess {
+    pub fn new(cluster: &FakeCluster, settings: Settings) -> InProcess {
+        InProcess { kube_config: cluster.kube_config(), settings, runtime: None, starts: 0 }
+    }
+
+    fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.settings.webhook.as_ref().map(|w| w.listen.parse().unwrap())
+    }
+
+    pub async fn start_now(&mut self) -> Result<(), String> {
+        assert!(self.runtime.is_none(), "started twice");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let (config, settings) = (self.kube_config.clone(), self.settings.clone());
+        let (exited, mut exit) = tokio::sync::oneshot::channel::<String>();
+        runtime.spawn(async move {
+            let client = kube::Client::try_from(config).expect("a plain-HTTP client");
+            if let Err(e) = fairway_kube::run::run(settings, client, std::future::pending()).await {
+                let _ = exited.send(e.to_string());
+            }
+        });
+        self.runtime = Some(runtime);
+        self.starts += 1;
+        // Jobs created before the webhook answers would be refused (failurePolicy: Fail).
+        if let Some(addr) = self.webhook_addr() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while tokio::net::TcpStream::connect(addr).await.is_err() {
+                if let Ok(error) = exit.try_recv() {
+                    return Err(format!("the controller stopped: {error}"));
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(format!("the webhook never listened on {addr}"));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl ControllerHooks for InProcess {
+    fn start(&mut self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(self.start_now())
+    }
+
+    fn stop(&mut self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        self.kill();
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Runs `tests/scenarios/<name>.yaml` on a fresh fake with the webhook installed, then
+/// checks that no node was ever left holding more than it has.
+async fn run_scenario(name: &str) {
+    let cluster = FakeCluster::start(FakeConfig { time_scale: TIME_SCALE, ..FakeConfig::default() }).await.unwrap();
+    let port = free_port();
+    install_webhook(&cluster, port).await;
+    let mut controller = InProcess::new(&cluster, test_settings(port));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/scenarios/{name}.yaml"));
+    let scenario = Scenario::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    let outcome = scenario.run(Cluster::Fake(&cluster), Some(&mut controller)).await;
+    controller.kill();
+    if let Err(e) = outcome {
+        panic!("{}: {e}", scenario.name);
+    }
+    assert_eq!(cluster.double_booked(), Vec::<String>::new(), "{}", scenario.name);
+    cluster.shutdown().await;
+}
+
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            run_scenario(&stringify!($name).replace('_', "-")).await;
+        }
+    )*};
+}
+
+scenarios!(
+    article,
+    preemption_with_grace,
+    quota_blocks_critical,
+    gang_all_or_nothing,
+    unmanaged_pods_occupy,
+    cordon_and_node_loss,
+    restart_mid_preemption,
+    conflicts_and_expired_watches,
+    paddlejob,
+    opt_in_without_webhook,
+);

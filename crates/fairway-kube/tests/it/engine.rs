@@ -1,0 +1,518 @@
+//! The engine fed watch events built here, checked by the actions it asks for: admission,
+//! binding, preemption by suspension, requeue once the victim's pods are gone, occupants,
+//! quotas from ResourceQuotas, and a rebuild that admits nothing twice.
+
+use fairway_kube::Settings;
+use fairway_kube::engine::{Action, Change, Engine, Input, Stream};
+use fairway_kube::workload::{ADMISSION, Workload};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+
+fn from_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+    serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+}
+
+pub fn node(name: &str, gpus: u32) -> Node {
+    from_yaml(&format!(
+        "metadata: {{ name: {name}, labels: {{ nvidia.com/gpu.product: A100 }} }}\n\
+         status:\n  allocatable: {{ nvidia.com/gpu: \"{gpus}\", cpu: \"64\", memory: 512Gi }}\n\
+         \x20 conditions: [{{ type: Ready, status: \"True\" }}]\n"
+    ))
+}
+
+pub fn class(name: &str, value: i32) -> PriorityClass {
+    from_yaml(&format!("metadata: {{ name: {name} }}\nvalue: {value}\n"))
+}
+
+/// A managed Job (its pods name Fairway's scheduler), suspended unless `admitted_on`.
+pub fn job(
+    ns: &str,
+    name: &str,
+    class: &str,
+    gpus: u32,
+    parallelism: u32,
+    created_s: u64,
+    admitted_on: Option<&[&str]>,
+) -> Job {
+    let annotations = match admitted_on {
+        Some(nodes) => {
+            let list: Vec<String> = nodes.iter().map(|n| format!("\\\"{n}\\\"")).collect();
+            format!("annotations: {{ {ADMISSION}: \"{{\\\"nodes\\\":[{}]}}\" }}", list.join(","))
+        }
+        None => String::new(),
+    };
+    let created = jiff::Timestamp::from_second(1_800_000_000 + created_s as i64).unwrap();
+    from_yaml(&format!(
+        "metadata: {{ name: {name}, namespace: {ns}, uid: uid-{name}, creationTimestamp: \"{created}\", {annotations} }}\n\
+         spec:\n  suspend: {}\n  parallelism: {parallelism}\n  template:\n    spec:\n      schedulerName: fairway\n\
+         \x20     priorityClassName: {class}\n      restartPolicy: Never\n      terminationGracePeriodSeconds: 30\n\
+         \x20     containers: [{{ name: c, image: busybox, resources: {{ limits: {{ nvidia.com/gpu: \"{gpus}\" }} }} }}]\n",
+        admitted_on.is_none()
+    ))
+}
+
+pub fn pod(ns: &str, name: &str, owner: &str, gpus: u32, node: Option<&str>, scheduler: &str) -> Pod {
+    let node = node.map(|n| format!("  nodeName: {n}\n")).unwrap_or_default();
+    from_yaml(&format!(
+        "metadata:\n  name: {name}\n  namespace: {ns}\n  uid: pod-{name}\n  ownerReferences: [{{ apiVersion: batch/v1, kind: Job, name: x, uid: {owner}, controller: true }}]\n\
+         spec:\n  schedulerName: {scheduler}\n{node}  containers: [{{ name: c, image: busybox, resources: {{ requests: {{ nvidia.com/gpu: \"{gpus}\" }} }} }}]\n\
+         status: {{ phase: Running }}\n"
+    ))
+}
+
+pub struct Harness {
+    pub engine: Engine,
+    pub now: u64,
+    said: Vec<Action>,
+}
+
+impl Harness {
+    pub fn new() -> Harness {
+        Harness { engine: Engine::new(Settings::default()), now: 1_800_000_100_000, said: Vec::new() }
+    }
+
+    pub fn feed(&mut self, input: Input) {
+        self.engine.apply(input, self.now);
+    }
+
+    /// Lists every kind with these objects, as the watches do at start.
+    pub fn start(
+        &mut self,
+        nodes: Vec<Node>,
+        classes: Vec<PriorityClass>,
+        jobs: Vec<Job>,
+        pods: Vec<Pod>,
+        quotas: Vec<ResourceQuota>,
+    ) {
+        for stream in Stream::ALL {
+            self.feed(Input::Listing(stream));
+        }
+        for n in nodes {
+            self.feed(Input::Node(Change::Applied(n)));
+        }
+        for c in classes {
+            self.feed(Input::Class(Change::Applied(c)));
+        }
+        for j in jobs {
+            self.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
+        }
+        for p in pods {
+            self.feed(Input::Pod(Change::Applied(p)));
+        }
+        for q in quotas {
+            self.feed(Input::Quota(Change::Applied(q)));
+        }
+        for stream in Stream::ALL {
+            self.feed(Input::Listed(stream));
+        }
+    }
+
+    /// One cycle; the urgent actions (status and events aside).
+    pub fn cycle(&mut self) -> Vec<Action> {
+        self.now += 100;
+        self.engine.cycle(self.now);
+        self.engine.publish_status(self.now);
+        let (background, urgent): (Vec<Action>, Vec<Action>) =
+            self.engine.take_actions().into_iter().partition(Action::is_background);
+        self.said.extend(background);
+        urgent
+    }
+
+    /// Conditions and events said so far.
+    pub fn background(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.said)
+    }
+}
+
+fn admitted(actions: &[Action]) -> Vec<(String, Vec<String>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Admit { target, nodes } => Some((target.name.clone(), nodes.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn suspended(actions: &[Action]) -> Vec<(String, Option<String>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Suspend { target, preemption } => {
+                Some((target.name.clone(), preemption.as_ref().map(|p| p.by.clone())))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn bound(actions: &[Action]) -> Vec<(String, String)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Bind { pod, node, .. } => Some((pod.clone(), node.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_queued_job_is_admitted_and_its_pods_bound_to_the_chosen_node() {
+    let mut h = Harness::new();
+    h.start(
+        vec![node("n1", 8)],
+        vec![class("high", 1_000_000)],
+        vec![job("ads", "ctr", "high", 4, 2, 0, None)],
+        vec![],
+        vec![],
+    );
+    let actions = h.cycle();
+    assert_eq!(admitted(&actions), [("ctr".to_owned(), vec!["n1".to_owned(), "n1".to_owned()])]);
+    // The Job controller creates its two pods: each is bound to its replica's node.
+    h.feed(Input::Pod(Change::Applied(pod("ads", "ctr-a", "uid-ctr", 4, None, "fairway"))));
+    h.feed(Input::Pod(Change::Applied(pod("ads", "ctr-b", "uid-ctr", 4, None, "fairway"))));
+    let actions = h.cycle();
+    assert_eq!(bound(&actions), [("ctr-a".to_owned(), "n1".to_owned()), ("ctr-b".to_owned(), "n1".to_owned())]);
+}
+
+#[test]
+fn a_high_job_preempts_by_suspension_and_starts_once_the_victims_pods_are_gone() {
+    let mut h = Harness::new();
+    let low = job("vision", "nightly", "low", 8, 1, 0, Some(&["n1"]));
+    let running = pod("vision", "nightly-x", "uid-nightly", 8, Some("n1"), "fairway");
+    h.start(vec![node("n1", 8)], vec![class("high", 1_000_000), class("low", 1000)], vec![low], vec![running], vec![]);
+    assert!(h.cycle().is_empty(), "the running job is restored where it runs, not admitted again");
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&job("ads", "ctr", "high", 8, 1, 50, None)).unwrap())));
+    let actions = h.cycle();
+    assert_eq!(suspended(&actions), [("nightly".to_owned(), Some("ads/ctr".to_owned()))]);
+    assert!(admitted(&actions).is_empty(), "the GPUs are held while the victim stops");
+    // The Job controller deletes its pod; once it is gone the victim waits again and the
+    // preemptor starts.
+    let mut victim = job("vision", "nightly", "low", 8, 1, 0, Some(&["n1"]));
+    victim.spec.as_mut().unwrap().suspend = Some(true);
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&victim).unwrap())));
+    assert!(admitted(&h.cycle()).is_empty(), "its pod still runs");
+    h.feed(Input::Pod(Change::Deleted(pod("vision", "nightly-x", "uid-nightly", 8, Some("n1"), "fairway"))));
+    let actions = h.cycle();
+    assert_eq!(admitted(&actions), [("ctr".to_owned(), vec!["n1".to_owned()])]);
+    assert!(actions.iter().any(|a| matches!(a, Action::Release { target } if target.name == "nightly")));
+}
+
+#[test]
+fn pods_of_other_schedulers_hold_their_gpus() {
+    let mut h = Harness::new();
+    let other = pod("default", "inference", "uid-deploy", 6, Some("n1"), "default-scheduler");
+    h.start(
+        vec![node("n1", 8)],
+        vec![class("high", 1_000_000)],
+        vec![job("ads", "ctr", "high", 4, 1, 0, None)],
+        vec![other],
+        vec![],
+    );
+    assert!(admitted(&h.cycle()).is_empty(), "6 of 8 GPUs are taken by a pod Fairway does not manage");
+    h.feed(Input::Pod(Change::Deleted(pod("default", "inference", "uid-deploy", 6, Some("n1"), "default-scheduler"))));
+    assert_eq!(admitted(&h.cycle()).len(), 1);
+}
+
+#[test]
+fn a_resource_quota_caps_even_a_high_job_and_says_so() {
+    let mut h = Harness::new();
+    let quota: ResourceQuota =
+        from_yaml("metadata: { name: gpus, namespace: ads }\nspec: { hard: { requests.nvidia.com/gpu: \"4\" } }\n");
+    h.start(
+        vec![node("n1", 8)],
+        vec![class("high", 1_000_000)],
+        vec![job("ads", "ctr", "high", 8, 1, 0, None)],
+        vec![],
+        vec![quota],
+    );
+    assert!(admitted(&h.cycle()).is_empty());
+    let said = h.background();
+    let condition = said
+        .iter()
+        .find_map(|a| match a {
+            Action::Condition { reason, message, .. } => Some((reason.clone(), message.clone())),
+            _ => None,
+        })
+        .expect("a condition says why");
+    assert_eq!(condition.0, "OverQuota");
+    assert!(
+        condition.1.contains("namespace ads uses 0 of its 4 nvidia.com/gpu (ResourceQuota); it asks 8"),
+        "{}",
+        condition.1
+    );
+}
+
+#[test]
+fn a_restart_during_a_preemption_keeps_the_victim_on_its_way_out() {
+    let mut h = Harness::new();
+    let mut victim = job("vision", "nightly", "low", 8, 1, 0, Some(&["n1"]));
+    victim.spec.as_mut().unwrap().suspend = Some(true);
+    let annotations = victim.metadata.annotations.as_mut().unwrap();
+    annotations.insert("fairway.dev/preempted-by".into(), "ads/ctr".into());
+    annotations.insert("fairway.dev/preemption-deadline".into(), "1800000130000".into());
+    let still = pod("vision", "nightly-x", "uid-nightly", 8, Some("n1"), "fairway");
+    let preemptor = job("ads", "ctr", "high", 8, 1, 50, None);
+    h.start(
+        vec![node("n1", 8)],
+        vec![class("high", 1_000_000), class("low", 1000)],
+        vec![victim, preemptor],
+        vec![still],
+        vec![],
+    );
+    let actions = h.cycle();
+    assert!(admitted(&actions).is_empty() && suspended(&actions).is_empty(), "{actions:?}");
+    h.feed(Input::Pod(Change::Deleted(pod("vision", "nightly-x", "uid-nightly", 8, Some("n1"), "fairway"))));
+    assert_eq!(admitted(&h.cycle()), [("ctr".to_owned(), vec!["n1".to_owned()])]);
+}
+
+#[test]
+fn a_job_unsuspended_by_someone_else_is_suspended_until_admitted() {
+    let mut h = Harness::new();
+    let mut j = job("ads", "eager", "high", 16, 1, 0, None);
+    j.spec.as_mut().unwrap().suspend = Some(false);
+    h.start(vec![node("n1", 8)], vec![class("high", 1_000_000)], vec![j], vec![], vec![]);
+    let actions = h.cycle();
+    assert_eq!(suspended(&actions), [("eager".to_owned(), None)]);
+}
+
+#[test]
+fn a_gang_is_admitted_whole_across_nodes_or_not_at_all() {
+    let mut h = Harness::new();
+    h.start(
+        vec![node("n1", 8), node("n2", 8)],
+        vec![class("high", 1_000_000)],
+        vec![job("ads", "big", "high", 4, 4, 0, None), job("ads", "huge", "high", 8, 3, 1, None)],
+        vec![],
+        vec![],
+    );
+    let actions = h.cycle();
+    let admitted = admitted(&actions);
+    assert_eq!(admitted.len(), 1, "the 4x4 gang fits; the 3x8 one can never: {admitted:?}");
+    let (name, mut nodes) = admitted[0].clone();
+    nodes.sort();
+    assert_eq!(
+        (name.as_str(), nodes),
+        ("big", vec!["n1".to_owned(), "n1".to_owned(), "n2".to_owned(), "n2".to_owned()])
+    );
+}
+
+#[test]
+fn a_cordoned_node_takes_no_new_work() {
+    let mut h = Harness::new();
+    let mut cordoned = node("n1", 8);
+    cordoned.spec = Some(k8s_openapi::api::core::v1::NodeSpec { unschedulable: Some(true), ..Default::default() });
+    h.start(
+        vec![cordoned, node("n2", 4)],
+        vec![class("high", 1_000_000)],
+        vec![job("ads", "a", "high", 4, 1, 0, None)],
+        vec![],
+        vec![],
+    );
+    assert_eq!(admitted(&h.cycle()), [("a".to_owned(), vec!["n2".to_owned()])]);
+}
+
+#[test]
+fn a_node_lost_mid_run_requeues_the_job_and_its_surviving_pods_hold_their_gpus_until_gone() {
+    let mut h = Harness::new();
+    let gang = job("ads", "gang", "high", 8, 2, 0, Some(&["n1", "n2"]));
+    let p1 = pod("ads", "gang-1", "uid-gang", 8, Some("n1"), "fairway");
+    let p2 = pod("ads", "gang-2", "uid-gang", 8, Some("n2"), "fairway");
+    let waiting = job("ads", "next", "high", 8, 1, 10, None);
+    h.start(
+        vec![node("n1", 8), node("n2", 8), node("n3", 8)],
+        vec![class("high", 1_000_000)],
+        vec![gang, waiting],
+        vec![p1, p2],
+        vec![],
+    );
+    assert_eq!(admitted(&h.cycle()), [("next".to_owned(), vec!["n3".to_owned()])]);
+    // n1 goes: the gang cannot go on; it is suspended, and its pod on n2 still holds n2's
+    // GPUs until it is gone.
+    h.feed(Input::Node(Change::Deleted(node("n1", 8))));
+    let actions = h.cycle();
+    assert_eq!(suspended(&actions), [("gang".to_owned(), None)]);
+    assert!(admitted(&actions).is_empty(), "n2 is still held by the gang's pod: {actions:?}");
+}
+
+#[test]
+fn a_deleted_running_job_leaves_once_its_pods_are_gone() {
+    let mut h = Harness::new();
+    let running = job("ads", "old", "high", 8, 1, 0, Some(&["n1"]));
+    let p = pod("ads", "old-1", "uid-old", 8, Some("n1"), "fairway");
+    h.start(
+        vec![node("n1", 8)],
+        vec![class("high", 1_000_000)],
+        vec![running.clone(), job("ads", "new", "high", 8, 1, 5, None)],
+        vec![p],
+        vec![],
+    );
+    assert!(admitted(&h.cycle()).is_empty());
+    h.feed(Input::Workload(Change::Deleted(Workload::from_job(&running).unwrap())));
+    assert!(admitted(&h.cycle()).is_empty(), "its pod is still terminating");
+    h.feed(Input::Pod(Change::Deleted(pod("ads", "old-1", "uid-old", 8, Some("n1"), "fairway"))));
+    assert_eq!(admitted(&h.cycle()), [("new".to_owned(), vec!["n1".to_owned()])]);
+}
+
+#[test]
+fn an_unknown_priority_class_is_said_once_and_the_job_waits_for_it() {
+    let mut h = Harness::new();
+    h.start(vec![node("n1", 8)], vec![], vec![job("ads", "j", "gold", 1, 1, 0, None)], vec![], vec![]);
+    assert!(admitted(&h.cycle()).is_empty());
+    let said = h.background();
+    assert!(
+        said.iter().any(|a| matches!(a, Action::Event { warning: true, message, .. } if message.contains("no PriorityClass \"gold\""))),
+        "{said:?}"
+    );
+    h.feed(Input::Class(Change::Applied(class("gold", 10))));
+    assert_eq!(admitted(&h.cycle()).len(), 1, "admitted once its class exists");
+}
+
+#[test]
+fn a_paddle_job_is_one_gang_of_all_its_replicas() {
+    let object: kube::api::DynamicObject = serde_saphyr::from_str(
+        "apiVersion: kubeflow.org/v1\nkind: PaddleJob\nmetadata: { name: p, namespace: ads, uid: uid-p, creationTimestamp: \"2027-01-01T00:00:00Z\" }\n\
+         spec:\n  runPolicy: { suspend: true }\n  paddleReplicaSpecs:\n\
+         \x20   Master: { replicas: 1, template: { spec: { schedulerName: fairway, containers: [{ name: m, image: paddle, resources: { limits: { nvidia.com/gpu: \"2\" } } }] } } }\n\
+         \x20   Worker: { replicas: 3, template: { spec: { schedulerName: fairway, priorityClassName: high, containers: [{ name: w, image: paddle, resources: { limits: { nvidia.com/gpu: \"4\" } } }] } } }\n",
+    )
+    .unwrap();
+    let w = Workload::from_paddle(&object).unwrap();
+    assert!(w.suspended && w.scheduler_name.as_deref() == Some("fairway"));
+    let mut h = Harness::new();
+    h.start(vec![node("n1", 8), node("n2", 8)], vec![class("high", 1_000_000)], vec![], vec![], vec![]);
+    h.feed(Input::Workload(Change::Applied(w)));
+    let actions = h.cycle();
+    let admitted = admitted(&actions);
+    assert_eq!(admitted.len(), 1, "{actions:?}");
+    assert_eq!(admitted[0].1.len(), 4, "4 replicas of the largest shape (4 GPUs)");
+}
+
+#[test]
+fn a_node_tainted_against_other_work_is_out_of_the_pool_but_the_gpu_taint_is_tolerated() {
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    let tainted = |name: &str, key: &str, effect: &str| {
+        let mut n = node(name, 8);
+        let taint = Taint { key: key.into(), value: Some("x".into()), effect: effect.into(), time_added: None };
+        n.spec = Some(NodeSpec { taints: Some(vec![taint]), ..Default::default() });
+        n
+    };
+    let mut h = Harness::new();
+    let nodes = vec![
+        tainted("n1", "dedicated", "NoSchedule"),
+        tainted("n2", "maintenance", "NoExecute"),
+        tainted("n3", "nvidia.com/gpu", "NoSchedule"),
+        tainted("n4", "spot", "PreferNoSchedule"),
+    ];
+    let jobs = vec![
+        job("ads", "a", "high", 8, 1, 0, None),
+        job("ads", "b", "high", 8, 1, 1, None),
+        job("ads", "c", "high", 8, 1, 2, None),
+    ];
+    h.start(nodes, vec![class("high", 1_000_000)], jobs, vec![], vec![]);
+    // Only n3 (the GPU taint) and n4 (a mere preference) take work; c waits.
+    let mut got = admitted(&h.cycle());
+    got.sort();
+    assert_eq!(got, [("a".to_owned(), vec!["n3".to_owned()]), ("b".to_owned(), vec!["n4".to_owned()])]);
+}
+
+#[test]
+fn node_selectors_select_the_gpu_model_and_other_constraints_are_refused_with_the_field_named() {
+    let with_pod_spec = |name: &str, created: u64, extra: &str| {
+        let mut j = job("ads", name, "high", 8, 1, created, None);
+        let extra: serde_json::Value = serde_saphyr::from_str(extra).unwrap();
+        let mut value = serde_json::to_value(&j).unwrap();
+        for (k, v) in extra.as_object().unwrap() {
+            value["spec"]["template"]["spec"][k] = v.clone();
+        }
+        j = serde_json::from_value(value).unwrap();
+        j
+    };
+    let mut h100 = node("h1", 8);
+    h100.metadata.labels = Some([("cloud.google.com/gke-accelerator".to_owned(), "H100".to_owned())].into());
+    let mut h = Harness::new();
+    let jobs = vec![
+        with_pod_spec("model", 0, "nodeSelector: { cloud.google.com/gke-accelerator: H100 }"),
+        with_pod_spec("zone", 1, "nodeSelector: { topology.kubernetes.io/zone: a }"),
+        with_pod_spec(
+            "affinity",
+            2,
+            "affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [] } } }",
+        ),
+        with_pod_spec("tolerant", 3, "tolerations: [{ key: dedicated, operator: Exists }]"),
+    ];
+    h.start(vec![node("a1", 8), h100], vec![class("high", 1_000_000)], jobs, vec![], vec![]);
+    let mut got = admitted(&h.cycle());
+    got.sort();
+    // The H100 job goes to the H100 node whatever the order; the tolerant job is admitted
+    // (tolerations need nothing).
+    assert_eq!(got, [("model".to_owned(), vec!["h1".to_owned()]), ("tolerant".to_owned(), vec!["a1".to_owned()])]);
+    let refusals: Vec<(String, String)> = h
+        .background()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Condition { target, admitted: false, reason, message } if reason == "Invalid" => {
+                Some((target.name, message))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    let of = |name: &str| refusals.iter().find(|(n, _)| n == name).map(|(_, m)| m.clone()).unwrap();
+    assert!(of("zone").starts_with("spec.template.spec.nodeSelector.topology.kubernetes.io/zone: "), "{}", of("zone"));
+    assert!(of("zone").contains("fairway.dev/managed=false"), "{}", of("zone"));
+    assert!(of("affinity").contains("requiredDuringSchedulingIgnoredDuringExecution"), "{}", of("affinity"));
+}
+
+#[test]
+fn two_gpu_model_labels_that_disagree_are_refused() {
+    let selector = serde_json::json!({"spec": {"template": {"spec": {"nodeSelector": {
+        "nvidia.com/gpu.product": "A100", "cloud.google.com/gke-accelerator": "H100"}}}}});
+    let labels = Settings::default().gpu_model_labels;
+    let err = fairway_kube::engine::placement_constraints(&selector, &labels).unwrap_err();
+    assert!(err.contains("different GPU models"), "{err}");
+    let same = serde_json::json!({"spec": {"template": {"spec": {"nodeSelector": {
+        "nvidia.com/gpu.product": "A100", "cloud.google.com/gke-accelerator": "A100"}}}}});
+    let out = fairway_kube::engine::placement_constraints(&same, &labels).unwrap();
+    assert_eq!(out["spec"]["template"]["spec"]["nodeSelector"], serde_json::json!({"nvidia.com/gpu.product": "A100"}));
+}
+
+/// The hold recorded on the victims is restored: the pending preemptor waits for its
+/// victims and preempts nobody else, although a lower-priority job runs on another node.
+#[test]
+fn a_restart_during_a_preemption_keeps_the_preemptors_gpus_held() {
+    let preempted = |name: &str, hold: &str| {
+        let mut j = job("vision", name, "low", 4, 1, 0, Some(&["n1"]));
+        j.spec.as_mut().unwrap().suspend = Some(true);
+        let annotations = j.metadata.annotations.as_mut().unwrap();
+        annotations.insert("fairway.dev/preempted-by".into(), "ads/ctr".into());
+        annotations.insert("fairway.dev/preemption-deadline".into(), "1800000130000".into());
+        annotations.insert("fairway.dev/preemption-hold".into(), hold.into());
+        j
+    };
+    let run = |hold: &str| {
+        let mut h = Harness::new();
+        let pods = vec![
+            pod("vision", "a-x", "uid-a", 4, Some("n1"), "fairway"),
+            pod("vision", "b-x", "uid-b", 4, Some("n1"), "fairway"),
+            pod("research", "other-x", "uid-other", 8, Some("n2"), "fairway"),
+        ];
+        let jobs = vec![
+            preempted("a", hold),
+            preempted("b", hold),
+            job("research", "other", "medium", 8, 1, 10, Some(&["n2"])),
+            job("ads", "ctr", "high", 8, 1, 50, None),
+        ];
+        let classes = vec![class("high", 1_000_000), class("medium", 100_000), class("low", 1000)];
+        h.start(vec![node("n1", 8), node("n2", 8)], classes, jobs, pods, vec![]);
+        h.cycle()
+    };
+    // With the hold: nothing happens until the victims' pods are gone.
+    let actions = run(r#"["n1"]"#);
+    assert!(suspended(&actions).is_empty() && admitted(&actions).is_empty(), "{actions:?}");
+    // Without it (a record from before holds were kept), the preemptor would look for GPUs
+    // anew: the check above is not vacuous.
+    let actions = run("[]");
+    assert_eq!(suspended(&actions), [("other".to_owned(), Some("ads/ctr".to_owned()))], "{actions:?}");
+}
