@@ -36,6 +36,8 @@ use serde::Serialize;
 
 use crate::Output;
 
+#[cfg(feature = "kube")]
+mod kube;
 mod sim;
 mod soak;
 
@@ -58,6 +60,11 @@ pub enum BenchCommand {
     /// server, checked from outside after each: nothing acknowledged lost, no job running
     /// twice, no GPU double-booked, pending order kept. Exits 1 if anything was found.
     Soak(soak::SoakArgs),
+    /// The Kubernetes controller (`fairway kube`, a child process) against the in-tree fake
+    /// API server: admissions per second end to end, high Job -> victims suspended, and the
+    /// controller's memory (release build expected).
+    #[cfg(feature = "kube")]
+    Kube(kube::KubeBenchArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -179,6 +186,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         BenchCommand::Server(a) => server(a),
         BenchCommand::Sim(a) => sim::run(a),
         BenchCommand::Soak(a) => soak::run(a),
+        #[cfg(feature = "kube")]
+        BenchCommand::Kube(a) => kube::run(a),
     }
 }
 

@@ -284,6 +284,11 @@ impl Scheduler {
         self.nodes.get(node).map(|n| n.free_slots())
     }
 
+    /// Whether nothing runs, terminates or is held on a node (`None` for an unknown node).
+    pub fn node_idle(&self, node: NodeId) -> Option<bool> {
+        self.nodes.get(node).map(|n| n.owned.is_empty() && n.held.is_empty() && n.used == Resources::ZERO)
+    }
+
     /// What is charged to an account and its cap.
     pub fn account_usage(&self, account: AccountId) -> (Resources, Option<Quota>) {
         self.accounts.get(&account).map_or((Resources::ZERO, None), |a| (a.charged, a.quota))

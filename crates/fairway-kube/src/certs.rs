@@ -131,6 +131,21 @@ fn from_secret(secret: &Secret, m: &ManagedCert) -> Result<ServingCert, KubeErro
     Ok(ServingCert { ca_pem: field(CA_KEY)?, cert_pem: field(CERT_KEY)?, key_pem: field(KEY_KEY)? })
 }
 
+/// How often the `caBundle` is checked again: a webhook configuration created or replaced
+/// after the controller started (a later `kubectl apply`, a kustomize order) is fixed
+/// within this, not at the next restart.
+pub const CA_BUNDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Writes the CA into the webhook configuration every [`CA_BUNDLE_CHECK`], for ever.
+pub async fn keep_ca_bundle(client: kube::Client, m: ManagedCert, ca_pem: String) {
+    loop {
+        tokio::time::sleep(CA_BUNDLE_CHECK).await;
+        if let Err(e) = write_ca_bundle(&client, &m, &ca_pem).await {
+            tracing::warn!("cannot write the webhook configuration's caBundle: {e}");
+        }
+    }
+}
+
 /// Every webhook of the configuration trusts the CA; written only where it differs, and
 /// read again after a conflict (another replica, or `kubectl apply`, wrote in between).
 async fn write_ca_bundle(client: &kube::Client, m: &ManagedCert, ca_pem: &str) -> Result<(), KubeError> {

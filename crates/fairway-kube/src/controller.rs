@@ -137,7 +137,9 @@ async fn run_engine(
             for input in batch {
                 e.apply(input, now);
             }
+            let started = std::time::Instant::now();
             e.cycle(now);
+            e.observe_cycle(started.elapsed().as_secs_f64());
             e.publish_status(now);
             e.take_actions()
         };

@@ -108,8 +108,8 @@ pub struct Target {
 /// What the executor is asked to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Record the placement (nodes per replica) and unsuspend.
-    Admit { target: Target, nodes: Vec<String> },
+    /// Record the placement (nodes per replica) and when (Unix ms), and unsuspend.
+    Admit { target: Target, nodes: Vec<String>, at_ms: u64 },
     /// Bind a pod of an admitted workload to its node.
     Bind { namespace: String, pod: String, uid: String, node: String },
     /// Suspend: for a preemptor (`preemption`: who, the deadline, where its GPUs are held;
@@ -145,6 +145,8 @@ struct Tracked {
     /// Admitted, and not yet seen unsuspended: an older view of it (still suspended) is
     /// not someone suspending it.
     awaiting_admission: bool,
+    /// Since when it waits (its creation, or its last requeue), Unix ms.
+    queued_since_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,6 +158,8 @@ struct Slot {
 /// The engine's counters, for metrics and benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
+    /// Workloads queued (first time only).
+    pub submissions: u64,
     pub admissions: u64,
     pub preemptions: u64,
     pub binds: u64,
@@ -169,9 +173,17 @@ pub struct Engine {
     nodes: BTreeMap<String, (NodeId, NodeInfo)>,
     node_names: BTreeMap<NodeId, String>,
     next_node: u32,
+    /// Each node as the core has it (it may lag the node as seen, see `sync_node`).
+    core_nodes: BTreeMap<NodeId, CoreNode>,
+    /// Nodes whose size changed while work ran on them: resized once idle.
+    resize_pending: BTreeSet<NodeId>,
     pods: HashMap<String, PodInfo>,
     pods_by_owner: HashMap<String, BTreeSet<String>>,
     workloads: HashMap<String, Tracked>,
+    /// Workloads asking for GPUs that are not Fairway's (no `schedulerName`), by uid:
+    /// those in opted-in namespaces escaped the webhook (made before the namespace was
+    /// labelled, or before Fairway was installed) and are said once.
+    unmanaged: BTreeMap<String, Unmanaged>,
     by_job: HashMap<JobId, String>,
     /// Occupant pods in the core, by pod uid.
     occupants: HashMap<String, JobId>,
@@ -193,6 +205,43 @@ pub struct Engine {
     /// anything happening to the workload itself).
     swept_ms: u64,
     stats: EngineStats,
+    observations: std::collections::VecDeque<Observation>,
+}
+
+/// What metrics need beyond the counters, drained by whoever exports them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observation {
+    /// Admitted after waiting this long since it was (last) queued.
+    Waited { tier: String, seconds: f64 },
+    /// It ended (not a requeue).
+    Finished { tier: String, succeeded: bool },
+    /// One cycle of the core took this long (measured by the driver: the engine reads no
+    /// clock).
+    Cycle { seconds: f64 },
+}
+
+/// Observations kept until they are taken; the oldest go beyond (metrics not scraped).
+const OBSERVATIONS_MAX: usize = 100_000;
+
+/// The priority tier a workload is counted under in metrics.
+pub fn tier_of(w: &Workload) -> &str {
+    w.as_job.pointer("/spec/template/spec/priorityClassName").and_then(Value::as_str).unwrap_or("custom")
+}
+
+/// A workload asking for GPUs that Fairway does not schedule.
+#[derive(Clone, Debug)]
+struct Unmanaged {
+    target: Target,
+    /// Its Warning was published.
+    said: bool,
+}
+
+/// A node as the core has it.
+#[derive(Clone, Debug)]
+struct CoreNode {
+    capacity: fairway_core::Resources,
+    gpu_model: String,
+    drained: bool,
 }
 
 /// Bit that marks an occupant's job id (managed workloads never have it).
@@ -210,9 +259,12 @@ impl Engine {
             nodes: BTreeMap::new(),
             node_names: BTreeMap::new(),
             next_node: 0,
+            core_nodes: BTreeMap::new(),
+            resize_pending: BTreeSet::new(),
             pods: HashMap::new(),
             pods_by_owner: HashMap::new(),
             workloads: HashMap::new(),
+            unmanaged: BTreeMap::new(),
             by_job: HashMap::new(),
             occupants: HashMap::new(),
             classes: BTreeMap::new(),
@@ -227,11 +279,29 @@ impl Engine {
             touched: BTreeSet::new(),
             swept_ms: 0,
             stats: EngineStats::default(),
+            observations: std::collections::VecDeque::new(),
         }
     }
 
     pub fn stats(&self) -> EngineStats {
         self.stats
+    }
+
+    /// Waits, ends and cycle times since the last call.
+    pub fn take_observations(&mut self) -> Vec<Observation> {
+        self.observations.drain(..).collect()
+    }
+
+    /// The driver timed a cycle.
+    pub fn observe_cycle(&mut self, seconds: f64) {
+        self.observe(Observation::Cycle { seconds });
+    }
+
+    fn observe(&mut self, o: Observation) {
+        if self.observations.len() >= OBSERVATIONS_MAX {
+            self.observations.pop_front();
+        }
+        self.observations.push_back(o);
     }
 
     pub fn core(&self) -> &Scheduler {
@@ -303,7 +373,12 @@ impl Engine {
             Input::Workload(change) => self.workload_change(change, now),
             Input::Class(change) => self.class_change(change, now),
             Input::Quota(change) => self.quota_change(change, now),
-            Input::Namespace(change) => self.namespace_change(change),
+            Input::Namespace(change) => {
+                self.namespace_change(change);
+                if self.started {
+                    self.say_unmanaged();
+                }
+            }
         }
     }
 
@@ -321,6 +396,7 @@ impl Engine {
             Stream::Pods => self.pods.keys().filter(|k| !seen.contains(*k)).cloned().collect(),
             Stream::Jobs | Stream::PaddleJobs => {
                 let kind = if stream == Stream::Jobs { Kind::Job } else { Kind::PaddleJob };
+                self.unmanaged.retain(|uid, u| u.target.kind != kind || seen.contains(uid));
                 self.workloads
                     .values()
                     .filter(|t| t.w.kind == kind && !seen.contains(&t.w.uid))
@@ -377,21 +453,11 @@ impl Engine {
         }
         match self.nodes.get(&info.name) {
             Some((_, old)) if *old == info => {}
-            Some((id, old)) => {
+            Some((id, _)) => {
                 let id = *id;
-                let (capacity_changed, was_drained) =
-                    (old.capacity != info.capacity || old.gpu_model != info.gpu_model, old.drained);
-                self.nodes.insert(info.name.clone(), (id, info.clone()));
+                self.nodes.insert(info.name.clone(), (id, info));
                 if self.started {
-                    if capacity_changed {
-                        // The core's nodes do not change size: take it out and in again. Its
-                        // jobs are requeued by the core, as for a node that went away.
-                        self.core_node_removed(id, now);
-                        self.core_node_added(id, &info, now);
-                    } else if was_drained != info.drained {
-                        let event = if info.drained { Event::NodeDrained(id) } else { Event::NodeUncordoned(id) };
-                        self.core_apply(event, now);
-                    }
+                    self.sync_node(id, now);
                 }
             }
             None => {
@@ -408,6 +474,44 @@ impl Engine {
         }
     }
 
+    /// Brings the core's node in line with the node as last seen. The core's nodes do not
+    /// change size: a node whose GPUs, CPU, memory or GPU model changed is taken out and in
+    /// again, but only once nothing runs on it. Until then it takes no new work and keeps
+    /// what runs there: a device plugin that restarts (its GPUs at 0 for a moment, then
+    /// back) requeues nobody, and if the node comes back as it was, nothing happened.
+    fn sync_node(&mut self, id: NodeId, now: u64) {
+        let Some(info) = self.node_names.get(&id).and_then(|n| self.nodes.get(n)).map(|(_, i)| i.clone()) else {
+            return;
+        };
+        let Some(core) = self.core_nodes.get(&id).cloned() else {
+            self.core_node_added(id, &info, now);
+            return;
+        };
+        if core.capacity != info.capacity || core.gpu_model != info.gpu_model {
+            if self.core.node_idle(id) == Some(true) {
+                self.resize_pending.remove(&id);
+                self.core_node_removed(id, now);
+                self.core_node_added(id, &info, now);
+            } else {
+                self.resize_pending.insert(id);
+                self.set_core_drained(id, true, now);
+            }
+            return;
+        }
+        self.resize_pending.remove(&id);
+        self.set_core_drained(id, info.drained, now);
+    }
+
+    fn set_core_drained(&mut self, id: NodeId, drained: bool, now: u64) {
+        let Some(core) = self.core_nodes.get_mut(&id) else { return };
+        if core.drained == drained {
+            return;
+        }
+        core.drained = drained;
+        let event = if drained { Event::NodeDrained(id) } else { Event::NodeUncordoned(id) };
+        self.core_apply(event, now);
+    }
+
     fn node_gone(&mut self, name: &str, now: u64) {
         let Some((id, _)) = self.nodes.remove(name) else { return };
         if self.started {
@@ -419,9 +523,9 @@ impl Engine {
         let Ok(gpu_model) = self.interner.gpu_model(&info.gpu_model) else { return };
         let spec = NodeSpec { id, gpu_model, capacity: info.capacity };
         self.core_apply(Event::NodeAdded(spec), now);
-        if info.drained {
-            self.core_apply(Event::NodeDrained(id), now);
-        }
+        let core = CoreNode { capacity: info.capacity, gpu_model: info.gpu_model.clone(), drained: false };
+        self.core_nodes.insert(id, core);
+        self.set_core_drained(id, info.drained, now);
     }
 
     fn core_node_removed(&mut self, id: NodeId, now: u64) {
@@ -437,6 +541,8 @@ impl Engine {
             .map(|(p, j)| (p.clone(), *j))
             .collect();
         self.core_apply(Event::NodeRemoved(id), now);
+        self.core_nodes.remove(&id);
+        self.resize_pending.remove(&id);
         for (pod, job) in on_node {
             self.occupants.remove(&pod);
             self.by_job.remove(&job);
@@ -534,11 +640,30 @@ impl Engine {
         });
     }
 
+    /// A pod of an admitted workload ended or went: its slot takes the next pod waiting to
+    /// be bound, if any (the Job controller may have made the replacement while the old
+    /// pod was still terminating, when no slot was free).
     fn free_slot(&mut self, owner: &str, pod: &str) {
-        if let Some(t) = self.workloads.get_mut(owner) {
-            for slot in t.slots.iter_mut().filter(|s| s.pod.as_deref() == Some(pod)) {
-                slot.pod = None;
-            }
+        let Some(t) = self.workloads.get_mut(owner) else { return };
+        let mut freed = false;
+        for slot in t.slots.iter_mut().filter(|s| s.pod.as_deref() == Some(pod)) {
+            slot.pod = None;
+            freed = true;
+        }
+        if !freed || !self.covers(owner) {
+            return;
+        }
+        let waiting: Vec<PodInfo> = self
+            .pods_by_owner
+            .get(owner)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| self.pods.get(p))
+            .filter(|p| p.uid != pod && p.node.is_none() && !p.terminal && !p.deleting)
+            .cloned()
+            .collect();
+        for p in waiting {
+            self.bind(owner, &p);
         }
     }
 
@@ -619,12 +744,15 @@ impl Engine {
         let stream = if w.kind == Kind::Job { Stream::Jobs } else { Stream::PaddleJobs };
         self.seen(stream, &w.uid);
         if deleted {
+            self.unmanaged.remove(&w.uid);
             self.workload_gone(&w.uid.clone(), now);
             return;
         }
         if !self.is_managed(&w) && !self.workloads.contains_key(&w.uid) {
+            self.unmanaged_change(&w);
             return;
         }
+        self.unmanaged.remove(&w.uid);
         let uid = w.uid.clone();
         match self.workloads.get_mut(&uid) {
             Some(t) => {
@@ -645,6 +773,7 @@ impl Engine {
                         slots: Vec::new(),
                         deleted: false,
                         awaiting_admission: false,
+                        queued_since_ms: 0,
                     },
                 );
             }
@@ -666,6 +795,60 @@ impl Engine {
             self.core_apply(Event::Cancel(id), now);
         }
         self.check_workload(uid, now);
+    }
+
+    /// Follows a workload Fairway does not schedule, to say so if it escaped the webhook.
+    fn unmanaged_change(&mut self, w: &Workload) {
+        if w.finished.is_some()
+            || w.opted_out
+            || !crate::webhook::asks_for(&w.as_job["spec"], &self.settings.gpu_resource)
+        {
+            self.unmanaged.remove(&w.uid);
+            return;
+        }
+        self.unmanaged.entry(w.uid.clone()).or_insert_with(|| Unmanaged { target: target_of(w), said: false });
+        if self.started {
+            self.say_unmanaged();
+        }
+    }
+
+    /// A Warning on each workload of an opted-in namespace that Fairway does not schedule
+    /// (once per workload and controller): it runs outside priorities, preemption and
+    /// quotas, and nothing else would tell its owner.
+    fn say_unmanaged(&mut self) {
+        let scheduler = self.settings.scheduler_name.clone();
+        let mut said = Vec::new();
+        for (uid, u) in &self.unmanaged {
+            if u.said || !self.namespace_opted_in(&u.target.namespace) {
+                continue;
+            }
+            said.push(uid.clone());
+            let (field, suspend) = match u.target.kind {
+                Kind::Job => ("spec.template.spec.schedulerName", "spec.suspend"),
+                Kind::PaddleJob => ("each role's template.spec.schedulerName", "spec.runPolicy.suspend"),
+            };
+            self.actions.push(Action::Event {
+                target: u.target.clone(),
+                warning: true,
+                reason: "NotManaged".into(),
+                message: format!(
+                    "asks for GPUs in a namespace managed by Fairway but was not handed to it \
+                     (made before the namespace was labelled or before Fairway was installed): \
+                     kube-scheduler places it, outside Fairway's priorities, preemption and quotas; \
+                     recreate it, or set {field}: {scheduler} and {suspend}: true"
+                ),
+            });
+        }
+        for uid in said {
+            if let Some(u) = self.unmanaged.get_mut(&uid) {
+                u.said = true;
+            }
+        }
+    }
+
+    /// Workloads asking for GPUs in opted-in namespaces that Fairway does not schedule.
+    pub fn unmanaged_in_managed_namespaces(&self) -> usize {
+        self.unmanaged.values().filter(|u| self.namespace_opted_in(&u.target.namespace)).count()
     }
 
     /// Is this workload Fairway's to schedule?
@@ -747,8 +930,17 @@ impl Engine {
         let requeued = matches!(self.core.job_status(id), Some(JobStatus::Pending { .. }));
         let t = self.workloads.get_mut(uid).expect("checked");
         if requeued {
+            t.queued_since_ms = now;
             self.actions.push(Action::Release { target: target_of(&t.w) });
         } else {
+            if matches!(outcome, ExitOutcome::Succeeded | ExitOutcome::Failed) && t.w.finished.is_some() {
+                let end = Observation::Finished {
+                    tier: tier_of(&t.w).to_owned(),
+                    succeeded: outcome == ExitOutcome::Succeeded,
+                };
+                self.observe(end);
+            }
+            let t = self.workloads.get_mut(uid).expect("checked");
             t.in_core = false;
             self.by_job.remove(&id);
             if t.deleted || t.w.finished.is_some() {
@@ -805,6 +997,8 @@ impl Engine {
             Ok(()) => {
                 let t = self.workloads.get_mut(uid).expect("present");
                 t.in_core = true;
+                t.queued_since_ms = w.created_ms;
+                self.stats.submissions += 1;
                 self.by_job.insert(id, uid.to_owned());
                 self.dirty = true;
                 if !suspended {
@@ -820,7 +1014,7 @@ impl Engine {
     fn core_spec(&mut self, w: &Workload, id: JobId) -> Result<JobSpec, String> {
         let as_job = placement_constraints(&w.as_job, &self.settings.gpu_model_labels)?;
         let bytes = serde_json::to_vec(&as_job).map_err(|e| e.to_string())?;
-        let parsed = fairway_spec::parse_documents_with(&bytes, &ParseLimits::default(), &ParseOptions::default())
+        let parsed = fairway_spec::parse_documents_with(&bytes, &ParseLimits::default(), &ParseOptions::cluster())
             .map_err(|errors| {
                 errors.iter().map(|e| format!("{}: {}", e.path, e.reason)).collect::<Vec<_>>().join("; ")
             })?;
@@ -930,6 +1124,7 @@ impl Engine {
     /// Every watch has listed: the core is built from the cluster (module doc, step 1).
     fn reconcile_all(&mut self, now: u64) {
         self.started = true;
+        self.say_unmanaged();
         let nodes: Vec<(NodeId, NodeInfo)> = self.nodes.values().cloned().collect();
         for (id, info) in &nodes {
             self.core_node_added(*id, info, now);
@@ -1065,7 +1260,12 @@ impl Engine {
             runtime_done_ms: 0,
             preemptions: 0,
             last_checkpoint: None,
-            running: Some(RestoredRun { placement, started_at: Time(now), stopping }),
+            // It has run since its admission (older records: since now).
+            running: Some(RestoredRun {
+                placement,
+                started_at: Time(t.w.admitted_at_ms().unwrap_or(now).min(now)),
+                stopping,
+            }),
         };
         let id = t.id;
         match self.core.apply(Event::Restore(restored), Time(now)) {
@@ -1126,6 +1326,10 @@ impl Engine {
             return;
         }
         self.dirty = false;
+        let resizing: Vec<NodeId> = self.resize_pending.iter().copied().collect();
+        for id in resizing {
+            self.sync_node(id, now);
+        }
         let outcome = self.core.cycle(Time(now));
         for decision in outcome.decisions {
             self.decided(decision, now);
@@ -1141,10 +1345,15 @@ impl Engine {
                 let t = self.workloads.get_mut(&uid).expect("by_job is in step");
                 t.slots = nodes.iter().map(|n| Slot { node: n.clone(), pod: None }).collect();
                 t.awaiting_admission = true;
+                let waited = Observation::Waited {
+                    tier: tier_of(&t.w).to_owned(),
+                    seconds: now.saturating_sub(t.queued_since_ms) as f64 / 1000.0,
+                };
+                let target = target_of(&t.w);
+                self.observe(waited);
                 self.stats.admissions += 1;
                 self.touched.insert(uid.clone());
-                let target = target_of(&t.w);
-                self.actions.push(Action::Admit { target: target.clone(), nodes: nodes.clone() });
+                self.actions.push(Action::Admit { target: target.clone(), nodes: nodes.clone(), at_ms: now });
                 // Pods that already exist (the Job controller was quick, or a restart) are bound.
                 let pods: Vec<PodInfo> = self
                     .pods_by_owner

@@ -21,8 +21,11 @@ use crate::workload::{
     ADMISSION, Admission, Kind, PREEMPTED_BY, PREEMPTION_DEADLINE, PREEMPTION_HOLD, paddle_resource,
 };
 
-/// Tries of one write before it is given up (and logged).
+/// Tries of a condition or Event before it is given up; after as many tries an urgent
+/// write is logged (and goes on).
 const TRIES_MAX: u32 = 8;
+/// The longest wait between two tries.
+const RETRY_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// What the executor has done, for metrics and benchmarks.
 #[derive(Default)]
@@ -122,38 +125,50 @@ impl Executor {
         }
     }
 
+    /// Carries one action out. Admissions, binds, suspensions and releases are retried
+    /// until they are done (a controller that gave up on one would leave the core and the
+    /// cluster disagreeing until a restart); conditions and Events, [`TRIES_MAX`] times
+    /// (they are said again when the reason changes). A write the API server refuses for
+    /// good (403, 422, …) is logged and counted, never retried.
     async fn run(&self, action: Action) {
+        let persistent = !action.is_background();
         let mut wait = Duration::from_millis(50);
-        for attempt in 1..=TRIES_MAX {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
             self.stats.writes.fetch_add(1, Ordering::Relaxed);
-            match self.once(&action).await {
+            let retry_after = match self.once(&action).await {
                 Ok(()) => return,
                 Err(kube::Error::Api(status)) if status.code == 404 => return,
-                Err(kube::Error::Api(status))
-                    if matches!(status.code, 409 | 429 | 500..=599) && attempt < TRIES_MAX =>
-                {
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
+                Err(kube::Error::Api(status)) if matches!(status.code, 409 | 429 | 500..=599) => {
+                    status.details.as_ref().map_or(0, |d| d.retry_after_seconds)
                 }
-                Err(e) if attempt < TRIES_MAX && is_transport(&e) => {
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
-                }
+                Err(e) if is_transport(&e) => 0,
                 Err(e) => {
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("{}: {e}", describe(&action));
+                    tracing::warn!("{}: refused: {e}", describe(&action));
                     return;
                 }
+            };
+            if !persistent && attempt >= TRIES_MAX {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("{}: given up after {attempt} tries", describe(&action));
+                return;
             }
+            if attempt == TRIES_MAX {
+                tracing::warn!("{}: still failing after {attempt} tries; retrying", describe(&action));
+            }
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(wait.max(Duration::from_secs(u64::from(retry_after)))).await;
+            wait = (wait * 2).min(RETRY_WAIT_MAX);
         }
     }
 
     async fn once(&self, action: &Action) -> Result<(), kube::Error> {
         match action {
-            Action::Admit { target, nodes } => {
-                let admission = serde_json::to_string(&Admission { nodes: nodes.clone() }).expect("plain data");
+            Action::Admit { target, nodes, at_ms } => {
+                let admission = serde_json::to_string(&Admission { nodes: nodes.clone(), at_ms: Some(*at_ms) })
+                    .expect("plain data");
                 let mut patch = target.kind.suspend_patch(false);
                 patch["metadata"] = json!({"annotations": {
                     ADMISSION: admission, PREEMPTED_BY: null, PREEMPTION_DEADLINE: null, PREEMPTION_HOLD: null

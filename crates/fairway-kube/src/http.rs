@@ -22,14 +22,48 @@ use fairway_server::metrics::Metrics;
 use serde::Deserialize;
 
 use crate::controller::{SharedEngine, now_ms};
-use crate::engine::Engine;
+use crate::engine::{Engine, Observation};
+
+/// The server's metrics (same names, so dashboards and alerts carry over) and those only a
+/// cluster has.
+pub struct KubeMetrics {
+    pub server: Metrics,
+    /// Workloads asking for GPUs in opted-in namespaces that Fairway does not schedule.
+    pub unmanaged_gpu_workloads: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl KubeMetrics {
+    pub fn new() -> KubeMetrics {
+        let mut server = Metrics::new();
+        let unmanaged_gpu_workloads = prometheus_client::metrics::gauge::Gauge::default();
+        server.registry.register(
+            "unmanaged_gpu_workloads",
+            "Workloads asking for GPUs in namespaces managed by Fairway that it does not schedule (they escaped the webhook)",
+            unmanaged_gpu_workloads.clone(),
+        );
+        KubeMetrics { server, unmanaged_gpu_workloads }
+    }
+
+    pub fn encode(&self) -> String {
+        self.server.encode()
+    }
+}
+
+impl Default for KubeMetrics {
+    fn default() -> Self {
+        KubeMetrics::new()
+    }
+}
 
 #[derive(Clone)]
 pub struct ApiState {
     pub engine: SharedEngine,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<KubeMetrics>,
     /// Accepted bearer tokens; `None`: no token needed.
     pub tokens: Option<Arc<BTreeSet<String>>>,
+    /// Whether this replica leads: a follower's engine is empty, so it does not answer
+    /// `/v1` (it says who leads).
+    pub role: Arc<crate::leader::Role>,
 }
 
 pub fn router(state: ApiState) -> axum::Router {
@@ -65,8 +99,21 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
 }
 
 async fn guard(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let open = path == "/healthz" || path == "/metrics";
+    if !open && !state.role.acts() {
+        let namespace = &state.role.namespace;
+        let message = match state.role.leader() {
+            Some(pod) => format!(
+                "this replica is not the leader; the leader is pod {pod}: reach it with \
+                 kubectl port-forward -n {namespace} pod/{pod} 7733"
+            ),
+            None => "this replica is not the leader, and no leader is known yet; try again shortly".to_owned(),
+        };
+        return error(StatusCode::SERVICE_UNAVAILABLE, "not_leader", &message);
+    }
     let Some(tokens) = &state.tokens else { return next.run(request).await };
-    if request.uri().path() == "/healthz" {
+    if path == "/healthz" {
         return next.run(request).await;
     }
     let presented = request
@@ -345,13 +392,29 @@ async fn health(State(state): State<ApiState>) -> Response {
     let engine = state.engine.lock().expect("not poisoned");
     let (total, allocated) = engine.core().gpu_totals();
     let pending = engine.core().pending_count() as u64;
-    let status = if engine.started() { "ok" } else { "starting" };
+    let (status, problem) = if !state.role.acts() {
+        let leader = state.role.leader().unwrap_or_else(|| "not known yet".into());
+        ("standby", Some(format!("a follower: the leader is {leader}")))
+    } else if engine.started() {
+        ("ok", None)
+    } else {
+        ("starting", Some("listing the cluster's objects".to_owned()))
+    };
+    let running = engine
+        .workloads()
+        .filter(|(id, ..)| {
+            matches!(
+                engine.core().job_status(*id),
+                Some(JobStatus::Running { .. } | JobStatus::Preempting { .. } | JobStatus::Stopping { .. })
+            )
+        })
+        .count();
     Json(Health {
         status: status.into(),
-        problem: (!engine.started()).then(|| "listing the cluster's objects".to_owned()),
+        problem,
         version: env!("CARGO_PKG_VERSION").into(),
         jobs_pending: pending,
-        jobs_running: engine.workloads().count() as u64 - pending.min(engine.workloads().count() as u64),
+        jobs_running: running as u64,
         gpus_total: total,
         gpus_allocated: allocated,
         container_runtime: None,
@@ -362,19 +425,20 @@ async fn health(State(state): State<ApiState>) -> Response {
 
 async fn metrics(State(state): State<ApiState>) -> Response {
     {
-        let engine = state.engine.lock().expect("not poisoned");
-        refresh_metrics(&engine, &state.metrics);
+        let mut engine = state.engine.lock().expect("not poisoned");
+        refresh_metrics(&mut engine, &state.metrics);
     }
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], state.metrics.encode()).into_response()
 }
 
 /// The gauges, from the engine as it is now.
-fn refresh_metrics(engine: &Engine, metrics: &Metrics) {
+fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
+    kube_metrics.unmanaged_gpu_workloads.set(engine.unmanaged_in_managed_namespaces() as i64);
+    let metrics = &kube_metrics.server;
     metrics.reset_job_gauges();
     for (id, w, _) in engine.workloads() {
-        let tier =
-            w.as_job.pointer("/spec/template/spec/priorityClassName").and_then(|v| v.as_str()).unwrap_or("custom");
+        let tier = crate::engine::tier_of(w);
         let state = match engine.core().job_status(id) {
             Some(JobStatus::Pending { .. }) => JobState::Pending,
             Some(JobStatus::Running { .. }) => JobState::Running,
@@ -396,4 +460,14 @@ fn refresh_metrics(engine: &Engine, metrics: &Metrics) {
     };
     set(&metrics.preemptions, stats.preemptions);
     set(&metrics.starts, stats.admissions);
+    set(&metrics.submissions, stats.submissions);
+    for o in engine.take_observations() {
+        match o {
+            Observation::Waited { tier, seconds } => metrics.wait_seconds(&tier, seconds),
+            Observation::Finished { tier, succeeded } => {
+                metrics.finished(&tier, if succeeded { JobState::Succeeded } else { JobState::Failed });
+            }
+            Observation::Cycle { seconds } => metrics.cycle_seconds.observe(seconds),
+        }
+    }
 }

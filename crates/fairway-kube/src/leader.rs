@@ -6,6 +6,8 @@
 //! A leader that cannot renew in time stops leading: the process exits and Kubernetes
 //! restarts it as a follower; the new leader rebuilds from the cluster, so nothing is lost.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -14,20 +16,54 @@ use kube::api::{Api, PostParams};
 
 use crate::settings::LeaderElection;
 
+/// What this replica knows of the election, for the API: whether it leads, and who does.
+#[derive(Debug, Default)]
+pub struct Role {
+    /// Leader election is on (without it, this replica acts alone).
+    pub election: bool,
+    /// The namespace of the Lease (and of the replicas).
+    pub namespace: String,
+    leading: AtomicBool,
+    leader: std::sync::Mutex<Option<String>>,
+}
+
+impl Role {
+    pub fn new(settings: &LeaderElection) -> Arc<Role> {
+        Arc::new(Role { election: settings.enabled, namespace: settings.namespace.clone(), ..Role::default() })
+    }
+
+    /// This replica acts (it holds the Lease, or there is no election).
+    pub fn acts(&self) -> bool {
+        !self.election || self.leading.load(Ordering::Relaxed)
+    }
+
+    /// The holder of the Lease when it was last read.
+    pub fn leader(&self) -> Option<String> {
+        self.leader.lock().expect("not poisoned").clone()
+    }
+
+    fn saw(&self, holder: Option<&str>, leading: bool) {
+        *self.leader.lock().expect("not poisoned") = holder.map(str::to_owned);
+        self.leading.store(leading, Ordering::Relaxed);
+    }
+}
+
 pub struct Leadership {
     api: Api<Lease>,
     name: String,
     identity: String,
     duration: Duration,
+    role: Arc<Role>,
 }
 
 impl Leadership {
-    pub fn new(client: kube::Client, settings: &LeaderElection, identity: String) -> Leadership {
+    pub fn new(client: kube::Client, settings: &LeaderElection, identity: String, role: Arc<Role>) -> Leadership {
         Leadership {
             api: Api::namespaced(client, &settings.namespace),
             name: settings.lease_name.clone(),
             identity,
             duration: Duration::from_secs(u64::from(settings.lease_seconds)),
+            role,
         }
     }
 
@@ -54,6 +90,7 @@ impl Leadership {
                 Err(e) => {
                     tracing::warn!("leader election: cannot renew: {e}");
                     if last_renewed.elapsed() >= self.duration {
+                        self.role.saw(None, false);
                         return;
                     }
                 }
@@ -61,8 +98,22 @@ impl Leadership {
         }
     }
 
-    /// One attempt to hold (create, renew, or take over) the Lease.
+    /// One attempt to hold (create, renew, or take over) the Lease; the role says the
+    /// outcome.
     async fn try_once(&self) -> Result<bool, kube::Error> {
+        let outcome = self.attempt().await;
+        match &outcome {
+            Ok(true) => self.role.saw(Some(&self.identity), true),
+            Ok(false) => {
+                let holder = self.api.get_opt(&self.name).await.ok().flatten().and_then(|l| l.spec?.holder_identity);
+                self.role.saw(holder.as_deref(), false);
+            }
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    async fn attempt(&self) -> Result<bool, kube::Error> {
         let now = jiff::Timestamp::now();
         let spec = |acquired: Option<MicroTime>, transitions: i32| LeaseSpec {
             holder_identity: Some(self.identity.clone()),

@@ -39,7 +39,7 @@ pub async fn run_with(
     listening: impl FnOnce(Listening),
 ) -> Result<(), KubeError> {
     let engine = shared_engine(&settings);
-    let metrics = Arc::new(fairway_server::metrics::Metrics::new());
+    let metrics = Arc::new(crate::http::KubeMetrics::new());
     let tokens = match &settings.api_tokens_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -50,7 +50,8 @@ pub async fn run_with(
         }
         None => None,
     };
-    let state = ApiState { engine: engine.clone(), metrics, tokens };
+    let role = crate::leader::Role::new(&settings.leader_election);
+    let state = ApiState { engine: engine.clone(), metrics, tokens, role: role.clone() };
     let api = crate::http::router(state.clone());
     let api_addr: SocketAddr =
         settings.listen.parse().map_err(|_| KubeError::Config(format!("listen: {:?}", settings.listen)))?;
@@ -82,6 +83,7 @@ pub async fn run_with(
         metrics_stop = Some(stop);
     }
     let mut webhook_bound = None;
+    let mut bundle_task = None;
     let mut webhook_task = None;
     let mut webhook_stop = None;
     if let Some(w) = &settings.webhook {
@@ -91,6 +93,11 @@ pub async fn run_with(
             (Some(cert), Some(key)) => fairway_server::listen::tls_acceptor(cert, key).map_err(KubeError::Config)?,
             _ => {
                 let made = crate::certs::ensure(&client, &w.managed_cert).await?;
+                bundle_task = Some(tokio::spawn(crate::certs::keep_ca_bundle(
+                    client.clone(),
+                    w.managed_cert.clone(),
+                    made.ca_pem.clone(),
+                )));
                 fairway_server::listen::tls_acceptor_pem(made.cert_pem.as_bytes(), made.key_pem.as_bytes()).map_err(
                     |e| {
                         KubeError::Config(format!(
@@ -115,12 +122,17 @@ pub async fn run_with(
     }
 
     listening(Listening { api: api_bound, metrics: metrics_bound, webhook: webhook_bound });
-    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("fairway-{}", std::process::id()));
+    let identity = settings
+        .leader_election
+        .identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .unwrap_or_else(|| format!("fairway-{}", std::process::id()));
     let leading = async {
         let leadership = settings
             .leader_election
             .enabled
-            .then(|| Leadership::new(client.clone(), &settings.leader_election, identity.clone()));
+            .then(|| Leadership::new(client.clone(), &settings.leader_election, identity.clone(), role.clone()));
         if let Some(l) = &leadership {
             tracing::info!(identity, "waiting to lead");
             l.acquire().await;
@@ -137,6 +149,9 @@ pub async fn run_with(
         () = shutdown => Ok(()),
         () = leading => Err(KubeError::Config("lost the leader Lease; exiting so that a new leader takes over".into())),
     };
+    if let Some(task) = bundle_task {
+        task.abort();
+    }
     let _ = api_stop.send(());
     let _ = api_task.await;
     if let (Some(stop), Some(task)) = (metrics_stop, metrics_task) {

@@ -98,6 +98,8 @@ pub struct LeaderElection {
     pub namespace: String,
     pub lease_name: String,
     pub lease_seconds: u32,
+    /// This replica's name in the Lease; default: `$POD_NAME`, else `fairway-<pid>`.
+    pub identity: Option<String>,
 }
 
 impl Default for LeaderElection {
@@ -107,6 +109,7 @@ impl Default for LeaderElection {
             namespace: "fairway-system".into(),
             lease_name: "fairway-controller".into(),
             lease_seconds: 15,
+            identity: None,
         }
     }
 }

@@ -86,7 +86,7 @@ pub fn patch_for(object: &Value, mutation: &Mutation) -> Vec<Value> {
 
 /// Whether some container (or init container) under `spec` requests or limits `resource`
 /// at more than zero.
-fn asks_for(spec: &Value, resource: &str) -> bool {
+pub fn asks_for(spec: &Value, resource: &str) -> bool {
     match spec {
         Value::Object(map) => {
             let here = map.get("resources").is_some_and(|r| {

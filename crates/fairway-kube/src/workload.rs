@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 
@@ -22,6 +23,9 @@ pub const PREEMPTION_DEADLINE: &str = "fairway.dev/preemption-deadline";
 pub const PREEMPTION_HOLD: &str = "fairway.dev/preemption-hold";
 /// The label of the explicit opt-in (without the webhook).
 pub const QUEUE_LABEL: &str = "fairway.dev/queue";
+/// On a namespace, `"true"` opts it in (the webhook's `namespaceSelector`); on a workload,
+/// `"false"` opts it out.
+pub const MANAGED_LABEL: &str = "fairway.dev/managed";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -86,6 +90,8 @@ pub struct Workload {
     pub scheduler_name: Option<String>,
     /// Has the explicit opt-in label.
     pub queue_label: bool,
+    /// Labelled `fairway.dev/managed: "false"`: the webhook leaves it alone.
+    pub opted_out: bool,
     pub annotations: BTreeMap<String, String>,
     /// The spec as a `batch/v1` Job document, for `fairway-spec`.
     pub as_job: Value,
@@ -99,6 +105,11 @@ impl Workload {
     /// The nodes of its replicas, if Fairway admitted it.
     pub fn admission(&self) -> Option<Vec<String>> {
         serde_json::from_str::<Admission>(self.annotations.get(ADMISSION)?).ok().map(|a| a.nodes)
+    }
+
+    /// When Fairway admitted it, if recorded.
+    pub fn admitted_at_ms(&self) -> Option<u64> {
+        serde_json::from_str::<Admission>(self.annotations.get(ADMISSION)?).ok()?.at_ms
     }
 
     /// Who it was preempted for, until when its pods may stop, and where the preemptor's
@@ -134,6 +145,7 @@ impl Workload {
             finished,
             scheduler_name: spec.template.spec.as_ref().and_then(|s| s.scheduler_name.clone()),
             queue_label: meta.labels.as_ref().is_some_and(|l| l.contains_key(QUEUE_LABEL)),
+            opted_out: opted_out(meta),
             annotations: meta.annotations.clone().unwrap_or_default(),
             as_job,
         })
@@ -141,39 +153,28 @@ impl Workload {
 
     /// A PaddleJob as a Job: its replica specs are one gang (`parallelism` = all replicas);
     /// the pod template is the worker's (or the first), with per-replica resources the
-    /// largest of any replica spec, since the core gives all replicas of a gang one shape.
+    /// largest of any replica spec (limits and requests), since the core gives all replicas
+    /// of a gang one shape.
     pub fn from_paddle(object: &DynamicObject) -> Option<Workload> {
         let meta = &object.metadata;
         let spec = object.data.get("spec")?;
         let replica_specs = spec.get("paddleReplicaSpecs")?.as_object()?;
         let mut replicas = 0u64;
         let mut template: Option<Value> = None;
-        let mut largest: BTreeMap<String, Quantity> = BTreeMap::new();
+        let mut largest = LargestResources::default();
         for (role, rs) in replica_specs {
             replicas += rs.get("replicas").and_then(Value::as_u64).unwrap_or(1);
             let Some(t) = rs.get("template") else { continue };
             if template.is_none() || role == "Worker" {
                 template = Some(t.clone());
             }
-            for container in t.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
-                for (key, value) in
-                    container.pointer("/resources/limits").and_then(Value::as_object).into_iter().flatten()
-                {
-                    let q = Quantity::of(key, value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string()));
-                    let entry = largest.entry(key.clone()).or_insert_with(|| q.clone());
-                    if q.amount > entry.amount {
-                        *entry = q;
-                    }
-                }
-            }
+            largest.add_pod(t);
         }
         let mut template = template?;
         if let Some(containers) = template.pointer_mut("/spec/containers").and_then(Value::as_array_mut)
             && let Some(first) = containers.first_mut()
         {
-            let limits: serde_json::Map<String, Value> =
-                largest.into_iter().map(|(k, q)| (k, Value::String(q.text))).collect();
-            first["resources"] = json!({"limits": limits});
+            first["resources"] = largest.into_resources();
             containers.truncate(1);
         }
         let scheduler_name = template.pointer("/spec/schedulerName").and_then(Value::as_str).map(str::to_owned);
@@ -207,10 +208,15 @@ impl Workload {
             finished,
             scheduler_name,
             queue_label: meta.labels.as_ref().is_some_and(|l| l.contains_key(QUEUE_LABEL)),
+            opted_out: opted_out(meta),
             annotations: meta.annotations.clone().unwrap_or_default(),
             as_job,
         })
     }
+}
+
+fn opted_out(meta: &ObjectMeta) -> bool {
+    meta.labels.as_ref().and_then(|l| l.get(MANAGED_LABEL)).map(String::as_str) == Some("false")
 }
 
 /// A resource limit and how large it is, to keep the largest of several replica specs.
@@ -231,6 +237,67 @@ impl Quantity {
     }
 }
 
+/// The largest `resources.limits` and `resources.requests` per resource over the containers
+/// of several pod templates, each map on its own: the one shape of a gang's replicas.
+#[derive(Default)]
+struct LargestResources {
+    limits: BTreeMap<String, Quantity>,
+    requests: BTreeMap<String, Quantity>,
+}
+
+impl LargestResources {
+    fn add_pod(&mut self, template: &Value) {
+        for container in template.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+            let limits = amounts(container.pointer("/resources/limits"));
+            let mut requests = amounts(container.pointer("/resources/requests"));
+            // As in Kubernetes, a limit alone stands for the request: a Master asking one GPU
+            // by requests and limits and a Worker asking two by limits fold to two of each.
+            for (key, limit) in &limits {
+                requests.entry(key.clone()).or_insert_with(|| limit.clone());
+            }
+            keep_largest(&mut self.limits, limits);
+            keep_largest(&mut self.requests, requests);
+        }
+    }
+
+    /// The folded container's `resources`. A limit below the largest request (another
+    /// container's, with no limit or a larger one) is raised to it: Kubernetes refuses a
+    /// request above its limit.
+    fn into_resources(self) -> Value {
+        let LargestResources { mut limits, requests } = self;
+        for (key, limit) in &mut limits {
+            if let Some(request) = requests.get(key).filter(|r| r.amount > limit.amount) {
+                *limit = request.clone();
+            }
+        }
+        let texts = |map: BTreeMap<String, Quantity>| -> serde_json::Map<String, Value> {
+            map.into_iter().map(|(key, q)| (key, Value::String(q.text))).collect()
+        };
+        json!({"limits": texts(limits), "requests": texts(requests)})
+    }
+}
+
+/// A `limits` or `requests` map, read.
+fn amounts(map: Option<&Value>) -> BTreeMap<String, Quantity> {
+    let entries = map.and_then(Value::as_object).into_iter().flatten();
+    entries
+        .map(|(key, value)| {
+            let text = value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+            (key.clone(), Quantity::of(key, text))
+        })
+        .collect()
+}
+
+/// Keeps in `into` the larger amount of each resource.
+fn keep_largest(into: &mut BTreeMap<String, Quantity>, from: BTreeMap<String, Quantity>) {
+    for (key, q) in from {
+        let kept = into.entry(key).or_insert_with(|| q.clone());
+        if q.amount > kept.amount {
+            *kept = q;
+        }
+    }
+}
+
 /// A preemption as recorded on its victim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Preemption {
@@ -246,6 +313,10 @@ pub struct Preemption {
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Admission {
     pub nodes: Vec<String>,
+    /// When it was admitted, Unix ms: after a restart, how long it has run (for the
+    /// least-work-lost rule). Absent in records of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
 }
 
 fn created_ms(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
@@ -269,7 +340,79 @@ fn clean_for_reader(job: &mut Value) {
             });
         }
         if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
-            labels.retain(|k, _| k != QUEUE_LABEL);
+            labels.retain(|k, _| k != QUEUE_LABEL && k != MANAGED_LABEL);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paddle(replica_specs: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PaddleJob",
+            "metadata": {"name": "p", "namespace": "ads", "uid": "uid-p"},
+            "spec": {"paddleReplicaSpecs": replica_specs},
+        }))
+        .unwrap()
+    }
+
+    fn role(replicas: u64, resources: Value) -> Value {
+        json!({"replicas": replicas, "template": {"spec": {
+            "containers": [{"name": "c", "image": "paddle", "resources": resources}],
+        }}})
+    }
+
+    fn folded_resources(w: &Workload) -> &Value {
+        let containers = w.as_job.pointer("/spec/template/spec/containers").and_then(Value::as_array).unwrap();
+        assert_eq!(containers.len(), 1);
+        &containers[0]["resources"]
+    }
+
+    #[test]
+    fn requests_and_limits_of_every_role_are_folded() {
+        let object = paddle(json!({
+            "Master": role(1, json!({"requests": {"cpu": "8", "memory": "32Gi"}})),
+            "Worker": role(3, json!({"limits": {"nvidia.com/gpu": "4"}, "requests": {"cpu": "2"}})),
+        }));
+        let w = Workload::from_paddle(&object).unwrap();
+        assert_eq!(w.as_job["spec"]["parallelism"], 4);
+        assert_eq!(
+            *folded_resources(&w),
+            json!({
+                "limits": {"nvidia.com/gpu": "4"},
+                "requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"},
+            })
+        );
+        // The job-spec reader sees both: GPUs from the limits, CPU and memory from the requests.
+        let bytes = serde_json::to_vec(&w.as_job).unwrap();
+        let parsed = fairway_spec::parse_documents(&bytes, &fairway_spec::ParseLimits::default()).unwrap();
+        let resources = &parsed.jobs[0].resources;
+        assert_eq!((resources.gpus, resources.cpu_millis, resources.memory_mib), (4, 8000, 32 * 1024));
+        assert_eq!(parsed.jobs[0].replicas, 4);
+    }
+
+    #[test]
+    fn the_largest_of_each_map_is_kept_and_stays_valid() {
+        let object = paddle(json!({
+            "Master": role(1, json!({"limits": {"nvidia.com/gpu": 1, "cpu": "4"}, "requests": {"nvidia.com/gpu": 1}})),
+            "Worker": role(2, json!({"limits": {"nvidia.com/gpu": "2", "memory": "1Gi"}, "requests": {"cpu": "6"}})),
+        }));
+        let w = Workload::from_paddle(&object).unwrap();
+        // GPUs: the Worker's limit stands for its request, so both maps say 2; CPU: the
+        // Master's limit of 4 is raised to the Worker's request of 6.
+        assert_eq!(
+            *folded_resources(&w),
+            json!({
+                "limits": {"nvidia.com/gpu": "2", "cpu": "6", "memory": "1Gi"},
+                "requests": {"nvidia.com/gpu": "2", "cpu": "6", "memory": "1Gi"},
+            })
+        );
+        let bytes = serde_json::to_vec(&w.as_job).unwrap();
+        let parsed = fairway_spec::parse_documents(&bytes, &fairway_spec::ParseLimits::default()).unwrap();
+        let resources = &parsed.jobs[0].resources;
+        assert_eq!((resources.gpus, resources.cpu_millis, resources.memory_mib), (2, 6000, 1024));
     }
 }

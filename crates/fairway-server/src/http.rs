@@ -262,7 +262,7 @@ async fn submit(
     // that every problem is reported at once; the engine checks classes again under its own
     // lock of time (one may have been added since).
     let classes = state.classes.read().expect("not poisoned").clone();
-    let options = fairway_spec::ParseOptions { tenant_required: false };
+    let options = fairway_spec::ParseOptions { tenant_required: false, ..fairway_spec::ParseOptions::default() };
     let resolved =
         fairway_spec::parse_and_resolve(&bytes, &limits, &classes, &options).map_err(ApiError::invalid_spec)?;
     let parsed = resolved.parsed;

@@ -33,11 +33,31 @@ pub struct ParseOptions {
     /// server's caller), so a job may leave out its user and project, which then stay
     /// empty; [`crate::TenantOrigin`] tells which parts were written.
     pub tenant_required: bool,
+    /// `false` (the default): fairway runs each job itself, as a process or a container it
+    /// starts, so a Kubernetes Job is held to what the standalone server can run. `true`: the
+    /// jobs run in a Kubernetes cluster, which runs their containers; fairway only admits and
+    /// places them. A `batch/v1` Job is then read by Kubernetes's own rules wherever the
+    /// standalone server's are about launching it: `args` without `command` (the image's
+    /// entrypoint runs with them), any environment variable name Kubernetes takes
+    /// (`CUDA_VISIBLE_DEVICES`, `FAIRWAY_*`, `my.var`; a repeated name keeps its last value),
+    /// any `workingDir` and image reference, a `backoffLimit` above 100, and a name made only
+    /// of digits. Resources, priority, gang size and fairway's own labels and annotations are
+    /// read the same either way, and so are native jobs and priority classes.
+    pub for_cluster: bool,
+}
+
+impl ParseOptions {
+    /// For the Kubernetes controller: each Job is read as Kubernetes runs it
+    /// ([`ParseOptions::for_cluster`]), and names its tenant (its namespace, `default` when
+    /// left out).
+    pub fn cluster() -> ParseOptions {
+        ParseOptions { for_cluster: true, ..ParseOptions::default() }
+    }
 }
 
 impl Default for ParseOptions {
     fn default() -> ParseOptions {
-        ParseOptions { tenant_required: true }
+        ParseOptions { tenant_required: true, for_cluster: false }
     }
 }
 

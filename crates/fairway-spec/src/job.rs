@@ -12,7 +12,8 @@ use crate::priority::{PreemptionPolicyDoc, PriorityClasses};
 
 /// A job as written by a user, validated field by field but not yet tied to a registry of
 /// priority classes or to a cluster. Serializes to the native format; deserializes from it
-/// (through [`crate::parse_native_job`], so the same rules apply).
+/// (through [`crate::parse_native_job`], so the same rules apply): a job read for a cluster
+/// may not read back, since it keeps what only Kubernetes runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobDoc {
     /// DNS-1123 subdomain, unique per project within one input.
@@ -24,22 +25,29 @@ pub struct JobDoc {
     pub resources: ResourcesDoc,
     /// Gang size, 1..=1024.
     pub replicas: u32,
+    /// A reference `docker run` takes; as written in a Job read with
+    /// [`crate::ParseOptions::for_cluster`] (those rules below say "for a cluster").
     pub image: Option<String>,
     /// When no container runtime is available, run `command` as a plain process rather than
     /// refuse the job. `command` is then non-empty.
     pub image_optional: bool,
-    /// Argv. Empty only when `image` is set (the image's own entrypoint runs).
+    /// Argv. Empty only when `image` is set (the image's own entrypoint runs). For a cluster,
+    /// a Job's `args` without `command` leave it empty too (Kubernetes runs the entrypoint
+    /// with them).
     pub command: Vec<String>,
     /// Run `command`, then exactly one string, as `/bin/sh -c <string>`.
     pub shell: bool,
-    /// Absolute, without NUL, at most 4096 bytes. `None`: the server's choice.
+    /// Absolute, without NUL, at most 4096 bytes (for a cluster: as written). `None`: the
+    /// server's choice.
     pub working_dir: Option<String>,
     /// Names match `[A-Za-z_][A-Za-z0-9_]*`; none the server sets itself (`FAIRWAY_*`,
-    /// `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES`).
+    /// `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES`). For a cluster: any name Kubernetes
+    /// takes (printable ASCII other than `=`).
     pub env: BTreeMap<String, String>,
     pub max_runtime_seconds: Option<u64>,
     /// How many times a failed run (non-zero exit not caused by preemption) is run again
-    /// before the job is marked failed, 0..=100. Preemptions never count.
+    /// before the job is marked failed, 0..=100 (for a cluster: up to 2^31 − 1, Kubernetes's
+    /// `backoffLimit`). Preemptions never count.
     pub retries: u32,
     pub preemptible: bool,
     pub preemption_grace_seconds: u64,

@@ -26,9 +26,12 @@ const DEFAULT_NAMESPACE: &str = "default";
 /// Kubernetes's default `spec.backoffLimit`, kept for Jobs that leave it out, so that a Job
 /// is retried as often as Kubernetes would (the native default is 0).
 pub(crate) const DEFAULT_BACKOFF_LIMIT: u32 = 6;
+/// The largest `spec.backoffLimit` Kubernetes takes (an int32), read for a cluster.
+const CLUSTER_BACKOFF_LIMIT_MAX: u64 = 2_147_483_647;
 
 /// Reads a Job whose envelope (`apiVersion`, `kind`) is already taken. Failures are in
-/// `issues`; the returned job is then a placeholder to discard.
+/// `issues`; the returned job is then a placeholder to discard. With
+/// [`ParseOptions::for_cluster`], the rules about launching the job are Kubernetes's.
 pub(crate) fn read_job(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Issues) -> JobDoc {
     let mut job = JobDoc {
         name: String::new(),
@@ -61,7 +64,7 @@ pub(crate) fn read_job(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Is
         read_metadata(v, path, options, &mut job, issues);
     }
     if let Some((v, path)) = obj.require("spec", issues) {
-        read_job_spec(v, path, &mut job, issues);
+        read_job_spec(v, path, options, &mut job, issues);
     }
     obj.warn_rest(issues);
     native::check_totals(&job, issues);
@@ -80,7 +83,7 @@ fn read_metadata(v: &Value, path: Path, options: &ParseOptions, job: &mut JobDoc
         issues
             .error(&name_path, "required field is missing (generateName is not supported: fairway needs a fixed name)");
     } else if let Some((v, path)) = meta.require("name", issues) {
-        job.name = native::job_name(v, &path, issues).unwrap_or_default();
+        job.name = job_name(v, &path, options, issues).unwrap_or_default();
     }
     if let Some((v, path)) = meta.take("namespace") {
         job.origin.tenant.project = Some(path.as_str().to_owned());
@@ -111,10 +114,21 @@ fn read_metadata(v: &Value, path: Path, options: &ParseOptions, job: &mut JobDoc
     }
 }
 
+/// A DNS-1123 subdomain, as Kubernetes has it. The standalone server also refuses a name
+/// made only of digits, which its CLI would take for a job id.
+fn job_name(v: &Value, path: &Path, options: &ParseOptions, issues: &mut Issues) -> Option<String> {
+    if options.for_cluster { checked(v, path, issues, names::dns_subdomain) } else { native::job_name(v, path, issues) }
+}
+
 fn namespace(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
-    let ns = value::string(v, path, issues)?;
-    match names::dns_label(&ns) {
-        Ok(()) => Some(ns),
+    checked(v, path, issues, names::dns_label)
+}
+
+/// A string that passes `check`; otherwise `check`'s reason is recorded at `path`.
+fn checked(v: &Value, path: &Path, issues: &mut Issues, check: fn(&str) -> Result<(), String>) -> Option<String> {
+    let s = value::string(v, path, issues)?;
+    match check(&s) {
+        Ok(()) => Some(s),
         Err(reason) => {
             issues.error(path, reason);
             None
@@ -176,7 +190,7 @@ fn bool_annotation(v: &Value, path: &Path, issues: &mut Issues) -> Option<bool> 
     }
 }
 
-fn read_job_spec(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
+fn read_job_spec(v: &Value, path: Path, options: &ParseOptions, job: &mut JobDoc, issues: &mut Issues) {
     let Some(mut spec) = Obj::new(v, path, issues) else { return };
     if let Some((v, path)) = spec.take("parallelism") {
         job.replicas = native::replicas(v, &path, issues).unwrap_or(1);
@@ -185,15 +199,25 @@ fn read_job_spec(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
         job.max_runtime_seconds = native::positive_seconds(v, &path, issues);
     }
     if let Some((v, path)) = spec.take("backoffLimit") {
-        job.retries = native::retries(v, &path, issues).unwrap_or(DEFAULT_BACKOFF_LIMIT);
+        job.retries = backoff_limit(v, &path, options, issues).unwrap_or(DEFAULT_BACKOFF_LIMIT);
     }
     if let Some((v, path)) = spec.require("template", issues) {
-        read_template(v, path, job, issues);
+        read_template(v, path, options, job, issues);
     }
     spec.warn_rest(issues);
 }
 
-fn read_template(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
+/// The standalone server runs a failed job again at most 100 times; in a cluster
+/// Kubernetes's Job controller does, as often as the Job says.
+fn backoff_limit(v: &Value, path: &Path, options: &ParseOptions, issues: &mut Issues) -> Option<u32> {
+    if !options.for_cluster {
+        return native::retries(v, path, issues);
+    }
+    let n = value::uint_in(v, path, issues, (0, CLUSTER_BACKOFF_LIMIT_MAX), "a non-negative 32-bit integer")?;
+    u32::try_from(n).ok()
+}
+
+fn read_template(v: &Value, path: Path, options: &ParseOptions, job: &mut JobDoc, issues: &mut Issues) {
     let Some(mut template) = Obj::new(v, path, issues) else { return };
     if let Some((meta, path)) = template.take("metadata") {
         let has_fairway_keys = ["labels", "annotations"].iter().any(|k| {
@@ -206,12 +230,12 @@ fn read_template(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
         }
     }
     if let Some((v, path)) = template.require("spec", issues) {
-        read_pod_spec(v, path, job, issues);
+        read_pod_spec(v, path, options, job, issues);
     }
     template.warn_rest(issues);
 }
 
-fn read_pod_spec(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
+fn read_pod_spec(v: &Value, path: Path, options: &ParseOptions, job: &mut JobDoc, issues: &mut Issues) {
     let Some(mut pod) = Obj::new(v, path, issues) else { return };
     // An empty name is no name, as for the Kubernetes API server (the field is omitempty):
     // the default class, not a class called "".
@@ -227,7 +251,7 @@ fn read_pod_spec(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
         read_node_selector(v, &path, job, issues);
     }
     if let Some((v, path)) = pod.require("containers", issues) {
-        read_containers(v, path, job, issues);
+        read_containers(v, path, options, job, issues);
     }
     pod.warn_rest(issues);
 }
@@ -253,7 +277,7 @@ struct Asks {
     memory: Option<(u64, Path)>,
 }
 
-fn read_containers(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues) {
+fn read_containers(v: &Value, path: Path, options: &ParseOptions, job: &mut JobDoc, issues: &mut Issues) {
     let Value::Array(items) = v else {
         issues.error(&path, format!("must be a list of containers, got {}", describe(v)));
         return;
@@ -269,7 +293,7 @@ fn read_containers(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues)
         // avoids a warning on every job.
         container.take("name");
         if i == 0 {
-            read_main_container(&mut container, job, issues);
+            read_main_container(&mut container, options, job, issues);
         }
         if let Some((v, path)) = container.take("resources") {
             asks.push(read_resources(v, path, issues));
@@ -280,31 +304,39 @@ fn read_containers(v: &Value, path: Path, job: &mut JobDoc, issues: &mut Issues)
 }
 
 /// Image, argv, working directory and environment come from the first container only; the
-/// same fields in other containers are warned about as ignored.
-fn read_main_container(container: &mut Obj<'_>, job: &mut JobDoc, issues: &mut Issues) {
+/// same fields in other containers are warned about as ignored. In a cluster Kubernetes
+/// runs the container: `args` alone leave the command empty (the image's entrypoint runs
+/// with them), and the image and working directory are kept as written.
+fn read_main_container(container: &mut Obj<'_>, options: &ParseOptions, job: &mut JobDoc, issues: &mut Issues) {
     if let Some((v, path)) = container.require("image", issues) {
-        job.image = native::image_reference(v, &path, issues);
+        job.image = if options.for_cluster {
+            checked(v, &path, issues, names::not_empty)
+        } else {
+            native::image_reference(v, &path, issues)
+        };
     }
     let command = container.take("command").and_then(|(v, path)| value::string_list(v, &path, issues));
     let args = container.take("args").map(|(v, path)| (value::string_list(v, &path, issues), path));
     match (command, args) {
         (Some(command), Some((Some(args), _))) => job.command = command.into_iter().chain(args).collect(),
         (Some(command), _) => job.command = command,
-        (None, Some((Some(_), path))) if !container.has("command") => issues.error(
+        (None, Some((Some(_), path))) if !container.has("command") && !options.for_cluster => issues.error(
             &path,
             "args without command is not supported: fairway runs an explicit argv, not the image's entrypoint; add command",
         ),
         _ => {}
     }
     if let Some((v, path)) = container.take("workingDir") {
-        job.working_dir = native::working_dir(v, &path, issues);
+        job.working_dir =
+            if options.for_cluster { value::string(v, &path, issues) } else { native::working_dir(v, &path, issues) };
     }
     if let Some((v, path)) = container.take("env") {
-        job.env = read_env(v, &path, issues);
+        job.env = read_env(v, &path, options, issues);
     }
 }
 
-fn read_env(v: &Value, path: &Path, issues: &mut Issues) -> BTreeMap<String, String> {
+/// `env`. In a cluster a name may repeat, as in Kubernetes: the last value is the one set.
+fn read_env(v: &Value, path: &Path, options: &ParseOptions, issues: &mut Issues) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     let Value::Array(items) = v else {
         issues.error(path, format!("must be a list of {{name, value}} entries, got {}", describe(v)));
@@ -313,7 +345,7 @@ fn read_env(v: &Value, path: &Path, issues: &mut Issues) -> BTreeMap<String, Str
     for (i, item) in items.iter().enumerate() {
         let Some(mut entry) = Obj::new(item, path.index(i), issues) else { continue };
         let name_path = entry.path().field("name");
-        let name = entry.require("name", issues).and_then(|(v, path)| env_name(v, &path, issues));
+        let name = entry.require("name", issues).and_then(|(v, path)| env_name(v, &path, options, issues));
         let value = entry.take("value").map_or(Some(String::new()), |(v, path)| env_value(v, &path, issues));
         let from_elsewhere = entry.take("valueFrom");
         if let Some((_, path)) = &from_elsewhere {
@@ -322,6 +354,14 @@ fn read_env(v: &Value, path: &Path, issues: &mut Issues) -> BTreeMap<String, Str
         entry.warn_rest(issues);
         if let (Some(name), Some(value), None) = (name, value, from_elsewhere) {
             match env.entry(name) {
+                Entry::Occupied(mut taken) if options.for_cluster => {
+                    let key = quote(taken.key());
+                    issues.warn(
+                        &name_path,
+                        format!("repeats environment variable {key}: the last value is set, as in Kubernetes"),
+                    );
+                    taken.insert(value);
+                }
                 Entry::Occupied(taken) => {
                     issues.error(&name_path, format!("duplicate environment variable {}", quote(taken.key())));
                 }
@@ -334,15 +374,11 @@ fn read_env(v: &Value, path: &Path, issues: &mut Issues) -> BTreeMap<String, Str
     env
 }
 
-fn env_name(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {
-    let name = value::string(v, path, issues)?;
-    match names::env_name(&name) {
-        Ok(()) => Some(name),
-        Err(reason) => {
-            issues.error(path, reason);
-            None
-        }
-    }
+/// The standalone server's rule (a shell name, none it sets itself), or in a cluster
+/// Kubernetes's: the device plugin and the user own `CUDA_VISIBLE_DEVICES` and the like.
+fn env_name(v: &Value, path: &Path, options: &ParseOptions, issues: &mut Issues) -> Option<String> {
+    let rule = if options.for_cluster { names::kube_env_name } else { names::env_name };
+    checked(v, path, issues, rule)
 }
 
 fn env_value(v: &Value, path: &Path, issues: &mut Issues) -> Option<String> {

@@ -112,7 +112,7 @@ pub fn parse_documents_with(bytes: &[u8], limits: &ParseLimits, options: &ParseO
 ///
 /// let registry = PriorityClasses::builtin();
 /// // The tenant comes from the caller, so the job need not name it.
-/// let options = ParseOptions { tenant_required: false };
+/// let options = ParseOptions { tenant_required: false, ..ParseOptions::default() };
 /// let ok = b"name: ctr\npriority: high\nresources: { gpus: 2 }\nimage: ubuntu:24.04\n";
 /// let resolved = parse_and_resolve(ok, &ParseLimits::default(), &registry, &options).unwrap();
 /// assert_eq!(resolved.jobs[0].priority, 1_000_000);

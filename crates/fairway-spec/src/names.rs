@@ -91,6 +91,27 @@ pub(crate) fn env_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Environment variable names as Kubernetes takes them (`RelaxedEnvironmentVariableValidation`,
+/// on by default since Kubernetes 1.32): not empty, printable ASCII other than `=`. For jobs
+/// that Kubernetes runs: no name is reserved, the device plugin and the user own them.
+pub(crate) fn kube_env_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("environment variable name must not be empty".to_owned());
+    }
+    if name.chars().any(|c| !(c.is_ascii_graphic() || c == ' ') || c == '=') {
+        return Err(format!(
+            "environment variable name must be printable ASCII characters other than '=', got {}",
+            crate::value::quote(name)
+        ));
+    }
+    Ok(())
+}
+
+/// Any string but the empty one.
+pub(crate) fn not_empty(s: &str) -> Result<(), String> {
+    if s.is_empty() { Err("must not be empty".to_owned()) } else { Ok(()) }
+}
+
 /// Longest working directory accepted, in bytes (Linux's `PATH_MAX`).
 pub(crate) const PATH_MAX: usize = 4096;
 
@@ -147,6 +168,17 @@ mod tests {
         }
         for reserved in ["FAIRWAY_", "FAIRWAY_JOB_ID", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"] {
             assert!(env_name(reserved).unwrap_err().contains("is reserved"), "{reserved}");
+        }
+    }
+
+    #[test]
+    fn kube_env_names() {
+        for ok in ["A", "CUDA_VISIBLE_DEVICES", "FAIRWAY_JOB_ID", "my.env-name", "1A", "A B", "~!@#$%^&*()"] {
+            assert_eq!(kube_env_name(ok), Ok(()), "{ok}");
+        }
+        assert!(kube_env_name("").unwrap_err().contains("must not be empty"));
+        for bad in ["A=B", "=", "É", "A\u{7}", "A\tB", "A\u{7f}"] {
+            assert!(kube_env_name(bad).unwrap_err().contains("printable ASCII"), "{bad}");
         }
     }
 

@@ -91,3 +91,44 @@ fn a_brief_soak_finds_nothing_lost_run_twice_or_double_booked() {
         assert_eq!(report[problem], 0, "{problem}: {report}");
     }
 }
+
+/// `fairway bench kube` runs a real `fairway kube` process against the in-tree fake API
+/// server: a tiny cluster, every queued Job that fits admitted, each high Job preempting.
+#[test]
+fn bench_kube_runs_the_controller_against_the_fake_and_names_its_figures() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fairway"))
+        .args([
+            "bench",
+            "kube",
+            "--nodes",
+            "4",
+            "--jobs",
+            "40",
+            "--preemptions",
+            "2",
+            "--namespaces",
+            "2",
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (report["nodes"].as_u64(), report["gpus"].as_u64(), report["jobs"].as_u64()),
+        (Some(4), Some(32), Some(40))
+    );
+    let admissions = &report["admissions"];
+    // 32 GPUs hold some of the 40 queued Jobs of 1 to 8 GPUs, never more GPUs than there are.
+    let admitted = admissions["jobs"].as_u64().unwrap();
+    assert!((4..40).contains(&admitted), "{admissions}");
+    assert!(admissions["gpus"].as_u64().unwrap() <= 32, "{admissions}");
+    assert!(admissions["pods"].as_u64().unwrap() >= admitted, "{admissions}");
+    for latency in ["preemption_victims_suspended", "preemptor_bound"] {
+        assert_eq!(report[latency]["samples"].as_u64(), Some(2), "{latency}: {}", report[latency]);
+    }
+    assert!(report["memory"]["peak_rss_mib"].as_f64().unwrap() > 0.0);
+    assert!(report["api_requests"].as_object().is_some_and(|r| !r.is_empty()));
+    assert_eq!(report["double_booked"], serde_json::json!([]));
+}

@@ -8,12 +8,12 @@
 //! it stands, as with `kill -9` (the CLI's tests kill a real `fairway kube` process).
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
 use fairway_kube::Settings;
+use fairway_kube::run::Listening;
 use fairway_kube_fake::scenario::{Cluster, ControllerHooks, Scenario};
 use fairway_kube_fake::{FakeCluster, FakeConfig};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -67,16 +67,13 @@ pub struct InProcess {
     kube_config: kube::Config,
     settings: Settings,
     runtime: Option<tokio::runtime::Runtime>,
+    listening: Option<Listening>,
     pub starts: u32,
 }
 
 impl InProcess {
     pub fn new(cluster: &FakeCluster, settings: Settings) -> InProcess {
-        InProcess { kube_config: cluster.kube_config(), settings, runtime: None, starts: 0 }
-    }
-
-    fn webhook_addr(&self) -> Option<SocketAddr> {
-        self.settings.webhook.as_ref().map(|w| w.listen.parse().unwrap())
+        InProcess { kube_config: cluster.kube_config(), settings, runtime: None, listening: None, starts: 0 }
     }
 
     pub async fn start_now(&mut self) -> Result<(), String> {
@@ -87,32 +84,37 @@ impl InProcess {
             .build()
             .map_err(|e| e.to_string())?;
         let (config, settings) = (self.kube_config.clone(), self.settings.clone());
-        let (exited, mut exit) = tokio::sync::oneshot::channel::<String>();
+        let (exited, exit) = tokio::sync::oneshot::channel::<String>();
+        let (listening, listens) = tokio::sync::oneshot::channel::<Listening>();
         runtime.spawn(async move {
             let client = kube::Client::try_from(config).expect("a plain-HTTP client");
-            if let Err(e) = fairway_kube::run::run(settings, client, std::future::pending()).await {
-                let _ = exited.send(e.to_string());
-            }
+            let told = move |at| {
+                let _ = listening.send(at);
+            };
+            let outcome = fairway_kube::run::run_with(settings, client, std::future::pending(), told).await;
+            let _ = exited.send(outcome.err().map_or_else(|| "it returned".to_owned(), |e| e.to_string()));
         });
         self.runtime = Some(runtime);
         self.starts += 1;
-        // Jobs created before the webhook answers would be refused (failurePolicy: Fail).
-        if let Some(addr) = self.webhook_addr() {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while tokio::net::TcpStream::connect(addr).await.is_err() {
-                if let Ok(error) = exit.try_recv() {
-                    return Err(format!("the controller stopped: {error}"));
-                }
-                if std::time::Instant::now() > deadline {
-                    return Err(format!("the webhook never listened on {addr}"));
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+        // Jobs created before the webhook answers would be refused (failurePolicy: Fail):
+        // the listeners, webhook included, are up when it says where they are.
+        tokio::select! {
+            at = listens => {
+                self.listening = Some(at.map_err(|_| "the controller stopped before it listened".to_owned())?);
+                Ok(())
             }
+            error = exit => Err(format!("the controller stopped: {}", error.unwrap_or_default())),
+            () = tokio::time::sleep(Duration::from_secs(20)) => Err("the controller never listened".to_owned()),
         }
-        Ok(())
+    }
+
+    /// The read-only API's base URL, once started.
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.listening.expect("started").api)
     }
 
     pub fn kill(&mut self) {
+        self.listening = None;
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -175,3 +177,85 @@ scenarios!(
     paddlejob,
     opt_in_without_webhook,
 );
+
+/// Two replicas with leader election: one acts (a Job is admitted once), the other says who
+/// leads; when the leader dies, the other takes over within the Lease's duration and acts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_leads_and_the_other_takes_over_when_it_dies() {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Node;
+    let cluster = FakeCluster::start(FakeConfig { time_scale: TIME_SCALE, ..FakeConfig::default() }).await.unwrap();
+    let client = cluster.client();
+    let api = |name: &str| -> (Api<Job>, Job) {
+        let job: Job = serde_saphyr::from_str(&format!(
+            "metadata: {{ name: {name}, namespace: default, labels: {{ fairway.dev/queue: default }} }}\n\
+             spec:\n  suspend: true\n  template:\n    spec:\n      schedulerName: fairway\n      restartPolicy: Never\n\
+             \x20     containers: [{{ name: c, image: x, command: [sleep, \"3600\"], resources: {{ limits: {{ nvidia.com/gpu: \"1\" }} }} }}]\n"
+        ))
+        .unwrap();
+        (Api::namespaced(client.clone(), "default"), job)
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &fairway_kube_fake::gpu_node("gpu-0", 8, "H100", 96_000, 1_048_576))
+        .await
+        .unwrap();
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_saphyr::from_str("metadata: { name: fairway-system }\n").unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let replica = |identity: &str| {
+        let text = format!("listen: 127.0.0.1:0\nleader_election: {{ lease_seconds: 2, identity: {identity} }}\n");
+        InProcess::new(&cluster, Settings::parse(&text).unwrap())
+    };
+    let (mut a, mut b) = (replica("replica-a"), replica("replica-b"));
+    a.start_now().await.unwrap();
+    b.start_now().await.unwrap();
+    let admitted = |name: &'static str| {
+        let (jobs, _) = api(name);
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let job = jobs.get(name).await.unwrap();
+                if job.spec.unwrap().suspend == Some(false) {
+                    return;
+                }
+                assert!(std::time::Instant::now() < deadline, "{name} was never admitted");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let (jobs, first) = api("first");
+    jobs.create(&PostParams::default(), &first).await.unwrap();
+    admitted("first").await;
+    // The Lease names the leader; the other replica's API says so instead of answering.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), "fairway-system");
+    let holder = leases.get("fairway-controller").await.unwrap().spec.unwrap().holder_identity.unwrap();
+    let (leader, follower) = if holder == "replica-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    let http = reqwest::Client::new();
+    let answer = http.get(format!("{}/v1/jobs", follower.api_url())).send().await.unwrap();
+    assert_eq!(answer.status(), 503);
+    let body = answer.text().await.unwrap();
+    assert!(body.contains("not_leader") && body.contains(&format!("pod {holder}")), "{body}");
+    let answer = http.get(format!("{}/v1/jobs", leader.api_url())).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.text().await.unwrap().contains("\"first\""));
+    let health: serde_json::Value =
+        http.get(format!("{}/healthz", follower.api_url())).send().await.unwrap().json().await.unwrap();
+    assert_eq!(health["status"], "standby", "{health}");
+    // The leader dies: the follower takes over once the Lease has not been renewed for its
+    // 2 s, and acts.
+    leader.kill();
+    let (_, second) = api("second");
+    jobs.create(&PostParams::default(), &second).await.unwrap();
+    admitted("second").await;
+    let holder_now = leases.get("fairway-controller").await.unwrap().spec.unwrap().holder_identity.unwrap();
+    assert_ne!(holder_now, holder);
+    // Each Job has one pod: nothing was admitted twice.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), 2);
+    follower.kill();
+    cluster.shutdown().await;
+}

@@ -129,7 +129,7 @@ fn admitted(actions: &[Action]) -> Vec<(String, Vec<String>)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Admit { target, nodes } => Some((target.name.clone(), nodes.clone())),
+            Action::Admit { target, nodes, .. } => Some((target.name.clone(), nodes.clone())),
             _ => None,
         })
         .collect()
@@ -515,4 +515,155 @@ fn a_restart_during_a_preemption_keeps_the_preemptors_gpus_held() {
     // anew: the check above is not vacuous.
     let actions = run("[]");
     assert_eq!(suspended(&actions), [("other".to_owned(), Some("ads/ctr".to_owned()))], "{actions:?}");
+}
+
+/// The Job controller makes a replacement while the old pod is still terminating (no slot
+/// is free yet): it is bound as soon as the old pod is gone.
+#[test]
+fn a_replacement_made_while_the_old_pod_terminates_is_bound_when_it_is_gone() {
+    let mut h = Harness::new();
+    let running = job("ads", "ctr", "high", 8, 1, 0, Some(&["n1"]));
+    let mut old = pod("ads", "ctr-old", "uid-ctr", 8, Some("n1"), "fairway");
+    old.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+    ));
+    h.start(vec![node("n1", 8)], vec![class("high", 1_000_000)], vec![running], vec![old.clone()], vec![]);
+    assert!(h.cycle().is_empty());
+    h.feed(Input::Pod(Change::Applied(pod("ads", "ctr-new", "uid-ctr", 8, None, "fairway"))));
+    assert!(bound(&h.cycle()).is_empty(), "no slot is free while the old pod terminates");
+    h.feed(Input::Pod(Change::Deleted(old)));
+    assert_eq!(bound(&h.cycle()), [("ctr-new".to_owned(), "n1".to_owned())]);
+}
+
+/// A device plugin restart (the node's GPUs at 0 for a moment, then back) requeues
+/// nobody; a node that grows while work runs on it is resized once that work is done.
+#[test]
+fn a_node_that_changes_size_keeps_its_work_and_is_resized_when_idle() {
+    let mut h = Harness::new();
+    let running = job("ads", "ctr", "high", 8, 1, 0, Some(&["n1"]));
+    let p = pod("ads", "ctr-x", "uid-ctr", 8, Some("n1"), "fairway");
+    h.start(vec![node("n1", 8)], vec![class("high", 1_000_000)], vec![running.clone()], vec![p.clone()], vec![]);
+    assert!(h.cycle().is_empty());
+    h.feed(Input::Node(Change::Applied(node("n1", 0))));
+    assert!(suspended(&h.cycle()).is_empty(), "its job keeps running");
+    h.feed(Input::Node(Change::Applied(node("n1", 8))));
+    assert!(suspended(&h.cycle()).is_empty());
+    // It grows to 16 GPUs while the job runs: no new work goes there until it is resized.
+    h.feed(Input::Node(Change::Applied(node("n1", 16))));
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&job("ads", "next", "high", 8, 1, 5, None)).unwrap())));
+    let actions = h.cycle();
+    assert!(suspended(&actions).is_empty() && admitted(&actions).is_empty(), "{actions:?}");
+    // The job ends: the node is resized and takes work on its 16 GPUs.
+    let mut done = running;
+    done.status = Some(serde_saphyr::from_str("conditions: [{ type: Complete, status: \"True\" }]\n").unwrap());
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&done).unwrap())));
+    h.feed(Input::Pod(Change::Deleted(p)));
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&job("ads", "third", "high", 8, 1, 6, None)).unwrap())));
+    let mut got = admitted(&h.cycle());
+    got.sort();
+    assert_eq!(got, [("next".to_owned(), vec!["n1".to_owned()]), ("third".to_owned(), vec!["n1".to_owned()])]);
+}
+
+/// A GPU Job of `ns` that was never handed to Fairway (no `schedulerName`, not suspended),
+/// optionally labelled `fairway.dev/managed: "false"`.
+fn unmanaged_job(ns: &str, name: &str, gpus: u32, opted_out: bool) -> Job {
+    let labels = if opted_out { "labels: { fairway.dev/managed: \"false\" }, " } else { "" };
+    from_yaml(&format!(
+        "metadata: {{ name: {name}, namespace: {ns}, uid: uid-{name}, {labels}creationTimestamp: \"2027-01-15T08:00:00Z\" }}\n\
+         spec:\n  template:\n    spec:\n      restartPolicy: Never\n\
+         \x20     containers: [{{ name: c, image: busybox, resources: {{ limits: {{ nvidia.com/gpu: \"{gpus}\" }} }} }}]\n"
+    ))
+}
+
+fn namespace(name: &str, managed: bool) -> k8s_openapi::api::core::v1::Namespace {
+    from_yaml(&format!("metadata: {{ name: {name}, labels: {{ fairway.dev/managed: \"{managed}\" }} }}\n"))
+}
+
+fn not_managed_warnings(said: &[Action]) -> Vec<String> {
+    said.iter()
+        .filter_map(|a| match a {
+            Action::Event { target, warning: true, reason, message } if reason == "NotManaged" => {
+                assert!(
+                    message.contains("spec.template.spec.schedulerName: fairway and spec.suspend: true"),
+                    "{message}"
+                );
+                Some(target.name.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_gpu_job_that_escaped_the_webhook_in_a_managed_namespace_is_said_once_and_counted() {
+    let mut h = Harness::new();
+    let jobs = vec![
+        unmanaged_job("ads", "escaped", 2, false),
+        unmanaged_job("ads", "opted-out", 2, true),
+        unmanaged_job("ads", "cpu-only", 0, false),
+        unmanaged_job("web", "elsewhere", 2, false),
+    ];
+    for stream in Stream::ALL {
+        h.feed(Input::Listing(stream));
+    }
+    h.feed(Input::Node(Change::Applied(node("n1", 8))));
+    for j in jobs {
+        h.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
+    }
+    // The namespaces are listed after the Jobs: the warning waits for the whole picture.
+    h.feed(Input::Namespace(Change::Applied(namespace("ads", true))));
+    h.feed(Input::Namespace(Change::Applied(namespace("web", false))));
+    for stream in Stream::ALL {
+        h.feed(Input::Listed(stream));
+    }
+    assert!(admitted(&h.cycle()).is_empty(), "Fairway does not take over a Job it was not given");
+    assert_eq!(not_managed_warnings(&h.background()), ["escaped"]);
+    assert_eq!(h.engine.unmanaged_in_managed_namespaces(), 1);
+
+    // Said once, however often the Job changes.
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&unmanaged_job("ads", "escaped", 2, false)).unwrap())));
+    h.cycle();
+    assert!(not_managed_warnings(&h.background()).is_empty());
+
+    // The namespace web opts in later: its Job is said then.
+    h.feed(Input::Namespace(Change::Applied(namespace("web", true))));
+    h.cycle();
+    assert_eq!(not_managed_warnings(&h.background()), ["elsewhere"]);
+    assert_eq!(h.engine.unmanaged_in_managed_namespaces(), 2);
+
+    // Deleted, or gone from a relist: no longer counted.
+    h.feed(Input::Workload(Change::Deleted(Workload::from_job(&unmanaged_job("ads", "escaped", 2, false)).unwrap())));
+    assert_eq!(h.engine.unmanaged_in_managed_namespaces(), 1);
+    h.feed(Input::Listing(Stream::Jobs));
+    h.feed(Input::Listed(Stream::Jobs));
+    assert_eq!(h.engine.unmanaged_in_managed_namespaces(), 0);
+}
+
+/// Two low Jobs of 4 GPUs running on one node since the admission times recorded on them;
+/// a high Job of 4 GPUs arrives after a controller restart: the least-work-lost rule must
+/// preempt the one admitted last, whichever of them that is.
+#[test]
+fn after_a_restart_the_victim_is_the_job_admitted_last_as_its_record_says() {
+    let now = Harness::new().now;
+    for (early, late) in [("a", "b"), ("b", "a")] {
+        let mut h = Harness::new();
+        let mut jobs = Vec::new();
+        let mut pods = Vec::new();
+        for (name, created_s) in [("a", 0), ("b", 10)] {
+            let mut j = job("vision", name, "low", 4, 1, created_s, Some(&["n1"]));
+            let ran_s = if name == early { 3600 } else { 60 };
+            let record = format!("{{\"nodes\":[\"n1\"],\"at_ms\":{}}}", now - ran_s * 1000);
+            j.metadata.annotations.as_mut().unwrap().insert(ADMISSION.into(), record);
+            jobs.push(j);
+            pods.push(pod("vision", &format!("{name}-x"), &format!("uid-{name}"), 4, Some("n1"), "fairway"));
+        }
+        jobs.push(job("ads", "ctr", "high", 4, 1, 50, None));
+        h.start(vec![node("n1", 8)], vec![class("high", 1_000_000), class("low", 1000)], jobs, pods, vec![]);
+        let actions = h.cycle();
+        assert_eq!(
+            suspended(&actions),
+            [(late.to_owned(), Some("ads/ctr".to_owned()))],
+            "{late} ran 60 s, {early} an hour"
+        );
+    }
 }

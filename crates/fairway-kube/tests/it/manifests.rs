@@ -1154,9 +1154,9 @@ fn the_kustomization_installs_the_controller_and_names_what_it_leaves_out() {
 #[test]
 fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
     let m = Manifests::load();
-    let metrics = fairway_server::metrics::Metrics::new();
+    let metrics = fairway_kube::http::KubeMetrics::new();
     // A family without series is not written out: give each one a series.
-    metrics.job_state("medium", fairway_server::api::JobState::Pending, 1);
+    metrics.server.job_state("medium", fairway_server::api::JobState::Pending, 1);
     let exported = metrics.encode();
     let mut used = 0;
     for (_, rule) in m.foreign("PrometheusRule") {
@@ -1258,7 +1258,7 @@ fn stored(mut object: Value, namespace: &str) -> Value {
 
 fn admitted_replicas(actions: &[Action], name: &str) -> Option<usize> {
     actions.iter().find_map(|a| match a {
-        Action::Admit { target, nodes } if target.name == name => Some(nodes.len()),
+        Action::Admit { target, nodes, .. } if target.name == name => Some(nodes.len()),
         _ => None,
     })
 }
@@ -1444,12 +1444,16 @@ fn the_guides_walk_through_is_what_the_engine_says() {
     w.job(&nightly);
     let actions = w.cycle();
     let nodes = vec!["gpu-node-1".to_owned(); 2];
-    assert!(
-        actions.iter().any(
-            |a| matches!(a, Action::Admit { target, nodes: n } if target.name == "nightly-retrain" && *n == nodes)
-        )
-    );
-    let admission = serde_json::to_string(&fairway_kube::workload::Admission { nodes }).unwrap();
+    let at_ms = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Admit { target, nodes: n, at_ms } if target.name == "nightly-retrain" && *n == nodes => {
+                Some(*at_ms)
+            }
+            _ => None,
+        })
+        .expect("nightly-retrain admitted on gpu-node-1");
+    let admission = serde_json::to_string(&fairway_kube::workload::Admission { nodes, at_ms: Some(at_ms) }).unwrap();
     assert!(
         guide.contains(&format!("`fairway.dev/admission: {admission}`")),
         "the guide shows the annotation {admission}"

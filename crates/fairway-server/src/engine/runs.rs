@@ -794,7 +794,7 @@ mod tests {
             role: Role::Admin,
         };
         let spec = b"name: gone\nresources: { gpus: 1 }\ncommand: [/nonexistent]\n";
-        let options = fairway_spec::ParseOptions { tenant_required: false };
+        let options = fairway_spec::ParseOptions { tenant_required: false, ..fairway_spec::ParseOptions::default() };
         let classes = fairway_spec::PriorityClasses::builtin();
         let parsed = fairway_spec::parse_and_resolve(spec, &Default::default(), &classes, &options).unwrap().parsed;
         let (reply, submitted) = oneshot::channel();

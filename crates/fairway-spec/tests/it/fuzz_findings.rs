@@ -74,14 +74,14 @@ spec:
     ];
     for input in &inputs {
         for tenant_required in [true, false] {
-            let options = ParseOptions { tenant_required };
+            let options = ParseOptions { tenant_required, ..ParseOptions::default() };
             let parsed = parse_documents_with(input.as_bytes(), &ParseLimits::default(), &options).unwrap();
             for job in &parsed.jobs {
                 assert_round_trips(job, &options);
             }
         }
     }
-    let no_tenant = ParseOptions { tenant_required: false };
+    let no_tenant = ParseOptions { tenant_required: false, ..ParseOptions::default() };
     for tenant in ["", "{ project: ads }", "{ user: alice }"] {
         let input = native_with("tenant", tenant);
         let parsed = parse_documents_with(input.as_bytes(), &ParseLimits::default(), &no_tenant).unwrap();

@@ -181,7 +181,12 @@ fn cases() -> Vec<Case> {
 }
 
 fn parse_with(input: &str, tenant_required: bool) -> Result<(), SpecErrors> {
-    parse_documents_with(input.as_bytes(), &ParseLimits::default(), &ParseOptions { tenant_required }).map(|_| ())
+    parse_documents_with(
+        input.as_bytes(),
+        &ParseLimits::default(),
+        &ParseOptions { tenant_required, ..ParseOptions::default() },
+    )
+    .map(|_| ())
 }
 
 #[test]

@@ -4,6 +4,7 @@ mod article;
 mod bad_input;
 mod classes;
 mod cluster;
+mod cluster_mode;
 mod convert;
 mod display;
 mod formats;

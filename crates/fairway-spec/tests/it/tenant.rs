@@ -10,7 +10,11 @@ const USER_LABEL: &str = r#"metadata.labels["fairway.dev/user"]"#;
 const USER_ANNOTATION: &str = r#"metadata.annotations["fairway.dev/user"]"#;
 
 fn parse_tenant(input: &str, tenant_required: bool) -> Result<Parsed, SpecErrors> {
-    parse_documents_with(input.as_bytes(), &ParseLimits::default(), &ParseOptions { tenant_required })
+    parse_documents_with(
+        input.as_bytes(),
+        &ParseLimits::default(),
+        &ParseOptions { tenant_required, ..ParseOptions::default() },
+    )
 }
 
 fn only_job(input: &str, tenant_required: bool) -> JobDoc {
@@ -38,7 +42,7 @@ fn kube_metadata(extra: &str) -> String {
 
 #[test]
 fn the_default_options_require_the_tenant() {
-    assert_eq!(ParseOptions::default(), ParseOptions { tenant_required: true });
+    assert_eq!(ParseOptions::default(), ParseOptions { tenant_required: true, for_cluster: false });
     let errors = parse_err(&native_with("tenant", ""));
     assert_eq!(errors.to_string(), "document 1: tenant: required field is missing");
 }
