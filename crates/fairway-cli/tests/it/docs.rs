@@ -41,6 +41,17 @@ const NOT_RUN_HERE: &[(&str, &str)] = &[
     ("cargo run --release -- demo", "tests/it/demo.rs runs `fairway demo` and its closing hint"),
     ("bash scripts/test", "this is the test command itself"),
     ("cargo install --locked --path crates/fairway-cli", "checked below: the crate builds the `fairway` binary"),
+    // The README's Kubernetes lines need a cluster and a container builder: the files they
+    // name are checked against the code by crates/fairway-kube/tests/it/manifests.rs (and
+    // `the_readmes_kubernetes_lines_name_files_that_exist` below).
+    ("docker build -f deploy/kubernetes/Dockerfile -t REGISTRY/fairway:0.1.0 .", "needs docker"),
+    ("kubectl apply -k deploy/kubernetes", "needs a cluster"),
+    ("kubectl label namespace ads fairway.dev/managed=true", "needs a cluster"),
+    (
+        "kubectl apply -n ads -f deploy/kubernetes/examples/article-priorityclass.yaml -f deploy/kubernetes/examples/article-job.yaml",
+        "needs a cluster",
+    ),
+    ("kubectl describe job -n ads paddle-high-priority-training", "needs a cluster"),
 ];
 
 struct Session {
@@ -164,4 +175,20 @@ fn the_server_guide_config_is_a_valid_config() {
     let yaml = &section[start..start + section[start..].find("```").unwrap()];
     let config = fairway_server::ConfigFile::parse(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     assert_eq!((config.projects.len(), config.quotas.len()), (2, 2));
+}
+
+#[test]
+fn the_readmes_kubernetes_lines_name_files_that_exist() {
+    let mut named = 0;
+    for (line, _) in NOT_RUN_HERE.iter().filter(|(l, _)| l.starts_with("kubectl") || l.starts_with("docker")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.windows(2).filter(|w| w[0] == "-f" || w[0] == "-k") {
+            assert!(repo().join(pair[1]).exists(), "`{line}` names {}, which does not exist", pair[1]);
+            named += 1;
+        }
+    }
+    assert_eq!(named, 4, "the Dockerfile, the kustomization and the article's two files");
+    // The article's Job in the examples is the one the README describes.
+    let job = std::fs::read_to_string(repo().join("deploy/kubernetes/examples/article-job.yaml")).unwrap();
+    assert!(job.contains("name: paddle-high-priority-training"));
 }
