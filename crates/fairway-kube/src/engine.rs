@@ -762,6 +762,10 @@ impl Engine {
                 t.w = w;
             }
             None => {
+                // What an earlier leader said is not said again (unless it changes).
+                if let Some(c) = &w.admitted_condition {
+                    self.published.entry(uid.clone()).or_insert_with(|| said_key(c.admitted, &c.reason, &c.message));
+                }
                 let id = Engine::job_id_of_uid(&uid);
                 self.workloads.insert(
                     uid.clone(),
@@ -868,7 +872,12 @@ impl Engine {
                 }
                 return;
             }
-            if t.w.finished.is_none() && t.refused.is_none() {
+            if t.w.paused() && !t.w.suspended && t.w.finished.is_none() {
+                // Paused, and unsuspended by someone else: it does not run unadmitted.
+                let target = target_of(&t.w);
+                self.actions.push(Action::Suspend { target, preemption: None });
+            }
+            if t.w.finished.is_none() && t.refused.is_none() && !t.w.paused() {
                 self.submit(uid, now);
             }
             return;
@@ -889,6 +898,16 @@ impl Engine {
                 if deleted && live == 0 {
                     self.forget(uid);
                 }
+            }
+            Some('p') if t.w.paused() && !t.deleted => {
+                // Paused while it waits: out of the queue (a hold it had is let go).
+                self.core_apply(Event::Cancel(id), now);
+                self.check_workload(uid, now);
+            }
+            Some('r') if t.w.paused() && !t.w.suspended && t.w.finished.is_none() => {
+                // Paused while it runs: it stops as a victim does, and then leaves the queue.
+                let target = target_of(&t.w);
+                self.actions.push(Action::Suspend { target, preemption: None });
             }
             Some('p') if !t.w.suspended && !t.deleted => {
                 // Unsuspended by someone else: Fairway admits it.
@@ -931,7 +950,13 @@ impl Engine {
         let t = self.workloads.get_mut(uid).expect("checked");
         if requeued {
             t.queued_since_ms = now;
+            let paused = t.w.paused();
             self.actions.push(Action::Release { target: target_of(&t.w) });
+            if paused {
+                // Stopped because it was paused: it leaves the queue before a cycle can
+                // admit it again.
+                self.check_workload(uid, now);
+            }
         } else {
             if matches!(outcome, ExitOutcome::Succeeded | ExitOutcome::Failed) && t.w.finished.is_some() {
                 let end = Observation::Finished {
@@ -1449,6 +1474,13 @@ impl Engine {
         for uid in uids {
             let Some(t) = self.workloads.get(&uid) else { continue };
             if !t.in_core {
+                if t.w.paused() && !t.deleted && t.w.finished.is_none() && t.refused.is_none() {
+                    let message = format!(
+                        "paused (annotation {}); remove it to queue the job again at its place",
+                        crate::workload::PAUSED
+                    );
+                    self.say(&uid, &mut out, false, "Paused", message);
+                }
                 continue;
             }
             let (admitted, reason, message) = match self.core.job_status(t.id) {
@@ -1467,26 +1499,31 @@ impl Engine {
                 }
                 _ => continue,
             };
-            let said = format!("{admitted}|{reason}|{message}");
-            if self.published.get(&uid) == Some(&said) {
-                continue;
-            }
-            self.published.insert(uid.clone(), said);
-            let target = target_of(&t.w);
-            out.push(Action::Condition {
-                target: target.clone(),
-                admitted,
-                reason: reason.clone(),
-                message: message.clone(),
-            });
-            out.push(Action::Event {
-                target,
-                warning: false,
-                reason: if admitted { "Admitted".into() } else { "Pending".into() },
-                message,
-            });
+            self.say(&uid, &mut out, admitted, &reason, message);
         }
         self.actions.extend(out);
+    }
+
+    /// The condition and an Event, unless that is what was said last.
+    fn say(&mut self, uid: &str, out: &mut Vec<Action>, admitted: bool, reason: &str, message: String) {
+        let said = said_key(admitted, reason, &message);
+        if self.published.get(uid) == Some(&said) {
+            return;
+        }
+        self.published.insert(uid.to_owned(), said);
+        let target = target_of(&self.workloads[uid].w);
+        out.push(Action::Condition {
+            target: target.clone(),
+            admitted,
+            reason: reason.to_owned(),
+            message: message.clone(),
+        });
+        let event_reason = match (admitted, reason) {
+            (true, _) => "Admitted",
+            (false, "Paused") => "Paused",
+            (false, _) => "Pending",
+        };
+        out.push(Action::Event { target, warning: false, reason: event_reason.into(), message });
     }
 
     /// A reason in words, with workloads named `namespace/name`.
@@ -1593,6 +1630,11 @@ pub fn placement_constraints(as_job: &Value, gpu_model_labels: &[String]) -> Res
         }
     }
     Ok(out)
+}
+
+/// What was published about a workload, to say it only when it changes.
+fn said_key(admitted: bool, reason: &str, message: &str) -> String {
+    format!("{admitted}|{reason}|{message}")
 }
 
 pub fn target_of(w: &Workload) -> Target {

@@ -255,7 +255,7 @@ impl Executor {
     async fn condition(&self, target: &Target, admitted: bool, reason: &str, message: &str) -> Result<(), kube::Error> {
         let now = jiff::Timestamp::now().to_string();
         let condition = json!({
-            "type": "FairwayAdmitted",
+            "type": crate::workload::AdmittedCondition::TYPE,
             "status": if admitted { "True" } else { "False" },
             "reason": reason,
             "message": message,
@@ -274,7 +274,7 @@ impl Executor {
         let conditions = object.pointer_mut("/status/conditions").and_then(Value::as_array_mut);
         match conditions {
             Some(list) => {
-                list.retain(|c| c["type"] != "FairwayAdmitted");
+                list.retain(|c| c["type"] != crate::workload::AdmittedCondition::TYPE);
                 list.push(condition);
             }
             None => {

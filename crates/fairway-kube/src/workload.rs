@@ -26,6 +26,9 @@ pub const QUEUE_LABEL: &str = "fairway.dev/queue";
 /// On a namespace, `"true"` opts it in (the webhook's `namespaceSelector`); on a workload,
 /// `"false"` opts it out.
 pub const MANAGED_LABEL: &str = "fairway.dev/managed";
+/// Annotation: `"true"` pauses a managed workload (it leaves the queue, or stops if it
+/// runs, and keeps its place for when the annotation goes).
+pub const PAUSED: &str = "fairway.dev/paused";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -92,6 +95,9 @@ pub struct Workload {
     pub queue_label: bool,
     /// Labelled `fairway.dev/managed: "false"`: the webhook leaves it alone.
     pub opted_out: bool,
+    /// Its `FairwayAdmitted` condition as last written (by any leader), so that a new
+    /// leader does not say it again.
+    pub admitted_condition: Option<AdmittedCondition>,
     pub annotations: BTreeMap<String, String>,
     /// The spec as a `batch/v1` Job document, for `fairway-spec`.
     pub as_job: Value,
@@ -105,6 +111,11 @@ impl Workload {
     /// The nodes of its replicas, if Fairway admitted it.
     pub fn admission(&self) -> Option<Vec<String>> {
         serde_json::from_str::<Admission>(self.annotations.get(ADMISSION)?).ok().map(|a| a.nodes)
+    }
+
+    /// Paused by its owner (the [`PAUSED`] annotation).
+    pub fn paused(&self) -> bool {
+        self.annotations.get(PAUSED).is_some_and(|v| v == "true")
     }
 
     /// When Fairway admitted it, if recorded.
@@ -134,9 +145,11 @@ impl Workload {
             })
         });
         let mut as_job = serde_json::to_value(job).ok()?;
+        let admitted_condition = AdmittedCondition::from_status(&as_job);
         clean_for_reader(&mut as_job);
         Some(Workload {
             kind: Kind::Job,
+            admitted_condition,
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone()?,
             uid: meta.uid.clone()?,
@@ -200,6 +213,7 @@ impl Workload {
         clean_for_reader(&mut as_job);
         Some(Workload {
             kind: Kind::PaddleJob,
+            admitted_condition: AdmittedCondition::from_status(&object.data),
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone()?,
             uid: meta.uid.clone()?,
@@ -211,6 +225,28 @@ impl Workload {
             opted_out: opted_out(meta),
             annotations: meta.annotations.clone().unwrap_or_default(),
             as_job,
+        })
+    }
+}
+
+/// The `FairwayAdmitted` condition of a workload's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmittedCondition {
+    pub admitted: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl AdmittedCondition {
+    pub const TYPE: &str = "FairwayAdmitted";
+
+    fn from_status(object: &Value) -> Option<AdmittedCondition> {
+        let conditions = object.pointer("/status/conditions")?.as_array()?;
+        let c = conditions.iter().find(|c| c["type"] == AdmittedCondition::TYPE)?;
+        Some(AdmittedCondition {
+            admitted: c["status"] == "True",
+            reason: c["reason"].as_str().unwrap_or_default().to_owned(),
+            message: c["message"].as_str().unwrap_or_default().to_owned(),
         })
     }
 }
@@ -336,6 +372,7 @@ fn clean_for_reader(job: &mut Value) {
             annotations.retain(|k, _| {
                 !k.starts_with("fairway.dev/admission")
                     && !k.starts_with("fairway.dev/preempt")
+                    && k != PAUSED
                     && !k.starts_with("kubectl.kubernetes.io/")
             });
         }

@@ -176,6 +176,7 @@ scenarios!(
     conflicts_and_expired_watches,
     paddlejob,
     opt_in_without_webhook,
+    pause_and_resume,
 );
 
 /// Two replicas with leader election: one acts (a Job is admitted once), the other says who

@@ -667,3 +667,120 @@ fn after_a_restart_the_victim_is_the_job_admitted_last_as_its_record_says() {
         );
     }
 }
+
+/// A new leader does not say again what the Job's `FairwayAdmitted` condition already says
+/// (10,000 queued Jobs would otherwise get 10,000 more Events at each failover), and says
+/// what changed.
+#[test]
+fn a_new_leader_does_not_repeat_what_the_condition_already_says() {
+    let said_about = |condition: Option<(&str, &str)>, hard_gpus: u32| {
+        let mut h = Harness::new();
+        let quota: ResourceQuota = from_yaml(&format!(
+            "metadata: {{ name: gpus, namespace: ads }}\nspec: {{ hard: {{ requests.nvidia.com/gpu: \"{hard_gpus}\" }} }}\n"
+        ));
+        let mut ctr = job("ads", "ctr", "high", 8, 1, 0, None);
+        if let Some((reason, message)) = condition {
+            ctr.status = Some(from_yaml(&format!(
+                "conditions: [{{ type: FairwayAdmitted, status: \"False\", reason: {reason}, message: \"{message}\" }}]\n"
+            )));
+        }
+        h.start(vec![node("n1", 8)], vec![class("high", 1_000_000)], vec![ctr], vec![], vec![quota]);
+        assert!(admitted(&h.cycle()).is_empty());
+        h.background()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Condition { message, .. } => Some(format!("condition: {message}")),
+                Action::Event { message, .. } => Some(format!("event: {message}")),
+                _ => None,
+            })
+            .collect::<Vec<String>>()
+    };
+    let over_4 = "over quota: namespace ads uses 0 of its 4 nvidia.com/gpu (ResourceQuota); it asks 8";
+    // The first leader says it, as a condition and an Event.
+    assert_eq!(said_about(None, 4), [format!("condition: {over_4}"), format!("event: {over_4}")]);
+    // The next one finds it said.
+    assert!(said_about(Some(("OverQuota", over_4)), 4).is_empty());
+    // Unless it changed meanwhile (the quota went down to 2).
+    let over_2 = "over quota: namespace ads uses 0 of its 2 nvidia.com/gpu (ResourceQuota); it asks 8";
+    assert_eq!(
+        said_about(Some(("OverQuota", over_4)), 2),
+        [format!("condition: {over_2}"), format!("event: {over_2}")]
+    );
+}
+
+fn with_annotation(mut j: Job, key: &str, value: Option<&str>) -> Job {
+    let annotations = j.metadata.annotations.get_or_insert_default();
+    match value {
+        Some(v) => annotations.insert(key.into(), v.into()),
+        None => annotations.remove(key),
+    };
+    j
+}
+
+fn workload(j: &Job) -> Input {
+    Input::Workload(Change::Applied(Workload::from_job(j).unwrap()))
+}
+
+fn conditions_said(said: &[Action], name: &str) -> Vec<String> {
+    said.iter()
+        .filter_map(|a| match a {
+            Action::Condition { target, reason, .. } if target.name == name => Some(reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `fairway.dev/paused: "true"` on a running Job stops it as a victim is stopped and takes it
+/// out of the queue, so the next Job gets its GPUs; removing the annotation queues it again.
+#[test]
+fn a_paused_job_stops_leaves_the_queue_and_comes_back_when_unpaused() {
+    let mut h = Harness::new();
+    let running = job("vision", "a", "low", 8, 1, 0, Some(&["n1"]));
+    h.start(
+        vec![node("n1", 8)],
+        vec![class("low", 1000)],
+        vec![running.clone(), job("vision", "b", "low", 8, 1, 10, None)],
+        vec![pod("vision", "a-x", "uid-a", 8, Some("n1"), "fairway")],
+        vec![],
+    );
+    assert!(admitted(&h.cycle()).is_empty(), "a holds the node");
+    assert_eq!(conditions_said(&h.background(), "a"), ["Admitted"]);
+
+    let paused = with_annotation(running.clone(), "fairway.dev/paused", Some("true"));
+    h.feed(workload(&paused));
+    assert_eq!(suspended(&h.cycle()), [("a".to_owned(), None)], "paused: a is suspended, for no preemptor");
+    let mut stopped = paused.clone();
+    stopped.spec.as_mut().unwrap().suspend = Some(true);
+    h.feed(workload(&stopped));
+    h.feed(Input::Pod(Change::Deleted(pod("vision", "a-x", "uid-a", 8, Some("n1"), "fairway"))));
+    let actions = h.cycle();
+    assert_eq!(admitted(&actions), [("b".to_owned(), vec!["n1".to_owned()])], "b takes the GPUs a let go");
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::Release { target } if target.name == "a")),
+        "a's admission record is removed: {actions:?}"
+    );
+    assert_eq!(conditions_said(&h.background(), "a"), ["Paused"]);
+
+    // Paused and unsuspended by hand: suspended again, not admitted.
+    let mut released = stopped.clone();
+    released.metadata.annotations.as_mut().unwrap().remove(ADMISSION);
+    let mut unsuspended = released.clone();
+    unsuspended.spec.as_mut().unwrap().suspend = Some(false);
+    h.feed(workload(&unsuspended));
+    assert_eq!(suspended(&h.cycle()), [("a".to_owned(), None)]);
+    h.feed(workload(&released));
+
+    // Unpaused: it queues again (behind nobody: it is older than b) and waits for b's GPUs.
+    h.feed(workload(&with_annotation(released.clone(), "fairway.dev/paused", None)));
+    assert!(admitted(&h.cycle()).is_empty());
+    assert_eq!(conditions_said(&h.background(), "a"), ["NoFit"]);
+
+    // Paused while it waits: out of the queue, so b's end does not start it.
+    h.feed(workload(&released));
+    h.cycle();
+    assert_eq!(conditions_said(&h.background(), "a"), ["Paused"]);
+    h.feed(Input::Workload(Change::Deleted(Workload::from_job(&job("vision", "b", "low", 8, 1, 10, None)).unwrap())));
+    assert!(admitted(&h.cycle()).is_empty(), "paused a stays out while n1 is free");
+    h.feed(workload(&with_annotation(released, "fairway.dev/paused", Some("false"))));
+    assert_eq!(admitted(&h.cycle()), [("a".to_owned(), vec!["n1".to_owned()])], "unpaused, it runs");
+}
