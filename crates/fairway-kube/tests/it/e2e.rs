@@ -34,30 +34,31 @@ fn free_port() -> u16 {
 }
 
 /// The controller as a test runs it: the shipped settings but for addresses, leader
-/// election off (one replica), the webhook certificate made by the controller itself.
+/// election off (one replica), the webhook certificate made by the controller itself for
+/// the shipped Service's name.
 pub fn test_settings(webhook_port: u16) -> Settings {
     let text = format!(
         "listen: 127.0.0.1:0\n\
-         webhook:\n  listen: 127.0.0.1:{webhook_port}\n  managed_cert: {{ hosts: [127.0.0.1] }}\n\
+         webhook:\n  listen: 127.0.0.1:{webhook_port}\n\
          leader_election: {{ enabled: false }}\n"
     );
     Settings::parse(&text).unwrap()
 }
 
 /// The shipped namespace (`deploy/kubernetes/namespace.yaml`) and webhook configuration
-/// (`webhook.yaml`), the latter pointed at a URL instead of the Service (the fake has no
-/// Services to route to).
+/// (`webhook.yaml`), unmodified: the fake sends the webhook's calls for the Service
+/// `fairway-system/fairway-webhook` to `port` and verifies the certificate for the
+/// Service's DNS name, as the API server does; the controller writes the `caBundle`.
 pub async fn install_webhook(cluster: &FakeCluster, port: u16) {
     let text = std::fs::read_to_string(repo_root().join("deploy/kubernetes/namespace.yaml")).unwrap();
     let namespace: k8s_openapi::api::core::v1::Namespace = serde_saphyr::from_str(&text).unwrap();
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client());
     api.create(&PostParams::default(), &namespace).await.unwrap();
     let text = std::fs::read_to_string(repo_root().join("deploy/kubernetes/webhook.yaml")).unwrap();
-    let mut config: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
-    for hook in config["webhooks"].as_array_mut().unwrap() {
-        hook["clientConfig"] = serde_json::json!({"url": format!("https://127.0.0.1:{port}/mutate")});
-    }
-    let config: MutatingWebhookConfiguration = serde_json::from_value(config).unwrap();
+    let config: MutatingWebhookConfiguration = serde_saphyr::from_str(&text).unwrap();
+    let service = config.webhooks.as_ref().unwrap()[0].client_config.service.clone().expect("a Service");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    cluster.expose_service(&service.namespace, &service.name, addr);
     let api: Api<MutatingWebhookConfiguration> = Api::all(cluster.client());
     api.create(&PostParams::default(), &config).await.unwrap();
 }
