@@ -22,6 +22,7 @@ mod preemption;
 mod queue;
 mod restore;
 mod scheduler;
+pub mod search;
 mod state;
 pub mod types;
 mod victims;

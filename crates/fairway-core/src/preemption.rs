@@ -9,16 +9,30 @@
 //!    brings it back within the cap.
 //! 2. **Lowest priority first.** A set whose highest-priority victim is lower wins.
 //! 3. **Least work lost.** Then the set losing the least GPU-time since each victim's last
-//!    checkpoint (reported, or implied by its checkpoint interval, or its start): the most
-//!    recently started or checkpointed jobs go first.
-//! 4. **Fewest GPUs freed beyond need.** Victims that are not needed are dropped (the set
-//!    is minimal), and among nodes the one where the set frees the least excess wins.
-//! 5. **Stable ties.** Then fewer victims, then the most recently submitted victim (highest
-//!    id) first, then the lowest node id.
+//!    checkpoint (reported, or implied by its checkpoint interval, or its start), summed
+//!    over the set: not the cheapest victims taken one by one until the job fits, but the
+//!    cheapest set (one victim of 16 GPU-minutes beats two of 3 and 15).
+//! 4. **Fewest GPUs freed beyond need.** Then the set that frees the fewest GPUs beyond
+//!    what the job needs; every victim of the chosen set is needed (the set is minimal).
+//! 5. **Stable ties.** Then fewer victims, then the set with the most recently submitted
+//!    victims (compared highest id first), then the lowest node id.
 //! 6. **Bounded.** At most `victims_per_preemption_max` victims and
-//!    `victim_candidates_max` candidates examined; beyond that the job does not preempt.
+//!    `victim_candidates_max` candidates examined (the first ones by priority, then id);
+//!    beyond that the job does not preempt.
 //!
-//! Every rule has its own scenario test in `tests/it/scenarios/`.
+//! **Where the search is exact.** For a job of one replica (the usual preemptor), rules 2 to
+//! 6 are applied exactly: every node's best set is found by `search::best_set_on_node` (a
+//! dynamic program over the GPUs freed, or, when CPU or memory must be freed too, a branch
+//! and bound of at most `search::BRANCH_STEPS_MAX` steps per node, past which it takes the
+//! candidates in rule order and drops those not needed), and a test compares every search
+//! of the property test with a brute-force search over all sets. **Approximations:** a gang
+//! (several replicas) clears whole nodes, cheapest first by rules 2 and 3 per replica
+//! gained, then drops the victims it does not need, most costly first; a job over its
+//! account's quota takes its account's victims in rule order until it fits within the cap
+//! and on the nodes, then drops those not needed. Both keep rules 1, 2 and 6 and give a
+//! minimal set, but not always the one that loses the least work.
+//!
+//! Every rule has its own scenario test in `tests/scenarios/`.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -27,6 +41,7 @@ use crate::cluster::{Node, NodeIx};
 use crate::jobs::JobIx;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
+use crate::search::{Buffers, NodeCandidate, SearchRecord, SetCost, best_set_on_node_with};
 use crate::state::JobState;
 use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, ResourceKind, Resources, Time};
 use crate::victims::VictimEntry;
@@ -94,17 +109,9 @@ struct NodeVictim {
     freed: Resources,
 }
 
-impl NodeVictim {
-    /// Rules 2, 3 and 5, as `Victim::order_key`.
-    fn order_key(&self) -> (Priority, u64, Reverse<JobId>) {
-        (self.priority, self.lost_gpu_ms, Reverse(self.id))
-    }
-}
-
-/// The best set on one node so far: rules 2, 3, 4 and the set size, then (rule 5) its
-/// victims and the node.
+/// The best set on one node so far, and the node.
 struct NodeSet {
-    cost: (Priority, u64, u32, usize),
+    cost: SetCost,
     node: NodeId,
 }
 
@@ -117,9 +124,12 @@ pub(crate) struct SearchScratch {
     bounds: Vec<(u64, u32)>,
     /// A node's victims up to the level, in the order of rules 2, 3, 5.
     on_node: Vec<NodeVictim>,
-    /// The minimal set on the node being weighed, and the best one so far.
-    set: Vec<NodeVictim>,
+    /// The node's victims as the node search takes them, and the best set so far.
+    candidates: Vec<NodeCandidate>,
     best: Vec<NodeVictim>,
+    node_search: Buffers,
+    /// One-replica searches as they were, when asked for (`Scheduler::record_searches`).
+    pub(crate) records: Option<Vec<SearchRecord>>,
 }
 
 /// Rule 6's candidate bound as it applies to one search.
@@ -318,6 +328,49 @@ impl Scheduler {
     /// lowest level have their minimal sets built and ranked by rules 3–5. If every one of
     /// them breaks the victim bound, the nodes of the next level are weighed, and so on.
     fn best_single_node_set(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
+        let plan = self.single_node_search(ix, now, scratch);
+        if let Some(records) = scratch.records.as_mut() {
+            records.push(self.search_record(ix, now, &plan));
+        }
+        plan
+    }
+
+    /// The search as an outside check needs it: every usable node with what it has free and
+    /// its examined candidates, and what was chosen.
+    fn search_record(&self, ix: JobIx, now: Time, plan: &Option<VictimPlan>) -> SearchRecord {
+        let job = &self.jobs[ix];
+        let cut = self.candidate_cut(ix);
+        let examined = |e: &VictimEntry| e.priority < job.spec.priority && cut.admits(e);
+        let nodes = self
+            .nodes
+            .iter()
+            .filter(|n| Self::usable(n, job.spec.gpu_model))
+            .map(|n| {
+                let candidates = n
+                    .victims
+                    .iter()
+                    .take_while(|e| examined(e))
+                    .map(|e| NodeCandidate {
+                        id: e.id,
+                        priority: e.priority,
+                        lost_gpu_ms: e.lost_gpu_ms(now),
+                        freed: e.freed,
+                    })
+                    .collect();
+                (n.spec.id, n.available(), candidates)
+            })
+            .collect();
+        let chosen = plan.as_ref().map(|p| (p.chosen[0].0, p.victims.iter().map(|(id, _)| *id).collect()));
+        SearchRecord {
+            preemptor: job.spec.id,
+            demand: job.spec.per_replica,
+            victims_max: self.config.limits.victims_per_preemption_max as usize,
+            nodes,
+            chosen,
+        }
+    }
+
+    fn single_node_search(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
         let job = &self.jobs[ix];
         let (priority, demand, model) = (job.spec.priority, job.spec.per_replica, job.spec.gpu_model);
         let cut = self.candidate_cut(ix);
@@ -381,7 +434,7 @@ impl Scheduler {
         let mut best: Option<NodeSet> = None;
         for i in std::iter::once(first).chain((0..scratch.bounds.len()).filter(|&i| i != first)) {
             let (bound, position) = scratch.bounds[i];
-            if best.as_ref().is_some_and(|b| bound > b.cost.1) {
+            if best.as_ref().is_some_and(|b| bound > b.cost.lost_gpu_ms) {
                 continue;
             }
             let node = self.nodes.at(NodeIx(position));
@@ -389,37 +442,29 @@ impl Scheduler {
             scratch.on_node.extend(node.victims.iter().take_while(|e| e.priority <= level && examined(e)).map(|e| {
                 NodeVictim { id: e.id, ix: e.ix, priority: e.priority, lost_gpu_ms: e.lost_gpu_ms(now), freed: e.freed }
             }));
-            scratch.on_node.sort_unstable_by_key(NodeVictim::order_key);
-            let available = node.available();
-            if !minimal_prefix(available, demand, &scratch.on_node, max_victims, &mut scratch.set) {
-                continue;
-            }
-            let set = &scratch.set;
-            let Some(top) = set.iter().map(|v| v.priority).max() else {
-                debug_assert!(false, "a node that needs no victim was not found by placement");
+            scratch.candidates.clear();
+            scratch.candidates.extend(scratch.on_node.iter().map(|v| NodeCandidate {
+                id: v.id,
+                priority: v.priority,
+                lost_gpu_ms: v.lost_gpu_ms,
+                freed: v.freed,
+            }));
+            let Some(set) = best_set_on_node_with(
+                &mut scratch.node_search,
+                node.available(),
+                demand,
+                &scratch.candidates,
+                max_victims,
+            ) else {
                 continue;
             };
-            let freed_gpus: u32 = set.iter().map(|v| v.freed.gpus).sum();
-            let cost = (
-                top,
-                set.iter().map(|v| v.lost_gpu_ms).sum(),
-                (available.gpus + freed_gpus).saturating_sub(demand.gpus),
-                set.len(),
-            );
-            let better = match &best {
-                None => true,
-                // Rules 2-4 and the set size; then rule 5, the most recently submitted victim
-                // first (Fix: this was missing between sets on different nodes, so equal
-                // victims were chosen by lowest node id); then the lowest node id.
-                Some(b) => cost
-                    .cmp(&b.cost)
-                    .then_with(|| newest_first(&scratch.best).cmp(&newest_first(set)))
-                    .then_with(|| node.spec.id.cmp(&b.node))
-                    .is_lt(),
-            };
+            // Rules 2 to 5 (the cost), then the lowest node id.
+            let better =
+                best.as_ref().is_none_or(|b| set.cost.cmp(&b.cost).then_with(|| node.spec.id.cmp(&b.node)).is_lt());
             if better {
-                best = Some(NodeSet { cost, node: node.spec.id });
-                std::mem::swap(&mut scratch.best, &mut scratch.set);
+                scratch.best.clear();
+                scratch.best.extend(set.victims.iter().map(|&i| scratch.on_node[i]));
+                best = Some(NodeSet { cost: set.cost, node: node.spec.id });
             }
         }
         let best = best?;
@@ -592,43 +637,6 @@ impl Scheduler {
     }
 }
 
-/// Take victims on one node in order until `demand` fits, then drop the ones not needed
-/// (most costly first), into `taken`. False when even all of them (within the bound) are
-/// not enough.
-fn minimal_prefix(
-    available: Resources,
-    demand: Resources,
-    on_node: &[NodeVictim],
-    max_victims: usize,
-    taken: &mut Vec<NodeVictim>,
-) -> bool {
-    taken.clear();
-    let mut room = available;
-    for v in on_node {
-        if demand.fits_in(room) {
-            break;
-        }
-        taken.push(*v);
-        room = room.plus(v.freed);
-    }
-    if !demand.fits_in(room) {
-        return false;
-    }
-    let mut i = taken.len();
-    while i > 0 {
-        i -= 1;
-        let without = room.minus(taken[i].freed);
-        if demand.fits_in(without) {
-            room = without;
-            taken.remove(i);
-        }
-    }
-    // Fix: rule 6 bounds the victims taken, so it applies to the minimal set. It used to
-    // bound the prefix, so a victim that frees nothing the job needs (a CPU-only job ahead
-    // of a GPU job) used up the bound and a valid set was never found.
-    taken.len() <= max_victims
-}
-
 /// The priority level at which a node first has room for `demand`, taking the examined
 /// candidates of its list (lowest priority first) level by level; `None` if they never make
 /// room. A node's list is in (priority, id) order and `examined` holds for a prefix of it.
@@ -646,11 +654,4 @@ fn room_level(node: &Node, demand: Resources, examined: impl Fn(&VictimEntry) ->
         }
     }
     None
-}
-
-/// A set's victim ids, newest (highest) first: rule 5 prefers the set that is larger here.
-fn newest_first(set: &[NodeVictim]) -> Vec<JobId> {
-    let mut ids: Vec<JobId> = set.iter().map(|v| v.id).collect();
-    ids.sort_by(|a, b| b.cmp(a));
-    ids
 }

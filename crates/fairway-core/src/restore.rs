@@ -83,6 +83,9 @@ impl Scheduler {
         }
         let waiting = leaving.len() as u32;
         self.reserve(ix, Reservation { placement, victims: leaving, waiting, charged: [Resources::ZERO; 2] });
+        // The hold was granted under the caps of its time: it keeps what it holds, as a
+        // restored run does.
+        self.grandfather_accounts_of(ix);
         Ok(())
     }
 
@@ -124,13 +127,13 @@ impl Scheduler {
         Ok(())
     }
 
-    /// A restored running job may hold more than a cap now allows: keep it, as
+    /// A restored running job or hold may hold more than a cap now allows: keep it, as
     /// `SetQuota` does for a lowered cap.
     fn grandfather_accounts_of(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
-        debug_assert!(matches!(job.state, JobState::Running { .. }));
+        debug_assert!(matches!(job.state, JobState::Running { .. } | JobState::Pending { reservation: Some(_) }));
         for account in job.accounts() {
-            let account = self.accounts.get_mut(&account).expect("charged by start");
+            let account = self.accounts.get_mut(&account).expect("charged by start or reserve");
             if !account.within_quota() {
                 account.grandfathered = account.charged;
             }

@@ -146,6 +146,17 @@ impl Scheduler {
         &self.config
     }
 
+    /// From now on, keep a record of every one-replica victim search (for tests that check
+    /// the choice against a reference; costs a copy of the candidates per search).
+    pub fn record_searches(&mut self) {
+        self.search_scratch.records.get_or_insert_with(Vec::new);
+    }
+
+    /// The searches recorded since the last call.
+    pub fn take_search_records(&mut self) -> Vec<crate::search::SearchRecord> {
+        self.search_scratch.records.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
     pub fn counters(&self) -> Counters {
         self.counters
     }

@@ -2,4 +2,5 @@ mod dsl;
 mod oracle;
 mod props;
 mod scenarios;
+mod search;
 mod smoke;

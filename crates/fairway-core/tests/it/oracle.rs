@@ -14,7 +14,7 @@
 //!   preemptor, whose policy and the config allow preemption;
 //! - every pending job has a reason, and a job waiting for preemption names victims that are
 //!   still being preempted for it;
-//! - work conservation: after a cycle without preemptions, no pending job that is within its
+//! - work conservation: after every cycle (those that preempt too), no pending job that is within its
 //!   quotas and not blocked behind another fits in the free room (a group left dormant when
 //!   its wait was over would show up here), and a job said to never fit indeed fits no node;
 //! - a job blocked behind another (strict order) names a pending job that does block;
@@ -240,7 +240,7 @@ impl Oracle {
         self.check_quotas()?;
         self.drain_grandfathered(s);
         self.check_pending(s)?;
-        self.check_work_conserving(s, out)?;
+        self.check_work_conserving(s)?;
         self.check_blockers(s)?;
         self.check_preemption_liveness(s)?;
         Ok(())
@@ -467,8 +467,25 @@ impl Oracle {
                     useful += 1;
                 }
             }
+            // Rule 6: at most the bound's victims, and the search examines the first
+            // `victim_candidates_max` candidates (by priority, then id) only: the check holds
+            // when every candidate it could have seen during the cycle is among them (those
+            // preempted later in the cycle were candidates when it searched).
+            let seen_in_cycle = self
+                .live
+                .keys()
+                .filter(|v| {
+                    let vs = &self.specs[*v];
+                    vs.priority < spec.priority
+                        && vs.preemptible
+                        && matches!(
+                            s.job_status(**v),
+                            Some(JobStatus::Running { .. } | JobStatus::Preempting { .. } | JobStatus::Stopping { .. })
+                        )
+                })
+                .count();
             let bound = config.limits.victims_per_preemption_max.min(config.limits.victim_candidates_max);
-            if useful == 0 || useful > bound as usize {
+            if useful == 0 || useful > bound as usize || seen_in_cycle > config.limits.victim_candidates_max as usize {
                 continue;
             }
             if over_quota(s, spec, &freed_quota).is_some() || !self.fits(spec, &free, &extra) {
@@ -481,10 +498,8 @@ impl Oracle {
         Ok(())
     }
 
-    fn check_work_conserving(&self, s: &Scheduler, out: &CycleOutcome) -> Result<(), String> {
-        if s.config().limits.starts_per_cycle_max != Limits::default().starts_per_cycle_max
-            || out.decisions.iter().any(|d| matches!(d, Decision::Preempt { .. }))
-        {
+    fn check_work_conserving(&self, s: &Scheduler) -> Result<(), String> {
+        if s.config().limits.starts_per_cycle_max != Limits::default().starts_per_cycle_max {
             return Ok(());
         }
         let free = self.free_room(s);

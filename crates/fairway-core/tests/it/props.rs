@@ -1,6 +1,12 @@
-//! Property tests: random event sequences on small clusters. After every cycle the core's
-//! own `check_invariants` and the outside checks of [`Oracle`] must hold; and the same
-//! events fed to two schedulers give the same decisions.
+//! Property tests: random event sequences on small clusters, under random limits (victims,
+//! candidates, nodes scored, starts and preemptions per cycle), with driver restarts
+//! (`Restore` and `RestoreHold` into a new scheduler). After every cycle the core's own
+//! `check_invariants` and the outside checks of [`Oracle`] must hold, every one-replica
+//! victim search must choose what a brute-force search over all sets chooses
+//! (`search::brute_force_record`); and the same events fed to two schedulers give the same
+//! decisions.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
@@ -42,15 +48,37 @@ struct NodeShape {
 #[derive(Clone, Debug)]
 enum Op {
     Submit(JobShape),
-    Cycle { dt_s: u64 },
-    Exit { pick: usize, outcome: ExitOutcome },
-    Cancel { pick: usize },
-    Checkpoint { pick: usize },
+    Cycle {
+        dt_s: u64,
+    },
+    Exit {
+        pick: usize,
+        outcome: ExitOutcome,
+    },
+    Cancel {
+        pick: usize,
+    },
+    Checkpoint {
+        pick: usize,
+    },
     AddNode(NodeShape),
-    RemoveNode { pick: usize },
-    Drain { pick: usize },
-    Uncordon { pick: usize },
-    SetQuota { account: u32, gpus: Option<u32>, cpu: Option<u64> },
+    RemoveNode {
+        pick: usize,
+    },
+    Drain {
+        pick: usize,
+    },
+    Uncordon {
+        pick: usize,
+    },
+    SetQuota {
+        account: u32,
+        gpus: Option<u32>,
+        cpu: Option<u64>,
+    },
+    /// The driver restarts: a new scheduler rebuilt from what the old one knew (`Restore`
+    /// and `RestoreHold`, as the daemon and the Kubernetes controller rebuild).
+    Restart,
 }
 
 #[derive(Clone, Debug)]
@@ -133,6 +161,7 @@ fn op() -> impl Strategy<Value = Op> {
             prop::option::weighted(0.2, prop_oneof![Just(4_000u64), Just(16_000)]),
         )
             .prop_map(|(account, gpus, cpu)| Op::SetQuota { account, gpus, cpu }),
+        1 => Just(Op::Restart),
     ]
 }
 
@@ -143,21 +172,31 @@ fn config() -> impl Strategy<Value = Config> {
         any::<bool>(),
         prop_oneof![3 => Just(32u32), 1 => 1..4u32],
         prop_oneof![3 => Just(64u32), 1 => 1..3u32],
+        (
+            prop_oneof![3 => Just(Limits::default().victim_candidates_max), 1 => 1..4u32],
+            prop_oneof![3 => Just(Limits::default().candidate_nodes_scored_max), 1 => 1..3u32],
+            prop_oneof![3 => Just(Limits::default().starts_per_cycle_max), 1 => 1..3u32],
+        ),
     )
-        .prop_map(|(mut policy, flip_backfill, spread, victims_max, attempts_max)| {
-            if flip_backfill {
-                policy.backfill = !policy.backfill;
-            }
-            if spread {
-                policy.scoring = ScoringPolicy::Spread;
-            }
-            let limits = Limits {
-                victims_per_preemption_max: victims_max,
-                preemption_attempts_per_cycle_max: attempts_max,
-                ..Limits::default()
-            };
-            Config { policy, limits }
-        })
+        .prop_map(
+            |(mut policy, flip_backfill, spread, victims_max, attempts_max, (candidates, scored, starts))| {
+                if flip_backfill {
+                    policy.backfill = !policy.backfill;
+                }
+                if spread {
+                    policy.scoring = ScoringPolicy::Spread;
+                }
+                let limits = Limits {
+                    victims_per_preemption_max: victims_max,
+                    preemption_attempts_per_cycle_max: attempts_max,
+                    victim_candidates_max: candidates,
+                    candidate_nodes_scored_max: scored,
+                    starts_per_cycle_max: starts,
+                    ..Limits::default()
+                };
+                Config { policy, limits }
+            },
+        )
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -184,14 +223,22 @@ struct Driver {
     next_node: u32,
     jobs: Vec<JobId>,
     nodes: Vec<NodeId>,
+    /// What a restart needs and the scheduler does not say: each job's spec and submit time,
+    /// the nodes as added and which are drained, the quotas as set.
+    specs: BTreeMap<JobId, (JobSpec, Time)>,
+    node_specs: BTreeMap<NodeId, NodeSpec>,
+    drained: BTreeSet<NodeId>,
+    quotas: BTreeMap<AccountId, Quota>,
     /// The events so far as a scenario script (see `dsl.rs`), printed when a check fails.
     script: Vec<String>,
 }
 
 impl Driver {
     fn new(config: &Config, twin: bool) -> Driver {
+        let mut s = Scheduler::new(config.clone());
+        s.record_searches();
         Driver {
-            s: Scheduler::new(config.clone()),
+            s,
             twin: twin.then(|| Scheduler::new(config.clone())),
             twin_out: CycleOutcome::default(),
             oracle: Oracle::new(),
@@ -200,6 +247,10 @@ impl Driver {
             next_node: 0,
             jobs: Vec::new(),
             nodes: Vec::new(),
+            specs: BTreeMap::new(),
+            node_specs: BTreeMap::new(),
+            drained: BTreeSet::new(),
+            quotas: BTreeMap::new(),
             script: vec![script_config(config)],
         }
     }
@@ -207,6 +258,34 @@ impl Driver {
     fn apply(&mut self, event: Event) -> Result<(), String> {
         let line = script_line(&event, self.now);
         self.script.push(line);
+        match &event {
+            Event::Submit(spec) => {
+                self.specs.insert(spec.id, (spec.clone(), self.now));
+            }
+            Event::NodeAdded(n) => {
+                self.node_specs.insert(n.id, n.clone());
+                self.drained.remove(&n.id);
+            }
+            Event::NodeRemoved(n) => {
+                self.node_specs.remove(n);
+                self.drained.remove(n);
+            }
+            Event::NodeDrained(n) => {
+                self.drained.insert(*n);
+            }
+            Event::NodeUncordoned(n) => {
+                self.drained.remove(n);
+            }
+            Event::SetQuota { account, quota } => match quota {
+                Some(q) => {
+                    self.quotas.insert(*account, *q);
+                }
+                None => {
+                    self.quotas.remove(account);
+                }
+            },
+            _ => {}
+        }
         let result = self.s.apply(event.clone(), self.now);
         if let Some(t) = &mut self.twin {
             let twin_result = t.apply(event.clone(), self.now);
@@ -250,8 +329,26 @@ impl Driver {
     fn cycle(&mut self) -> Result<(), String> {
         self.script.push(format!("cycle at={}ms", self.now.millis()));
         self.oracle.before_cycle(&self.s);
-        let out = self.s.cycle(self.now);
+        // The core asserts its invariants in debug builds: a panic becomes a failure that
+        // prints the script.
+        let now = self.now;
+        let s = &mut self.s;
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.cycle(now))).map_err(|panic| {
+            let text =
+                panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+            format!("the core panicked: {}", text.unwrap_or_default())
+        })?;
         self.oracle.after_cycle(&self.s, &out)?;
+        // Every one-replica victim search of the cycle against the brute-force reference.
+        for record in self.s.take_search_records() {
+            let reference = crate::search::brute_force_record(&record);
+            if record.chosen != reference {
+                return Err(format!(
+                    "victim search for {} at {}: the core chose {:?}, the rules rank first {:?}\n{record:#?}",
+                    record.preemptor, self.now, record.chosen, reference
+                ));
+            }
+        }
         if let Some(t) = &mut self.twin {
             t.cycle_into(self.now, &mut self.twin_out);
             let twin_out = &self.twin_out;
@@ -345,6 +442,7 @@ impl Driver {
                     if matches!(op, Op::Drain { .. }) { Event::NodeDrained(node) } else { Event::NodeUncordoned(node) };
                 self.apply(event)
             }
+            Op::Restart => self.restart(),
             Op::SetQuota { account, gpus, cpu } => {
                 let quota = (gpus.is_some() || cpu.is_some()).then_some(Quota {
                     gpus_max: *gpus,
@@ -354,6 +452,88 @@ impl Driver {
                 self.apply(Event::SetQuota { account: AccountId(*account), quota })
             }
         }
+    }
+
+    /// A new scheduler (and twin, and oracle) fed what the old one knew: nodes, drains,
+    /// quotas, every job where it was (running, on its way out, or queued at its original
+    /// place), then the holds of preemptors. The failure script starts again here, so that
+    /// it stays a scenario that runs as written.
+    fn restart(&mut self) -> Result<(), String> {
+        let config = self.s.config().clone();
+        let old = std::mem::replace(&mut self.s, Scheduler::new(config));
+        self.s.record_searches();
+        if let Some(t) = &mut self.twin {
+            *t = Scheduler::new(old.config().clone());
+        }
+        self.oracle = Oracle::new();
+        self.script = vec![script_config(old.config())];
+        let nodes: Vec<NodeSpec> = self.node_specs.values().cloned().collect();
+        let drained: Vec<NodeId> = self.drained.iter().copied().collect();
+        let quotas: Vec<(AccountId, Quota)> = self.quotas.iter().map(|(a, q)| (*a, *q)).collect();
+        for n in nodes {
+            self.apply(Event::NodeAdded(n))?;
+        }
+        for n in drained {
+            self.apply(Event::NodeDrained(n))?;
+        }
+        for (account, quota) in quotas {
+            self.apply(Event::SetQuota { account, quota: Some(quota) })?;
+        }
+        let mut holds = Vec::new();
+        let mut restored = Vec::new();
+        for &id in &self.jobs {
+            let Some(status) = old.job_status(id) else { continue };
+            let (spec, submitted_at) = self.specs[&id].clone();
+            let running = match status {
+                JobStatus::Pending { reserved, .. } => {
+                    if let Some(p) = reserved {
+                        holds.push((id, p.clone()));
+                    }
+                    None
+                }
+                JobStatus::Running { placement, started_at } => {
+                    Some(RestoredRun { placement: placement.clone(), started_at, stopping: None })
+                }
+                JobStatus::Preempting { placement, preemptor, deadline } => Some(RestoredRun {
+                    placement: placement.clone(),
+                    started_at: self.now,
+                    stopping: Some(RestoredStop::Preempted { preemptor, deadline }),
+                }),
+                JobStatus::Stopping { placement, cause } => Some(RestoredRun {
+                    placement: placement.clone(),
+                    started_at: self.now,
+                    stopping: Some(RestoredStop::Stopped(cause)),
+                }),
+            };
+            restored.push(RestoredJob {
+                spec,
+                submitted_at,
+                runtime_done_ms: 0,
+                preemptions: 0,
+                last_checkpoint: None,
+                running,
+            });
+        }
+        let victims_of = |preemptor: JobId| -> Vec<JobId> {
+            self.jobs
+                .iter()
+                .copied()
+                .filter(|v| matches!(old.job_status(*v), Some(JobStatus::Preempting { preemptor: p, .. }) if p == preemptor))
+                .collect()
+        };
+        let holds: Vec<RestoredHold> = holds
+            .into_iter()
+            .map(|(preemptor, placement)| RestoredHold { preemptor, placement, victims: victims_of(preemptor) })
+            .collect();
+        // Queued jobs first: a victim's record names its preemptor, which must be known.
+        restored.sort_by_key(|job| job.running.is_some());
+        for job in restored {
+            self.apply(Event::Restore(job))?;
+        }
+        for hold in holds {
+            self.apply(Event::RestoreHold(hold))?;
+        }
+        Ok(())
     }
 
     fn run(case: &Case, twin: bool) -> Result<(), String> {
@@ -411,12 +591,16 @@ fn script_config(c: &Config) -> String {
     };
     let on = |b: bool| if b { "on" } else { "off" };
     format!(
-        "config order={order} preemption={} backfill={} scoring={} victims-max={} attempts-max={}",
+        "config order={order} preemption={} backfill={} scoring={} victims-max={} attempts-max={} \
+         candidates-max={} starts-max={} nodes-scored-max={}",
         on(c.policy.preemption),
         on(c.policy.backfill),
         c.policy.scoring.name(),
         c.limits.victims_per_preemption_max,
-        c.limits.preemption_attempts_per_cycle_max
+        c.limits.preemption_attempts_per_cycle_max,
+        c.limits.victim_candidates_max,
+        c.limits.starts_per_cycle_max,
+        c.limits.candidate_nodes_scored_max,
     )
 }
 
@@ -426,38 +610,33 @@ fn script_line(event: &Event, now: Time) -> String {
     let at = format!("at={}ms", now.millis());
     let acct = |a: AccountId| if a.0 >= PROJECT_BASE { format!("p{}", a.0) } else { format!("u{}", a.0) };
     match event {
-        Event::RestoreHold(_) => unreachable!("the generator makes no restored holds"),
-        Event::Submit(j) => {
-            let mut line = format!(
-                "submit j{id} id={id} {at} prio={} gpus={} cpu={} mem={} replicas={} user={} project={} grace={}ms",
-                j.priority,
-                j.per_replica.gpus,
-                j.per_replica.cpu_millis,
-                j.per_replica.memory_mib,
-                j.replicas,
-                acct(j.user),
-                acct(j.project),
-                j.grace_ms,
-                id = j.id.0,
-            );
-            if let Some(m) = j.gpu_model {
-                line += &format!(" model=m{}", m.0);
-            }
-            if !j.preemptible {
-                line += " preemptible=no";
-            }
-            if j.preemption_policy == PreemptionPolicy::Never {
-                line += " policy=never";
-            }
-            if let Some(c) = j.checkpoint_interval_ms {
-                line += &format!(" ckpt={c}ms");
-            }
-            if let Some(r) = j.max_runtime_ms {
-                line += &format!(" max-runtime={r}ms");
+        Event::RestoreHold(h) => {
+            let victims: Vec<String> = h.victims.iter().map(|v| format!("j{}", v.0)).collect();
+            format!("restore-hold j{} {} victims={}", h.preemptor.0, placement_text(&h.placement), victims.join(","))
+        }
+        Event::Restore(r) => {
+            let mut line = spec_line("restore", &r.spec, now);
+            line += &format!(" submitted={}ms", r.submitted_at.millis());
+            if let Some(run) = &r.running {
+                line += &format!(" running={} started={}ms", placement_text(&run.placement), run.started_at.millis());
+                match run.stopping {
+                    None => {}
+                    Some(RestoredStop::Preempted { preemptor, deadline }) => {
+                        line += &format!(" stopping=j{} deadline={}ms", preemptor.0, deadline.millis());
+                    }
+                    Some(RestoredStop::Stopped(cause)) => {
+                        let cause = match cause {
+                            StopCause::Cancelled => "cancelled",
+                            StopCause::RuntimeLimit => "runtime-limit",
+                        };
+                        line += &format!(" stopping={cause} deadline=0ms");
+                    }
+                }
             }
             line
         }
-        Event::Restore(_) => unreachable!("the property test generates no restores"),
+        Event::Submit(j) => spec_line("submit", j, now),
+
         Event::Cancel(j) => format!("cancel j{} {at}", j.0),
         Event::Exited { job, outcome } => {
             let outcome = match outcome {
@@ -490,4 +669,51 @@ fn script_line(event: &Event, now: Time) -> String {
             line
         }
     }
+}
+
+/// A job's spec as `submit`/`restore` keys (see `dsl.rs`).
+fn spec_line(verb: &str, j: &JobSpec, now: Time) -> String {
+    let acct = |a: AccountId| if a.0 >= PROJECT_BASE { format!("p{}", a.0) } else { format!("u{}", a.0) };
+    let mut line = format!(
+        "{verb} j{id} id={id} at={}ms prio={} gpus={} cpu={} mem={} replicas={} user={} project={} grace={}ms",
+        now.millis(),
+        j.priority,
+        j.per_replica.gpus,
+        j.per_replica.cpu_millis,
+        j.per_replica.memory_mib,
+        j.replicas,
+        acct(j.user),
+        acct(j.project),
+        j.grace_ms,
+        id = j.id.0,
+    );
+    if let Some(m) = j.gpu_model {
+        line += &format!(" model=m{}", m.0);
+    }
+    if !j.preemptible {
+        line += " preemptible=no";
+    }
+    if j.preemption_policy == PreemptionPolicy::Never {
+        line += " policy=never";
+    }
+    if let Some(c) = j.checkpoint_interval_ms {
+        line += &format!(" ckpt={c}ms");
+    }
+    if let Some(r) = j.max_runtime_ms {
+        line += &format!(" max-runtime={r}ms");
+    }
+    line
+}
+
+/// `n1:0,1+n2:2,3`, as `dsl.rs` reads placements.
+fn placement_text(p: &Placement) -> String {
+    let replicas: Vec<String> = p
+        .replicas()
+        .iter()
+        .map(|r| {
+            let gpus: Vec<String> = r.gpus.iter().map(|g| g.to_string()).collect();
+            format!("n{}:{}", r.node.0, gpus.join(","))
+        })
+        .collect();
+    replicas.join("+")
 }

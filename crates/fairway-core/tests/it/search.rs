@@ -1,0 +1,168 @@
+//! The victim search on one node (`fairway_core::search`) against a brute-force reference:
+//! every set of candidates within the victim bound is tried, and the one that makes room and
+//! ranks first by the written rules (2: lowest highest priority, 3: least GPU-time lost,
+//! 4: fewest GPUs beyond need, then fewer victims, 5: the most recently submitted victims)
+//! must be the one the core picks.
+
+use fairway_core::search::{Exactness, NodeCandidate, SearchRecord, best_set_on_node};
+use fairway_core::{JobId, NodeId, Priority, Resources};
+use proptest::prelude::*;
+
+/// The rules as a user reads them, as a sort key over one set.
+fn rank(
+    set: &[NodeCandidate],
+    available: Resources,
+    demand: Resources,
+) -> (Priority, u64, u32, usize, Vec<std::cmp::Reverse<u64>>) {
+    let freed_gpus: u32 = set.iter().map(|c| c.freed.gpus).sum();
+    let mut newest: Vec<u64> = set.iter().map(|c| c.id.0).collect();
+    newest.sort_unstable_by(|a, b| b.cmp(a));
+    (
+        set.iter().map(|c| c.priority).max().unwrap_or(Priority::MIN),
+        set.iter().map(|c| c.lost_gpu_ms).sum(),
+        (available.gpus + freed_gpus).saturating_sub(demand.gpus),
+        set.len(),
+        // Larger ids first wins: reversed so that the smaller key is the better set.
+        newest.into_iter().map(std::cmp::Reverse).collect(),
+    )
+}
+
+/// Every set of at most `victims_max` candidates, tried one by one: the best that makes
+/// room, as indices. A set that makes room is not extended (more victims only rank lower),
+/// nor one that cannot make room with every candidate left.
+pub fn brute_force(
+    available: Resources,
+    demand: Resources,
+    candidates: &[NodeCandidate],
+    victims_max: usize,
+) -> Option<Vec<usize>> {
+    if demand.fits_in(available) {
+        return None;
+    }
+    let mut rest = vec![Resources::ZERO; candidates.len() + 1];
+    for i in (0..candidates.len()).rev() {
+        rest[i] = rest[i + 1].plus(candidates[i].freed);
+    }
+    let mut best = None;
+    try_sets(available, demand, candidates, victims_max, &rest, 0, &mut Vec::new(), &mut best);
+    best.map(|(_, set)| set)
+}
+
+type Best = Option<((Priority, u64, u32, usize, Vec<std::cmp::Reverse<u64>>), Vec<usize>)>;
+
+#[allow(clippy::too_many_arguments)]
+fn try_sets(
+    available: Resources,
+    demand: Resources,
+    candidates: &[NodeCandidate],
+    victims_max: usize,
+    rest: &[Resources],
+    from: usize,
+    set: &mut Vec<usize>,
+    best: &mut Best,
+) {
+    let room = set.iter().fold(available, |r, &i| r.plus(candidates[i].freed));
+    if demand.fits_in(room) {
+        let chosen: Vec<NodeCandidate> = set.iter().map(|&i| candidates[i]).collect();
+        let key = rank(&chosen, available, demand);
+        if best.as_ref().is_none_or(|(k, _)| key < *k) {
+            *best = Some((key, set.clone()));
+        }
+        return;
+    }
+    if set.len() == victims_max || !demand.fits_in(room.plus(rest[from])) {
+        return;
+    }
+    for i in from..candidates.len() {
+        set.push(i);
+        try_sets(available, demand, candidates, victims_max, rest, i + 1, set, best);
+        set.pop();
+    }
+}
+
+/// The whole one-replica search of the scheduler, by brute force: the best set on every
+/// node, then the best node (rules 2 to 5, then the lowest node id).
+pub fn brute_force_record(record: &SearchRecord) -> Option<(NodeId, Vec<JobId>)> {
+    let mut best: Option<(_, NodeId, Vec<JobId>)> = None;
+    for (node, available, candidates) in &record.nodes {
+        let Some(set) = brute_force(*available, record.demand, candidates, record.victims_max) else { continue };
+        let chosen: Vec<NodeCandidate> = set.iter().map(|&i| candidates[i]).collect();
+        let key = (rank(&chosen, *available, record.demand), *node);
+        if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
+            let mut ids: Vec<JobId> = chosen.iter().map(|c| c.id).collect();
+            ids.sort_unstable();
+            best = Some((key, *node, ids));
+        }
+    }
+    best.map(|(_, node, ids)| (node, ids))
+}
+
+fn candidate() -> impl Strategy<Value = (Priority, u32, u64, u64, u64)> {
+    (
+        prop::sample::select(vec![0, 5, 10]),
+        prop_oneof![1 => Just(0u32), 3 => 1..=2u32, 2 => 3..=4u32],
+        prop::sample::select(vec![0u64, 1_000, 4_000]),
+        prop::sample::select(vec![0u64, 1_000]),
+        // Few distinct values, so that ties between sets are common.
+        prop::sample::select(vec![0u64, 60_000, 120_000, 180_000, 240_000]),
+    )
+}
+
+fn case() -> impl Strategy<Value = (Resources, Resources, Vec<NodeCandidate>, usize)> {
+    (
+        (0..=2u32, prop::sample::select(vec![0u64, 2_000]), prop::sample::select(vec![0u64, 500])),
+        (1..=8u32, prop::sample::select(vec![0u64, 2_000, 8_000]), prop::sample::select(vec![0u64, 1_000])),
+        prop::collection::vec(candidate(), 0..=12),
+        prop_oneof![1 => 1..=4usize, 1 => Just(32usize)],
+        any::<u64>(),
+    )
+        .prop_map(|(avail, want, shapes, victims_max, seed)| {
+            // Ids in a shuffled order, so that id order and list order differ.
+            let mut ids: Vec<u64> = (0..shapes.len() as u64).map(|i| i * 7 + 3).collect();
+            let mut s = seed;
+            for i in (1..ids.len()).rev() {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ids.swap(i, (s >> 33) as usize % (i + 1));
+            }
+            let candidates = shapes
+                .into_iter()
+                .zip(ids)
+                .map(|((priority, gpus, cpu, mem, lost), id)| NodeCandidate {
+                    id: JobId(id),
+                    priority,
+                    lost_gpu_ms: lost * u64::from(gpus.max(1)),
+                    freed: Resources::new(gpus, cpu, mem),
+                })
+                .collect();
+            (Resources::new(avail.0, avail.1, avail.2), Resources::new(want.0, want.1, want.2), candidates, victims_max)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_node_search_finds_the_set_the_rules_rank_first((available, demand, candidates, victims_max) in case()) {
+        let found = best_set_on_node(available, demand, &candidates, victims_max);
+        let reference = brute_force(available, demand, &candidates, victims_max);
+        prop_assert_eq!(found.as_ref().map(|s| s.victims.clone()), reference, "{:?}", found);
+        if let Some(found) = found {
+            prop_assert_eq!(found.exactness, Exactness::Exact);
+        }
+    }
+}
+
+/// The reproduction, by hand: the greedy prefix took A and B (18 GPU-min); C alone
+/// loses 16 GPU-min and is one victim.
+#[test]
+fn c_alone_beats_a_and_b() {
+    let v = |id: u64, gpus: u32, lost_gpu_min: u64| NodeCandidate {
+        id: JobId(id),
+        priority: 10,
+        lost_gpu_ms: lost_gpu_min * 60_000,
+        freed: Resources::gpus(gpus),
+    };
+    let candidates = [v(1, 3, 3), v(2, 1, 15), v(3, 4, 16)];
+    assert_eq!(brute_force(Resources::ZERO, Resources::gpus(4), &candidates, 32), Some(vec![2]));
+    assert_eq!(best_set_on_node(Resources::ZERO, Resources::gpus(4), &candidates, 32).unwrap().victims, [2]);
+}
