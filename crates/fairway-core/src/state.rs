@@ -110,9 +110,16 @@ impl Job {
         }
     }
 
-    /// When a run started at `started_at` reaches the job's run-time limit.
+    /// When a run started at `started_at` reaches a run-time limit: its own (per run), or
+    /// the job's total less what its earlier runs used, whichever comes first.
     pub fn runtime_deadline(&self, started_at: Time) -> Option<Time> {
-        self.spec.max_runtime_ms.map(|limit| started_at.plus_ms(limit.saturating_sub(self.runtime_done_ms)))
+        let per_run = self.spec.max_runtime_ms;
+        let total_left = self.spec.max_total_runtime_ms.map(|total| total.saturating_sub(self.runtime_done_ms));
+        let left = match (per_run, total_left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        left.map(|ms| started_at.plus_ms(ms))
     }
 }
 

@@ -193,8 +193,12 @@ pub struct JobSpec {
     pub replicas: u32,
     /// Time between SIGTERM and SIGKILL when preempted.
     pub grace_ms: u64,
-    /// Run-time limit (accumulated over runs); the core stops the job when it is reached.
+    /// Run-time limit of each run, as Slurm's `--time` and a Job's `activeDeadlineSeconds`
+    /// (whose clock restarts when a suspended Job resumes): a run is stopped when it has
+    /// lasted this long; a preempted job's next run gets it whole again.
     pub max_runtime_ms: Option<u64>,
+    /// Run-time limit summed over all of the job's runs; the run that reaches it is stopped.
+    pub max_total_runtime_ms: Option<u64>,
     /// How often the job checkpoints; the core uses it to estimate work lost by preemption
     /// when the job reports no checkpoints itself.
     pub checkpoint_interval_ms: Option<u64>,
@@ -215,6 +219,7 @@ impl JobSpec {
             replicas: 1,
             grace_ms: 30_000,
             max_runtime_ms: None,
+            max_total_runtime_ms: None,
             checkpoint_interval_ms: None,
         }
     }

@@ -566,6 +566,7 @@ fn sim_jobs(
             replicas: t.replicas,
             grace_ms: defaults.grace_seconds * 1000,
             max_runtime_ms: None,
+            max_total_runtime_ms: None,
             checkpoint_interval_ms: t.checkpoint_interval_ms.or(defaults.checkpoint_interval_seconds.map(|s| s * 1000)),
         };
         out.push(SimJob {

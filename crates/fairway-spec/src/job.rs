@@ -44,7 +44,10 @@ pub struct JobDoc {
     /// `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES`). For a cluster: any name Kubernetes
     /// takes (printable ASCII other than `=`).
     pub env: BTreeMap<String, String>,
+    /// Limit of each run (a preempted job's next run has it whole again).
     pub max_runtime_seconds: Option<u64>,
+    /// Limit over all of the job's runs together.
+    pub max_total_runtime_seconds: Option<u64>,
     /// How many times a failed run (non-zero exit not caused by preemption) is run again
     /// before the job is marked failed, 0..=100 (for a cluster: up to 2^31 − 1, Kubernetes's
     /// `backoffLimit`). Preemptions never count.
@@ -258,6 +261,7 @@ impl ResolvedJob {
             replicas: doc.replicas,
             grace_ms: secs_to_ms(doc.preemption_grace_seconds),
             max_runtime_ms: doc.max_runtime_seconds.map(secs_to_ms),
+            max_total_runtime_ms: doc.max_total_runtime_seconds.map(secs_to_ms),
             checkpoint_interval_ms: doc.checkpoint_interval_seconds.map(secs_to_ms),
         })
     }
@@ -294,6 +298,8 @@ struct NativeOut<'a> {
     env: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_runtime_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_total_runtime_seconds: Option<u64>,
     #[serde(skip_serializing_if = "is_zero")]
     retries: u32,
     preemptible: bool,
@@ -346,6 +352,7 @@ impl Serialize for JobDoc {
             working_dir: self.working_dir.as_deref(),
             env: &self.env,
             max_runtime_seconds: self.max_runtime_seconds,
+            max_total_runtime_seconds: self.max_total_runtime_seconds,
             retries: self.retries,
             preemptible: self.preemptible,
             preemption_grace_seconds: self.preemption_grace_seconds,

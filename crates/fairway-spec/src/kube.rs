@@ -48,6 +48,7 @@ pub(crate) fn read_job(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Is
         working_dir: None,
         env: BTreeMap::new(),
         max_runtime_seconds: None,
+        max_total_runtime_seconds: None,
         retries: DEFAULT_BACKOFF_LIMIT,
         preemptible: true,
         preemption_grace_seconds: DEFAULT_GRACE_SECONDS,

@@ -28,6 +28,7 @@ const FIELDS: &[&str] = &[
     "working_dir",
     "env",
     "max_runtime_seconds",
+    "max_total_runtime_seconds",
     "retries",
     "preemptible",
     "preemption_grace_seconds",
@@ -88,6 +89,8 @@ pub(crate) fn read(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Issues
     let working_dir = obj.take("working_dir").and_then(|(v, path)| working_dir(v, &path, issues));
     let env = obj.take("env").and_then(|(v, path)| env_map(v, &path, issues));
     let max_runtime_seconds = obj.take("max_runtime_seconds").and_then(|(v, path)| positive_seconds(v, &path, issues));
+    let max_total_runtime_seconds =
+        obj.take("max_total_runtime_seconds").and_then(|(v, path)| positive_seconds(v, &path, issues));
     let retries = obj.take("retries").map_or(Some(0), |(v, path)| retries(v, &path, issues));
     let preemptible = obj.take("preemptible").and_then(|(v, path)| value::boolean(v, &path, issues));
     let grace = obj.take("preemption_grace_seconds").and_then(|(v, path)| seconds(v, &path, issues));
@@ -108,6 +111,7 @@ pub(crate) fn read(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Issues
         working_dir,
         env: env.unwrap_or_default(),
         max_runtime_seconds,
+        max_total_runtime_seconds,
         retries: retries.unwrap_or(0),
         preemptible: preemptible.unwrap_or(true),
         preemption_grace_seconds: grace.unwrap_or(DEFAULT_GRACE_SECONDS),

@@ -495,6 +495,8 @@ fn http_cases(fx: &Fixture) -> Vec<HttpCase> {
         invalid(Alice, &job("env: [A=1]\n"), &["env"]),
         invalid(Alice, &job("max_runtime_seconds: 0\n"), &["max_runtime_seconds"]),
         invalid(Alice, &job("max_runtime_seconds: 10000000000000\n"), &["max_runtime_seconds"]),
+        invalid(Alice, &job("max_total_runtime_seconds: 0\n"), &["max_total_runtime_seconds"]),
+        invalid(Alice, &job("max_total_runtime_seconds: \"1h\"\n"), &["max_total_runtime_seconds"]),
         invalid(Alice, &job("retries: 101\n"), &["retries", "100"]),
         invalid(Alice, &job("retries: -1\n"), &["retries"]),
         invalid(Alice, &job("preemptible: yes\n"), &["preemptible", "true"]),

@@ -14,7 +14,7 @@
 //! node remove|drain|uncordon N
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
 //! submit J prio=0 gpus=1 replicas=1 model=M cpu=0 mem=0 user=default project=default
-//!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS id=N
+//!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS id=N
 //! cancel J | exit J outcome=succeeded|failed|requeue | checkpoint J   (checkpoint time = at)
 //! cycle                 run a cycle; prints its decisions, then every pending job's reasons
 //! why J...              the human sentences of `Scheduler::why` (or the job's state)
@@ -254,6 +254,7 @@ const SUBMIT_KEYS: &[&str] = &[
     "grace",
     "ckpt",
     "max-runtime",
+    "max-total-runtime",
     "id",
 ];
 
@@ -682,6 +683,7 @@ impl Runner {
         spec.grace_ms = line.get("grace").map_or(Ok(30_000), parse_time)?;
         spec.checkpoint_interval_ms = line.get("ckpt").map(parse_time).transpose()?;
         spec.max_runtime_ms = line.get("max-runtime").map(parse_time).transpose()?;
+        spec.max_total_runtime_ms = line.get("max-total-runtime").map(parse_time).transpose()?;
         Ok((name.to_string(), spec))
     }
 

@@ -35,6 +35,7 @@ struct JobShape {
     grace_s: u64,
     ckpt_s: Option<u64>,
     max_runtime_s: Option<u64>,
+    max_total_runtime_s: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -113,12 +114,13 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
             prop_oneof![Just(0u64), Just(10), Just(30)],
             prop_oneof![3 => Just(None), 1 => (1..40u64).prop_map(Some)],
             prop_oneof![4 => Just(None), 1 => (0..120u64).prop_map(Some)],
+            prop_oneof![4 => Just(None), 1 => (0..200u64).prop_map(Some)],
         ),
     )
         .prop_map(
             |(
                 (priority, gpus, replicas, model, cpu, mem),
-                (user, project, preemptible, never, grace_s, ckpt_s, max_runtime_s),
+                (user, project, preemptible, never, grace_s, ckpt_s, max_runtime_s, max_total_runtime_s),
             )| {
                 JobShape {
                     priority,
@@ -134,6 +136,7 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
                     grace_s,
                     ckpt_s,
                     max_runtime_s,
+                    max_total_runtime_s,
                 }
             },
         )
@@ -385,6 +388,7 @@ impl Driver {
                 spec.grace_ms = j.grace_s * 1000;
                 spec.checkpoint_interval_ms = j.ckpt_s.map(|s| s * 1000);
                 spec.max_runtime_ms = j.max_runtime_s.map(|s| s * 1000);
+                spec.max_total_runtime_ms = j.max_total_runtime_s.map(|s| s * 1000);
                 self.apply(Event::Submit(spec))
             }
             Op::Cycle { dt_s } => {
@@ -701,6 +705,9 @@ fn spec_line(verb: &str, j: &JobSpec, now: Time) -> String {
     }
     if let Some(r) = j.max_runtime_ms {
         line += &format!(" max-runtime={r}ms");
+    }
+    if let Some(r) = j.max_total_runtime_ms {
+        line += &format!(" max-total-runtime={r}ms");
     }
     line
 }

@@ -348,14 +348,16 @@ impl Engine {
         let grace_ms = job.resolved.doc.preemption_grace_seconds * 1000;
         let (reason, message) = match cause {
             StopCause::Cancelled => ("cancelled", format!("cancelled: SIGTERM now, SIGKILL in {}s", grace_ms / 1000)),
-            StopCause::RuntimeLimit => (
-                "runtime_limit",
-                format!(
-                    "run-time limit of {}s reached: SIGTERM now, SIGKILL in {}s",
-                    job.resolved.doc.max_runtime_seconds.unwrap_or_default(),
-                    grace_ms / 1000
-                ),
-            ),
+            StopCause::RuntimeLimit => {
+                let doc = &job.resolved.doc;
+                let limit = match (doc.max_runtime_seconds, doc.max_total_runtime_seconds) {
+                    (Some(run), Some(total)) => format!("run-time limit ({run}s per run, {total}s over all runs)"),
+                    (Some(run), None) => format!("run-time limit of {run}s per run"),
+                    (None, Some(total)) => format!("run-time limit of {total}s over all runs"),
+                    (None, None) => "run-time limit".to_owned(),
+                };
+                ("runtime_limit", format!("{limit} reached: SIGTERM now, SIGKILL in {}s", grace_ms / 1000))
+            }
         };
         let event = NewEvent { job_id: id, at_ms: now, kind: "stopping".into(), reason: Some(reason.into()), message };
         let stop =

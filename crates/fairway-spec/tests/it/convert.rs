@@ -27,6 +27,7 @@ fn a_native_job_converts_field_by_field() {
             replicas: 1,
             grace_ms: 30_000,
             max_runtime_ms: Some(7_200_000),
+            max_total_runtime_ms: Some(36_000_000),
             checkpoint_interval_ms: Some(600_000),
         }
     );

@@ -296,7 +296,7 @@ fn each_bad_value_is_one_error_with_its_path_and_reason() {
 fn a_misspelt_new_field_is_an_unknown_field() {
     let errors = parse_err(&native_with("working_directory", "/x"));
     assert_eq!(errors.0[0].path, "working_directory");
-    let expected = "image, image_optional, command, shell, working_dir, env, max_runtime_seconds, retries, preemptible";
+    let expected = "image, image_optional, command, shell, working_dir, env, max_runtime_seconds, max_total_runtime_seconds, retries, preemptible";
     assert!(errors.0[0].reason.contains(expected), "{errors}");
 }
 

@@ -41,6 +41,7 @@ image: paddlepaddle/paddle:2.6-gpu
 command: [python, train_ctr.py]
 env: { EPOCHS: \"3\" }
 max_runtime_seconds: 7200
+max_total_runtime_seconds: 36000
 preemptible: true
 preemption_grace_seconds: 30
 checkpoint_interval_seconds: 600
