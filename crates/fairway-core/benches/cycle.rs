@@ -1,7 +1,9 @@
 //! Core benchmarks (divan). Run: `cargo bench -p fairway-core --bench cycle`.
 //! Figures are recorded in docs/benchmarks.md.
 //!
-//! - `cycle_*`: one scheduling cycle on 1,000 nodes x 8 GPUs with 100,000 pending jobs.
+//! - `cycle_*`: one scheduling cycle on 1,000 nodes x 8 GPUs with 100,000 pending jobs;
+//!   `cycle_preemption_searches_*` is the hard path: every pending job outranks the running
+//!   work, so the cycle runs as many victim searches as its budget allows.
 //! - `place_*`: placements per second onto an empty cluster.
 //! - `submit_100k`: submitting 100,000 jobs; the allocation profile gives bytes per job.
 
@@ -96,6 +98,44 @@ fn cycle_with_preemption_100k_pending(bencher: Bencher) {
             assert!(out.decisions.iter().any(|d| matches!(d, Decision::Preempt { .. })));
             (s, out)
         });
+}
+
+/// A full cluster of preemptible low-priority work in mixed sizes (4, 2, 1 and 1 GPUs per
+/// node), each job with its own last checkpoint, and `PENDING` jobs that all outrank it.
+fn full_cluster_of_victims() -> Scheduler {
+    let mut s = cluster(NODES);
+    let mut id = 0;
+    for _ in 0..NODES {
+        for gpus in [4, 2, 1, 1] {
+            s.apply(Event::Submit(JobSpec::new(JobId(id), -1_000, Resources::new(gpus, 1_000, 1_024))), Time::ZERO)
+                .unwrap();
+            id += 1;
+        }
+    }
+    s.cycle(Time::ZERO);
+    let now = Time::from_secs(3_600);
+    for j in 0..id {
+        // Checkpoints spread over the hour: every victim loses a different amount of work.
+        let at = Time::from_secs((j * 7_919) % 3_600);
+        s.apply(Event::CheckpointReported { job: JobId(j), at }, now).unwrap();
+    }
+    for i in 0..PENDING {
+        s.apply(Event::Submit(job(1_000_000 + i, 0)), now).unwrap();
+    }
+    s
+}
+
+/// The hard path: 100,000 pending jobs meet a full cluster whose every job they may preempt;
+/// the cycle searches for victims as often as `preemption_attempts_per_cycle_max` allows
+/// (64), each search weighing the nodes where the job could make room.
+#[divan::bench(sample_count = 10)]
+fn cycle_preemption_searches_100k_pending(bencher: Bencher) {
+    bencher.with_inputs(full_cluster_of_victims).bench_local_values(|mut s| {
+        let out = s.cycle(Time::from_secs(3_600));
+        assert!(out.stats.preemption_searches >= 32, "searches {}", out.stats.preemption_searches);
+        assert!(out.decisions.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count() >= 32);
+        (s, out)
+    });
 }
 
 /// The cold first cycle: 100,000 pending jobs meet an empty cluster of 8,000 GPUs and
