@@ -249,6 +249,7 @@ impl Scheduler {
         out.decisions.append(&mut self.outbox);
         out.stats = CycleStats::default();
         self.enforce_runtime_limits(now, out);
+        self.end_protections(now);
         self.start_ready_preemptors(now, out);
         self.walk_queue(now, out);
         out.stats.pending = self.queue.len() as u32;
@@ -283,6 +284,22 @@ impl Scheduler {
             self.keep_grandfathered(grandfathered);
             out.decisions.push(Decision::Start { job: id, placement: reservation.placement });
             out.stats.started += 1;
+        }
+    }
+
+    /// Step 2b: running jobs whose protection from preemption (rule 1) has ended are victims
+    /// again: their nodes count as grown, so that preemptors asleep on room look again.
+    fn end_protections(&mut self, now: Time) {
+        while let Some(&(until, _, ix)) = self.protection_ends.first() {
+            if until > now {
+                break;
+            }
+            self.protection_ends.pop_first();
+            if let JobState::Running { placement, .. } = &self.jobs[ix].state {
+                for replica in placement.replicas() {
+                    self.changes.room_grew(replica.node);
+                }
+            }
         }
     }
 
@@ -715,6 +732,9 @@ impl Scheduler {
         for &(victim, vix) in &plan.victims {
             let deadline = now.plus_ms(self.jobs[vix].spec.grace_ms);
             self.begin_termination(vix, Termination::Preempted { preemptor: id, deadline });
+            // After the victim left the index: its protection is computed from it again at
+            // its next start.
+            self.jobs[vix].record_preemption(now);
             out.decisions.push(Decision::Preempt { victim, preemptor: id, deadline });
             out.stats.victims_preempted += 1;
             self.counters.preemptions += 1;

@@ -214,6 +214,7 @@ impl Scheduler {
                 started_at: *started_at,
                 checkpoint_interval_ms: job.spec.checkpoint_interval_ms,
                 last_checkpoint: job.last_checkpoint,
+                protected_until: job.protected_until(*started_at),
             };
             match (job.spec.preemptible, listed) {
                 (true, Some(at)) if node.victims[at] == expected => {}

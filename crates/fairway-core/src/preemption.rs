@@ -6,7 +6,11 @@
 //!    priority are candidates; equal or higher priority is never preempted. A job whose
 //!    `preemptionPolicy` is `Never` preempts nobody. A job over its account's quota may
 //!    preempt only lower-priority work charged to that same account, and only if that
-//!    brings it back within the cap.
+//!    brings it back within the cap. **No thrashing:** a run younger than its class's
+//!    minimum run (`min_run_before_preemption_ms`) is not a candidate, nor a job preempted
+//!    its class's `preemptions_per_hour_max` times in the last hour; when that protection
+//!    ends, the job's nodes count as grown, so a waiting preemptor looks again (and
+//!    `Scheduler::next_wakeup` names that time to the driver).
 //! 2. **Lowest priority first.** A set whose highest-priority victim is lower wins.
 //! 3. **Least work lost.** Then the set losing the least GPU-time since each victim's last
 //!    checkpoint (reported, or implied by its checkpoint interval, or its start), summed
@@ -207,6 +211,10 @@ impl Scheduler {
                 break;
             }
             let victim = &self.jobs[vix];
+            let JobState::Running { started_at, .. } = victim.state else { unreachable!("victims run") };
+            if victim.protected_until(started_at) > now {
+                continue;
+            }
             if let PreemptionScope::Account(account) = scope
                 && !victim.accounts().any(|a| a == account)
             {
@@ -350,6 +358,7 @@ impl Scheduler {
                     .victims
                     .iter()
                     .take_while(|e| examined(e))
+                    .filter(|e| e.protected_until <= now)
                     .map(|e| NodeCandidate {
                         id: e.id,
                         priority: e.priority,
@@ -381,7 +390,7 @@ impl Scheduler {
         scratch.ready.clear();
         for (i, node) in self.nodes.iter().enumerate() {
             if Self::usable(node, model)
-                && let Some(level) = room_level(node, demand, examined)
+                && let Some(level) = room_level(node, demand, examined, now)
             {
                 scratch.ready.push((level, i as u32));
             }
@@ -423,7 +432,11 @@ impl Scheduler {
         scratch.bounds.clear();
         for &(_, position) in ready.iter().filter(|(l, _)| *l == level) {
             let node = self.nodes.at(NodeIx(position));
-            let at_level = node.victims.iter().take_while(|e| examined(e)).filter(|e| e.priority == level);
+            let at_level = node
+                .victims
+                .iter()
+                .take_while(|e| examined(e))
+                .filter(|e| e.priority == level && e.protected_until <= now);
             let bound = at_level
                 .map(|e| e.lost_gpu_ms(now))
                 .min()
@@ -439,8 +452,13 @@ impl Scheduler {
             }
             let node = self.nodes.at(NodeIx(position));
             scratch.on_node.clear();
-            scratch.on_node.extend(node.victims.iter().take_while(|e| e.priority <= level && examined(e)).map(|e| {
-                NodeVictim { id: e.id, ix: e.ix, priority: e.priority, lost_gpu_ms: e.lost_gpu_ms(now), freed: e.freed }
+            let eligible = node.victims.iter().take_while(|e| e.priority <= level && examined(e));
+            scratch.on_node.extend(eligible.filter(|e| e.protected_until <= now).map(|e| NodeVictim {
+                id: e.id,
+                ix: e.ix,
+                priority: e.priority,
+                lost_gpu_ms: e.lost_gpu_ms(now),
+                freed: e.freed,
             }));
             scratch.candidates.clear();
             scratch.candidates.extend(scratch.on_node.iter().map(|v| NodeCandidate {
@@ -638,17 +656,17 @@ impl Scheduler {
 }
 
 /// The priority level at which a node first has room for `demand`, taking the examined
-/// candidates of its list (lowest priority first) level by level; `None` if they never make
-/// room. A node's list is in (priority, id) order and `examined` holds for a prefix of it.
-fn room_level(node: &Node, demand: Resources, examined: impl Fn(&VictimEntry) -> bool) -> Option<Priority> {
-    let victims = &node.victims;
+/// candidates of its list (lowest priority first) level by level, those protected at `now`
+/// freeing nothing; `None` if they never make room. A node's list is in (priority, id)
+/// order and `examined` holds for a prefix of it.
+fn room_level(node: &Node, demand: Resources, examined: impl Fn(&VictimEntry) -> bool, now: Time) -> Option<Priority> {
     let mut room = node.available();
-    for (i, e) in victims.iter().enumerate() {
-        if !examined(e) {
-            break;
+    let mut entries = node.victims.iter().take_while(|e| examined(e)).peekable();
+    while let Some(e) = entries.next() {
+        if e.protected_until <= now {
+            room = room.plus(e.freed);
         }
-        room = room.plus(e.freed);
-        let level_ends = victims.get(i + 1).is_none_or(|next| next.priority != e.priority || !examined(next));
+        let level_ends = entries.peek().is_none_or(|next| next.priority != e.priority);
         if level_ends && demand.fits_in(room) {
             return Some(e.priority);
         }

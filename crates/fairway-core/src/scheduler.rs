@@ -104,6 +104,9 @@ pub struct Scheduler {
     pub(crate) ready_preemptors: BTreeSet<JobId>,
     /// Run-time limit deadlines of running jobs.
     pub(crate) runtime_deadlines: BTreeSet<(Time, JobId, JobIx)>,
+    /// When running victims stop being protected from preemption (rule 1): each end is
+    /// room a waiting preemptor may take, so the nodes count as grown then.
+    pub(crate) protection_ends: BTreeSet<(Time, JobId, JobIx)>,
     pub(crate) accounts: BTreeMap<AccountId, Account>,
     /// Decisions produced by events (stops, requeues), handed out by the next cycle.
     pub(crate) outbox: Vec<Decision>,
@@ -133,6 +136,7 @@ impl Scheduler {
             reserving: BTreeMap::new(),
             ready_preemptors: BTreeSet::new(),
             runtime_deadlines: BTreeSet::new(),
+            protection_ends: BTreeSet::new(),
             accounts: BTreeMap::new(),
             outbox: Vec::new(),
             counters: Counters::default(),
@@ -305,9 +309,15 @@ impl Scheduler {
         self.accounts.get(&account).map_or((Resources::ZERO, None), |a| (a.charged, a.quota))
     }
 
-    /// The earliest time the core wants a cycle even if no event arrives (a run-time limit).
+    /// The earliest time the core wants a cycle even if no event arrives: a run-time limit,
+    /// or a running job's protection from preemption ending (a preemptor may be waiting).
     pub fn next_wakeup(&self) -> Option<Time> {
-        self.runtime_deadlines.first().map(|(t, ..)| *t)
+        let deadline = self.runtime_deadlines.first().map(|(t, ..)| *t);
+        let protection = self.protection_ends.first().map(|(t, ..)| *t);
+        match (deadline, protection) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // ---- event handlers --------------------------------------------------------------
@@ -343,6 +353,7 @@ impl Scheduler {
             runtime_done_ms: 0,
             last_checkpoint: None,
             preemptions: 0,
+            preempted_at: Vec::new(),
             cancelled: false,
         };
         let gk = job.group_key();
@@ -744,7 +755,11 @@ impl Scheduler {
             started_at: *started_at,
             checkpoint_interval_ms: job.spec.checkpoint_interval_ms,
             last_checkpoint: job.last_checkpoint,
+            protected_until: job.protected_until(*started_at),
         };
+        if base.protected_until > *started_at {
+            self.protection_ends.insert((base.protected_until, base.id, ix));
+        }
         let per_replica = job.spec.per_replica;
         for (node, replicas) in replicas_per_node(placement) {
             let entry = VictimEntry { freed: per_replica.times(replicas), ..base };
@@ -774,6 +789,8 @@ impl Scheduler {
             }
         }
         let key = (priority, job.spec.id);
+        let JobState::Running { started_at, .. } = job.state else { unreachable!("running") };
+        self.protection_ends.remove(&(job.protected_until(started_at), job.spec.id, ix));
         for (node, _) in replicas_per_node(placement) {
             victims::remove_entry(self.nodes.victims_mut(node), key);
         }

@@ -61,6 +61,9 @@ pub(crate) enum Termination {
     Stopped(StopCause),
 }
 
+/// The window of `preemptions_per_hour_max`.
+pub(crate) const HOUR_MS: u64 = 3_600_000;
+
 #[derive(Clone, Debug)]
 pub(crate) struct Job {
     pub spec: JobSpec,
@@ -72,6 +75,9 @@ pub(crate) struct Job {
     /// The equivalence group it queues in while queued (see `queue.rs`).
     pub queued_in: Option<GroupIx>,
     pub preemptions: u32,
+    /// When it was last chosen as a victim (at most `preemptions_per_hour_max` kept, oldest
+    /// first).
+    pub preempted_at: Vec<Time>,
     /// Cancelled while terminating for preemption: remove instead of requeue on exit.
     pub cancelled: bool,
 }
@@ -94,6 +100,27 @@ impl Job {
             project: spec.project,
             may_preempt: spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority,
         }
+    }
+
+    /// Until when a run started at `started_at` may not be preempted (rule 1): its minimum
+    /// run, and, if it was preempted its hourly maximum of times, an hour after the oldest of
+    /// those. `started_at` itself when nothing protects it.
+    pub fn protected_until(&self, started_at: Time) -> Time {
+        let min_run = started_at.plus_ms(self.spec.min_run_before_preemption_ms);
+        let capped = self.spec.preemptions_per_hour_max.and_then(|max| {
+            let max = max as usize;
+            let recent = &self.preempted_at;
+            (recent.len() >= max && max > 0).then(|| recent[recent.len() - max].plus_ms(HOUR_MS))
+        });
+        capped.map_or(min_run, |c| c.max(min_run))
+    }
+
+    /// Remember that it was chosen as a victim at `now` (for `protected_until`).
+    pub fn record_preemption(&mut self, now: Time) {
+        let Some(max) = self.spec.preemptions_per_hour_max else { return };
+        self.preempted_at.push(now);
+        let excess = self.preempted_at.len().saturating_sub(max as usize);
+        self.preempted_at.drain(..excess);
     }
 
     /// GPU-time lost if the job, now running, stopped at `now` (0 when it does not run).

@@ -202,6 +202,12 @@ pub struct JobSpec {
     /// How often the job checkpoints; the core uses it to estimate work lost by preemption
     /// when the job reports no checkpoints itself.
     pub checkpoint_interval_ms: Option<u64>,
+    /// Preemption rule 1: a run younger than this is not a victim (a job that just resumed
+    /// would otherwise be the cheapest to preempt again). Set from its priority class.
+    pub min_run_before_preemption_ms: u64,
+    /// Preemption rule 1: a job chosen as a victim this many times in the last hour is not a
+    /// victim again until the oldest of those is an hour old. Set from its priority class.
+    pub preemptions_per_hour_max: Option<u32>,
 }
 
 impl JobSpec {
@@ -221,6 +227,8 @@ impl JobSpec {
             max_runtime_ms: None,
             max_total_runtime_ms: None,
             checkpoint_interval_ms: None,
+            min_run_before_preemption_ms: 0,
+            preemptions_per_hour_max: None,
         }
     }
     /// Everything the gang holds when running.

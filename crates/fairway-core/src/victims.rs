@@ -28,6 +28,8 @@ pub(crate) struct VictimEntry {
     pub started_at: Time,
     pub checkpoint_interval_ms: Option<u64>,
     pub last_checkpoint: Option<Time>,
+    /// Not a victim before this (rule 1: its minimum run, its hourly maximum of preemptions).
+    pub protected_until: Time,
 }
 
 impl VictimEntry {

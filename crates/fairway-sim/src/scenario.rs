@@ -7,6 +7,8 @@
 //! cluster:
 //!   nodes: [{ name: a100, count: 1, gpus: 8, gpu_model: A100, cpu_millis: 96000, memory_mib: 1048576 }]
 //! priority_classes: [{ name: nightly, value: 500 }]     # added to critical/high/medium/low
+//! preemption_protection:                                # per tier (preemption rule 1)
+//!   low: { min_run_seconds: 300, preemptions_per_hour_max: 3 }
 //! quotas: [{ project: vision, gpus_max: 6 }]
 //! workload: { source: { kind: synthetic, ... }, transforms: [...] }   # or `jobs:` (native specs)
 //! job_defaults: { checkpoint_interval_seconds: 1800, grace_seconds: 30 }
@@ -42,6 +44,10 @@ pub struct ScenarioFile {
     pub cluster: ClusterSpec,
     #[serde(default)]
     pub priority_classes: Vec<ClassSpec>,
+    /// Per tier: how long a run is safe from preemption, and how often a job may be
+    /// preempted in an hour (preemption rule 1).
+    #[serde(default)]
+    pub preemption_protection: BTreeMap<String, ProtectionSpec>,
     #[serde(default)]
     pub quotas: Vec<QuotaSpec>,
     #[serde(default)]
@@ -106,6 +112,15 @@ pub struct ClassSpec {
     pub preemption_policy: Option<String>,
     #[serde(default)]
     pub description: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtectionSpec {
+    #[serde(default)]
+    pub min_run_seconds: u64,
+    #[serde(default)]
+    pub preemptions_per_hour_max: Option<u32>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -335,7 +350,18 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
     if let Some(max) = overrides.max_jobs {
         trace_jobs.truncate(max);
     }
-    let jobs = sim_jobs(&trace_jobs, &file.job_defaults, &classes, &mut names)?;
+    for (tier, p) in &file.preemption_protection {
+        if classes.resolve(tier).is_none() {
+            return Err(invalid(format!("preemption_protection.{tier}"), unknown_tier(&classes, tier)));
+        }
+        if p.preemptions_per_hour_max == Some(0) {
+            return Err(invalid(
+                format!("preemption_protection.{tier}.preemptions_per_hour_max"),
+                "must be at least 1 (to never preempt a tier, mark its jobs not preemptible)".to_owned(),
+            ));
+        }
+    }
+    let jobs = sim_jobs(&trace_jobs, &file.job_defaults, &classes, &file.preemption_protection, &mut names)?;
     Ok(Scenario {
         name: file.name,
         description: file.description,
@@ -535,6 +561,7 @@ fn sim_jobs(
     trace: &[TraceJob],
     defaults: &JobDefaults,
     classes: &PriorityClasses,
+    protection: &BTreeMap<String, ProtectionSpec>,
     names: &mut Names,
 ) -> Result<Vec<SimJob>, ScenarioError> {
     let default_tier = match &defaults.tier {
@@ -568,6 +595,8 @@ fn sim_jobs(
             max_runtime_ms: None,
             max_total_runtime_ms: None,
             checkpoint_interval_ms: t.checkpoint_interval_ms.or(defaults.checkpoint_interval_seconds.map(|s| s * 1000)),
+            min_run_before_preemption_ms: protection.get(&tier).map_or(0, |p| p.min_run_seconds * 1000),
+            preemptions_per_hour_max: protection.get(&tier).and_then(|p| p.preemptions_per_hour_max),
         };
         out.push(SimJob {
             spec,

@@ -262,6 +262,10 @@ impl ResolvedJob {
             grace_ms: secs_to_ms(doc.preemption_grace_seconds),
             max_runtime_ms: doc.max_runtime_seconds.map(secs_to_ms),
             max_total_runtime_ms: doc.max_total_runtime_seconds.map(secs_to_ms),
+            // Per-class protection from preemption is set by the simulator's classes only,
+            // so far: the server's and the cluster's classes do not carry it yet.
+            min_run_before_preemption_ms: 0,
+            preemptions_per_hour_max: None,
             checkpoint_interval_ms: doc.checkpoint_interval_seconds.map(secs_to_ms),
         })
     }

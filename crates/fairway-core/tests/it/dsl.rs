@@ -14,11 +14,13 @@
 //! node remove|drain|uncordon N
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
 //! submit J prio=0 gpus=1 replicas=1 model=M cpu=0 mem=0 user=default project=default
-//!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS id=N
+//!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS min-run=SECS
+//!        preemptions-per-hour=N id=N
 //! cancel J | exit J outcome=succeeded|failed|requeue | checkpoint J   (checkpoint time = at)
 //! cycle                 run a cycle; prints its decisions, then every pending job's reasons
 //! why J...              the human sentences of `Scheduler::why` (or the job's state)
 //! status [J...]         each job's state (all jobs when none is named)
+//! wakeup                when the core next wants a cycle without an event (`next_wakeup`)
 //! usage ACCOUNT         what is charged to the account, and its quota
 //! work                  the core's counters so far: jobs considered, victim searches (what a
 //!                       cycle cost; scenarios about wake-ups pin how many looks they take)
@@ -255,6 +257,8 @@ const SUBMIT_KEYS: &[&str] = &[
     "ckpt",
     "max-runtime",
     "max-total-runtime",
+    "min-run",
+    "preemptions-per-hour",
     "id",
 ];
 
@@ -459,6 +463,12 @@ impl Runner {
                     let st = self.names.status(s, id);
                     let _ = writeln!(self.out, "status {name}: {st}");
                 }
+                Ok(())
+            }
+            "wakeup" => {
+                line.only(&[])?;
+                let next = self.sched().next_wakeup();
+                let _ = writeln!(self.out, "wakeup {}", next.map_or("none".to_owned(), |t| t.to_string()));
                 Ok(())
             }
             "work" => {
@@ -684,6 +694,9 @@ impl Runner {
         spec.checkpoint_interval_ms = line.get("ckpt").map(parse_time).transpose()?;
         spec.max_runtime_ms = line.get("max-runtime").map(parse_time).transpose()?;
         spec.max_total_runtime_ms = line.get("max-total-runtime").map(parse_time).transpose()?;
+        spec.min_run_before_preemption_ms = line.get("min-run").map_or(Ok(0), parse_time)?;
+        spec.preemptions_per_hour_max =
+            line.get("preemptions-per-hour").map(|v| parse_num("preemptions-per-hour", v)).transpose()?;
         Ok((name.to_string(), spec))
     }
 
@@ -691,7 +704,7 @@ impl Runner {
         let now = self.now;
         self.sched();
         let s = self.sched.as_mut().expect("created");
-        self.oracle.before_cycle(s);
+        self.oracle.before_cycle(s, now);
         let outcome = s.cycle(now);
         let _ = writeln!(self.out, "cycle {now}");
         for d in &outcome.decisions {

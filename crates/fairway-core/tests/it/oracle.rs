@@ -37,6 +37,12 @@ pub struct Oracle {
     reserved_before: BTreeMap<JobId, Placement>,
     /// Jobs running (not terminating) just before the current cycle.
     running_before: BTreeSet<JobId>,
+    /// The time of the cycle being checked.
+    now: Time,
+    /// When each running job started, as of the cycle's start.
+    started_before: BTreeMap<JobId, Time>,
+    /// When each job was chosen as a victim.
+    preempted_at: BTreeMap<JobId, Vec<Time>>,
     quotas: BTreeMap<AccountId, Quota>,
     /// Per capped account, what it may hold above its cap: what it held and had reserved
     /// when the cap was set (or a job restored), shrinking as that drains.
@@ -178,16 +184,19 @@ impl Oracle {
     }
 
     /// Snapshot what the checks of the next cycle need. Call right before `cycle`.
-    pub fn before_cycle(&mut self, s: &Scheduler) {
+    pub fn before_cycle(&mut self, s: &Scheduler, now: Time) {
+        self.now = now;
         self.reserved_before.clear();
         self.running_before.clear();
+        self.started_before.clear();
         for &id in self.specs.keys() {
             match s.job_status(id) {
                 Some(JobStatus::Pending { reserved: Some(p), .. }) => {
                     self.reserved_before.insert(id, p.clone());
                 }
-                Some(JobStatus::Running { .. }) => {
+                Some(JobStatus::Running { started_at, .. }) => {
                     self.running_before.insert(id);
+                    self.started_before.insert(id, started_at);
                 }
                 _ => {}
             }
@@ -206,6 +215,7 @@ impl Oracle {
                     started_now.insert(*job);
                 }
                 Decision::Preempt { victim, preemptor, .. } => {
+                    self.check_protection(*victim)?;
                     let v = self.spec(*victim)?;
                     let p = self.spec(*preemptor)?;
                     if !config.policy.preemption {
@@ -445,6 +455,22 @@ impl Oracle {
                         && scope.is_none_or(|a| vs.user == a || vs.project == a)
                 })
                 .collect();
+            // Rule 1's protection (a minimum run, an hourly maximum of preemptions): the
+            // check is only a sufficient condition, so it stands aside when any candidate
+            // may be protected.
+            let protected = victims.iter().any(|v| {
+                let vs = &self.specs[v];
+                let young = match s.job_status(*v) {
+                    Some(JobStatus::Running { started_at, .. }) => {
+                        self.now < started_at.plus_ms(vs.min_run_before_preemption_ms)
+                    }
+                    _ => false,
+                };
+                young || vs.preemptions_per_hour_max.is_some()
+            });
+            if protected {
+                continue;
+            }
             let mut extra: BTreeMap<NodeId, Resources> = BTreeMap::new();
             let mut freed_quota: BTreeMap<AccountId, Resources> = BTreeMap::new();
             let mut useful = 0;
@@ -495,6 +521,34 @@ impl Oracle {
                 "{id} could preempt {victims:?} (within quota and bound, then it fits) but is left with {reasons:?}"
             ));
         }
+        Ok(())
+    }
+
+    /// Rule 1's protection, from outside: the victim's run is at least its minimum run old,
+    /// and it was chosen fewer than its hourly maximum of times in the hour before.
+    fn check_protection(&mut self, victim: JobId) -> Result<(), String> {
+        let spec = self.spec(victim)?.clone();
+        let now = self.now;
+        if let Some(started) = self.started_before.get(&victim)
+            && now < started.plus_ms(spec.min_run_before_preemption_ms)
+        {
+            return Err(format!(
+                "{victim} preempted at {now}, {} ms into a run protected for {} ms",
+                now.ms_since(*started),
+                spec.min_run_before_preemption_ms
+            ));
+        }
+        let times = self.preempted_at.entry(victim).or_default();
+        if let Some(max) = spec.preemptions_per_hour_max {
+            let in_hour = times.iter().filter(|t| now.ms_since(**t) < 3_600_000).count();
+            if in_hour >= max as usize {
+                return Err(format!(
+                    "{victim} preempted at {now} for the {}th time within an hour (max {max})",
+                    in_hour + 1
+                ));
+            }
+        }
+        times.push(now);
         Ok(())
     }
 

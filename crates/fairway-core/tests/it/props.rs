@@ -36,6 +36,8 @@ struct JobShape {
     ckpt_s: Option<u64>,
     max_runtime_s: Option<u64>,
     max_total_runtime_s: Option<u64>,
+    min_run_s: u64,
+    per_hour_max: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -116,11 +118,13 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
             prop_oneof![4 => Just(None), 1 => (0..120u64).prop_map(Some)],
             prop_oneof![4 => Just(None), 1 => (0..200u64).prop_map(Some)],
         ),
+        (prop_oneof![3 => Just(0u64), 1 => 1..30u64], prop_oneof![3 => Just(None), 1 => (1..3u32).prop_map(Some)]),
     )
         .prop_map(
             |(
                 (priority, gpus, replicas, model, cpu, mem),
                 (user, project, preemptible, never, grace_s, ckpt_s, max_runtime_s, max_total_runtime_s),
+                (min_run_s, per_hour_max),
             )| {
                 JobShape {
                     priority,
@@ -137,6 +141,8 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
                     ckpt_s,
                     max_runtime_s,
                     max_total_runtime_s,
+                    min_run_s,
+                    per_hour_max,
                 }
             },
         )
@@ -331,7 +337,7 @@ impl Driver {
 
     fn cycle(&mut self) -> Result<(), String> {
         self.script.push(format!("cycle at={}ms", self.now.millis()));
-        self.oracle.before_cycle(&self.s);
+        self.oracle.before_cycle(&self.s, self.now);
         // The core asserts its invariants in debug builds: a panic becomes a failure that
         // prints the script.
         let now = self.now;
@@ -389,6 +395,8 @@ impl Driver {
                 spec.checkpoint_interval_ms = j.ckpt_s.map(|s| s * 1000);
                 spec.max_runtime_ms = j.max_runtime_s.map(|s| s * 1000);
                 spec.max_total_runtime_ms = j.max_total_runtime_s.map(|s| s * 1000);
+                spec.min_run_before_preemption_ms = j.min_run_s * 1000;
+                spec.preemptions_per_hour_max = j.per_hour_max;
                 self.apply(Event::Submit(spec))
             }
             Op::Cycle { dt_s } => {
@@ -708,6 +716,12 @@ fn spec_line(verb: &str, j: &JobSpec, now: Time) -> String {
     }
     if let Some(r) = j.max_total_runtime_ms {
         line += &format!(" max-total-runtime={r}ms");
+    }
+    if j.min_run_before_preemption_ms > 0 {
+        line += &format!(" min-run={}ms", j.min_run_before_preemption_ms);
+    }
+    if let Some(n) = j.preemptions_per_hour_max {
+        line += &format!(" preemptions-per-hour={n}");
     }
     line
 }

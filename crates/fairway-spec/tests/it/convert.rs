@@ -29,6 +29,8 @@ fn a_native_job_converts_field_by_field() {
             max_runtime_ms: Some(7_200_000),
             max_total_runtime_ms: Some(36_000_000),
             checkpoint_interval_ms: Some(600_000),
+            min_run_before_preemption_ms: 0,
+            preemptions_per_hour_max: None,
         }
     );
     assert_eq!(interner.name_of(spec.user), Some("alice"));
