@@ -136,6 +136,12 @@ fn bad_scenarios_name_the_field() {
         ("policies: [{ name: x, order: sideways, preemption: false }]", "policies[0].order"),
         ("cluster: { nodes: [{ name: n, gpus: 0, gpu_model: A100 }] }", "cluster.nodes[0].gpus"),
         ("quotas: [{ gpus_max: 3 }]", "quotas[0]"),
+        ("preemption_protection: { urgent: { min_run_seconds: 60 } }", "preemption_protection.urgent"),
+        (
+            "preemption_protection: { low: { preemptions_per_hour_max: 0 } }",
+            "preemption_protection.low.preemptions_per_hour_max",
+        ),
+        ("preemption_protection: { low: { min_run_secs: 60 } }", "min_run_secs"),
     ];
     for (i, (change, field)) in cases.iter().enumerate() {
         let base = std::fs::read_to_string(scenario_path("tiny-preemption.yaml")).unwrap();
@@ -160,4 +166,36 @@ fn bad_scenarios_name_the_field() {
     std::fs::write(&path, format!("{head}\n{unknown_tier}\n")).unwrap();
     let err = scenario::load(&path, &Overrides::default()).expect_err("unknown tier").to_string();
     assert!(err.contains("urgent-ish") && err.contains("known"), "{err}");
+}
+
+/// A tier's protection from preemption reaches the core: on the Pollux excerpt, a minimum run
+/// longer than any job there leaves nothing to preempt, and a 10-minute one changes what is
+/// preempted.
+#[test]
+fn preemption_protection_per_tier_reaches_the_victim_search() {
+    let base = std::fs::read_to_string(scenario_path("pollux-fixture.yaml")).unwrap();
+    let dir = std::env::temp_dir().join(format!("fairway-sim-protect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let preemptions = |protection: &str| {
+        let text = base.replace("../fixtures/", &format!("{}/fixtures/", fixtures.display()));
+        let path = dir.join("protected.yaml");
+        std::fs::write(&path, format!("{text}\n{protection}\n")).unwrap();
+        let s = scenario::load(&path, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+        let runs = run_all(&s);
+        let fairway = runs.iter().find(|r| r.policy == "fairway").expect("fairway ran");
+        fairway.records.iter().map(|r| r.preemptions).sum::<u32>()
+    };
+    let none = preemptions("");
+    assert!(none > 0, "the excerpt preempts without protection");
+    let all_tiers = |min_run: u64| {
+        format!(
+            "preemption_protection:\n  low: {{ min_run_seconds: {min_run} }}\n  medium: {{ min_run_seconds: {min_run} }}\n  high: {{ min_run_seconds: {min_run} }}"
+        )
+    };
+    assert_eq!(preemptions(&all_tiers(100_000_000)), 0, "no run reaches a minimum that long");
+    // A 10-minute minimum changes which runs are taken (not always fewer of them: a
+    // protected run's place may be taken by several others).
+    let short = preemptions(&all_tiers(600));
+    assert_ne!(short, none, "a 10-minute minimum run changes the choices");
 }
