@@ -533,7 +533,10 @@ impl Scheduler {
                 }
                 None => {
                     memo.no_victims.insert(shape, gk.priority);
-                    reasons.push(PendingReason::NoPreemptionCandidates);
+                    reasons.push(match self.protected_victims_until(ix, now) {
+                        Some(until) => PendingReason::VictimsProtected { until },
+                        None => PendingReason::NoPreemptionCandidates,
+                    });
                     // With more candidates than a search examines (rule 6), a victim leaving
                     // any node changes which ones it examines: any growth wakes it.
                     let candidates = self.tallies.preemptible_jobs_below(gk.priority);
@@ -570,6 +573,26 @@ impl Scheduler {
         let plan = self.find_victims(ix, scope, now, &mut scratch);
         self.search_scratch = scratch;
         plan
+    }
+
+    /// When a failed search failed only because rule 1 protects the victims it would take:
+    /// the time the first lower-priority run's protection ends, when the job is looked at
+    /// again. A second search, only while some run is protected.
+    fn protected_victims_until(&mut self, ix: JobIx, now: Time) -> Option<Time> {
+        if self.protection_ends.last().is_none_or(|(until, ..)| *until <= now) {
+            return None;
+        }
+        let mut scratch = std::mem::take(&mut self.search_scratch);
+        scratch.protection_waived = true;
+        let plan = self.find_victims(ix, PreemptionScope::Any, now, &mut scratch);
+        scratch.protection_waived = false;
+        self.search_scratch = scratch;
+        plan?;
+        let priority = self.jobs[ix].spec.priority;
+        self.protection_ends
+            .iter()
+            .find(|&&(until, _, vix)| until > now && self.jobs[vix].spec.priority < priority)
+            .map(|&(until, ..)| until)
     }
 
     /// The first of the job's accounts that starting it would take over quota.

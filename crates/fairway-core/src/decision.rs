@@ -61,6 +61,10 @@ pub enum PendingReason {
     WaitingForPreemption { victims: Vec<JobId> },
     /// No lower-priority, preemptible work could free enough room.
     NoPreemptionCandidates,
+    /// Lower-priority work would free enough room, but rule 1 protects it (a minimum run,
+    /// an hourly maximum of preemptions); `until`: when the first lower-priority run's
+    /// protection ends, and the job is looked at again.
+    VictimsProtected { until: Time },
     /// The job's `preemptionPolicy` is `Never`, so it waits for free GPUs.
     PreemptionDisabled,
     /// A job ahead in the queue is waiting for GPUs and the policy does not backfill.
@@ -80,6 +84,7 @@ impl PendingReason {
             PendingReason::NoFit { .. } => "no_fit",
             PendingReason::WaitingForPreemption { .. } => "waiting_for_preemption",
             PendingReason::NoPreemptionCandidates => "no_preemption_candidates",
+            PendingReason::VictimsProtected { .. } => "victims_protected",
             PendingReason::PreemptionDisabled => "preemption_disabled",
             PendingReason::BlockedBehind { .. } => "blocked_behind_higher_priority",
             PendingReason::PreemptionBudgetExhausted => "preemption_budget_exhausted",
@@ -138,6 +143,10 @@ impl fmt::Display for PendingReason {
             PendingReason::NoPreemptionCandidates => {
                 write!(f, "no lower-priority preemptible jobs would free enough room")
             }
+            PendingReason::VictimsProtected { until } => write!(
+                f,
+                "the lower-priority work that would make room is protected from preemption (its class's minimum run or hourly limit); the first protection ends at {until}"
+            ),
             PendingReason::PreemptionDisabled => write!(f, "preemptionPolicy is Never: waits for free GPUs"),
             PendingReason::BlockedBehind { job, priority } => {
                 write!(f, "blocked behind {job} (priority {priority}) which is waiting for GPUs")

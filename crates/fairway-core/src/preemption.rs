@@ -134,6 +134,9 @@ pub(crate) struct SearchScratch {
     node_search: Buffers,
     /// One-replica searches as they were, when asked for (`Scheduler::record_searches`).
     pub(crate) records: Option<Vec<SearchRecord>>,
+    /// Search as if no run were protected (rule 1): to tell a job that protection, not a
+    /// lack of victims, keeps it waiting.
+    pub(crate) protection_waived: bool,
 }
 
 /// Rule 6's candidate bound as it applies to one search.
@@ -178,7 +181,7 @@ impl Scheduler {
         if scope == PreemptionScope::Any && !self.gang_could_fit(ix) {
             return None;
         }
-        let victims = self.victim_candidates(ix, scope, now);
+        let victims = self.victim_candidates(ix, scope, now, scratch.protection_waived);
         if victims.is_empty() {
             return None;
         }
@@ -202,7 +205,7 @@ impl Scheduler {
     }
 
     /// Rule 1 and the candidate bound; sorted by rules 2, 3 and 5.
-    fn victim_candidates(&self, ix: JobIx, scope: PreemptionScope, now: Time) -> Vec<Victim> {
+    fn victim_candidates(&self, ix: JobIx, scope: PreemptionScope, now: Time, waived: bool) -> Vec<Victim> {
         let job = &self.jobs[ix];
         let limit = self.config.limits.victim_candidates_max as usize;
         let mut out = Vec::new();
@@ -212,7 +215,7 @@ impl Scheduler {
             }
             let victim = &self.jobs[vix];
             let JobState::Running { started_at, .. } = victim.state else { unreachable!("victims run") };
-            if victim.protected_until(started_at) > now {
+            if !waived && victim.protected_until(started_at) > now {
                 continue;
             }
             if let PreemptionScope::Account(account) = scope
@@ -337,7 +340,8 @@ impl Scheduler {
     /// them breaks the victim bound, the nodes of the next level are weighed, and so on.
     fn best_single_node_set(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
         let plan = self.single_node_search(ix, now, scratch);
-        if let Some(records) = scratch.records.as_mut() {
+        let waived = scratch.protection_waived;
+        if let Some(records) = scratch.records.as_mut().filter(|_| !waived) {
             records.push(self.search_record(ix, now, &plan));
         }
         plan
@@ -390,7 +394,7 @@ impl Scheduler {
         scratch.ready.clear();
         for (i, node) in self.nodes.iter().enumerate() {
             if Self::usable(node, model)
-                && let Some(level) = room_level(node, demand, examined, now)
+                && let Some(level) = room_level(node, demand, examined, now, scratch.protection_waived)
             {
                 scratch.ready.push((level, i as u32));
             }
@@ -429,6 +433,7 @@ impl Scheduler {
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
+        let waived = scratch.protection_waived;
         scratch.bounds.clear();
         for &(_, position) in ready.iter().filter(|(l, _)| *l == level) {
             let node = self.nodes.at(NodeIx(position));
@@ -436,7 +441,7 @@ impl Scheduler {
                 .victims
                 .iter()
                 .take_while(|e| examined(e))
-                .filter(|e| e.priority == level && e.protected_until <= now);
+                .filter(|e| e.priority == level && (waived || e.protected_until <= now));
             let bound = at_level
                 .map(|e| e.lost_gpu_ms(now))
                 .min()
@@ -453,7 +458,7 @@ impl Scheduler {
             let node = self.nodes.at(NodeIx(position));
             scratch.on_node.clear();
             let eligible = node.victims.iter().take_while(|e| e.priority <= level && examined(e));
-            scratch.on_node.extend(eligible.filter(|e| e.protected_until <= now).map(|e| NodeVictim {
+            scratch.on_node.extend(eligible.filter(|e| waived || e.protected_until <= now).map(|e| NodeVictim {
                 id: e.id,
                 ix: e.ix,
                 priority: e.priority,
@@ -659,11 +664,17 @@ impl Scheduler {
 /// candidates of its list (lowest priority first) level by level, those protected at `now`
 /// freeing nothing; `None` if they never make room. A node's list is in (priority, id)
 /// order and `examined` holds for a prefix of it.
-fn room_level(node: &Node, demand: Resources, examined: impl Fn(&VictimEntry) -> bool, now: Time) -> Option<Priority> {
+fn room_level(
+    node: &Node,
+    demand: Resources,
+    examined: impl Fn(&VictimEntry) -> bool,
+    now: Time,
+    waived: bool,
+) -> Option<Priority> {
     let mut room = node.available();
     let mut entries = node.victims.iter().take_while(|e| examined(e)).peekable();
     while let Some(e) = entries.next() {
-        if e.protected_until <= now {
+        if waived || e.protected_until <= now {
             room = room.plus(e.freed);
         }
         let level_ends = entries.peek().is_none_or(|next| next.priority != e.priority);

@@ -1556,6 +1556,11 @@ impl Engine {
             PendingReason::BlockedBehind { job, priority } => {
                 format!("behind higher priority: {} (priority {priority}) waits for GPUs first", name(*job))
             }
+            PendingReason::VictimsProtected { until } => {
+                let at = jiff::Timestamp::from_millisecond(until.millis() as i64)
+                    .map_or_else(|_| until.to_string(), |t| t.to_string());
+                format!("the lower-priority work that would make room is protected from preemption until {at}")
+            }
             other => other.to_string(),
         }
     }

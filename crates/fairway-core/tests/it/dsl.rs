@@ -166,6 +166,7 @@ impl Names {
             PendingReason::BlockedBehind { job, priority } => {
                 format!("blocked_behind({} prio {priority})", self.j(*job))
             }
+            PendingReason::VictimsProtected { until } => format!("victims_protected(until {until})"),
             PendingReason::NoPreemptionCandidates
             | PendingReason::PreemptionDisabled
             | PendingReason::PreemptionBudgetExhausted

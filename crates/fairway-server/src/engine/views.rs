@@ -165,6 +165,13 @@ impl Engine {
                 ),
                 json!({"job": job.0, "priority": priority}),
             ),
+            PendingReason::VictimsProtected { until } => (
+                format!(
+                    "the lower-priority work that would make room is protected from preemption (its class's minimum run or hourly limit); the first protection ends at {} (Unix ms)",
+                    until.millis()
+                ),
+                json!({"until_ms": until.millis()}),
+            ),
             other => (other.to_string(), json!({})),
         };
         let data = match data {
