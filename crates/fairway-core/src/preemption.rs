@@ -337,7 +337,8 @@ impl Scheduler {
     /// first make room. So each usable node's list is walked once, lowest priority first,
     /// adding up what it would free until it makes room; the nodes that make room at the
     /// lowest level have their minimal sets built and ranked by rules 3–5. If every one of
-    /// them breaks the victim bound, the nodes of the next level are weighed, and so on.
+    /// them breaks the victim bound, each is weighed again at its next level, with the nodes
+    /// that first make room there, and so on.
     fn best_single_node_set(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
         let plan = self.single_node_search(ix, now, scratch);
         let waived = scratch.protection_waived;
@@ -399,18 +400,31 @@ impl Scheduler {
                 scratch.ready.push((level, i as u32));
             }
         }
-        // The lowest level first; the next one only if every node there broke the bound.
-        let mut tried: Option<Priority> = None;
+        // The lowest level first. If every node there broke the victim bound, each of them
+        // is weighed again at its next level (a set that tops out higher may have fewer
+        // victims), with the nodes that first make room there.
+        let waived = scratch.protection_waived;
         loop {
-            let above_tried = |l: &Priority| tried.is_none_or(|t| *l > t);
-            let level = scratch.ready.iter().map(|(l, _)| *l).filter(above_tried).min()?;
+            let level = scratch.ready.iter().map(|(l, _)| *l).min()?;
             let ready = std::mem::take(&mut scratch.ready);
             let plan = self.best_set_at_level(&ready, level, demand, examined, now, scratch);
             scratch.ready = ready;
             if plan.is_some() {
                 return plan;
             }
-            tried = Some(level);
+            let nodes = &self.nodes;
+            scratch.ready.retain_mut(|(l, position)| {
+                if *l != level {
+                    return true;
+                }
+                match next_level(nodes.at(NodeIx(*position)), level, examined, now, waived) {
+                    Some(next) => {
+                        *l = next;
+                        true
+                    }
+                    None => false,
+                }
+            });
         }
     }
 
@@ -658,6 +672,22 @@ impl Scheduler {
             .collect();
         choose_nodes(&candidates, job.spec.per_replica, job.spec.replicas, self.config.policy.scoring)
     }
+}
+
+/// The next priority level above `after` among a node's examined candidates that has a
+/// candidate not protected at `now`.
+fn next_level(
+    node: &Node,
+    after: Priority,
+    examined: impl Fn(&VictimEntry) -> bool,
+    now: Time,
+    waived: bool,
+) -> Option<Priority> {
+    node.victims
+        .iter()
+        .take_while(|e| examined(e))
+        .find(|e| e.priority > after && (waived || e.protected_until <= now))
+        .map(|e| e.priority)
 }
 
 /// The priority level at which a node first has room for `demand`, taking the examined
