@@ -274,9 +274,9 @@ impl Scheduler {
         // In id order, as every cycle before saw them (`reserving` is by id).
         while let Some(id) = self.ready_preemptors.pop_first() {
             let ix = self.reserving[&id];
-            // Fix: turning the hold into the running job moves a charge, it adds nothing; the
-            // uncharge in `drop_reservation` used to shrink what a quota lowered meanwhile had
-            // grandfathered, and the charge in `start` then broke the quota invariant.
+            // Turning the hold into the running job moves a charge, it adds nothing: what a
+            // quota lowered meanwhile grandfathered must survive the uncharge in
+            // `drop_reservation` and the charge in `start`.
             let id = self.jobs[ix].spec.id;
             let grandfathered = self.grandfathered_of(self.jobs[ix].accounts());
             let reservation = self.drop_reservation(ix).expect("reserving job holds a reservation");
@@ -468,9 +468,9 @@ impl Scheduler {
             let mut reasons = Reasons::one(reason);
             let quota = self.quota_wake(account, gk, preempt_capable);
             let mut wake = Wake::On(WakeOn { quota: [Some(quota), None], ..WakeOn::default() });
-            // Fix: a failed search, or a spent budget, used to leave the group dormant until
-            // the account changed, though room appearing (or the next cycle's budget) could
-            // let the same search succeed.
+            // A failed search, or a spent budget, must not leave the group dormant until the
+            // account changes: room appearing (or the next cycle's budget) can let the same
+            // search succeed.
             if preempt_capable {
                 if budget.take() {
                     out.stats.preemption_searches += 1;

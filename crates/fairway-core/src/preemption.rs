@@ -632,9 +632,8 @@ impl Scheduler {
     fn fits_without(&self, ix: JobIx, scope: PreemptionScope, gone: &[&Victim]) -> Option<Vec<(NodeId, u32)>> {
         let job = &self.jobs[ix];
         if let PreemptionScope::Account(_) = scope {
-            // Fix: every capped account of the job must end within its cap, not only the one
-            // in scope (a job over both its project's and its user's caps used to be let
-            // through when the victims fixed one, breaking the other's cap).
+            // Every capped account of the job must end within its cap, not only the one in
+            // scope: a job over both its project's and its user's caps needs both fixed.
             let total = job.spec.total();
             for account in job.accounts() {
                 let Some(a) = self.accounts.get(&account) else { continue };

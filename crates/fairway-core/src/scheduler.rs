@@ -248,9 +248,7 @@ impl Scheduler {
 
     /// The victims still terminating for `preemptor`. A victim that exited was requeued and
     /// may already run again elsewhere, or be terminating for another preemptor: it holds
-    /// nothing of `preemptor`'s any more. (Fix: this used to test for any `Terminating`,
-    /// and the preemptor's readiness for `Pending` victims, so a victim restarted elsewhere
-    /// during the grace period left its preemptor waiting forever.)
+    /// nothing of `preemptor`'s any more, and must not keep the preemptor waiting.
     pub(crate) fn still_terminating(&self, preemptor: JobId, victims: &[JobId]) -> Vec<JobId> {
         victims
             .iter()
@@ -405,8 +403,8 @@ impl Scheduler {
         let was_preempted = matches!(job.state, JobState::Terminating { why: Termination::Preempted { .. }, .. });
         self.release(ix, now);
         // A stop asked since the last cycle (a cancel) is moot once the job has exited: the
-        // driver must not be told to stop a job that is gone. (Found by fuzzing the server's
-        // API: a cancel and the run's end in one turn.)
+        // driver must not be told to stop a job that is gone (a cancel and the run's end can
+        // arrive in one turn).
         self.outbox.retain(|d| !matches!(d, Decision::Stop { job, .. } if *job == id));
         if requeue {
             if was_preempted {

@@ -110,13 +110,19 @@ impl CtlState {
 
 /// The Job that controls an object, by its controller ownerReference: (name, uid).
 pub(crate) fn job_owner(v: &Value) -> Option<(String, String)> {
+    controller_owner(v, "Job", "batch/")
+}
+
+/// The owner of `kind` (an apiVersion starting with `api_prefix`) that controls an object,
+/// by its controller ownerReference: (name, uid).
+pub(crate) fn controller_owner(v: &Value, kind: &str, api_prefix: &str) -> Option<(String, String)> {
     v.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)?
         .iter()
         .find(|r| {
             r.get("controller").and_then(Value::as_bool) == Some(true)
-                && r.get("kind").and_then(Value::as_str) == Some("Job")
-                && r.get("apiVersion").and_then(Value::as_str).is_some_and(|a| a.starts_with("batch/"))
+                && r.get("kind").and_then(Value::as_str) == Some(kind)
+                && r.get("apiVersion").and_then(Value::as_str).is_some_and(|a| a.starts_with(api_prefix))
         })
         .map(|r| {
             (
@@ -124,6 +130,23 @@ pub(crate) fn job_owner(v: &Value) -> Option<(String, String)> {
                 r.get("uid").and_then(Value::as_str).unwrap_or_default().to_owned(),
             )
         })
+}
+
+/// The pods that the object `uid` controls (`owner` reads a pod's controller).
+pub(crate) fn controlled_pods(
+    world: &World,
+    uid: &str,
+    owner: fn(&Value) -> Option<(String, String)>,
+) -> Vec<crate::store::Obj> {
+    world
+        .dependents
+        .get(uid)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| *k == Kind::Pod)
+        .filter_map(|(_, k)| world.get(Kind::Pod, k).cloned())
+        .filter(|p| owner(&p.value).is_some_and(|(_, u)| u == uid))
+        .collect()
 }
 
 /// Scales a duration read from an object (a sleep, a grace period, a deadline).

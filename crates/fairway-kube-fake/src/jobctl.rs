@@ -178,15 +178,7 @@ fn spec_of(v: &Value) -> Spec {
 fn sync_job(world: &mut World, key: &Key, job: &Obj, mem: &mut JobMem, now: Instant) {
     let v = &job.value;
     let spec = spec_of(v);
-    let pods: Vec<Obj> = world
-        .dependents
-        .get(&mem.uid)
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| *k == Kind::Pod)
-        .filter_map(|(_, k)| world.get(Kind::Pod, k).cloned())
-        .filter(|p| job_owner(&p.value).is_some_and(|(_, u)| u == mem.uid))
-        .collect();
+    let pods = crate::ctl::controlled_pods(world, &mem.uid, job_owner);
     let status = v.get("status").cloned().unwrap_or_else(|| json!({}));
     let mut succeeded = int(&status, "/succeeded").unwrap_or(0);
     let mut failed = int(&status, "/failed").unwrap_or(0);

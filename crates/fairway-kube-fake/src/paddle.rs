@@ -46,20 +46,7 @@ pub(crate) struct PaddleMem {
 
 /// The PaddleJob that controls a pod: (name, uid).
 pub(crate) fn paddle_owner(v: &Value) -> Option<(String, String)> {
-    v.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|r| {
-            r.get("controller").and_then(Value::as_bool) == Some(true)
-                && r.get("kind").and_then(Value::as_str) == Some("PaddleJob")
-                && r.get("apiVersion").and_then(Value::as_str).is_some_and(|a| a.starts_with("kubeflow.org/"))
-        })
-        .map(|r| {
-            (
-                r.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                r.get("uid").and_then(Value::as_str).unwrap_or_default().to_owned(),
-            )
-        })
+    crate::ctl::controller_owner(v, "PaddleJob", "kubeflow.org/")
 }
 
 fn finished(v: &Value) -> bool {
@@ -103,15 +90,7 @@ fn sync_job(world: &mut World, key: &Key, job: &Obj, mem: &mut PaddleMem) {
         .map(|(t, s)| (t.clone(), s.get("replicas").and_then(Value::as_i64).unwrap_or(1).max(0), s.clone()))
         .collect();
     let suspend = v.pointer("/spec/runPolicy/suspend").and_then(Value::as_bool).unwrap_or(false);
-    let pods: Vec<Obj> = world
-        .dependents
-        .get(&mem.uid)
-        .into_iter()
-        .flatten()
-        .filter(|(k, _)| *k == Kind::Pod)
-        .filter_map(|(_, k)| world.get(Kind::Pod, k).cloned())
-        .filter(|p| paddle_owner(&p.value).is_some_and(|(_, u)| u == mem.uid))
-        .collect();
+    let pods = crate::ctl::controlled_pods(world, &mem.uid, paddle_owner);
     let mut new = v.clone();
     if new.get("status").is_none_or(|s| !s.is_object()) {
         new["status"] = json!({});

@@ -51,7 +51,7 @@ pub fn answer(review: &Value, mutation: &Mutation) -> Value {
 
 /// JSON Patch operations for one object.
 pub fn patch_for(object: &Value, mutation: &Mutation) -> Vec<Value> {
-    let opted_out = object.pointer("/metadata/labels/fairway.dev~1managed").and_then(Value::as_str) == Some("false");
+    let opted_out = object["metadata"]["labels"][crate::workload::MANAGED_LABEL].as_str() == Some("false");
     if opted_out || !asks_for(&object["spec"], &mutation.gpu_resource) {
         return Vec::new();
     }
