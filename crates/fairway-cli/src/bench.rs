@@ -38,6 +38,7 @@ use crate::Output;
 
 #[cfg(feature = "kube")]
 mod kube;
+mod mixed;
 mod sim;
 mod soak;
 
@@ -56,6 +57,10 @@ pub enum BenchCommand {
     /// The simulator: events per second through the core, and a whole trace end to end
     /// (load, replay, summary) for each policy of a scenario (release build expected).
     Sim(sim::SimBenchArgs),
+    /// A mixed 4-tier workload replayed in real time against the standalone server (by
+    /// default 200 jobs of 1-8 GPUs and 5-60 s on 16x8 simulated GPUs, Poisson arrivals):
+    /// preemptions (per job, of young runs), waits per tier; with and without rule 1.
+    Mixed(mixed::MixedBenchArgs),
     /// Rounds of concurrent submissions, cancels and quota changes ended by `kill -9` of the
     /// server, checked from outside after each: nothing acknowledged lost, no job running
     /// twice, no GPU double-booked, pending order kept. Exits 1 if anything was found.
@@ -186,6 +191,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         BenchCommand::Server(a) => server(a),
         BenchCommand::Sim(a) => sim::run(a),
         BenchCommand::Soak(a) => soak::run(a),
+        BenchCommand::Mixed(a) => mixed::run(a),
         #[cfg(feature = "kube")]
         BenchCommand::Kube(a) => kube::run(a),
     }
@@ -268,12 +274,18 @@ struct Bench {
 
 impl Bench {
     async fn start(data_dir: &Path, gpus: u32, exe: &Path) -> Result<Bench> {
+        Bench::start_with(data_dir, &gpus.to_string(), exe, fairway_server::ConfigFile::default()).await
+    }
+
+    /// A server with `gpus` as `--gpus` takes it (`N` or `NODESxGPUS`) and this config file.
+    async fn start_with(data_dir: &Path, gpus: &str, exe: &Path, file: fairway_server::ConfigFile) -> Result<Bench> {
         std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         let mut config = ServerConfig::new(data_dir.to_path_buf());
         config.listen = "127.0.0.1:0".parse().expect("valid");
-        config.simulated_gpus = Some(gpus.to_string());
+        config.simulated_gpus = Some(gpus.to_owned());
         config.gpu_model = "A100".into();
         config.shim_exe = exe.to_path_buf();
+        config.file = file;
         config.file.container_runtime = Some("none".into());
         config.registry_dir = None;
         let server = fairway_server::start(config).await?;

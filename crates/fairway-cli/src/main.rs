@@ -123,6 +123,11 @@ pub struct SimArgs {
     /// Seed for the synthetic generator and tier assignment (default: the scenario's).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Run the scenario with this many seeds, from `--seed` (or the scenario's) up, and
+    /// report each figure of each policy as mean ± standard deviation [min–max] over them
+    /// (1 to 1000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "report")]
+    pub seeds: Option<u32>,
     /// Shrink the cluster to its first N nodes.
     #[arg(long)]
     pub nodes: Option<u32>,

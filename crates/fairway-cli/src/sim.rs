@@ -7,13 +7,72 @@ use fairway_sim::engine::{CheckLevel, EngineConfig, simulate};
 use fairway_sim::metrics::{RunResult, SimReport};
 use fairway_sim::report::{render_table, write_report};
 use fairway_sim::scenario::{self, Overrides};
+use fairway_sim::sweep::SeedSweep;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{Check, Output, SimArgs, progress_wanted};
 
 pub fn run(args: &SimArgs) -> anyhow::Result<()> {
+    if let Some(n) = args.seeds {
+        return sweep(args, n);
+    }
+    let (scenario, runs) = run_scenario(args, args.seed)?;
+    let report = SimReport::from_runs(&scenario.name, scenario.seed, &runs);
+    let mut stdout = std::io::stdout().lock();
+    match args.output {
+        Output::Table => {
+            writeln!(
+                stdout,
+                "scenario {} (seed {}): {} jobs on {} GPUs in {} nodes",
+                scenario.name,
+                scenario.seed,
+                scenario.jobs.len(),
+                scenario.capacity_gpus(),
+                scenario.nodes.len()
+            )?;
+            write!(stdout, "{}", render_table(&report))?;
+        }
+        Output::Json => write!(stdout, "{}", report.to_json())?,
+    }
+    if let Some(dir) = &args.report {
+        let files = write_report(dir, &report, &runs).with_context(|| format!("report in {}", dir.display()))?;
+        if args.output == Output::Table {
+            writeln!(stdout, "report: {}", files[0].display())?;
+        }
+    }
+    Ok(())
+}
+
+/// `--seeds N`: the scenario with seeds `first..first + N`, summarised per figure.
+fn sweep(args: &SimArgs, n: u32) -> anyhow::Result<()> {
+    let first = match args.seed {
+        Some(s) => s,
+        None => {
+            let overrides = Overrides { max_jobs: Some(0), ..Overrides::default() };
+            scenario::load(&args.scenario, &overrides)
+                .with_context(|| format!("scenario {}", args.scenario.display()))?
+                .seed
+        }
+    };
+    let seeds: Vec<u64> = (0..u64::from(n)).map(|i| first.wrapping_add(i)).collect();
+    let mut reports = Vec::with_capacity(seeds.len());
+    for &seed in &seeds {
+        let (scenario, runs) = run_scenario(args, Some(seed))?;
+        reports.push(SimReport::from_runs(&scenario.name, scenario.seed, &runs));
+    }
+    let sweep = SeedSweep::from_reports(&seeds, &reports);
+    let mut stdout = std::io::stdout().lock();
+    match args.output {
+        Output::Table => write!(stdout, "{}", sweep.to_table())?,
+        Output::Json => write!(stdout, "{}", sweep.to_json())?,
+    }
+    Ok(())
+}
+
+/// Loads the scenario with `seed` and runs each of its policies.
+fn run_scenario(args: &SimArgs, seed: Option<u64>) -> anyhow::Result<(scenario::Scenario, Vec<RunResult>)> {
     let overrides = Overrides {
-        seed: args.seed,
+        seed,
         nodes: args.nodes,
         time_compression: args.time_compression,
         max_jobs: args.max_jobs,
@@ -41,30 +100,7 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
         bar.finish_and_clear();
         runs.push(run);
     }
-    let report = SimReport::from_runs(&scenario.name, scenario.seed, &runs);
-    let mut stdout = std::io::stdout().lock();
-    match args.output {
-        Output::Table => {
-            writeln!(
-                stdout,
-                "scenario {} (seed {}): {} jobs on {} GPUs in {} nodes",
-                scenario.name,
-                scenario.seed,
-                scenario.jobs.len(),
-                scenario.capacity_gpus(),
-                scenario.nodes.len()
-            )?;
-            write!(stdout, "{}", render_table(&report))?;
-        }
-        Output::Json => write!(stdout, "{}", report.to_json())?,
-    }
-    if let Some(dir) = &args.report {
-        let files = write_report(dir, &report, &runs).with_context(|| format!("report in {}", dir.display()))?;
-        if args.output == Output::Table {
-            writeln!(stdout, "report: {}", files[0].display())?;
-        }
-    }
-    Ok(())
+    Ok((scenario, runs))
 }
 
 fn check_level(args: &SimArgs) -> CheckLevel {

@@ -76,6 +76,9 @@ pub struct Limits {
     pub preemption_attempts_per_cycle_max: u32,
     /// Victims one preemptor may take.
     pub victims_per_preemption_max: u32,
+    /// Victims all preemptors together may take in one cycle (rule 7 of the preemption
+    /// order): a preemptor whose set would go beyond waits for the next cycle.
+    pub victims_per_cycle_max: u32,
     /// Running jobs examined as victim candidates for one preemptor.
     pub victim_candidates_max: u32,
     /// Feasible nodes scored for one replica.
@@ -94,6 +97,7 @@ impl Default for Limits {
             starts_per_cycle_max: 10_000,
             preemption_attempts_per_cycle_max: 64,
             victims_per_preemption_max: 32,
+            victims_per_cycle_max: 256,
             victim_candidates_max: 4_096,
             candidate_nodes_scored_max: 64,
             jobs_max: 1_000_000,

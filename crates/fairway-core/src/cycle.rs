@@ -91,14 +91,28 @@ impl<K: PartialEq + Copy, V: Copy> Memo<K, V> {
     }
 }
 
+/// What one cycle may still spend on preemption: searches (`preemption_attempts_per_cycle_max`)
+/// and victims (`victims_per_cycle_max`, rule 7).
 struct PreemptionBudget {
-    left: u32,
+    searches_left: u32,
+    victims_left: u32,
 }
 
 impl PreemptionBudget {
-    fn take(&mut self) -> bool {
-        let ok = self.left > 0;
-        self.left = self.left.saturating_sub(1);
+    /// One search, if both budgets allow one (a search is useless without a victim left).
+    fn take_search(&mut self) -> bool {
+        let ok = self.searches_left > 0 && self.victims_left > 0;
+        self.searches_left = self.searches_left.saturating_sub(1);
+        ok
+    }
+
+    /// The plan's victims, if the cycle's victim budget still covers them all.
+    fn take_victims(&mut self, plan: &VictimPlan) -> bool {
+        let n = plan.victims.len() as u32;
+        let ok = n <= self.victims_left;
+        if ok {
+            self.victims_left -= n;
+        }
         ok
     }
 }
@@ -248,6 +262,7 @@ impl Scheduler {
         out.decisions.clear();
         out.decisions.append(&mut self.outbox);
         out.stats = CycleStats::default();
+        self.budget_spent_at = None;
         self.enforce_runtime_limits(now, out);
         self.end_protections(now);
         self.start_ready_preemptors(now, out);
@@ -344,7 +359,11 @@ impl Scheduler {
         out: &mut CycleOutcome,
     ) -> usize {
         let strict = !self.config.policy.backfill;
-        let mut budget = PreemptionBudget { left: self.config.limits.preemption_attempts_per_cycle_max };
+        let limits = &self.config.limits;
+        let mut budget = PreemptionBudget {
+            searches_left: limits.preemption_attempts_per_cycle_max,
+            victims_left: limits.victims_per_cycle_max,
+        };
         // Under strict order the first sleeping group that blocks, or the first job holding
         // GPUs for its victims, blocks everything behind it.
         let first_blocker = |s: &Scheduler| {
@@ -472,11 +491,19 @@ impl Scheduler {
             // account changes: room appearing (or the next cycle's budget) can let the same
             // search succeed.
             if preempt_capable {
-                if budget.take() {
+                if budget.take_search() {
                     out.stats.preemption_searches += 1;
-                    if let Some(plan) = self.search(ix, PreemptionScope::Account(account), now) {
-                        self.carry_out_preemption(ix, plan, now, out);
-                        return Considered::Preempting;
+                    match self.search(ix, PreemptionScope::Account(account), now) {
+                        Some(plan) if budget.take_victims(&plan) => {
+                            self.carry_out_preemption(ix, plan, now, out);
+                            return Considered::Preempting;
+                        }
+                        Some(_) => {
+                            reasons.push(PendingReason::PreemptionBudgetExhausted);
+                            self.budget_spent_at = Some(now);
+                            return Considered::Failed(Verdict { reasons, wake: Wake::NextCycle });
+                        }
+                        None => {}
                     }
                     // If its own preemptible work could bring it under this cap, something
                     // else stopped it (its other account's cap, room): it asks again when
@@ -489,6 +516,7 @@ impl Scheduler {
                     }
                 } else {
                     reasons.push(PendingReason::PreemptionBudgetExhausted);
+                    self.budget_spent_at = Some(now);
                     wake = Wake::NextCycle;
                 }
             }
@@ -521,15 +549,21 @@ impl Scheduler {
             reasons.push(PendingReason::PreemptionDisabled);
         } else if memo.no_victims.get(&shape).is_some_and(|p| p >= gk.priority) {
             reasons.push(PendingReason::NoPreemptionCandidates);
-        } else if !budget.take() {
+        } else if !budget.take_search() {
             reasons.push(PendingReason::PreemptionBudgetExhausted);
+            self.budget_spent_at = Some(now);
             wake = Wake::NextCycle;
         } else {
             out.stats.preemption_searches += 1;
             match self.search(ix, PreemptionScope::Any, now) {
-                Some(plan) => {
+                Some(plan) if budget.take_victims(&plan) => {
                     self.carry_out_preemption(ix, plan, now, out);
                     return Considered::Preempting;
+                }
+                Some(_) => {
+                    reasons.push(PendingReason::PreemptionBudgetExhausted);
+                    self.budget_spent_at = Some(now);
+                    wake = Wake::NextCycle;
                 }
                 None => {
                     memo.no_victims.insert(shape, gk.priority);

@@ -62,6 +62,9 @@ pub struct RestoredJob {
     /// Run time of finished runs (for the run-time limit).
     pub runtime_done_ms: u64,
     pub preemptions: u32,
+    /// When it was chosen as a victim, as far as the driver knows (the last hour is enough):
+    /// rule 1's hourly cap counts them across the restart.
+    pub preempted_at: Vec<Time>,
     pub last_checkpoint: Option<Time>,
     /// `Some` when its process is still alive: it keeps its GPUs.
     pub running: Option<RestoredRun>,

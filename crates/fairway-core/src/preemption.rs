@@ -23,6 +23,11 @@
 //! 6. **Bounded.** At most `victims_per_preemption_max` victims and
 //!    `victim_candidates_max` candidates examined (the first ones by priority, then id);
 //!    beyond that the job does not preempt.
+//! 7. **Budgeted per cycle.** At most `victims_per_cycle_max` victims in one cycle, over all
+//!    preemptors, and at most `preemption_attempts_per_cycle_max` searches: a preemptor
+//!    whose set would go beyond what is left waits (`preemption_budget_exhausted`) and
+//!    `Scheduler::next_wakeup` asks for the next cycle 1 ms later; a preemptor behind it
+//!    that needs fewer victims may still take what is left.
 //!
 //! **Where the search is exact.** For a job of one replica (the usual preemptor), rules 2 to
 //! 6 are applied exactly: every node's best set is found by `search::best_set_on_node` (a

@@ -15,7 +15,8 @@ impl Scheduler {
     ///    what it holds.
     /// 4. If it was being stopped, it is on its way out again, with its original deadline.
     pub(crate) fn restore(&mut self, restored: RestoredJob) -> Result<(), CoreError> {
-        let RestoredJob { spec, submitted_at, runtime_done_ms, preemptions, last_checkpoint, running } = restored;
+        let RestoredJob { spec, submitted_at, runtime_done_ms, preemptions, preempted_at, last_checkpoint, running } =
+            restored;
         let id = spec.id;
         if let Some(run) = &running {
             self.check_restored_placement(&spec, &run.placement)?;
@@ -26,6 +27,12 @@ impl Scheduler {
         job.runtime_done_ms = runtime_done_ms;
         job.preemptions = preemptions;
         job.last_checkpoint = last_checkpoint;
+        // Before it starts: rule 1's protection of the run counts these.
+        let mut preempted_at = preempted_at;
+        preempted_at.sort_unstable();
+        for at in preempted_at {
+            job.record_preemption(at);
+        }
         if let Some(run) = running {
             self.start(ix, run.placement, run.started_at);
             self.counters.starts -= 1;

@@ -115,6 +115,9 @@ pub struct Scheduler {
     pub(crate) changes: Changes,
     /// Under strict order, the job that blocked the last cycle's walk.
     pub(crate) blocked_by: Option<(QueueKey, Priority)>,
+    /// When the last cycle left a preemptor waiting for a per-cycle budget (searches or
+    /// victims, rule 7): it wants the next cycle soon, not at the next event.
+    pub(crate) budget_spent_at: Option<Time>,
     /// Accounts with a cap: while there are none, nothing is over quota and quota checks
     /// are skipped.
     pub(crate) capped_accounts: usize,
@@ -142,6 +145,7 @@ impl Scheduler {
             counters: Counters::default(),
             changes: Changes::default(),
             blocked_by: None,
+            budget_spent_at: None,
             capped_accounts: 0,
         }
     }
@@ -308,14 +312,13 @@ impl Scheduler {
     }
 
     /// The earliest time the core wants a cycle even if no event arrives: a run-time limit,
-    /// or a running job's protection from preemption ending (a preemptor may be waiting).
+    /// a running job's protection from preemption ending (a preemptor may be waiting), or,
+    /// 1 ms after a cycle whose preemption budget ran out, the next cycle.
     pub fn next_wakeup(&self) -> Option<Time> {
         let deadline = self.runtime_deadlines.first().map(|(t, ..)| *t);
         let protection = self.protection_ends.first().map(|(t, ..)| *t);
-        match (deadline, protection) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let budget = self.budget_spent_at.map(|t| t.plus_ms(1));
+        [deadline, protection, budget].into_iter().flatten().min()
     }
 
     // ---- event handlers --------------------------------------------------------------

@@ -40,7 +40,7 @@ use fairway_core::{
     Config, Decision, Event, ExitOutcome, GpuSet, JobId, JobSpec, JobStatus, Limits, NodeId, NodeSpec, PendingReason,
     Placement, PreemptionPolicy, Quota, ReplicaPlacement, RestoredJob, RestoredRun, RestoredStop, Scheduler, Time,
 };
-use fairway_spec::{Interner, ParseLimits, ParseOptions, PriorityRef, ResolvedJob};
+use fairway_spec::{Interner, ParseLimits, ParseOptions, PreemptionProtection, PriorityRef, ResolvedJob};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde_json::Value;
@@ -147,7 +147,13 @@ struct Tracked {
     awaiting_admission: bool,
     /// Since when it waits (its creation, or its last requeue), Unix ms.
     queued_since_ms: u64,
+    /// When it was preempted in the last hour (rule 1's hourly cap), oldest first: read
+    /// from its annotation when first seen, then kept here and written with each preemption.
+    preempted_at_ms: Vec<u64>,
 }
+
+/// The window of rule 1's cap on preemptions an hour.
+const HOUR_MS: u64 = 3_600_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Slot {
@@ -697,6 +703,7 @@ impl Engine {
             submitted_at: Time(now),
             runtime_done_ms: 0,
             preemptions: 0,
+            preempted_at: Vec::new(),
             last_checkpoint: None,
             running: Some(RestoredRun {
                 placement: Placement::new(vec![ReplicaPlacement { node, gpus }]),
@@ -767,6 +774,7 @@ impl Engine {
                     self.published.entry(uid.clone()).or_insert_with(|| said_key(c.admitted, &c.reason, &c.message));
                 }
                 let id = Engine::job_id_of_uid(&uid);
+                let preempted_at_ms = w.preempted_at_ms();
                 self.workloads.insert(
                     uid.clone(),
                     Tracked {
@@ -778,6 +786,7 @@ impl Engine {
                         deleted: false,
                         awaiting_admission: false,
                         queued_since_ms: 0,
+                        preempted_at_ms,
                     },
                 );
             }
@@ -987,6 +996,7 @@ impl Engine {
     /// A managed workload enters the core, pending, at its creation time.
     fn submit(&mut self, uid: &str, now: u64) {
         let (w, id) = (self.workloads[uid].w.clone(), self.workloads[uid].id);
+        let preempted_at_ms = self.workloads[uid].preempted_at_ms.clone();
         let spec = match self.core_spec(&w, id) {
             Ok(spec) => spec,
             Err(why) => {
@@ -1013,6 +1023,7 @@ impl Engine {
             submitted_at: Time(w.created_ms),
             runtime_done_ms: 0,
             preemptions: 0,
+            preempted_at: preempted_at_ms.iter().copied().map(Time).collect(),
             last_checkpoint: None,
             running: None,
         };
@@ -1044,19 +1055,23 @@ impl Engine {
                 errors.iter().map(|e| format!("{}: {}", e.path, e.reason)).collect::<Vec<_>>().join("; ")
             })?;
         let doc = parsed.jobs.into_iter().next().ok_or("not a job")?;
-        let (priority, class, policy) = match &doc.priority {
-            PriorityRef::Class(name) => match self.classes.get(name) {
-                Some(c) => (c.value, Some(name.clone()), c.policy),
+        let class = match &doc.priority {
+            PriorityRef::Class(name) => match self.classes.get_key_value(name) {
+                Some(found) => Some(found),
                 None => return Err(format!("priorityClassName: no PriorityClass {name:?} in the cluster")),
             },
             // Kubernetes: the global default class, else priority 0.
-            _ => match self.classes.iter().find(|(_, c)| c.global_default) {
-                Some((name, c)) => (c.value, Some(name.clone()), c.policy),
-                None => (0, None, PreemptionPolicy::PreemptLowerPriority),
-            },
+            _ => self.classes.iter().find(|(_, c)| c.global_default),
+        };
+        let (priority, class, policy, protection) = match class {
+            Some((name, c)) => {
+                let protection = c.protection.clone().map_err(|e| format!("PriorityClass {name:?}: {e}"))?;
+                (c.value, Some(name.clone()), c.policy, protection)
+            }
+            None => (0, None, PreemptionPolicy::PreemptLowerPriority, PreemptionProtection::default()),
         };
         let preemption_policy = doc.preemption_policy.map_or(policy, PreemptionPolicy::from);
-        let resolved = ResolvedJob { doc, priority, priority_class: class, preemption_policy };
+        let resolved = ResolvedJob { doc, priority, priority_class: class, preemption_policy, protection };
         let mut spec = resolved.to_core(id, &mut self.interner).map_err(|e| format!("{}: {}", e.path, e.reason))?;
         // Kubernetes enforces activeDeadlineSeconds itself.
         spec.max_runtime_ms = None;
@@ -1284,6 +1299,7 @@ impl Engine {
             submitted_at: Time(t.w.created_ms),
             runtime_done_ms: 0,
             preemptions: 0,
+            preempted_at: t.preempted_at_ms.iter().copied().map(Time).collect(),
             last_checkpoint: None,
             // It has run since its admission (older records: since now).
             running: Some(RestoredRun {
@@ -1409,12 +1425,16 @@ impl Engine {
                     }
                     _ => Vec::new(),
                 };
+                let t = self.workloads.get_mut(&uid).expect("tracked");
+                t.preempted_at_ms.retain(|&at| now.saturating_sub(at) < HOUR_MS);
+                t.preempted_at_ms.push(now);
+                let history = t.preempted_at_ms.clone();
                 let t = &self.workloads[&uid];
                 let target = target_of(&t.w);
                 self.stats.preemptions += 1;
                 self.actions.push(Action::Suspend {
                     target: target.clone(),
-                    preemption: Some(Preemption { by: by.clone(), deadline_ms: deadline.millis(), hold }),
+                    preemption: Some(Preemption { by: by.clone(), deadline_ms: deadline.millis(), hold, history }),
                 });
                 let grace = deadline.millis().saturating_sub(now) / 1000;
                 self.actions.push(Action::Event {

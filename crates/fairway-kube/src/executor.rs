@@ -18,7 +18,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::engine::{Action, Target};
 use crate::workload::{
-    ADMISSION, Admission, Kind, PREEMPTED_BY, PREEMPTION_DEADLINE, PREEMPTION_HOLD, paddle_resource,
+    ADMISSION, Admission, Kind, PREEMPTED_AT, PREEMPTED_BY, PREEMPTION_DEADLINE, PREEMPTION_HOLD, paddle_resource,
 };
 
 /// Tries of a condition or Event before it is given up; after as many tries an urgent
@@ -179,8 +179,10 @@ impl Executor {
                 let mut patch = target.kind.suspend_patch(true);
                 if let Some(p) = preemption {
                     let hold = serde_json::to_string(&p.hold).expect("plain data");
+                    let history: Vec<String> = p.history.iter().map(u64::to_string).collect();
                     patch["metadata"] = json!({"annotations": {
-                        PREEMPTED_BY: p.by, PREEMPTION_DEADLINE: p.deadline_ms.to_string(), PREEMPTION_HOLD: hold
+                        PREEMPTED_BY: p.by, PREEMPTION_DEADLINE: p.deadline_ms.to_string(), PREEMPTION_HOLD: hold,
+                        PREEMPTED_AT: history.join(",")
                     }});
                 }
                 self.patch(target, patch).await

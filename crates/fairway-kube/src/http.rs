@@ -381,6 +381,8 @@ async fn classes(State(state): State<ApiState>) -> Response {
             value: c.value,
             preemption_policy: format!("{:?}", c.policy),
             global_default: c.global_default,
+            min_run_before_preemption_seconds: c.protection.as_ref().map_or(0, |p| p.min_run_seconds),
+            preemptions_per_hour_max: c.protection.as_ref().ok().and_then(|p| p.preemptions_per_hour_max),
             description: None,
         })
         .collect();

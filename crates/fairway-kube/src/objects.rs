@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use fairway_core::{PreemptionPolicy, Quota, Resources};
+use fairway_spec::PreemptionProtection;
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -228,6 +229,9 @@ pub struct ClassInfo {
     pub value: i32,
     pub global_default: bool,
     pub policy: PreemptionPolicy,
+    /// Rule 1, from the class's annotations; `Err` (the reason, naming the annotation)
+    /// refuses the workloads of the class until the class is fixed.
+    pub protection: Result<PreemptionProtection, String>,
 }
 
 impl ClassInfo {
@@ -239,6 +243,9 @@ impl ClassInfo {
                 Some("Never") => PreemptionPolicy::Never,
                 _ => PreemptionPolicy::PreemptLowerPriority,
             },
+            protection: fairway_spec::protection_from_annotations(|key| {
+                class.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+            }),
         }
     }
 }

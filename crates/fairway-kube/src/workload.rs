@@ -21,6 +21,10 @@ pub const PREEMPTION_DEADLINE: &str = "fairway.dev/preemption-deadline";
 /// Also set then: the nodes of the preemptor's replicas (JSON list), where the GPUs it
 /// waits for are held for it, so that a restarted controller holds them still.
 pub const PREEMPTION_HOLD: &str = "fairway.dev/preemption-hold";
+/// Also set then, and kept after: when it was preempted in the last hour (Unix ms,
+/// comma-separated, oldest first), so that a restarted controller still applies its
+/// class's cap on preemptions an hour (rule 1).
+pub const PREEMPTED_AT: &str = "fairway.dev/preempted-at";
 /// The label of the explicit opt-in (without the webhook).
 pub const QUEUE_LABEL: &str = "fairway.dev/queue";
 /// On a namespace, `"true"` opts it in (the webhook's `namespaceSelector`); on a workload,
@@ -123,6 +127,13 @@ impl Workload {
         serde_json::from_str::<Admission>(self.annotations.get(ADMISSION)?).ok()?.at_ms
     }
 
+    /// When it was preempted in the last hour, as recorded ([`PREEMPTED_AT`]); unreadable
+    /// entries are skipped.
+    pub fn preempted_at_ms(&self) -> Vec<u64> {
+        let Some(text) = self.annotations.get(PREEMPTED_AT) else { return Vec::new() };
+        text.split(',').filter_map(|t| t.trim().parse().ok()).collect()
+    }
+
     /// Who it was preempted for, until when its pods may stop, and where the preemptor's
     /// GPUs are held, if it was preempted.
     pub fn preemption(&self) -> Option<Preemption> {
@@ -130,7 +141,7 @@ impl Workload {
         let deadline_ms = self.annotations.get(PREEMPTION_DEADLINE)?.parse().ok()?;
         // Older records have no hold: the preemptor then simply queues after a restart.
         let hold = self.annotations.get(PREEMPTION_HOLD).and_then(|h| serde_json::from_str(h).ok()).unwrap_or_default();
-        Some(Preemption { by, deadline_ms, hold })
+        Some(Preemption { by, deadline_ms, hold, history: self.preempted_at_ms() })
     }
 
     pub fn from_job(job: &Job) -> Option<Workload> {
@@ -343,6 +354,8 @@ pub struct Preemption {
     pub deadline_ms: u64,
     /// The nodes of the preemptor's replicas, one per replica.
     pub hold: Vec<String>,
+    /// When the victim was preempted in the last hour, this time included (Unix ms).
+    pub history: Vec<u64>,
 }
 
 /// The admission annotation's content.

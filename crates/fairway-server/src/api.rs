@@ -198,6 +198,11 @@ pub struct PriorityClassView {
     pub value: i32,
     pub preemption_policy: String,
     pub global_default: bool,
+    /// Rule 1 of the preemption order; 0 and absent when the class has no protection.
+    #[serde(default)]
+    pub min_run_before_preemption_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptions_per_hour_max: Option<u32>,
     pub description: Option<String>,
 }
 

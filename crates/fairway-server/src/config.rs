@@ -144,8 +144,24 @@ pub struct PriorityClassConfig {
     pub global_default: bool,
     /// `PreemptLowerPriority` (default) or `Never`.
     pub preemption_policy: Option<String>,
+    /// Rule 1 of the preemption order: a run of this class younger than this is not a
+    /// victim (0: no minimum).
+    #[serde(default)]
+    pub min_run_before_preemption_seconds: u64,
+    /// Rule 1: a job of this class chosen as a victim this many times in the last hour is
+    /// not chosen again until the oldest of those is an hour old.
+    pub preemptions_per_hour_max: Option<u32>,
     #[serde(default)]
     pub description: String,
+}
+
+impl PriorityClassConfig {
+    pub fn protection(&self) -> fairway_spec::PreemptionProtection {
+        fairway_spec::PreemptionProtection {
+            min_run_seconds: self.min_run_before_preemption_seconds,
+            preemptions_per_hour_max: self.preemptions_per_hour_max,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -183,6 +199,9 @@ pub struct LimitsConfig {
     pub header_read_timeout_seconds: u64,
     /// How long a client may take to send a request's body.
     pub body_read_timeout_seconds: u64,
+    /// Victims all preemptors together may take in one scheduling cycle (rule 7 of the
+    /// preemption order); a preemptor beyond it waits for the next cycle.
+    pub preemption_victims_per_cycle_max: u32,
 }
 
 impl Default for LimitsConfig {
@@ -197,6 +216,7 @@ impl Default for LimitsConfig {
             list_jobs_max: 10_000,
             grace_seconds_max: 600,
             connections_max: 1024,
+            preemption_victims_per_cycle_max: fairway_core::Limits::default().victims_per_cycle_max,
             header_read_timeout_seconds: 10,
             body_read_timeout_seconds: 30,
         }
@@ -235,6 +255,13 @@ impl ConfigFile {
                     "priority_classes[{i}].preemption_policy: {p:?} is not PreemptLowerPriority or Never"
                 ));
             }
+            if let Err((field, reason)) = c.protection().check() {
+                let field = match field {
+                    "minRunBeforePreemptionSeconds" => "min_run_before_preemption_seconds",
+                    _ => "preemptions_per_hour_max",
+                };
+                return Err(format!("priority_classes[{i}].{field}: {reason}"));
+            }
         }
         let l = &self.limits;
         let zero = [
@@ -247,6 +274,7 @@ impl ConfigFile {
             ("connections_max", l.connections_max as u64),
             ("header_read_timeout_seconds", l.header_read_timeout_seconds),
             ("body_read_timeout_seconds", l.body_read_timeout_seconds),
+            ("preemption_victims_per_cycle_max", u64::from(l.preemption_victims_per_cycle_max)),
         ];
         if let Some((name, _)) = zero.iter().find(|(_, v)| *v == 0) {
             return Err(format!("limits.{name}: must be at least 1"));

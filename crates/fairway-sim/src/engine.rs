@@ -134,6 +134,10 @@ struct Live {
     preemptions: u32,
     lost_gpu_ms: u64,
     gpus: u32,
+    /// Since when it waits, while queued.
+    queued_since_ms: u64,
+    /// Every finished pending interval: the first wait and each re-wait.
+    queued_ms: u64,
 }
 
 /// Timed events; at equal times finishes come before victims' exits, so a victim that
@@ -260,6 +264,8 @@ impl<'a> Sim<'a> {
                 preemptions: 0,
                 lost_gpu_ms: 0,
                 gpus: j.spec.total().gpus,
+                queued_since_ms: 0,
+                queued_ms: 0,
             })
             .collect();
         Sim {
@@ -309,6 +315,7 @@ impl<'a> Sim<'a> {
         self.clock_ms = now.millis();
         self.events += 1;
         self.live[index].phase = Phase::Queued;
+        self.live[index].queued_since_ms = now.millis();
         self.core
             .apply(Event::Submit(self.jobs[index].spec.clone()), now)
             .map_err(|source| SimError::Core { at: now, source })
@@ -343,6 +350,9 @@ impl<'a> Sim<'a> {
 
     fn finish(&mut self, index: usize, t: u64) -> ExitOutcome {
         let live = &mut self.live[index];
+        // The final run's restart overhead is lost too (the overhead of a preempted run is
+        // counted when it yields).
+        live.lost_gpu_ms += u64::from(live.gpus) * (live.progress_from_ms - live.started_ms);
         live.phase = Phase::Finished;
         live.finish_ms = Some(t);
         live.remaining_ms = 0;
@@ -365,6 +375,7 @@ impl<'a> Sim<'a> {
         live.lost_gpu_ms += u64::from(live.gpus) * (t - live.started_ms - saved);
         live.preemptions += 1;
         live.phase = Phase::Queued;
+        live.queued_since_ms = t;
         self.gpus_allocated -= live.gpus;
         ExitOutcome::Requeue
     }
@@ -389,6 +400,7 @@ impl<'a> Sim<'a> {
                 let live = &mut self.live[index];
                 debug_assert_eq!(live.phase, Phase::Queued);
                 live.phase = Phase::Running;
+                live.queued_ms += t - live.queued_since_ms;
                 live.epoch += 1;
                 live.started_ms = t;
                 live.progress_from_ms = t + overhead;
@@ -426,6 +438,7 @@ impl<'a> Sim<'a> {
                 }
                 let live = &mut self.live[index];
                 live.phase = Phase::Queued;
+                live.queued_since_ms = t;
                 live.epoch += 1;
                 self.gpus_allocated -= live.gpus;
             }
@@ -487,6 +500,10 @@ impl<'a> Sim<'a> {
                 work_ms: job.work_ms,
                 preemptions: live.preemptions,
                 lost_gpu_ms: live.lost_gpu_ms,
+                queued_ms: match live.phase {
+                    Phase::Queued => live.queued_ms + end_ms.saturating_sub(live.queued_since_ms),
+                    _ => live.queued_ms,
+                },
             })
             .collect();
         RunResult {

@@ -7,4 +7,5 @@ pub mod engine;
 pub mod metrics;
 pub mod report;
 pub mod scenario;
+pub mod sweep;
 pub mod workload;

@@ -20,7 +20,7 @@ use serde::{Serialize, Serializer};
 
 /// Version of the JSON document produced by serialising a [`SimReport`]. Bumped on every
 /// breaking change (a field removed, renamed, retyped or given a new meaning).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Number of decimals every floating-point figure is rounded to when serialised.
 pub const DECIMALS: u32 = 3;
@@ -47,8 +47,11 @@ pub struct JobRecord {
     pub work_ms: u64,
     pub preemptions: u32,
     /// GPU-ms wasted by preemption: work lost since the last checkpoint + grace period
-    /// held + restart overhead, × GPUs.
+    /// held + every restart overhead (the final run's too), × GPUs.
     pub lost_gpu_ms: u64,
+    /// Every pending interval: the first wait and each re-wait after a preemption, up to
+    /// the end of the run for a job still waiting then.
+    pub queued_ms: u64,
 }
 
 /// GPUs allocated from `t_ms` until the next sample (a step function, sorted by `t_ms`).
@@ -134,6 +137,14 @@ pub struct WaitStats {
     pub max: Option<f64>,
 }
 
+/// Nearest-rank percentiles of a count per job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CountStats {
+    pub p50: u32,
+    pub p99: u32,
+    pub max: u32,
+}
+
 /// Job completion time (finish − submit) over the jobs that finished, in seconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct JctStats {
@@ -169,7 +180,13 @@ pub struct GroupSummary {
     pub finished: u64,
     /// Jobs that never started (`jobs − started`); they are not part of `wait_seconds`.
     pub never_started: u64,
+    /// Time to first start (`first start − submit`), over the jobs that started.
     pub wait_seconds: WaitStats,
+    /// Total time queued: every pending interval, re-waits after preemption included, over
+    /// every job (a job still waiting at the end counts until then).
+    pub queued_seconds: WaitStats,
+    /// Preemptions per job, over every job.
+    pub preemptions_per_job: CountStats,
     pub jct_seconds: JctStats,
     pub slowdown: SlowdownStats,
     /// Preemptions summed over the group's jobs.
@@ -187,6 +204,11 @@ pub struct ClusterSummary {
     /// `None` when the capacity or the busy window is zero.
     #[serde(serialize_with = "ser_opt")]
     pub gpu_utilization: Option<f64>,
+    /// The headline: useful GPU-time (`gpu_hours_useful`, the finished jobs' own work) /
+    /// (capacity × busy window). Allocated time lost to preemption or spent restarting is
+    /// not useful.
+    #[serde(serialize_with = "ser_opt")]
+    pub gpu_utilization_useful: Option<f64>,
     /// Allocated GPU-time over the whole run (from time 0 to `end_ms`).
     #[serde(serialize_with = "ser_f64")]
     pub gpu_hours_allocated: f64,
@@ -299,6 +321,17 @@ fn mean_ms_as_seconds(sorted_ms: &[u64]) -> Option<f64> {
     Some(sum as f64 / sorted_ms.len() as f64 / MS_PER_SECOND)
 }
 
+/// Mean, p50, p95, p99 and max of ascending milliseconds, in seconds.
+fn seconds_stats(sorted_ms: &[u64]) -> WaitStats {
+    WaitStats {
+        mean: mean_ms_as_seconds(sorted_ms),
+        p50: ms_to_seconds(nearest_rank(sorted_ms, 50)),
+        p95: ms_to_seconds(nearest_rank(sorted_ms, 95)),
+        p99: ms_to_seconds(nearest_rank(sorted_ms, 99)),
+        max: ms_to_seconds(sorted_ms.last().copied()),
+    }
+}
+
 fn ms_to_seconds(v: Option<u64>) -> Option<f64> {
     v.map(|ms| ms as f64 / MS_PER_SECOND)
 }
@@ -309,6 +342,8 @@ struct Acc {
     started: u64,
     finished: u64,
     waits_ms: Vec<u64>,
+    queued_ms: Vec<u64>,
+    preemptions_per_job: Vec<u32>,
     jcts_ms: Vec<u64>,
     slowdowns: Vec<f64>,
     preemptions: u64,
@@ -330,12 +365,16 @@ impl Acc {
                 self.slowdowns.push(jct as f64 / r.work_ms as f64);
             }
         }
+        self.queued_ms.push(r.queued_ms);
+        self.preemptions_per_job.push(r.preemptions);
         self.preemptions += u64::from(r.preemptions);
         self.lost_gpu_ms += u128::from(r.lost_gpu_ms);
     }
 
     fn finish(mut self) -> GroupSummary {
         self.waits_ms.sort_unstable();
+        self.queued_ms.sort_unstable();
+        self.preemptions_per_job.sort_unstable();
         self.jcts_ms.sort_unstable();
         self.slowdowns.sort_unstable_by(f64::total_cmp);
         let w = &self.waits_ms;
@@ -354,6 +393,12 @@ impl Acc {
                 p95: ms_to_seconds(nearest_rank(w, 95)),
                 p99: ms_to_seconds(nearest_rank(w, 99)),
                 max: ms_to_seconds(w.last().copied()),
+            },
+            queued_seconds: seconds_stats(&self.queued_ms),
+            preemptions_per_job: CountStats {
+                p50: nearest_rank(&self.preemptions_per_job, 50).unwrap_or(0),
+                p99: nearest_rank(&self.preemptions_per_job, 99).unwrap_or(0),
+                max: self.preemptions_per_job.last().copied().unwrap_or(0),
             },
             jct_seconds: JctStats {
                 mean: mean_ms_as_seconds(j),
@@ -428,14 +473,15 @@ pub fn summarize(run: &RunResult) -> PolicySummary {
         &sorted_util
     };
     let allocated_total = allocated_gpu_ms(util, run.end_ms, 0, run.end_ms);
-    let (gpu_utilization, makespan_ms) = match busy_window_ms(run) {
+    let (gpu_utilization, gpu_utilization_useful, makespan_ms) = match busy_window_ms(run) {
         Some((start, end)) => {
             let span = end - start;
             let denom = u128::from(run.capacity_gpus) * u128::from(span);
             let used = allocated_gpu_ms(util, run.end_ms, start, end);
-            ((denom > 0).then(|| used as f64 / denom as f64), span)
+            let share = |gpu_ms: u128| (denom > 0).then(|| gpu_ms as f64 / denom as f64);
+            (share(used), share(useful_gpu_ms), span)
         }
-        None => (None, 0),
+        None => (None, None, 0),
     };
 
     PolicySummary {
@@ -446,6 +492,7 @@ pub fn summarize(run: &RunResult) -> PolicySummary {
         cluster: ClusterSummary {
             capacity_gpus: run.capacity_gpus,
             gpu_utilization,
+            gpu_utilization_useful,
             gpu_hours_allocated: allocated_total as f64 / MS_PER_HOUR,
             gpu_hours_useful: useful_gpu_ms as f64 / MS_PER_HOUR,
             gpu_hours_lost: lost_gpu_ms as f64 / MS_PER_HOUR,

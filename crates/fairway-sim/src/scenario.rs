@@ -81,6 +81,9 @@ pub struct ClusterSpec {
     /// Nodes from the Alibaba openb node list.
     #[serde(default)]
     pub openb_nodes: Option<PathBuf>,
+    /// Keep only the first N nodes (as `--nodes N`, which wins over it).
+    #[serde(default)]
+    pub nodes_max: Option<u32>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -236,6 +239,7 @@ fn best_fit() -> String {
 pub struct LimitsSpec {
     pub victims_per_preemption_max: Option<u32>,
     pub preemption_attempts_per_cycle_max: Option<u32>,
+    pub victims_per_cycle_max: Option<u32>,
     pub starts_per_cycle_max: Option<u32>,
     pub candidate_nodes_scored_max: Option<u32>,
 }
@@ -327,7 +331,7 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
     let seed = overrides.seed.unwrap_or(file.seed);
     let mut names = Names::default();
     let classes = priority_classes(&file.priority_classes)?;
-    let nodes = nodes(&file.cluster, base_dir, overrides.nodes, &mut names)?;
+    let nodes = nodes(&file.cluster, base_dir, overrides.nodes.or(file.cluster.nodes_max), &mut names)?;
     let quotas = quotas(&file, base_dir, &mut names)?;
     let policies = policies(&file.policies, overrides.policies.as_deref(), &quotas, &mut names)?;
     let trace_override = overrides.trace_path.clone().zip(file.workload.as_mut());
@@ -416,6 +420,8 @@ fn priority_classes(specs: &[ClassSpec]) -> Result<PriorityClasses, ScenarioErro
             value: c.value,
             global_default: c.global_default,
             preemption_policy: policy,
+            // Rule 1 is given per tier, built-in or not, by `preemption_protection`.
+            protection: Default::default(),
             description: (!c.description.is_empty()).then(|| c.description.clone()),
             origin: Origin::default(),
         };
@@ -458,7 +464,7 @@ fn nodes(
     }
     if let Some(n) = keep {
         if n == 0 {
-            return Err(invalid("--nodes", "must be at least 1"));
+            return Err(invalid("--nodes / cluster.nodes_max", "must be at least 1"));
         }
         out.truncate(n as usize);
     }
@@ -691,6 +697,9 @@ fn limits(spec: &LimitsSpec) -> Limits {
     }
     if let Some(v) = spec.preemption_attempts_per_cycle_max {
         l.preemption_attempts_per_cycle_max = v;
+    }
+    if let Some(v) = spec.victims_per_cycle_max {
+        l.victims_per_cycle_max = v;
     }
     if let Some(v) = spec.starts_per_cycle_max {
         l.starts_per_cycle_max = v;

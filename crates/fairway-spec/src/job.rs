@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{SpecError, SpecErrors};
 use crate::interner::Interner;
-use crate::priority::{PreemptionPolicyDoc, PriorityClasses};
+use crate::priority::{PreemptionPolicyDoc, PreemptionProtection, PriorityClasses};
 
 /// A job as written by a user, validated field by field but not yet tied to a registry of
 /// priority classes or to a cluster. Serializes to the native format; deserializes from it
@@ -194,24 +194,29 @@ pub struct ResolvedJob {
     /// The class the priority came from; `None` for a bare value.
     pub priority_class: Option<String>,
     pub preemption_policy: PreemptionPolicy,
+    /// Rule 1's protection, from its class (none for a bare value).
+    pub protection: PreemptionProtection,
 }
 
 impl JobDoc {
     /// Looks up the job's priority class. Fails when the class is unknown.
     pub fn resolve(&self, classes: &PriorityClasses) -> Result<ResolvedJob, SpecError> {
-        let (priority, class, class_policy) = match &self.priority {
-            PriorityRef::Default => {
-                let c = classes.default_class();
-                (c.value, Some(c.name.clone()), c.preemption_policy)
+        let (priority, priority_class, class_policy, protection) = match &self.priority {
+            PriorityRef::Value(v) => {
+                (*v, None, PreemptionPolicy::PreemptLowerPriority, PreemptionProtection::default())
             }
-            PriorityRef::Class(name) => match classes.resolve(name) {
-                Some(c) => (c.value, Some(c.name.clone()), c.preemption_policy),
-                None => return Err(self.origin.error(Field::Priority, classes.unknown_class(name))),
-            },
-            PriorityRef::Value(v) => (*v, None, PreemptionPolicy::PreemptLowerPriority),
+            by_class => {
+                let c = match by_class {
+                    PriorityRef::Class(name) => classes
+                        .resolve(name)
+                        .ok_or_else(|| self.origin.error(Field::Priority, classes.unknown_class(name)))?,
+                    _ => classes.default_class(),
+                };
+                (c.value, Some(c.name.clone()), c.preemption_policy, c.protection)
+            }
         };
         let preemption_policy = self.preemption_policy.map_or(class_policy, PreemptionPolicy::from);
-        Ok(ResolvedJob { doc: self.clone(), priority, priority_class: class, preemption_policy })
+        Ok(ResolvedJob { doc: self.clone(), priority, priority_class, preemption_policy, protection })
     }
 
     /// Resolves the priority and converts to the core's job. Seconds become milliseconds.
@@ -262,10 +267,8 @@ impl ResolvedJob {
             grace_ms: secs_to_ms(doc.preemption_grace_seconds),
             max_runtime_ms: doc.max_runtime_seconds.map(secs_to_ms),
             max_total_runtime_ms: doc.max_total_runtime_seconds.map(secs_to_ms),
-            // Per-class protection from preemption is set by the simulator's classes only,
-            // so far: the server's and the cluster's classes do not carry it yet.
-            min_run_before_preemption_ms: 0,
-            preemptions_per_hour_max: None,
+            min_run_before_preemption_ms: secs_to_ms(self.protection.min_run_seconds),
+            preemptions_per_hour_max: self.protection.preemptions_per_hour_max,
             checkpoint_interval_ms: doc.checkpoint_interval_seconds.map(secs_to_ms),
         })
     }

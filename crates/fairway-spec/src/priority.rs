@@ -42,6 +42,53 @@ impl From<PreemptionPolicy> for PreemptionPolicyDoc {
     }
 }
 
+/// Rule 1 of the preemption order, per class: how long a run of the class is safe from
+/// preemption once started, and how often one job of the class may be preempted in any
+/// hour. Jobs keep the protection of the class they were accepted with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PreemptionProtection {
+    /// A run younger than this is not a victim (0: no minimum).
+    pub min_run_seconds: u64,
+    /// A job chosen as a victim this many times in the last hour is not a victim again
+    /// until the oldest of those is an hour old (`None`: no cap).
+    pub preemptions_per_hour_max: Option<u32>,
+}
+
+/// Longest `minRunBeforePreemptionSeconds`: a week. Longer is a class that should not be
+/// preemptible at all (`preemptible: false` on its jobs).
+pub const MIN_RUN_SECONDS_MAX: u64 = 7 * 24 * 3600;
+/// Highest `preemptionsPerHourMax` (one a second).
+pub const PREEMPTIONS_PER_HOUR_MAX: u64 = 3600;
+
+impl PreemptionProtection {
+    pub fn is_none(&self) -> bool {
+        *self == PreemptionProtection::default()
+    }
+
+    /// The same bounds as the parsers, for protections given field by field (a driver's
+    /// own config); the `Err` names the field (compact spelling) and the reason.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.min_run_seconds > MIN_RUN_SECONDS_MAX {
+            let reason = format!("must be at most {MIN_RUN_SECONDS_MAX} (a week), got {}", self.min_run_seconds);
+            return Err(("minRunBeforePreemptionSeconds", reason));
+        }
+        match self.preemptions_per_hour_max {
+            Some(n) if n == 0 || u64::from(n) > PREEMPTIONS_PER_HOUR_MAX => {
+                Err(("preemptionsPerHourMax", format!("{}, got {n}", PER_HOUR_EXPECTATION)))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+const PER_HOUR_EXPECTATION: &str = "must be from 1 to 3600 (jobs that may never be preempted set preemptible: false)";
+const MIN_RUN_EXPECTATION: &str = "must be a whole number of seconds from 0 to 604800 (a week)";
+
+/// The annotations that carry [`PreemptionProtection`] on a Kubernetes PriorityClass,
+/// whose schema has no such fields.
+pub const MIN_RUN_ANNOTATION: &str = "fairway.dev/min-run-before-preemption-seconds";
+pub const PREEMPTIONS_PER_HOUR_ANNOTATION: &str = "fairway.dev/preemptions-per-hour-max";
+
 /// A priority class as found in the input, validated but not yet registered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PriorityClassDoc {
@@ -49,6 +96,7 @@ pub struct PriorityClassDoc {
     pub value: Priority,
     pub global_default: bool,
     pub preemption_policy: PreemptionPolicyDoc,
+    pub protection: PreemptionProtection,
     pub description: Option<String>,
     pub origin: Origin,
 }
@@ -61,6 +109,7 @@ pub struct PriorityClass {
     /// Exactly one class of a registry is the global default.
     pub global_default: bool,
     pub preemption_policy: PreemptionPolicy,
+    pub protection: PreemptionProtection,
     pub description: String,
     /// One of fairway's own classes rather than one from the input or a config.
     pub builtin: bool,
@@ -89,6 +138,7 @@ impl PriorityClasses {
             value,
             global_default,
             preemption_policy: PreemptionPolicy::PreemptLowerPriority,
+            protection: PreemptionProtection::default(),
             description: description.to_owned(),
             builtin: true,
         };
@@ -137,13 +187,16 @@ impl PriorityClasses {
         value: Priority,
         global_default: bool,
         preemption_policy: PreemptionPolicy,
+        protection: PreemptionProtection,
         description: &str,
     ) -> Result<(), String> {
+        protection.check().map_err(|(field, reason)| format!("{field}: {reason}"))?;
         let doc = PriorityClassDoc {
             name: name.to_owned(),
             value,
             global_default,
             preemption_policy: preemption_policy.into(),
+            protection,
             description: Some(description.to_owned()).filter(|d| !d.is_empty()),
             origin: Origin::default(),
         };
@@ -162,21 +215,38 @@ impl PriorityClasses {
         self.classes.iter()
     }
 
-    /// Adds one class. Registering a class again with the same value and policy is a no-op
-    /// (so reloading a file is harmless); any other redefinition is an error. A class with
+    /// Adds one class. Registering a class again with the same value, policy and protection
+    /// is a no-op (so reloading a file is harmless); a built-in class may be given a
+    /// protection once (same value and policy); any other redefinition is an error. A class with
     /// `global_default` becomes the default in place of the previous one.
     pub fn register(&mut self, doc: &PriorityClassDoc) -> Result<(), SpecError> {
         check_user_class(doc)?;
         let policy = PreemptionPolicy::from(doc.preemption_policy);
         match self.resolve(&doc.name) {
-            Some(existing) if existing.value != doc.value || existing.preemption_policy != policy => {
+            // A built-in class may be given rule 1's protection (by a config), once.
+            Some(existing)
+                if existing.builtin
+                    && existing.value == doc.value
+                    && existing.preemption_policy == policy
+                    && existing.protection.is_none() =>
+            {
+                let name = existing.name.clone();
+                let class = self.classes.iter_mut().find(|c| c.name == name).expect("just resolved");
+                class.protection = doc.protection;
+            }
+            Some(existing)
+                if existing.value != doc.value
+                    || existing.preemption_policy != policy
+                    || existing.protection != doc.protection =>
+            {
                 return Err(doc.origin.error(
                     Field::Name,
                     format!(
-                        "priority class {} is already defined with value {} and policy {:?}; a class cannot be redefined",
+                        "priority class {} is already defined with value {}, policy {:?} and {}; a class cannot be redefined",
                         quote(&doc.name),
                         existing.value,
-                        existing.preemption_policy
+                        existing.preemption_policy,
+                        describe_protection(&existing.protection),
                     ),
                 ));
             }
@@ -186,6 +256,7 @@ impl PriorityClasses {
                 value: doc.value,
                 global_default: false,
                 preemption_policy: policy,
+                protection: doc.protection,
                 description: doc.description.clone().unwrap_or_default(),
                 builtin: false,
             }),
@@ -238,6 +309,17 @@ impl PriorityClasses {
     }
 }
 
+/// `no protection`, or `a minimum run of 300 s and at most 3 preemptions an hour`.
+fn describe_protection(p: &PreemptionProtection) -> String {
+    let min_run = (p.min_run_seconds > 0).then(|| format!("a minimum run of {} s", p.min_run_seconds));
+    let per_hour = p.preemptions_per_hour_max.map(|n| format!("at most {n} preemptions an hour"));
+    match (min_run, per_hour) {
+        (None, None) => "no protection".to_owned(),
+        (Some(a), None) | (None, Some(a)) => a,
+        (Some(a), Some(b)) => format!("{a} and {b}"),
+    }
+}
+
 /// The rules Kubernetes applies to user-created classes.
 fn check_user_class(doc: &PriorityClassDoc) -> Result<(), SpecError> {
     names::dns_subdomain(&doc.name).map_err(|reason| doc.origin.error(Field::Name, reason))?;
@@ -252,11 +334,20 @@ fn value_too_high(got: &str) -> String {
 }
 
 /// Keys of the compact form.
-const COMPACT_FIELDS: &[&str] = &["name", "value", "globalDefault", "preemptionPolicy", "description"];
+const COMPACT_FIELDS: &[&str] = &[
+    "name",
+    "value",
+    "globalDefault",
+    "preemptionPolicy",
+    "minRunBeforePreemptionSeconds",
+    "preemptionsPerHourMax",
+    "description",
+];
 
 /// Reads a priority class in the compact form used in configs and scenario files:
 /// `{ name: batch, value: 500, globalDefault: false, preemptionPolicy: Never,
-/// description: ... }` (the Kubernetes field names, with `name` at the top). An
+/// minRunBeforePreemptionSeconds: 300, preemptionsPerHourMax: 3, description: ... }` (the
+/// Kubernetes field names, with `name` at the top, and the protection of rule 1). An
 /// `apiVersion: fairway/v1` / `kind: PriorityClass` envelope is allowed. Unknown fields are
 /// errors. Paths in errors start with `path_prefix`.
 pub fn parse_priority_class(value: &Value, document: usize, path_prefix: &str) -> Result<PriorityClassDoc, SpecErrors> {
@@ -272,29 +363,89 @@ pub fn parse_priority_class(value: &Value, document: usize, path_prefix: &str) -
 pub(crate) fn read_compact(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityClassDoc {
     let mut origin = Origin { document: issues.document(), format: SourceFormat::Native, ..Origin::default() };
     let name = read_name(&mut obj, "name", &mut origin, issues);
-    let class = read_body(&mut obj, name, origin, issues);
+    let mut class = read_body(&mut obj, name, origin, issues);
+    class.protection = PreemptionProtection {
+        min_run_seconds: obj
+            .take("minRunBeforePreemptionSeconds")
+            .and_then(|(v, path)| value::uint_in(v, &path, issues, (0, MIN_RUN_SECONDS_MAX), MIN_RUN_EXPECTATION))
+            .unwrap_or(0),
+        preemptions_per_hour_max: obj.take("preemptionsPerHourMax").and_then(|(v, path)| per_hour(v, &path, issues)),
+    };
     let mut known = COMPACT_FIELDS.to_vec();
     known.extend(["apiVersion", "kind"]);
     obj.reject_rest(issues, &known);
     class
 }
 
-/// A `scheduling.k8s.io/v1` PriorityClass; `obj`'s envelope is already taken. Fields
-/// fairway does not use (labels, annotations, status) become warnings.
+/// A `scheduling.k8s.io/v1` PriorityClass; `obj`'s envelope is already taken. Rule 1's
+/// protection comes from two annotations ([`MIN_RUN_ANNOTATION`],
+/// [`PREEMPTIONS_PER_HOUR_ANNOTATION`]; Kubernetes annotations are strings). Fields
+/// fairway does not use (labels, other annotations, status) become warnings.
 pub(crate) fn read_kube(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityClassDoc {
     let mut origin =
         Origin { document: issues.document(), format: SourceFormat::KubernetesPriorityClass, ..Origin::default() };
+    let mut protection = PreemptionProtection::default();
     let name = match obj.require("metadata", issues) {
         Some((meta, path)) => Obj::new(meta, path, issues).map(|mut meta| {
             let name = read_name(&mut meta, "name", &mut origin, issues);
+            if let Some((annotations, path)) = meta.take("annotations")
+                && let Some(mut annotations) = Obj::new(annotations, path, issues)
+            {
+                protection = read_protection_annotations(&mut annotations, issues);
+                annotations.warn_rest(issues);
+            }
             meta.warn_rest(issues);
             name
         }),
         None => None,
     };
-    let class = read_body(&mut obj, name.flatten(), origin, issues);
+    let mut class = read_body(&mut obj, name.flatten(), origin, issues);
+    class.protection = protection;
     obj.warn_rest(issues);
     class
+}
+
+/// Rule 1's protection from a PriorityClass's annotations, looked up by key (for drivers
+/// that hold the annotations as a map). The `Err` names the annotation and the reason.
+pub fn protection_from_annotations<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<PreemptionProtection, String> {
+    let read = |key: &str| -> Result<Option<u64>, String> {
+        get(key)
+            .map(|text| annotation_number(key, text).map_err(|reason| format!("annotation {key}: {reason}")))
+            .transpose()
+    };
+    Ok(PreemptionProtection {
+        min_run_seconds: read(MIN_RUN_ANNOTATION)?.unwrap_or(0),
+        preemptions_per_hour_max: read(PREEMPTIONS_PER_HOUR_ANNOTATION)?.map(|n| n as u32),
+    })
+}
+
+/// One protection annotation's value; the `Err` is the reason.
+fn annotation_number(key: &str, text: &str) -> Result<u64, String> {
+    let (expectation, lo, hi) = if key == MIN_RUN_ANNOTATION {
+        (MIN_RUN_EXPECTATION, 0, MIN_RUN_SECONDS_MAX)
+    } else {
+        (PER_HOUR_EXPECTATION, 1, PREEMPTIONS_PER_HOUR_MAX)
+    };
+    match text.trim().parse::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        _ => Err(format!("{expectation}, got {}", quote(text))),
+    }
+}
+
+fn read_protection_annotations(annotations: &mut Obj<'_>, issues: &mut Issues) -> PreemptionProtection {
+    let mut read = |key: &str| -> Option<u64> {
+        let (v, path) = annotations.take(key)?;
+        let text = value::string(v, &path, issues)?;
+        annotation_number(key, &text).map_err(|reason| issues.error(&path, reason)).ok()
+    };
+    PreemptionProtection {
+        min_run_seconds: read(MIN_RUN_ANNOTATION).unwrap_or(0),
+        preemptions_per_hour_max: read(PREEMPTIONS_PER_HOUR_ANNOTATION).map(|n| n as u32),
+    }
+}
+
+fn per_hour(v: &Value, path: &Path, issues: &mut Issues) -> Option<u32> {
+    value::uint_in(v, path, issues, (1, PREEMPTIONS_PER_HOUR_MAX), PER_HOUR_EXPECTATION).map(|n| n as u32)
 }
 
 fn read_name(obj: &mut Obj<'_>, key: &str, origin: &mut Origin, issues: &mut Issues) -> Option<String> {
@@ -323,6 +474,7 @@ fn read_body(obj: &mut Obj<'_>, name: Option<String>, mut origin: Origin, issues
         value: value.unwrap_or_default(),
         global_default: global_default.unwrap_or(false),
         preemption_policy: preemption_policy.unwrap_or_default(),
+        protection: PreemptionProtection::default(),
         description,
         origin,
     }
@@ -364,8 +516,16 @@ struct CompactOut<'a> {
     value: Priority,
     global_default: bool,
     preemption_policy: PreemptionPolicyDoc,
+    #[serde(skip_serializing_if = "is_zero")]
+    min_run_before_preemption_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preemptions_per_hour_max: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Serialize for PriorityClassDoc {
@@ -375,6 +535,8 @@ impl Serialize for PriorityClassDoc {
             value: self.value,
             global_default: self.global_default,
             preemption_policy: self.preemption_policy,
+            min_run_before_preemption_seconds: self.protection.min_run_seconds,
+            preemptions_per_hour_max: self.protection.preemptions_per_hour_max,
             description: self.description.as_deref(),
         }
         .serialize(serializer)

@@ -163,7 +163,8 @@ impl Store {
 
     pub fn priority_classes(&self) -> Result<Vec<PriorityClassRow>> {
         let mut stmt = self.conn.prepare(
-            "SELECT name, value, preemption_policy, global_default, description FROM priority_classes ORDER BY name",
+            "SELECT name, value, preemption_policy, global_default, description, min_run_before_preemption_seconds,
+               preemptions_per_hour_max FROM priority_classes ORDER BY name",
         )?;
         let rows = stmt.query_map([], rows::class_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -196,8 +197,8 @@ impl Tx<'_> {
         self.tx
             .prepare_cached(
                 "INSERT INTO jobs (name, user, project, priority, priority_class, spec_json, state, submitted_at_ms,
-                   pending_since_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7)",
+                   pending_since_ms, min_run_before_preemption_seconds, preemptions_per_hour_max)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
             )?
             .execute(params![
                 job.name,
@@ -206,7 +207,9 @@ impl Tx<'_> {
                 job.priority,
                 job.priority_class,
                 job.spec_json,
-                job.submitted_at_ms as i64
+                job.submitted_at_ms as i64,
+                job.min_run_before_preemption_seconds as i64,
+                job.preemptions_per_hour_max,
             ])?;
         let id = self.tx.last_insert_rowid();
         self.event(&NewEvent {
@@ -359,10 +362,20 @@ impl Tx<'_> {
     pub fn upsert_priority_class(&mut self, class: &PriorityClassRow) -> Result<()> {
         self.tx
             .prepare_cached(
-                "INSERT INTO priority_classes (name, value, preemption_policy, global_default, description) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (name) DO UPDATE SET value = ?2, preemption_policy = ?3, global_default = ?4, description = ?5",
+                "INSERT INTO priority_classes (name, value, preemption_policy, global_default, description,
+                   min_run_before_preemption_seconds, preemptions_per_hour_max) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (name) DO UPDATE SET value = ?2, preemption_policy = ?3, global_default = ?4, description = ?5,
+                   min_run_before_preemption_seconds = ?6, preemptions_per_hour_max = ?7",
             )?
-            .execute(params![class.name, class.value, class.preemption_policy, class.global_default, class.description])?;
+            .execute(params![
+                class.name,
+                class.value,
+                class.preemption_policy,
+                class.global_default,
+                class.description,
+                class.min_run_before_preemption_seconds as i64,
+                class.preemptions_per_hour_max,
+            ])?;
         Ok(())
     }
 

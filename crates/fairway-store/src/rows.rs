@@ -62,6 +62,9 @@ pub struct NewJob {
     /// The server's wire spec, opaque to the store.
     pub spec_json: String,
     pub submitted_at_ms: u64,
+    /// Rule 1's protection, from the job's class when it was accepted.
+    pub min_run_before_preemption_seconds: u64,
+    pub preemptions_per_hour_max: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -102,6 +105,9 @@ pub struct JobRow {
     pub waited_ms: u64,
     /// Since when it waits, while pending.
     pub pending_since_ms: Option<u64>,
+    /// Rule 1's protection, from the job's class when it was accepted.
+    pub min_run_before_preemption_seconds: u64,
+    pub preemptions_per_hour_max: Option<u32>,
 }
 
 impl JobRow {
@@ -184,6 +190,8 @@ pub struct PriorityClassRow {
     pub preemption_policy: String,
     pub global_default: bool,
     pub description: Option<String>,
+    pub min_run_before_preemption_seconds: u64,
+    pub preemptions_per_hour_max: Option<u32>,
 }
 
 /// What a token may do. `admin` may do everything; `submitter` submits jobs and manages
@@ -317,7 +325,8 @@ impl JobFilter {
 pub(crate) const JOB_COLUMNS: &str = "id, name, user, project, priority, priority_class, spec_json, state, \
     submitted_at_ms, first_started_at_ms, started_at_ms, finished_at_ms, placement_json, run_dir, \
     processes_json, restart_count, preemptions, failures, runtime_done_ms, last_checkpoint_ms, exit_code, exit_signal, \
-    stop_cause, stop_requested_at_ms, kill_at_ms, preemptor_id, retry_at_ms, hold_json, waited_ms, pending_since_ms";
+    stop_cause, stop_requested_at_ms, kill_at_ms, preemptor_id, retry_at_ms, hold_json, waited_ms, pending_since_ms, \
+    min_run_before_preemption_seconds, preemptions_per_hour_max";
 
 /// Reads one job row; a state the schema should have prevented is reported, not guessed.
 pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
@@ -363,6 +372,8 @@ pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
         hold_json: r.get(27)?,
         waited_ms: r.get::<_, i64>(28)? as u64,
         pending_since_ms: u(r.get(29)?),
+        min_run_before_preemption_seconds: r.get::<_, i64>(30)? as u64,
+        preemptions_per_hour_max: r.get(31)?,
     }))
 }
 
@@ -394,6 +405,8 @@ pub(crate) fn class_row(r: &Row<'_>) -> rusqlite::Result<PriorityClassRow> {
         preemption_policy: r.get(2)?,
         global_default: r.get(3)?,
         description: r.get(4)?,
+        min_run_before_preemption_seconds: r.get::<_, i64>(5)? as u64,
+        preemptions_per_hour_max: r.get(6)?,
     })
 }
 

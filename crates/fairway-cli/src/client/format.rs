@@ -344,12 +344,22 @@ pub fn priority_classes_table(classes: &[PriorityClassView]) -> String {
                 c.name.clone(),
                 c.value.to_string(),
                 c.preemption_policy.clone(),
+                protection(c),
                 yes_no(c.global_default),
                 c.description.clone().unwrap_or_else(|| NONE.to_string()),
             ]
         })
         .collect();
-    table(&["NAME", "VALUE", "PREEMPTION", "GLOBAL-DEFAULT", "DESCRIPTION"], &rows)
+    table(&["NAME", "VALUE", "PREEMPTION", "PROTECTION", "GLOBAL-DEFAULT", "DESCRIPTION"], &rows)
+}
+
+/// Rule 1 of a class, short: `min-run 300s, 3/h`, or `-`.
+fn protection(c: &PriorityClassView) -> String {
+    let min_run =
+        (c.min_run_before_preemption_seconds > 0).then(|| format!("min-run {}s", c.min_run_before_preemption_seconds));
+    let per_hour = c.preemptions_per_hour_max.map(|n| format!("{n}/h"));
+    let parts: Vec<String> = [min_run, per_hour].into_iter().flatten().collect();
+    if parts.is_empty() { NONE.to_string() } else { parts.join(", ") }
 }
 
 /// `fairway submit`: one line per job and class.
@@ -760,6 +770,8 @@ user      bob       2/-    500m/-   0Mi/-
                 value: 100_000,
                 preemption_policy: "PreemptLowerPriority".to_string(),
                 global_default: false,
+                min_run_before_preemption_seconds: 0,
+                preemptions_per_hour_max: None,
                 description: Some("production inference".to_string()),
             },
             PriorityClassView {
@@ -767,13 +779,15 @@ user      bob       2/-    500m/-   0Mi/-
                 value: 1_000,
                 preemption_policy: "Never".to_string(),
                 global_default: true,
+                min_run_before_preemption_seconds: 300,
+                preemptions_per_hour_max: Some(3),
                 description: None,
             },
         ];
         let want = "\
-NAME       VALUE    PREEMPTION             GLOBAL-DEFAULT   DESCRIPTION
-critical   100000   PreemptLowerPriority   false            production inference
-medium     1000     Never                  true             -
+NAME       VALUE    PREEMPTION             PROTECTION          GLOBAL-DEFAULT   DESCRIPTION
+critical   100000   PreemptLowerPriority   -                   false            production inference
+medium     1000     Never                  min-run 300s, 3/h   true             -
 ";
         assert_eq!(priority_classes_table(&classes), want);
     }

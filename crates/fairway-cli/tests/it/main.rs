@@ -20,7 +20,7 @@ fn sim_json_is_byte_identical_across_runs_and_parses() {
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
     assert_eq!(a.stdout, b.stdout);
     let doc: serde_json::Value = serde_json::from_slice(&a.stdout).expect("valid JSON");
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     let policies: Vec<&str> =
         doc["policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap()).collect();
     assert_eq!(policies, ["fifo", "priority", "fairway"]);
@@ -44,6 +44,49 @@ fn sim_check_levels_give_the_same_output() {
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("--check") && err.contains("sometimes"), "{err}");
+}
+
+/// `--seeds N`: N runs with consecutive seeds; each figure's spread is computed from the
+/// single-seed documents, checked here from outside.
+#[test]
+fn sim_seeds_reports_every_figure_over_the_seeds() {
+    let path = scenario("pollux-fixture.yaml");
+    let out = fairway(&["sim", &path, "--seed", "11", "--seeds", "3", "-o", "json", "--no-progress"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sweep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sweep["seeds"], serde_json::json!([11, 12, 13]));
+    let singles: Vec<serde_json::Value> = (11..14)
+        .map(|seed| {
+            let one = fairway(&["sim", &path, "--seed", &seed.to_string(), "-o", "json", "--no-progress"]);
+            serde_json::from_slice(&one.stdout).unwrap()
+        })
+        .collect();
+    let figure =
+        |name: &str| sweep["figures"].as_array().unwrap().iter().find(|f| f["figure"] == name).cloned().unwrap();
+    let preemptions = figure("preemptions");
+    let fairway_at = sweep["policies"].as_array().unwrap().iter().position(|p| p == "fairway").unwrap();
+    let values: Vec<f64> =
+        singles.iter().map(|d| d["policies"][fairway_at]["cluster"]["preemptions_total"].as_f64().unwrap()).collect();
+    let spread = &preemptions["policies"][fairway_at];
+    let mean = values.iter().sum::<f64>() / 3.0;
+    assert!((spread["mean"].as_f64().unwrap() - mean).abs() < 1e-3, "{spread} vs {values:?}");
+    assert_eq!(spread["min"].as_f64().unwrap(), values.iter().copied().fold(f64::MAX, f64::min));
+    assert_eq!(spread["max"].as_f64().unwrap(), values.iter().copied().fold(f64::MIN, f64::max));
+    let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 2.0;
+    assert!((spread["std"].as_f64().unwrap() - var.sqrt()).abs() < 1e-3, "{spread}");
+    let wait = figure("high: wait to first start, mean");
+    let high_waits: Vec<f64> = singles
+        .iter()
+        .map(|d| d["policies"][fairway_at]["tiers"]["high"]["wait_seconds"]["mean"].as_f64().unwrap() / 60.0)
+        .collect();
+    let mean = high_waits.iter().sum::<f64>() / 3.0;
+    assert!((wait["policies"][fairway_at]["mean"].as_f64().unwrap() - mean).abs() < 2e-3, "{wait}");
+    // The table names the seeds and shows mean ± std for each policy.
+    let table = fairway(&["sim", &path, "--seed", "11", "--seeds", "3", "--no-progress"]);
+    let text = String::from_utf8(table.stdout).unwrap();
+    assert!(text.contains("over 3 seeds (seeds 11..=13)") && text.contains(" ± "), "{text}");
+    let bad = fairway(&["sim", &path, "--seeds", "0"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--seeds"));
 }
 
 #[test]

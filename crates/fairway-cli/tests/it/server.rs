@@ -634,3 +634,54 @@ fn children_left_behind_by_a_finished_job_are_killed() {
     api.wait_state(id, JobState::Succeeded);
     assert!(processes_with(&format!("sleep {marker}")).is_empty(), "a leftover process still runs");
 }
+
+/// Rule 1 from the server's config: a class with a minimum run protects a fresh run; the
+/// high job waits, says why and until when, and preempts once the minimum run is over.
+#[test]
+fn a_class_minimum_run_protects_a_fresh_run_from_preemption() {
+    let config = "priority_classes:\n  - { name: guarded, value: 500, min_run_before_preemption_seconds: 3, \
+                  preemptions_per_hour_max: 2 }\n";
+    let server = InProcess::start("1", config);
+    let api = &server.api;
+    let (status, classes) = api.json("GET", "/v1/priority-classes", None);
+    assert_eq!(status, 200);
+    let guarded = classes["priority_classes"].as_array().unwrap().iter().find(|c| c["name"] == "guarded").cloned();
+    let guarded = guarded.expect("the config's class is listed");
+    assert_eq!(
+        (&guarded["min_run_before_preemption_seconds"], &guarded["preemptions_per_hour_max"]),
+        (&3.into(), &2.into())
+    );
+
+    let low = api.submit(&trainer_job("nightly", "vision", "guarded", 1, 400, 50))[0];
+    let started = api.wait_state(low, JobState::Running).job.started_at_ms.unwrap();
+    let high = api.submit(&trainer_job("ctr-model", "ads", "high", 1, 2, 10))[0];
+    let (_, why) = api.json("GET", &format!("/v1/jobs/{high}/why"), None);
+    let protected = api.wait_for("the high job to say its victim is protected", |api| {
+        let (_, why) = api.json("GET", &format!("/v1/jobs/{high}/why"), None);
+        why["reasons"].as_array()?.iter().find(|r| r["code"] == "victims_protected").cloned()
+    });
+    let until = protected["data"]["until_ms"].as_u64().unwrap_or_else(|| panic!("{protected} / {why}"));
+    assert_eq!(until, started + 3_000, "protected until the end of the minimum run: {protected}");
+    let high_done = api.wait_state(high, JobState::Succeeded);
+    let preempted = api.job(low).events.into_iter().find(|e| e.kind == "preempted").expect("preempted after all");
+    assert!(preempted.at_ms >= started + 3_000, "preempted {} ms into its run", preempted.at_ms - started);
+    assert!(high_done.job.first_started_at_ms.unwrap() >= started + 3_000);
+}
+
+#[test]
+fn a_bad_protection_in_the_config_names_the_field() {
+    let cases = [
+        (
+            "priority_classes:\n  - { name: g, value: 5, preemptions_per_hour_max: 0 }\n",
+            "priority_classes[0].preemptions_per_hour_max",
+        ),
+        (
+            "priority_classes:\n  - { name: g, value: 5, min_run_before_preemption_seconds: 999999999 }\n",
+            "priority_classes[0].min_run_before_preemption_seconds",
+        ),
+    ];
+    for (yaml, field) in cases {
+        let err = fairway_server::ConfigFile::parse(yaml).unwrap_err().to_string();
+        assert!(err.contains(field), "{yaml}: {err}");
+    }
+}

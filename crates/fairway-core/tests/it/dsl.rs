@@ -520,6 +520,7 @@ impl Runner {
             "victims-max",
             "candidates-max",
             "attempts-max",
+            "cycle-victims-max",
             "starts-max",
             "nodes-scored-max",
         ])?;
@@ -551,6 +552,7 @@ impl Runner {
                 "victims-max" => limits.victims_per_preemption_max = parse_num(k, v)?,
                 "candidates-max" => limits.victim_candidates_max = parse_num(k, v)?,
                 "attempts-max" => limits.preemption_attempts_per_cycle_max = parse_num(k, v)?,
+                "cycle-victims-max" => limits.victims_per_cycle_max = parse_num(k, v)?,
                 "starts-max" => limits.starts_per_cycle_max = parse_num(k, v)?,
                 "nodes-scored-max" => limits.candidate_nodes_scored_max = parse_num(k, v)?,
                 _ => unreachable!("checked by only()"),
@@ -614,7 +616,16 @@ impl Runner {
     /// [preemptions=N]`: a job known before a driver restart.
     fn restore(&mut self, line: &Line) -> Result<(), String> {
         let mut keys = SUBMIT_KEYS.to_vec();
-        keys.extend(["submitted", "running", "started", "stopping", "deadline", "runtime-done", "preemptions"]);
+        keys.extend([
+            "submitted",
+            "running",
+            "started",
+            "stopping",
+            "deadline",
+            "runtime-done",
+            "preemptions",
+            "preempted",
+        ]);
         line.only(&keys)?;
         let (name, spec) = self.job_spec(line)?;
         let stopping = match line.get("stopping") {
@@ -638,6 +649,13 @@ impl Runner {
             submitted_at: Time(parse_time(line.get("submitted").ok_or("restore: submitted= is required")?)?),
             runtime_done_ms: line.get("runtime-done").map_or(Ok(0), parse_time)?,
             preemptions: line.get("preemptions").map_or(Ok(0), |v| parse_num("preemptions", v))?,
+            preempted_at: line
+                .get("preempted")
+                .unwrap_or("")
+                .split(',')
+                .filter(|t| !t.is_empty())
+                .map(|t| parse_time(t).map(Time))
+                .collect::<Result<_, _>>()?,
             last_checkpoint: None,
             running,
         };

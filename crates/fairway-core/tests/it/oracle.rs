@@ -54,6 +54,16 @@ impl Oracle {
         Oracle::default()
     }
 
+    /// When each job was chosen as a victim: what a driver passes on across a restart.
+    pub fn preemption_history(&self) -> BTreeMap<JobId, Vec<Time>> {
+        self.preempted_at.clone()
+    }
+
+    /// A fresh oracle that remembers the victims chosen before a restart.
+    pub fn with_preemption_history(preempted_at: BTreeMap<JobId, Vec<Time>>) -> Oracle {
+        Oracle { preempted_at, ..Oracle::default() }
+    }
+
     /// Record an event the scheduler accepted.
     pub fn applied(&mut self, s: &Scheduler, event: &Event) -> Result<(), String> {
         match event {
@@ -207,6 +217,11 @@ impl Oracle {
     pub fn after_cycle(&mut self, s: &Scheduler, out: &CycleOutcome) -> Result<(), String> {
         s.check_invariants().map_err(|e| format!("check_invariants: {e}"))?;
         let config = s.config();
+        // Rule 7: the cycle's victims within its budget.
+        let victims = out.decisions.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count();
+        if victims > config.limits.victims_per_cycle_max as usize {
+            return Err(format!("{victims} victims in one cycle, above victims_per_cycle_max"));
+        }
         let mut started_now: BTreeSet<JobId> = BTreeSet::new();
         for d in &out.decisions {
             match d {

@@ -185,10 +185,18 @@ fn config() -> impl Strategy<Value = Config> {
             prop_oneof![3 => Just(Limits::default().victim_candidates_max), 1 => 1..4u32],
             prop_oneof![3 => Just(Limits::default().candidate_nodes_scored_max), 1 => 1..3u32],
             prop_oneof![3 => Just(Limits::default().starts_per_cycle_max), 1 => 1..3u32],
+            prop_oneof![3 => Just(Limits::default().victims_per_cycle_max), 1 => 1..4u32],
         ),
     )
         .prop_map(
-            |(mut policy, flip_backfill, spread, victims_max, attempts_max, (candidates, scored, starts))| {
+            |(
+                mut policy,
+                flip_backfill,
+                spread,
+                victims_max,
+                attempts_max,
+                (candidates, scored, starts, cycle_victims),
+            )| {
                 if flip_backfill {
                     policy.backfill = !policy.backfill;
                 }
@@ -201,6 +209,7 @@ fn config() -> impl Strategy<Value = Config> {
                     victim_candidates_max: candidates,
                     candidate_nodes_scored_max: scored,
                     starts_per_cycle_max: starts,
+                    victims_per_cycle_max: cycle_victims,
                     ..Limits::default()
                 };
                 Config { policy, limits }
@@ -477,7 +486,10 @@ impl Driver {
         if let Some(t) = &mut self.twin {
             *t = Scheduler::new(old.config().clone());
         }
-        self.oracle = Oracle::new();
+        // The driver remembers when each job was chosen as a victim (rule 1's hourly cap
+        // counts them across the restart), and so does the new oracle.
+        let history = self.oracle.preemption_history();
+        self.oracle = Oracle::with_preemption_history(history.clone());
         self.script = vec![script_config(old.config())];
         let nodes: Vec<NodeSpec> = self.node_specs.values().cloned().collect();
         let drained: Vec<NodeId> = self.drained.iter().copied().collect();
@@ -522,6 +534,7 @@ impl Driver {
                 submitted_at,
                 runtime_done_ms: 0,
                 preemptions: 0,
+                preempted_at: history.get(&id).cloned().unwrap_or_default(),
                 last_checkpoint: None,
                 running,
             });
@@ -604,7 +617,7 @@ fn script_config(c: &Config) -> String {
     let on = |b: bool| if b { "on" } else { "off" };
     format!(
         "config order={order} preemption={} backfill={} scoring={} victims-max={} attempts-max={} \
-         candidates-max={} starts-max={} nodes-scored-max={}",
+         candidates-max={} starts-max={} nodes-scored-max={} cycle-victims-max={}",
         on(c.policy.preemption),
         on(c.policy.backfill),
         c.policy.scoring.name(),
@@ -613,6 +626,7 @@ fn script_config(c: &Config) -> String {
         c.limits.victim_candidates_max,
         c.limits.starts_per_cycle_max,
         c.limits.candidate_nodes_scored_max,
+        c.limits.victims_per_cycle_max,
     )
 }
 
@@ -629,6 +643,10 @@ fn script_line(event: &Event, now: Time) -> String {
         Event::Restore(r) => {
             let mut line = spec_line("restore", &r.spec, now);
             line += &format!(" submitted={}ms", r.submitted_at.millis());
+            if !r.preempted_at.is_empty() {
+                let times: Vec<String> = r.preempted_at.iter().map(|t| format!("{}ms", t.millis())).collect();
+                line += &format!(" preempted={}", times.join(","));
+            }
             if let Some(run) = &r.running {
                 line += &format!(" running={} started={}ms", placement_text(&run.placement), run.started_at.millis());
                 match run.stopping {

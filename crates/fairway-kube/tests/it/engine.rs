@@ -784,3 +784,64 @@ fn a_paused_job_stops_leaves_the_queue_and_comes_back_when_unpaused() {
     h.feed(workload(&with_annotation(released, "fairway.dev/paused", Some("false"))));
     assert_eq!(admitted(&h.cycle()), [("a".to_owned(), vec!["n1".to_owned()])], "unpaused, it runs");
 }
+
+fn class_with(name: &str, value: i32, annotations: &[(&str, &str)]) -> PriorityClass {
+    let mut c = class(name, value);
+    c.metadata.annotations = Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    c
+}
+
+/// Rule 1 from a PriorityClass's annotations, across a controller restart: the victim's
+/// record says it was preempted 10 minutes ago and its class allows one preemption an
+/// hour, so a high job waits (and says why) until that hour is over.
+#[test]
+fn a_class_cap_on_preemptions_an_hour_holds_across_a_restart() {
+    let mut h = Harness::new();
+    let low = class_with("low", 1000, &[(fairway_spec::PREEMPTIONS_PER_HOUR_ANNOTATION, "1")]);
+    let earlier = h.now - 600_000;
+    let victim = with_annotation(
+        job("vision", "nightly", "low", 8, 1, 0, Some(&["n1"])),
+        "fairway.dev/preempted-at",
+        Some(&earlier.to_string()),
+    );
+    let running = pod("vision", "nightly-x", "uid-nightly", 8, Some("n1"), "fairway");
+    h.start(vec![node("n1", 8)], vec![class("high", 1_000_000), low], vec![victim], vec![running], vec![]);
+    h.cycle();
+    h.feed(workload(&job("ads", "ctr", "high", 8, 1, 50, None)));
+    assert!(suspended(&h.cycle()).is_empty(), "the victim was preempted once this hour already");
+    let said: Vec<String> = h
+        .background()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Condition { target, message, .. } if target.name == "ctr" => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert!(said.iter().any(|m| m.contains("protected")), "{said:?}");
+    h.now = earlier + 3_600_000;
+    let actions = h.cycle();
+    assert_eq!(suspended(&actions), [("nightly".to_owned(), Some("ads/ctr".to_owned()))]);
+    let history = actions.iter().find_map(|a| match a {
+        Action::Suspend { preemption: Some(p), .. } => Some(p.history.clone()),
+        _ => None,
+    });
+    assert_eq!(history, Some(vec![h.now]), "the record keeps the last hour only");
+}
+
+#[test]
+fn a_class_with_a_bad_protection_annotation_refuses_its_jobs_and_names_the_annotation() {
+    let mut h = Harness::new();
+    let bad = class_with("gold", 10, &[(fairway_spec::MIN_RUN_ANNOTATION, "ten minutes")]);
+    h.start(vec![node("n1", 8)], vec![bad], vec![job("ads", "j", "gold", 1, 1, 0, None)], vec![], vec![]);
+    assert!(admitted(&h.cycle()).is_empty());
+    let said = h.background();
+    let refused = said.iter().find_map(|a| match a {
+        Action::Event { warning: true, message, .. } => Some(message.clone()),
+        _ => None,
+    });
+    let refused = refused.expect("the refusal is said");
+    assert!(
+        refused.contains("fairway.dev/min-run-before-preemption-seconds") && refused.contains("ten minutes"),
+        "{refused}"
+    );
+}

@@ -1483,9 +1483,13 @@ fn the_guides_walk_through_is_what_the_engine_says() {
         Action::Suspend { target, preemption: Some(p) } if target.name == "nightly-retrain" => Some(p.clone()),
         _ => None,
     });
-    let fairway_kube::workload::Preemption { by, deadline_ms: deadline, hold } =
+    let fairway_kube::workload::Preemption { by, deadline_ms: deadline, hold, history } =
         preemption.expect("the nightly training is suspended for the article's Job");
     assert_eq!(by, "ads/paddle-high-priority-training");
+    assert!(
+        history.len() == 1 && (start..=w.now).contains(&history[0]),
+        "the preemption is recorded for rule 1's hourly cap: {history:?}"
+    );
     assert_eq!(hold, ["gpu-node-1"], "where the preemptor's GPU is held");
     let recorded = serde_json::to_string(&hold).unwrap();
     assert!(guide.contains(&format!("`fairway.dev/preemption-hold: {recorded}`")), "the guide shows {recorded}");

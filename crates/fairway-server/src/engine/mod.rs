@@ -158,6 +158,9 @@ pub(crate) struct ActiveJob {
     pub started_at_ms: Option<u64>,
     pub failures: u32,
     pub preemptions: u32,
+    /// When it was chosen as a victim within the last hour, oldest first, if its class caps
+    /// preemptions an hour (rule 1): handed back to the core when it is restored.
+    pub preempted_at_ms: Vec<u64>,
     /// Run time of finished runs.
     pub runtime_done_ms: u64,
     /// Since when it waits, while pending (submission, or the end of its last run).
@@ -169,6 +172,17 @@ pub(crate) struct ActiveJob {
     pub stop_requested_at_ms: Option<u64>,
     /// Waiting out a retry's backoff: not in the core until then.
     pub retry_at_ms: Option<u64>,
+}
+
+impl ActiveJob {
+    /// Keeps `now` among the recent preemptions if the class caps them (rule 1), dropping
+    /// those beyond the cap: the core looks at no more.
+    pub fn remember_preemption(&mut self, now: u64) {
+        let Some(max) = self.resolved.protection.preemptions_per_hour_max else { return };
+        self.preempted_at_ms.push(now);
+        let excess = self.preempted_at_ms.len().saturating_sub(max as usize);
+        self.preempted_at_ms.drain(..excess);
+    }
 }
 
 /// The cluster as the server runs it: node `i` is the core's `NodeId(i)`.
@@ -528,7 +542,11 @@ fn resolve_run_as(config: &ServerConfig) -> Result<BTreeMap<String, fairway_exec
 }
 
 fn new_core(config: &ServerConfig) -> Scheduler {
-    let limits = Limits { jobs_max: config.file.limits.jobs_active_max, ..Limits::default() };
+    let limits = Limits {
+        jobs_max: config.file.limits.jobs_active_max,
+        victims_per_cycle_max: config.file.limits.preemption_victims_per_cycle_max,
+        ..Limits::default()
+    };
     Scheduler::new(Config { limits, ..Config::default() })
 }
 

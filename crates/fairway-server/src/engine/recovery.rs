@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use fairway_core::{Event, PreemptionPolicy, RestoredHold, RestoredJob, RestoredRun, RestoredStop, StopCause, Time};
 use fairway_exec::{ExitRecord, LAUNCH_FILE};
-use fairway_spec::ResolvedJob;
+use fairway_spec::{PreemptionProtection, ResolvedJob};
 use fairway_store::{JobRow, JobState, NewEvent, StopRow};
 
 use super::runs::{StoredHold, parse_placement, placement_of};
@@ -42,7 +42,7 @@ impl Engine {
                 _ => PreemptionPolicy::PreemptLowerPriority,
             };
             self.classes
-                .add(&c.name, c.value, c.global_default, policy, &c.description)
+                .add(&c.name, c.value, c.global_default, policy, c.protection(), &c.description)
                 .map_err(|e| ServerError::Config(format!("priority class {}: {e}", c.name)))?;
         }
         for row in self.store.priority_classes()? {
@@ -56,6 +56,10 @@ impl Engine {
                 row.value,
                 row.global_default,
                 policy,
+                PreemptionProtection {
+                    min_run_seconds: row.min_run_before_preemption_seconds,
+                    preemptions_per_hour_max: row.preemptions_per_hour_max,
+                },
                 row.description.as_deref().unwrap_or(""),
             ) {
                 tracing::warn!("stored priority class {} conflicts with the config and is ignored: {e}", row.name);
@@ -121,6 +125,21 @@ impl Engine {
         Ok(())
     }
 
+    /// When the job was chosen as a victim, from its `preempted` events, if its class caps
+    /// preemptions an hour (rule 1): the last ones, up to the cap.
+    fn recent_preemptions(&self, row: &JobRow) -> Result<Vec<u64>, ServerError> {
+        let Some(max) = row.preemptions_per_hour_max else { return Ok(Vec::new()) };
+        if row.preemptions == 0 && row.stop.as_ref().is_none_or(|s| s.cause != "preempted") {
+            return Ok(Vec::new());
+        }
+        let mut times: Vec<u64> =
+            self.store.events(row.id)?.into_iter().filter(|e| e.kind == "preempted").map(|e| e.at_ms).collect();
+        times.sort_unstable();
+        let excess = times.len().saturating_sub(max as usize);
+        times.drain(..excess);
+        Ok(times)
+    }
+
     /// Restores one job; returns how its run ended if it ended while the server was down.
     fn recover_job(&mut self, row: JobRow, resolved: ResolvedJob) -> Result<Option<Ended>, ServerError> {
         let id = row.id;
@@ -129,6 +148,7 @@ impl Engine {
         active.run = row.restart_count;
         active.failures = row.failures;
         active.preemptions = row.preemptions;
+        active.preempted_at_ms = self.recent_preemptions(&row)?;
         active.runtime_done_ms = row.runtime_done_ms;
         active.first_started_at_ms = row.first_started_at_ms;
         active.last_checkpoint_ms = row.last_checkpoint_ms;
@@ -138,6 +158,7 @@ impl Engine {
             submitted_at: Time(row.submitted_at_ms),
             runtime_done_ms: row.runtime_done_ms,
             preemptions: row.preemptions,
+            preempted_at: active.preempted_at_ms.iter().copied().map(Time).collect(),
             last_checkpoint: row.last_checkpoint_ms.map(Time),
             running: None,
         };
@@ -289,12 +310,22 @@ fn restored_stop(stop: &StopRow) -> Option<RestoredStop> {
 }
 
 /// The stored spec back as a resolved job, without consulting today's classes: the
-/// priority, class and preemption policy are those it was accepted with.
+/// priority, class, preemption policy and protection are those it was accepted with.
 fn resolved_from_row(row: &JobRow) -> Result<ResolvedJob, String> {
     let value: serde_json::Value = serde_json::from_str(&row.spec_json).map_err(|e| e.to_string())?;
     let doc = fairway_spec::parse_native_job(&value, 1, "").map_err(|e| e.to_string())?;
     let preemption_policy = doc.preemption_policy.map(PreemptionPolicy::from).unwrap_or_default();
-    Ok(ResolvedJob { doc, priority: row.priority, priority_class: row.priority_class.clone(), preemption_policy })
+    let protection = PreemptionProtection {
+        min_run_seconds: row.min_run_before_preemption_seconds,
+        preemptions_per_hour_max: row.preemptions_per_hour_max,
+    };
+    Ok(ResolvedJob {
+        doc,
+        priority: row.priority,
+        priority_class: row.priority_class.clone(),
+        preemption_policy,
+        protection,
+    })
 }
 
 /// The run's supervisors that still live: the recorded ones (pid and start time must both

@@ -312,6 +312,7 @@ impl Engine {
         let path = super::jobdirs::JobDirs::of(&self.job_dir(victim)).notice_file;
         let job = self.jobs.get_mut(&victim).expect("the core preempts only known jobs");
         job.stop_requested_at_ms = Some(now);
+        job.remember_preemption(now);
         let grace_s = deadline.millis().saturating_sub(now) / 1000;
         let reason = format!("preempted by {preemptor_name}, priority {preemptor_tier}");
         let event = NewEvent {
@@ -462,6 +463,7 @@ impl Engine {
             submitted_at: Time(job.submitted_at_ms),
             runtime_done_ms: job.runtime_done_ms,
             preemptions: job.preemptions,
+            preempted_at: job.preempted_at_ms.iter().copied().map(Time).collect(),
             last_checkpoint: job.last_checkpoint_ms.map(Time),
             running: None,
         };

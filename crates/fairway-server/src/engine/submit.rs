@@ -285,6 +285,8 @@ impl Engine {
                     preemption_policy: format!("{:?}", class.preemption_policy),
                     global_default: class.global_default,
                     description: Some(class.description.clone()).filter(|d| !d.is_empty()),
+                    min_run_before_preemption_seconds: class.protection.min_run_seconds,
+                    preemptions_per_hour_max: class.protection.preemptions_per_hour_max,
                 })
                 .map_err(WriteFailure::Store)?;
             }
@@ -299,6 +301,8 @@ impl Engine {
                     spec_json: serde_json::to_string(&doc)
                         .map_err(|e| WriteFailure::Api(ApiError::internal(e.to_string())))?,
                     submitted_at_ms: now,
+                    min_run_before_preemption_seconds: job.protection.min_run_seconds,
+                    preemptions_per_hour_max: job.protection.preemptions_per_hour_max,
                 };
                 let id = tx.insert_job(&new).map_err(WriteFailure::Store)?;
                 ids.push(id);
@@ -418,6 +422,7 @@ pub(crate) fn new_active(resolved: ResolvedJob, now: u64) -> ActiveJob {
         started_at_ms: None,
         failures: 0,
         preemptions: 0,
+        preempted_at_ms: Vec::new(),
         runtime_done_ms: 0,
         pending_since_ms: Some(now),
         last_checkpoint_ms: None,

@@ -259,6 +259,8 @@ impl Engine {
                     value: c.value,
                     preemption_policy: format!("{:?}", c.preemption_policy),
                     global_default: c.global_default,
+                    min_run_before_preemption_seconds: c.protection.min_run_seconds,
+                    preemptions_per_hour_max: c.protection.preemptions_per_hour_max,
                     description: Some(c.description.clone()).filter(|d| !d.is_empty()),
                 })
                 .collect(),

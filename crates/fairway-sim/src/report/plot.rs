@@ -1,9 +1,11 @@
 //! SVG charts: wait-time CDF per tier and GPU allocation over time.
 //!
 //! Everything here is deterministic: axes and ticks are computed with basic IEEE
-//! arithmetic only (no logarithms or powers from the platform's maths library), series
-//! are downsampled on integer bucket boundaries, and the SVG backend writes integer pixel
-//! coordinates.
+//! arithmetic only (no logarithms or powers from the platform's maths library: the log
+//! axis has its own `log2` from multiplications), series are downsampled on integer
+//! bucket boundaries, and the SVG backend writes integer pixel coordinates.
+//!
+//! The legend sits in its own column right of the plotting area, so it never covers data.
 
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::prelude::*;
@@ -13,7 +15,9 @@ use crate::metrics::{RunResult, UtilSample, allocated_gpu_ms, nearest_rank};
 /// Upper bound on the points of one plotted series.
 pub(super) const MAX_POINTS: usize = 2_000;
 
-const SIZE: (u32, u32) = (960, 560);
+const SIZE: (u32, u32) = (1040, 560);
+/// Width of the legend column, right of the plotting area.
+const LEGEND_WIDTH: u32 = 200;
 const FONT: &str = "sans-serif";
 const MS_PER_MINUTE: f64 = 60_000.0;
 const MS_PER_HOUR: f64 = 3_600_000.0;
@@ -34,6 +38,7 @@ const PALETTE: [RGBColor; 8] = [
 const GREY: RGBColor = RGBColor(140, 140, 140);
 
 /// A linear axis from 0 to `max` with "nice" ticks (1, 2 or 5 × 10^e apart).
+#[derive(Clone)]
 struct Axis {
     max: f64,
     ticks: Vec<f64>,
@@ -66,6 +71,86 @@ impl Axis {
             ticks: (0..=n).map(|k| decimal(k * m, e)).collect(),
             decimals: if e < 0 { e.unsigned_abs() as usize } else { 0 },
         }
+    }
+}
+
+/// `log2(x)` for `x > 0` from IEEE multiplications and comparisons only (the exponent from
+/// the bits, then the mantissa's bits one at a time by squaring), so that it is the same on
+/// every platform; about 40 bits of precision.
+fn log2(x: f64) -> f64 {
+    if x.is_nan() || x <= 0.0 || !x.is_finite() {
+        return f64::NEG_INFINITY;
+    }
+    let bits = x.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i64;
+    if exponent == 0 {
+        // Subnormal: scale into the normal range first (2^64 is exact).
+        return log2(x * 18_446_744_073_709_551_616.0) - 64.0;
+    }
+    let mut m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
+    let mut result = (exponent - 1023) as f64;
+    let mut bit = 0.5;
+    for _ in 0..40 {
+        m *= m;
+        if m >= 2.0 {
+            m /= 2.0;
+            result += bit;
+        }
+        bit /= 2.0;
+    }
+    result
+}
+
+/// A logarithmic axis over `[min, max]` (both above 0) with labelled ticks.
+#[derive(Clone)]
+struct LogAxis {
+    min: f64,
+    max: f64,
+    ticks: Vec<(f64, &'static str)>,
+}
+
+impl LogAxis {
+    /// Seconds from 1 s to the first of 1 min, 10 min, 1 h, ... at or above `data_max`
+    /// seconds (at least 1 min). Shorter waits count at 1 s.
+    fn wait_seconds(data_max: f64) -> LogAxis {
+        const TICKS: [(f64, &str); 9] = [
+            (1.0, "1 s"),
+            (10.0, "10 s"),
+            (60.0, "1 min"),
+            (600.0, "10 min"),
+            (3_600.0, "1 h"),
+            (21_600.0, "6 h"),
+            (86_400.0, "1 day"),
+            (604_800.0, "1 week"),
+            (2_592_000.0, "30 days"),
+        ];
+        let last = TICKS.iter().position(|&(t, _)| t >= data_max).unwrap_or(TICKS.len() - 1).max(2);
+        LogAxis { min: TICKS[0].0, max: TICKS[last].0, ticks: TICKS[..=last].to_vec() }
+    }
+
+    fn label(&self, v: f64) -> String {
+        self.ticks.iter().find(|(t, _)| *t == v).map_or_else(String::new, |(_, l)| (*l).to_owned())
+    }
+}
+
+impl Ranged for LogAxis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let pixels = f64::from(limit.1 - limit.0);
+        let span = log2(self.max) - log2(self.min);
+        let v = value.clamp(self.min, self.max);
+        let fraction = if span > 0.0 { (log2(v) - log2(self.min)) / span } else { 0.0 };
+        limit.0 + (pixels * fraction + 1e-3).floor() as i32
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() { Vec::new() } else { self.ticks.iter().map(|(t, _)| *t).collect() }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.min..self.max
     }
 }
 
@@ -115,14 +200,19 @@ fn run_style(i: usize, n: usize) -> (RGBColor, u32) {
     (PALETTE[i % PALETTE.len()], width)
 }
 
+/// The x axis of a chart: linear from 0, or logarithmic.
+enum XAxis {
+    Linear(Axis),
+    Log(LogAxis),
+}
+
 struct ChartSpec {
     title: String,
     x_desc: String,
     y_desc: String,
-    x: Axis,
+    x: XAxis,
     y: Axis,
     series: Vec<Series>,
-    legend: SeriesLabelPosition,
 }
 
 fn draw(spec: ChartSpec) -> Result<String, String> {
@@ -131,21 +221,59 @@ fn draw(spec: ChartSpec) -> Result<String, String> {
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
-        let (x_decimals, y_decimals) = (spec.x.decimals, spec.y.decimals);
-        let x_fmt = move |v: &f64| format!("{v:.x_decimals$}");
-        let y_fmt = move |v: &f64| format!("{v:.y_decimals$}");
-        let mut chart = ChartBuilder::on(&root)
+        let (plot_area, legend_area) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+        match &spec.x {
+            XAxis::Linear(x) => {
+                let decimals = x.decimals;
+                draw_plot(&plot_area, &spec, x.clone(), &move |v: &f64| format!("{v:.decimals$}"))?;
+            }
+            XAxis::Log(x) => draw_plot(&plot_area, &spec, x.clone(), &|v: &f64| x.label(*v))?,
+        }
+        draw_legend(&legend_area, &spec.series).map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+/// The legend column: one line sample and label per series, top down.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    series: &[Series],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let top = 80;
+    for (i, s) in series.iter().enumerate() {
+        let y = top + 24 * i as i32;
+        let style = s.color.stroke_width(s.width);
+        area.draw(&PathElement::new(vec![(8, y), (36, y)], style))?;
+        area.draw(&Text::new(s.label.clone(), (44, y - 8), (FONT, 14).into_font().color(&BLACK)))?;
+    }
+    Ok(())
+}
+
+fn draw_plot<DB: DrawingBackend, X: Ranged<ValueType = f64, FormatOption = DefaultFormatting>>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    spec: &ChartSpec,
+    x: X,
+    x_fmt: &dyn Fn(&f64) -> String,
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let y_decimals = spec.y.decimals;
+    let y_fmt = move |v: &f64| format!("{v:.y_decimals$}");
+    let y = spec.y.clone();
+    {
+        let root = area;
+        let mut chart = ChartBuilder::on(root)
             .caption(&spec.title, (FONT, 22))
             .margin(16)
             .x_label_area_size(50)
             .y_label_area_size(64)
-            .build_cartesian_2d(spec.x, spec.y)
+            .build_cartesian_2d(x, y)
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
             .x_desc(spec.x_desc.as_str())
             .y_desc(spec.y_desc.as_str())
-            .x_label_formatter(&x_fmt)
+            .x_label_formatter(x_fmt)
             .y_label_formatter(&y_fmt)
             .label_style((FONT, 13))
             .axis_desc_style((FONT, 15))
@@ -154,23 +282,10 @@ fn draw(spec: ChartSpec) -> Result<String, String> {
             .map_err(|e| err(&e))?;
         for s in &spec.series {
             let style = s.color.stroke_width(s.width);
-            chart
-                .draw_series(LineSeries::new(s.points.iter().copied(), style))
-                .map_err(|e| err(&e))?
-                .label(s.label.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+            chart.draw_series(LineSeries::new(s.points.iter().copied(), style)).map_err(|e| err(&e))?;
         }
-        chart
-            .configure_series_labels()
-            .position(spec.legend.clone())
-            .label_font((FONT, 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
-        root.present().map_err(|e| err(&e))?;
     }
-    Ok(svg)
+    Ok(())
 }
 
 /// Sorted waits (ms) of the started jobs of `tier`, and the number of jobs in `tier`.
@@ -187,68 +302,64 @@ fn tier_waits(run: &RunResult, tier: &str) -> (Vec<u64>, usize) {
     (waits, jobs)
 }
 
-/// Empirical CDF of `waits` (sorted, ms) as a fraction of `jobs`, in minutes on
-/// `[0, x_max]`: exact steps when they fit in [`MAX_POINTS`], otherwise sampled on a
-/// regular grid of [`MAX_POINTS`] points.
-fn cdf_points(waits: &[u64], jobs: usize, x_max: f64) -> Vec<(f64, f64)> {
-    let minutes = |ms: u64| ms as f64 / MS_PER_MINUTE;
+/// Empirical CDF of `waits` (sorted, ms) as a fraction of `jobs`, in seconds on the log
+/// axis `[x.min, x.max]`: waits up to `x.min` count at `x.min`; exact steps when they fit
+/// in [`MAX_POINTS`], otherwise the steps at every k-th distinct wait (each still exact).
+fn cdf_points(waits: &[u64], jobs: usize, x: &LogAxis) -> Vec<(f64, f64)> {
+    let seconds = |ms: u64| ms as f64 / 1_000.0;
     if jobs == 0 {
-        return vec![(0.0, 0.0), (x_max, 0.0)];
+        return vec![(x.min, 0.0), (x.max, 0.0)];
     }
     let frac = |count: usize| count as f64 / jobs as f64;
-    let in_range = waits.partition_point(|&w| minutes(w) <= x_max);
-    let mut distinct = waits[..in_range].to_vec();
+    let at_min = waits.partition_point(|&w| seconds(w) <= x.min);
+    let in_range = waits.partition_point(|&w| seconds(w) <= x.max);
+    let mut distinct = waits[at_min..in_range].to_vec();
     distinct.dedup();
-    if 2 * distinct.len() + 2 <= MAX_POINTS {
-        let mut points = vec![(0.0, 0.0)];
-        let mut below = 0;
-        for v in distinct {
-            let upto = waits.partition_point(|&w| w <= v);
-            points.push((minutes(v), frac(below)));
-            points.push((minutes(v), frac(upto)));
-            below = upto;
+    // Start and end, two points per kept step, and the last step always kept.
+    let steps_max = (MAX_POINTS - 4) / 2;
+    let keep_every = distinct.len().div_ceil(steps_max).max(1);
+    let mut points = vec![(x.min, frac(at_min))];
+    let mut below = at_min;
+    for (i, v) in distinct.iter().copied().enumerate() {
+        if i % keep_every != keep_every - 1 && i + 1 != distinct.len() {
+            continue;
         }
-        points.push((x_max, frac(below)));
-        points
-    } else {
-        let last = (MAX_POINTS - 1) as f64;
-        (0..MAX_POINTS)
-            .map(|k| {
-                let x = x_max * k as f64 / last;
-                (x, frac(waits.partition_point(|&w| minutes(w) <= x)))
-            })
-            .collect()
+        let upto = waits.partition_point(|&w| w <= v);
+        points.push((seconds(v), frac(below)));
+        points.push((seconds(v), frac(upto)));
+        below = upto;
     }
+    points.push((x.max, frac(below)));
+    points
 }
 
-/// `wait-cdf-<tier>.svg`: one CDF line per run; x from 0 to the largest per-policy p99
-/// wait of the tier (rounded up to a tick), y = fraction of the tier's jobs started
-/// within x minutes.
+/// `wait-cdf-<tier>.svg`: one CDF line per run, on a log time axis (so that policies
+/// with short waits are not squashed into the first pixels) from 1 s to past the largest
+/// per-policy p99 wait of the tier; y = fraction of the tier's jobs started within x.
 pub(super) fn wait_cdf_svg(tier: &str, runs: &[RunResult]) -> Result<String, String> {
     let per_run: Vec<(Vec<u64>, usize)> = runs.iter().map(|r| tier_waits(r, tier)).collect();
     let p99_max_ms = per_run.iter().filter_map(|(w, _)| nearest_rank(w, 99)).max().unwrap_or(0);
-    let x = Axis::nice(p99_max_ms as f64 / MS_PER_MINUTE, 10);
+    let x = LogAxis::wait_seconds(p99_max_ms as f64 / 1_000.0);
     let series = runs
         .iter()
         .zip(&per_run)
         .enumerate()
         .map(|(i, (run, (waits, jobs)))| {
             let (color, width) = run_style(i, runs.len());
-            Series { label: run.policy.clone(), points: cdf_points(waits, *jobs, x.max), color, width }
+            Series { label: run.policy.clone(), points: cdf_points(waits, *jobs, &x), color, width }
         })
         .collect();
     draw(ChartSpec {
         title: format!("Wait time CDF - tier {tier}"),
-        x_desc: "wait (minutes, up to the largest p99)".to_owned(),
+        x_desc: "wait to first start (log scale; 1 s includes shorter waits)".to_owned(),
         y_desc: "fraction of jobs started".to_owned(),
-        x,
+        x: XAxis::Log(x),
         y: Axis {
             max: 1.05, // headroom so that lines at 1.0 do not hide in the frame
             ticks: (0..=10).map(|k| decimal(k, -1)).collect(),
             decimals: 1,
         },
         series,
-        legend: SeriesLabelPosition::LowerRight,
     })
 }
 
@@ -325,9 +436,8 @@ pub(super) fn utilization_svg(runs: &[RunResult]) -> Result<String, String> {
         title: "Allocated GPUs over time".to_owned(),
         x_desc: format!("simulated time ({unit})"),
         y_desc: "GPUs allocated".to_owned(),
-        x,
+        x: XAxis::Linear(x),
         y,
         series,
-        legend: SeriesLabelPosition::LowerRight,
     })
 }

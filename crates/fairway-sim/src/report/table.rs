@@ -97,12 +97,27 @@ fn minutes(seconds: Option<f64>) -> String {
     seconds.map_or_else(|| "-".to_owned(), |s| format!("{:.2}", s / 60.0))
 }
 
+fn percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |u| format!("{:.1}", u * 100.0))
+}
+
 fn ratio(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
 }
 
-const GROUP_HEADER: [&str; 9] =
-    ["policy", "jobs", "never started", "wait mean", "wait p50", "wait p95", "wait p99", "JCT mean", "slowdown p50"];
+const GROUP_HEADER: [&str; 11] = [
+    "policy",
+    "jobs",
+    "never started",
+    "wait mean",
+    "wait p50",
+    "wait p95",
+    "wait p99",
+    "queued mean",
+    "JCT mean",
+    "slowdown p50",
+    "preempted p50/p99/max",
+];
 
 fn group_row(policy: &str, g: Option<&GroupSummary>) -> Vec<String> {
     let empty = GroupSummary::default();
@@ -115,8 +130,10 @@ fn group_row(policy: &str, g: Option<&GroupSummary>) -> Vec<String> {
         minutes(g.wait_seconds.p50),
         minutes(g.wait_seconds.p95),
         minutes(g.wait_seconds.p99),
+        minutes(g.queued_seconds.mean),
         minutes(g.jct_seconds.mean),
         ratio(g.slowdown.p50),
+        format!("{}/{}/{}", g.preemptions_per_job.p50, g.preemptions_per_job.p99, g.preemptions_per_job.max),
     ]
 }
 
@@ -131,7 +148,16 @@ fn group_table<'a>(
 }
 
 fn cluster_table(policies: &[PolicySummary]) -> Table {
-    let header = ["policy", "GPU util %", "preemptions", "GPU-h allocated", "GPU-h useful", "GPU-h lost", "makespan h"];
+    let header = [
+        "policy",
+        "GPU util useful %",
+        "GPU util allocated %",
+        "preemptions",
+        "GPU-h allocated",
+        "GPU-h useful",
+        "GPU-h lost",
+        "makespan h",
+    ];
     Table {
         header: header.iter().map(|h| (*h).to_owned()).collect(),
         rows: policies
@@ -140,7 +166,8 @@ fn cluster_table(policies: &[PolicySummary]) -> Table {
                 let c = &p.cluster;
                 vec![
                     p.policy.clone(),
-                    c.gpu_utilization.map_or_else(|| "-".to_owned(), |u| format!("{:.1}", u * 100.0)),
+                    percent(c.gpu_utilization_useful),
+                    percent(c.gpu_utilization),
                     c.preemptions_total.to_string(),
                     format!("{:.2}", c.gpu_hours_allocated),
                     format!("{:.2}", c.gpu_hours_useful),

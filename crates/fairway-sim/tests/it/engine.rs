@@ -62,7 +62,15 @@ fn tiny_trace_has_the_hand_computed_waits() {
     let low = record(fairway, "low-fill");
     assert_eq!((low.first_start_ms, low.finish_ms), (Some(0), Some(250_000)));
     assert_eq!(low.preemptions, 1);
-    assert_eq!(low.lost_gpu_ms, 8 * 40_000, "8 GPUs x (10 s of work + 30 s of grace)");
+    assert_eq!(
+        low.lost_gpu_ms,
+        8 * (40_000 + 60_000),
+        "8 GPUs x (10 s of work + 30 s of grace, then the 60 s restart overhead of the run that finishes)"
+    );
+    // Queued: never before its first start; from its exit at 40 to its restart at 90.
+    assert_eq!(low.queued_ms, 50_000);
+    assert_eq!(record(fairway, "urgent").queued_ms, 40_000 - record(fairway, "urgent").submit_ms);
+    assert_eq!(record(fifo, "low-fill").queued_ms, 0);
     for run in [fifo, priority] {
         assert!(run.records.iter().all(|r| r.preemptions == 0), "{} never preempts", run.policy);
     }
@@ -105,9 +113,9 @@ fn every_job_ends_exactly_once_and_gpu_time_is_conserved() {
             }
         }
         let lost: u128 = run.records.iter().map(|r| u128::from(r.lost_gpu_ms)).sum();
-        // Allocated GPU time = useful work + what preemption wasted + restart overheads
-        // (counted in lost for the preempted run, and paid again as allocated time on resume).
-        assert!(allocated_gpu_ms >= useful, "{}: allocated {allocated_gpu_ms} < useful {useful}", run.policy);
+        // An outside ledger: allocated GPU time is exactly useful work plus what was lost
+        // (work since the last checkpoint, grace periods and every restart overhead).
+        assert_eq!(allocated_gpu_ms, useful + lost, "{}: allocated = useful + lost", run.policy);
         if run.policy != "fairway" {
             assert_eq!(allocated_gpu_ms, useful, "{}: no preemption, no waste", run.policy);
             assert_eq!(lost, 0);

@@ -29,6 +29,7 @@ fn job(
         work_ms,
         preemptions: 0,
         lost_gpu_ms: 0,
+        queued_ms: first_start_ms.unwrap_or(100_000).saturating_sub(submit_ms),
     }
 }
 
@@ -222,7 +223,7 @@ fn groups_by_tenant() {
 }
 
 const TINY_JSON: &str = r#"{
-  "schema_version": 1,
+  "schema_version": 2,
   "scenario": "tiny",
   "seed": 7,
   "policies": [
@@ -239,6 +240,18 @@ const TINY_JSON: &str = r#"{
           "p95": 61.0,
           "p99": 61.0,
           "max": 61.0
+        },
+        "queued_seconds": {
+          "mean": 31.0,
+          "p50": 1.0,
+          "p95": 61.0,
+          "p99": 61.0,
+          "max": 61.0
+        },
+        "preemptions_per_job": {
+          "p50": 0,
+          "p99": 1,
+          "max": 1
         },
         "jct_seconds": {
           "mean": 61.0,
@@ -267,6 +280,18 @@ const TINY_JSON: &str = r#"{
             "p99": 1.0,
             "max": 1.0
           },
+          "queued_seconds": {
+            "mean": 1.0,
+            "p50": 1.0,
+            "p95": 1.0,
+            "p99": 1.0,
+            "max": 1.0
+          },
+          "preemptions_per_job": {
+            "p50": 0,
+            "p99": 0,
+            "max": 0
+          },
           "jct_seconds": {
             "mean": 61.0,
             "p50": 61.0,
@@ -292,6 +317,18 @@ const TINY_JSON: &str = r#"{
             "p95": 61.0,
             "p99": 61.0,
             "max": 61.0
+          },
+          "queued_seconds": {
+            "mean": 61.0,
+            "p50": 61.0,
+            "p95": 61.0,
+            "p99": 61.0,
+            "max": 61.0
+          },
+          "preemptions_per_job": {
+            "p50": 1,
+            "p99": 1,
+            "max": 1
           },
           "jct_seconds": {
             "mean": null,
@@ -321,6 +358,18 @@ const TINY_JSON: &str = r#"{
             "p99": 1.0,
             "max": 1.0
           },
+          "queued_seconds": {
+            "mean": 1.0,
+            "p50": 1.0,
+            "p95": 1.0,
+            "p99": 1.0,
+            "max": 1.0
+          },
+          "preemptions_per_job": {
+            "p50": 0,
+            "p99": 0,
+            "max": 0
+          },
           "jct_seconds": {
             "mean": 61.0,
             "p50": 61.0,
@@ -347,6 +396,18 @@ const TINY_JSON: &str = r#"{
             "p99": 61.0,
             "max": 61.0
           },
+          "queued_seconds": {
+            "mean": 61.0,
+            "p50": 61.0,
+            "p95": 61.0,
+            "p99": 61.0,
+            "max": 61.0
+          },
+          "preemptions_per_job": {
+            "p50": 1,
+            "p99": 1,
+            "max": 1
+          },
           "jct_seconds": {
             "mean": null,
             "p50": null,
@@ -365,6 +426,7 @@ const TINY_JSON: &str = r#"{
       "cluster": {
         "capacity_gpus": 4,
         "gpu_utilization": 0.69,
+        "gpu_utilization_useful": 0.3,
         "gpu_hours_allocated": 0.077,
         "gpu_hours_useful": 0.033,
         "gpu_hours_lost": 0.5,
@@ -381,7 +443,7 @@ const TINY_JSON: &str = r#"{
 #[test]
 fn json_snapshot_of_a_tiny_report() {
     let report = SimReport::from_runs("tiny", 7, &[tiny("fifo")]);
-    assert_eq!(SCHEMA_VERSION, 1);
+    assert_eq!(SCHEMA_VERSION, 2);
     assert_eq!(report.to_json(), TINY_JSON);
     // Plain serde serialisation gives the same document.
     assert_eq!(serde_json::to_string_pretty(&report).unwrap() + "\n", TINY_JSON);
@@ -404,28 +466,28 @@ const TINY_TABLE: &str = "\
 Scenario: tiny  seed: 7
 
 All jobs (wait and JCT in minutes)
-policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  JCT mean  slowdown p50
---------  ----  -------------  ---------  --------  --------  --------  --------  ------------
-fifo         2              0       0.52      0.02      1.02      1.02      1.02          1.02
-priority     2              0       0.52      0.02      1.02      1.02      1.02          1.02
+policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  queued mean  JCT mean  slowdown p50  preempted p50/p99/max
+--------  ----  -------------  ---------  --------  --------  --------  -----------  --------  ------------  ---------------------
+fifo         2              0       0.52      0.02      1.02      1.02         0.52      1.02          1.02                  0/1/1
+priority     2              0       0.52      0.02      1.02      1.02         0.52      1.02          1.02                  0/1/1
 
 Tier high (wait and JCT in minutes)
-policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  JCT mean  slowdown p50
---------  ----  -------------  ---------  --------  --------  --------  --------  ------------
-fifo         1              0       0.02      0.02      0.02      0.02      1.02          1.02
-priority     1              0       0.02      0.02      0.02      0.02      1.02          1.02
+policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  queued mean  JCT mean  slowdown p50  preempted p50/p99/max
+--------  ----  -------------  ---------  --------  --------  --------  -----------  --------  ------------  ---------------------
+fifo         1              0       0.02      0.02      0.02      0.02         0.02      1.02          1.02                  0/0/0
+priority     1              0       0.02      0.02      0.02      0.02         0.02      1.02          1.02                  0/0/0
 
 Tier low (wait and JCT in minutes)
-policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  JCT mean  slowdown p50
---------  ----  -------------  ---------  --------  --------  --------  --------  ------------
-fifo         1              0       1.02      1.02      1.02      1.02         -             -
-priority     1              0       1.02      1.02      1.02      1.02         -             -
+policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  queued mean  JCT mean  slowdown p50  preempted p50/p99/max
+--------  ----  -------------  ---------  --------  --------  --------  -----------  --------  ------------  ---------------------
+fifo         1              0       1.02      1.02      1.02      1.02         1.02         -             -                  1/1/1
+priority     1              0       1.02      1.02      1.02      1.02         1.02         -             -                  1/1/1
 
 Cluster
-policy    GPU util %  preemptions  GPU-h allocated  GPU-h useful  GPU-h lost  makespan h
---------  ----------  -----------  ---------------  ------------  ----------  ----------
-fifo            69.0            1             0.08          0.03        0.50        0.03
-priority        69.0            1             0.08          0.03        0.50        0.03
+policy    GPU util useful %  GPU util allocated %  preemptions  GPU-h allocated  GPU-h useful  GPU-h lost  makespan h
+--------  -----------------  --------------------  -----------  ---------------  ------------  ----------  ----------
+fifo                   30.0                  69.0            1             0.08          0.03        0.50        0.03
+priority               30.0                  69.0            1             0.08          0.03        0.50        0.03
 ";
 
 #[test]
@@ -447,7 +509,7 @@ fn render_table_marks_policies_missing_a_tier() {
     let priority_row = low_block.lines().find(|l| l.starts_with("priority")).unwrap();
     assert_eq!(
         priority_row.split_whitespace().collect::<Vec<_>>(),
-        ["priority", "0", "0", "-", "-", "-", "-", "-", "-"]
+        ["priority", "0", "0", "-", "-", "-", "-", "-", "-", "-", "0/0/0"]
     );
 }
 
@@ -595,4 +657,38 @@ fn decisions_digest_sees_every_decision() {
         change(&mut changed);
         assert_ne!(base.decisions_digest(), changed.decisions_digest(), "change {i}");
     }
+}
+
+#[test]
+fn a_spread_is_the_sample_mean_deviation_and_range() {
+    use fairway_sim::sweep::Spread;
+    let s = Spread::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).unwrap();
+    assert_eq!((s.mean, s.min, s.max, s.samples), (5.0, 2.0, 9.0, 8));
+    // Sample standard deviation: sqrt(32 / 7).
+    assert!((s.std - (32.0f64 / 7.0).sqrt()).abs() < 1e-12, "{}", s.std);
+    assert_eq!(Spread::of(&[3.5]).unwrap().std, 0.0);
+    assert!(Spread::of(&[]).is_none());
+}
+
+#[test]
+fn a_sweep_gathers_each_policy_figure_over_the_reports() {
+    use fairway_sim::sweep::SeedSweep;
+    let mut a = tiny("fairway");
+    let b = tiny("fairway");
+    a.records[1].preemptions = 3;
+    let reports: Vec<SimReport> = [a, b]
+        .iter()
+        .zip([7, 8])
+        .map(|(r, seed)| SimReport::from_runs("tiny", seed, std::slice::from_ref(r)))
+        .collect();
+    let sweep = SeedSweep::from_reports(&[7, 8], &reports);
+    assert_eq!(sweep.policies, ["fairway"]);
+    let preemptions = sweep.figures.iter().find(|f| f.figure == "preemptions").unwrap();
+    let s = preemptions.policies[0].unwrap();
+    assert_eq!((s.mean, s.min, s.max, s.samples), (2.0, 1.0, 3.0, 2));
+    let low_max = sweep.figures.iter().find(|f| f.figure == "low: preemptions per job, max").unwrap();
+    assert_eq!(low_max.policies[0].unwrap().max, 3.0);
+    // A tier's time to first start exists for every seed; the JSON says how many samples.
+    let json = sweep.to_json();
+    assert!(json.contains("\"high: wait to first start, mean\"") && json.contains("\"samples\": 2"), "{json}");
 }

@@ -1,10 +1,17 @@
 //! The priority class registry: built-ins, the global default, user classes.
 
 use fairway_core::PreemptionPolicy;
-use fairway_spec::{PreemptionPolicyDoc, PriorityClasses, load, parse_priority_class};
+use fairway_spec::{
+    ParseLimits, PreemptionPolicyDoc, PreemptionProtection, PriorityClasses, load, parse_documents,
+    parse_priority_class,
+};
 use serde_json::json;
 
 use crate::support::*;
+
+fn none() -> PreemptionProtection {
+    PreemptionProtection::default()
+}
 
 fn names_and_values(classes: &PriorityClasses) -> Vec<(String, i32)> {
     classes.iter().map(|c| (c.name.clone(), c.value)).collect()
@@ -144,17 +151,117 @@ fn priority_class_docs_round_trip_through_serde() {
 #[test]
 fn drivers_can_add_classes_field_by_field() {
     let mut classes = PriorityClasses::with_builtins();
-    classes.add("nightly", 500, false, PreemptionPolicy::Never, "overnight batch").unwrap();
+    classes.add("nightly", 500, false, PreemptionPolicy::Never, none(), "overnight batch").unwrap();
     let nightly = classes.resolve_priority("nightly").unwrap();
     assert_eq!((nightly.value, nightly.preemption_policy), (500, PreemptionPolicy::Never));
     assert_eq!(nightly.description, "overnight batch");
-    assert!(classes.add("high", 3, false, PreemptionPolicy::Never, "").unwrap_err().contains("already defined"));
-    assert!(classes.add("Bad", 3, false, PreemptionPolicy::Never, "").unwrap_err().contains("must match"));
     assert!(
-        classes.add("huge", i32::MAX, false, PreemptionPolicy::Never, "").unwrap_err().contains("at most 1000000000")
+        classes.add("high", 3, false, PreemptionPolicy::Never, none(), "").unwrap_err().contains("already defined")
     );
-    classes.add("everyday", 200_000, true, PreemptionPolicy::PreemptLowerPriority, "").unwrap();
+    assert!(classes.add("Bad", 3, false, PreemptionPolicy::Never, none(), "").unwrap_err().contains("must match"));
+    assert!(
+        classes
+            .add("huge", i32::MAX, false, PreemptionPolicy::Never, none(), "")
+            .unwrap_err()
+            .contains("at most 1000000000")
+    );
+    classes.add("everyday", 200_000, true, PreemptionPolicy::PreemptLowerPriority, none(), "").unwrap();
     assert_eq!(classes.default_class().name, "everyday");
     let miss = classes.resolve_priority("gold").unwrap_err();
     assert_eq!(miss, r#"unknown priority class "gold"; known classes: critical, high, everyday, medium, low, nightly"#);
+}
+
+#[test]
+fn a_class_carries_rule_1_protection_in_both_forms() {
+    let compact = json!({
+        "name": "batch", "value": 500, "minRunBeforePreemptionSeconds": 300, "preemptionsPerHourMax": 3
+    });
+    let doc = parse_priority_class(&compact, 1, "").unwrap();
+    let want = PreemptionProtection { min_run_seconds: 300, preemptions_per_hour_max: Some(3) };
+    assert_eq!(doc.protection, want);
+    let text = serde_json::to_string(&doc).unwrap();
+    assert!(text.contains(r#""minRunBeforePreemptionSeconds":300,"preemptionsPerHourMax":3"#), "{text}");
+    let back: fairway_spec::PriorityClassDoc = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.protection, want);
+
+    let kube = b"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: batch\n  annotations:\n    fairway.dev/min-run-before-preemption-seconds: \"300\"\n    fairway.dev/preemptions-per-hour-max: \"3\"\n    team: ads\nvalue: 500\n";
+    let parsed = parse_documents(kube, &ParseLimits::default()).unwrap();
+    assert_eq!(parsed.priority_classes[0].protection, want);
+    let warned: Vec<&str> = parsed.warnings.iter().map(|w| w.path.as_str()).collect();
+    assert_eq!(warned, ["metadata.annotations.team"], "only the annotation fairway does not use is ignored");
+
+    // A job of the class gets it; a job with a bare value gets none.
+    let mut classes = PriorityClasses::builtin();
+    classes.register(&doc).unwrap();
+    let (jobs, _) = load(
+        b"name: j\ntenant: { user: u, project: p }\npriority: batch\nresources: { gpus: 1 }\ncommand: [\"true\"]\n",
+        &mut classes,
+    )
+    .unwrap();
+    assert_eq!(jobs[0].protection, want);
+    let (jobs, _) = load(
+        b"name: j\ntenant: { user: u, project: p }\npriority: 500\nresources: { gpus: 1 }\ncommand: [\"true\"]\n",
+        &mut classes,
+    )
+    .unwrap();
+    assert_eq!(jobs[0].protection, none());
+
+    // Registering it again with another protection is a redefinition.
+    let other =
+        parse_priority_class(&json!({ "name": "batch", "value": 500, "minRunBeforePreemptionSeconds": 60 }), 1, "")
+            .unwrap();
+    let err = classes.register(&other).unwrap_err();
+    assert!(err.reason.contains("a minimum run of 300 s and at most 3 preemptions an hour"), "{}", err.reason);
+}
+
+#[test]
+fn bad_protection_names_the_field_and_the_reason() {
+    let cases: [(serde_json::Value, &str, &str); 4] = [
+        (json!({ "name": "b", "value": 1, "preemptionsPerHourMax": 0 }), "preemptionsPerHourMax", "preemptible: false"),
+        (json!({ "name": "b", "value": 1, "preemptionsPerHourMax": 5000 }), "preemptionsPerHourMax", "from 1 to 3600"),
+        (
+            json!({ "name": "b", "value": 1, "minRunBeforePreemptionSeconds": -1 }),
+            "minRunBeforePreemptionSeconds",
+            "from 0 to 604800",
+        ),
+        (
+            json!({ "name": "b", "value": 1, "minRunBeforePreemptionSeconds": 1e9 }),
+            "minRunBeforePreemptionSeconds",
+            "from 0 to 604800",
+        ),
+    ];
+    for (input, path, reason) in cases {
+        let errors = parse_priority_class(&input, 1, "").unwrap_err();
+        assert_eq!(errors.0.len(), 1, "{input}: {errors}");
+        assert_eq!(errors.0[0].path, path, "{input}");
+        assert!(errors.0[0].reason.contains(reason), "{input}: {}", errors.0[0].reason);
+    }
+    let kube = b"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: b\n  annotations:\n    fairway.dev/preemptions-per-hour-max: \"lots\"\nvalue: 5\n";
+    let errors = parse_documents(kube, &ParseLimits::default()).unwrap_err();
+    assert_eq!(errors.0[0].path, r#"metadata.annotations["fairway.dev/preemptions-per-hour-max"]"#);
+    assert!(errors.0[0].reason.contains(r#"got "lots""#), "{}", errors.0[0].reason);
+    // Drivers that hold annotations as a map get the annotation's name in the reason.
+    let err = fairway_spec::protection_from_annotations(|k| (k == fairway_spec::MIN_RUN_ANNOTATION).then_some("1w"))
+        .unwrap_err();
+    assert!(err.starts_with("annotation fairway.dev/min-run-before-preemption-seconds: "), "{err}");
+    let mut classes = PriorityClasses::builtin();
+    let bad = PreemptionProtection { min_run_seconds: 0, preemptions_per_hour_max: Some(0) };
+    let err = classes.add("b", 5, false, PreemptionPolicy::PreemptLowerPriority, bad, "").unwrap_err();
+    assert!(err.starts_with("preemptionsPerHourMax: "), "{err}");
+}
+
+#[test]
+fn a_built_in_class_may_be_given_a_protection_once() {
+    let mut classes = PriorityClasses::builtin();
+    let guard = PreemptionProtection { min_run_seconds: 30, preemptions_per_hour_max: Some(2) };
+    classes.add("low", 1_000, false, PreemptionPolicy::PreemptLowerPriority, guard, "").unwrap();
+    assert_eq!(classes.resolve("low").unwrap().protection, guard);
+    assert!(classes.resolve("low").unwrap().builtin);
+    // The same again is harmless; another protection, or another value, is a redefinition.
+    classes.add("low", 1_000, false, PreemptionPolicy::PreemptLowerPriority, guard, "").unwrap();
+    let other = PreemptionProtection { min_run_seconds: 60, ..guard };
+    let err = classes.add("low", 1_000, false, PreemptionPolicy::PreemptLowerPriority, other, "").unwrap_err();
+    assert!(err.contains("already defined"), "{err}");
+    let err = classes.add("medium", 5, false, PreemptionPolicy::PreemptLowerPriority, guard, "").unwrap_err();
+    assert!(err.contains("already defined"), "{err}");
 }

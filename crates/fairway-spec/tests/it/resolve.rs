@@ -96,7 +96,7 @@ fn a_class_that_fails_to_register_is_not_unknown_either() {
 #[test]
 fn resolving_uses_the_registry_given_and_returns_it_with_the_inputs_classes() {
     let mut registry = PriorityClasses::builtin();
-    registry.add("gold", 5_000, false, fairway_core::PreemptionPolicy::Never, "").unwrap();
+    registry.add("gold", 5_000, false, fairway_core::PreemptionPolicy::Never, Default::default(), "").unwrap();
     let input = format!("{ARTICLE_CLASS}---\n{ARTICLE_JOB}---\n{}", native_with("priority", "gold"));
     let resolved = resolve(&input, &registry).unwrap();
     let priorities: Vec<(i32, Option<&str>)> =
@@ -111,7 +111,7 @@ fn resolving_uses_the_registry_given_and_returns_it_with_the_inputs_classes() {
 #[test]
 fn a_class_in_a_document_with_errors_is_resolved_against_the_registry_too() {
     let mut registry = PriorityClasses::builtin();
-    registry.add("gold", 5_000, false, fairway_core::PreemptionPolicy::Never, "").unwrap();
+    registry.add("gold", 5_000, false, fairway_core::PreemptionPolicy::Never, Default::default(), "").unwrap();
     let input = native_with("priority", "gold").replace("gpus: 2", "gpus: 0");
     let errors = resolve(&input, &registry).unwrap_err();
     assert_eq!(located(&errors), [(1, "resources.gpus")]);

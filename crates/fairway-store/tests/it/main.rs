@@ -11,6 +11,8 @@ fn new_job(name: &str, project: &str, priority: i32, at: u64) -> NewJob {
         priority_class: Some("medium".into()),
         spec_json: format!("{{\"name\":\"{name}\"}}"),
         submitted_at_ms: at,
+        min_run_before_preemption_seconds: 0,
+        preemptions_per_hour_max: None,
     }
 }
 
@@ -35,6 +37,41 @@ fn migrates_a_new_file_and_reopens_it_unchanged() {
     let journal: String =
         rusqlite::Connection::open(&path).unwrap().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(journal, "wal");
+}
+
+/// A file written by the release before migration 3 (rule 1's protection): made here by
+/// dropping the columns that migration adds and setting its version back.
+#[test]
+fn a_version_2_file_is_upgraded_and_its_rows_get_no_protection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fairway.db");
+    let mut store = Store::open(&path).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let protected = NewJob {
+        min_run_before_preemption_seconds: 60,
+        preemptions_per_hour_max: Some(2),
+        ..new_job("a", "ads", 10, 1_000)
+    };
+    let id = tx.insert_job(&protected).unwrap();
+    tx.commit().unwrap();
+    let row = store.job(id).unwrap().unwrap();
+    assert_eq!((row.min_run_before_preemption_seconds, row.preemptions_per_hour_max), (60, Some(2)));
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE jobs DROP COLUMN min_run_before_preemption_seconds;
+         ALTER TABLE jobs DROP COLUMN preemptions_per_hour_max;
+         ALTER TABLE priority_classes DROP COLUMN min_run_before_preemption_seconds;
+         ALTER TABLE priority_classes DROP COLUMN preemptions_per_hour_max;
+         PRAGMA user_version = 2;",
+    )
+    .unwrap();
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let row = store.job(id).unwrap().expect("the job survives the upgrade");
+    assert_eq!((row.name.as_str(), row.submitted_at_ms), ("a", 1_000));
+    assert_eq!((row.min_run_before_preemption_seconds, row.preemptions_per_hour_max), (0, None));
 }
 
 #[test]
@@ -171,10 +208,14 @@ fn quotas_and_priority_classes_upsert() {
         preemption_policy: "PreemptLowerPriority".into(),
         global_default: false,
         description: None,
+        min_run_before_preemption_seconds: 300,
+        preemptions_per_hour_max: Some(3),
     })
     .unwrap();
     tx.commit().unwrap();
     assert_eq!(store.quotas().unwrap(), [QuotaRow { gpus_max: Some(6), ..q }]);
+    let class = &store.priority_classes().unwrap()[0];
+    assert_eq!((class.min_run_before_preemption_seconds, class.preemptions_per_hour_max), (300, Some(3)));
     assert_eq!(store.priority_classes().unwrap()[0].value, 5_000_000);
     let mut tx = store.transaction().unwrap();
     assert!(tx.delete_quota("project", "ads").unwrap());
