@@ -10,7 +10,9 @@
 //!    minimum run (`min_run_before_preemption_ms`) is not a candidate, nor a job preempted
 //!    its class's `preemptions_per_hour_max` times in the last hour; when that protection
 //!    ends, the job's nodes count as grown, so a waiting preemptor looks again (and
-//!    `Scheduler::next_wakeup` names that time to the driver).
+//!    `Scheduler::next_wakeup` names that time to the driver). A job whose class
+//!    overrides protection (`overrides_protection`, for work that must start now) is not
+//!    held back by it.
 //! 2. **Lowest priority first.** A set whose highest-priority victim is lower wins.
 //! 3. **Least work lost.** Then the set losing the least GPU-time since each victim's last
 //!    checkpoint (reported, or implied by its checkpoint interval, or its start), summed
@@ -169,7 +171,24 @@ impl CandidateCut {
 type NodeOffer<'a> = ((Priority, u64, NodeId), Vec<&'a Victim>, u32);
 
 impl Scheduler {
+    /// The victims of `ix`, by the rules above; rule 1 is waived for a job whose class
+    /// overrides it (or when the caller waives it to learn whether protection is all that
+    /// stands in the way).
     pub(crate) fn find_victims(
+        &self,
+        ix: JobIx,
+        scope: PreemptionScope,
+        now: Time,
+        scratch: &mut SearchScratch,
+    ) -> Option<VictimPlan> {
+        let waived = scratch.protection_waived;
+        scratch.protection_waived |= self.jobs[ix].spec.overrides_protection;
+        let plan = self.find_victims_by_rules(ix, scope, now, scratch);
+        scratch.protection_waived = waived;
+        plan
+    }
+
+    fn find_victims_by_rules(
         &self,
         ix: JobIx,
         scope: PreemptionScope,

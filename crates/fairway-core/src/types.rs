@@ -208,6 +208,10 @@ pub struct JobSpec {
     /// Preemption rule 1: a job chosen as a victim this many times in the last hour is not a
     /// victim again until the oldest of those is an hour old. Set from its priority class.
     pub preemptions_per_hour_max: Option<u32>,
+    /// Preemption rule 1 does not hold against this job: it may preempt runs that a minimum
+    /// run or an hourly cap protects (for a class of work that must start now). Set from its
+    /// priority class.
+    pub overrides_protection: bool,
 }
 
 impl JobSpec {
@@ -229,6 +233,7 @@ impl JobSpec {
             checkpoint_interval_ms: None,
             min_run_before_preemption_ms: 0,
             preemptions_per_hour_max: None,
+            overrides_protection: false,
         }
     }
     /// Everything the gang holds when running.

@@ -383,6 +383,7 @@ async fn classes(State(state): State<ApiState>) -> Response {
             global_default: c.global_default,
             min_run_before_preemption_seconds: c.protection.as_ref().map_or(0, |p| p.min_run_seconds),
             preemptions_per_hour_max: c.protection.as_ref().ok().and_then(|p| p.preemptions_per_hour_max),
+            overrides_preemption_protection: c.protection.as_ref().is_ok_and(|p| p.overrides_protection),
             description: None,
         })
         .collect();

@@ -203,6 +203,9 @@ pub struct PriorityClassView {
     pub min_run_before_preemption_seconds: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemptions_per_hour_max: Option<u32>,
+    /// The class's jobs may preempt runs that rule 1 protects.
+    #[serde(default)]
+    pub overrides_preemption_protection: bool,
     pub description: Option<String>,
 }
 

@@ -151,6 +151,10 @@ pub struct PriorityClassConfig {
     /// Rule 1: a job of this class chosen as a victim this many times in the last hour is
     /// not chosen again until the oldest of those is an hour old.
     pub preemptions_per_hour_max: Option<u32>,
+    /// Jobs of this class may preempt runs that rule 1 protects (work that must start now;
+    /// the built-in `critical` does).
+    #[serde(default)]
+    pub overrides_preemption_protection: bool,
     #[serde(default)]
     pub description: String,
 }
@@ -160,6 +164,7 @@ impl PriorityClassConfig {
         fairway_spec::PreemptionProtection {
             min_run_seconds: self.min_run_before_preemption_seconds,
             preemptions_per_hour_max: self.preemptions_per_hour_max,
+            overrides_protection: self.overrides_preemption_protection,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! priority_classes: [{ name: nightly, value: 500 }]     # added to critical/high/medium/low
 //! preemption_protection:                                # per tier (preemption rule 1)
 //!   low: { min_run_seconds: 300, preemptions_per_hour_max: 3 }
+//!   high: { overrides_protection: true }                # may preempt protected runs
 //! quotas: [{ project: vision, gpus_max: 6 }]
 //! workload: { source: { kind: synthetic, ... }, transforms: [...] }   # or `jobs:` (native specs)
 //! job_defaults: { checkpoint_interval_seconds: 1800, grace_seconds: 30 }
@@ -124,6 +125,9 @@ pub struct ProtectionSpec {
     pub min_run_seconds: u64,
     #[serde(default)]
     pub preemptions_per_hour_max: Option<u32>,
+    /// The tier's jobs may preempt runs that rule 1 protects.
+    #[serde(default)]
+    pub overrides_protection: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -420,7 +424,8 @@ fn priority_classes(specs: &[ClassSpec]) -> Result<PriorityClasses, ScenarioErro
             value: c.value,
             global_default: c.global_default,
             preemption_policy: policy,
-            // Rule 1 is given per tier, built-in or not, by `preemption_protection`.
+            // Rule 1 is given per tier, built-in or not, by `preemption_protection`; a class
+            // of the scenario has none of its own.
             protection: Default::default(),
             description: (!c.description.is_empty()).then(|| c.description.clone()),
             origin: Origin::default(),
@@ -580,6 +585,7 @@ fn sim_jobs(
         let tier = t.tier.clone().unwrap_or_else(|| default_tier.clone());
         let (priority, preemption_policy) = tier_priority(classes, &tier)
             .ok_or_else(|| invalid(format!("job {:?}.tier", t.name), unknown_tier(classes, &tier)))?;
+        let rule_1 = tier_protection(classes, protection, &tier);
         let gpu_model =
             match &t.gpu_model {
                 None => None,
@@ -601,8 +607,9 @@ fn sim_jobs(
             max_runtime_ms: None,
             max_total_runtime_ms: None,
             checkpoint_interval_ms: t.checkpoint_interval_ms.or(defaults.checkpoint_interval_seconds.map(|s| s * 1000)),
-            min_run_before_preemption_ms: protection.get(&tier).map_or(0, |p| p.min_run_seconds * 1000),
-            preemptions_per_hour_max: protection.get(&tier).and_then(|p| p.preemptions_per_hour_max),
+            min_run_before_preemption_ms: rule_1.min_run_seconds * 1000,
+            preemptions_per_hour_max: rule_1.preemptions_per_hour_max,
+            overrides_protection: rule_1.overrides_protection,
         };
         out.push(SimJob {
             spec,
@@ -622,6 +629,19 @@ fn tier_priority(classes: &PriorityClasses, tier: &str) -> Option<(i32, Preempti
         Some(class) => Some((class.value, class.preemption_policy)),
         None => tier.parse::<i32>().ok().map(|v| (v, PreemptionPolicy::PreemptLowerPriority)),
     }
+}
+
+/// Rule 1 for a tier: the scenario's `preemption_protection` entry if it has one, else the
+/// class's own (the built-in `critical` overrides protection).
+fn tier_protection(classes: &PriorityClasses, given: &BTreeMap<String, ProtectionSpec>, tier: &str) -> ProtectionSpec {
+    given.get(tier).copied().unwrap_or_else(|| {
+        let class = classes.resolve(tier).map(|c| c.protection).unwrap_or_default();
+        ProtectionSpec {
+            min_run_seconds: class.min_run_seconds,
+            preemptions_per_hour_max: class.preemptions_per_hour_max,
+            overrides_protection: class.overrides_protection,
+        }
+    })
 }
 
 fn unknown_tier(classes: &PriorityClasses, tier: &str) -> String {

@@ -269,6 +269,7 @@ impl ResolvedJob {
             max_total_runtime_ms: doc.max_total_runtime_seconds.map(secs_to_ms),
             min_run_before_preemption_ms: secs_to_ms(self.protection.min_run_seconds),
             preemptions_per_hour_max: self.protection.preemptions_per_hour_max,
+            overrides_protection: self.protection.overrides_protection,
             checkpoint_interval_ms: doc.checkpoint_interval_seconds.map(secs_to_ms),
         })
     }

@@ -44,8 +44,9 @@ pub use interner::{InternError, Interned, Interner};
 pub use job::{Field, JobDoc, Origin, PriorityRef, ResolvedJob, ResourcesDoc, SourceFormat, TenantOrigin};
 pub use native::parse_native_job;
 pub use priority::{
-    MIN_RUN_ANNOTATION, PREEMPTIONS_PER_HOUR_ANNOTATION, PreemptionPolicyDoc, PreemptionProtection, PriorityClass,
-    PriorityClassDoc, PriorityClasses, USER_PRIORITY_MAX, parse_priority_class, protection_from_annotations,
+    MIN_RUN_ANNOTATION, OVERRIDES_PROTECTION_ANNOTATION, PREEMPTIONS_PER_HOUR_ANNOTATION, PreemptionPolicyDoc,
+    PreemptionProtection, PriorityClass, PriorityClassDoc, PriorityClasses, USER_PRIORITY_MAX, parse_priority_class,
+    protection_from_annotations,
 };
 
 use document::Doc;

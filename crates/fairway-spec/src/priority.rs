@@ -52,6 +52,10 @@ pub struct PreemptionProtection {
     /// A job chosen as a victim this many times in the last hour is not a victim again
     /// until the oldest of those is an hour old (`None`: no cap).
     pub preemptions_per_hour_max: Option<u32>,
+    /// Jobs of this class may preempt runs that rule 1 protects (work that must start now;
+    /// the built-in `critical` does).
+    #[serde(default)]
+    pub overrides_protection: bool,
 }
 
 /// Longest `minRunBeforePreemptionSeconds`: a week. Longer is a class that should not be
@@ -61,8 +65,14 @@ pub const MIN_RUN_SECONDS_MAX: u64 = 7 * 24 * 3600;
 pub const PREEMPTIONS_PER_HOUR_MAX: u64 = 3600;
 
 impl PreemptionProtection {
+    /// No minimum run, no cap, no override.
     pub fn is_none(&self) -> bool {
         *self == PreemptionProtection::default()
+    }
+
+    /// Only the override: what the built-in `critical` class has.
+    pub fn overriding() -> PreemptionProtection {
+        PreemptionProtection { overrides_protection: true, ..PreemptionProtection::default() }
     }
 
     /// The same bounds as the parsers, for protections given field by field (a driver's
@@ -88,6 +98,8 @@ const MIN_RUN_EXPECTATION: &str = "must be a whole number of seconds from 0 to 6
 /// whose schema has no such fields.
 pub const MIN_RUN_ANNOTATION: &str = "fairway.dev/min-run-before-preemption-seconds";
 pub const PREEMPTIONS_PER_HOUR_ANNOTATION: &str = "fairway.dev/preemptions-per-hour-max";
+/// `"true"`: the class's jobs may preempt runs that rule 1 protects.
+pub const OVERRIDES_PROTECTION_ANNOTATION: &str = "fairway.dev/overrides-preemption-protection";
 
 /// A priority class as found in the input, validated but not yet registered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,14 +143,15 @@ impl Default for PriorityClasses {
 
 impl PriorityClasses {
     /// `critical` 10,000,000; `high` 1,000,000; `medium` 100,000 (the global default);
-    /// `low` 1,000. All preempt lower priorities.
+    /// `low` 1,000. All preempt lower priorities; `critical` also preempts runs that rule 1
+    /// protects (it is the work that must start now).
     pub fn builtin() -> PriorityClasses {
         let class = |name: &str, value, global_default, description: &str| PriorityClass {
             name: name.to_owned(),
             value,
             global_default,
             preemption_policy: PreemptionPolicy::PreemptLowerPriority,
-            protection: PreemptionProtection::default(),
+            protection: builtin_protection(name),
             description: description.to_owned(),
             builtin: true,
         };
@@ -228,7 +241,7 @@ impl PriorityClasses {
                 if existing.builtin
                     && existing.value == doc.value
                     && existing.preemption_policy == policy
-                    && existing.protection.is_none() =>
+                    && existing.protection == builtin_protection(&existing.name) =>
             {
                 let name = existing.name.clone();
                 let class = self.classes.iter_mut().find(|c| c.name == name).expect("just resolved");
@@ -309,15 +322,22 @@ impl PriorityClasses {
     }
 }
 
-/// `no protection`, or `a minimum run of 300 s and at most 3 preemptions an hour`.
+/// A built-in class's protection as shipped.
+fn builtin_protection(name: &str) -> PreemptionProtection {
+    if name == "critical" { PreemptionProtection::overriding() } else { PreemptionProtection::default() }
+}
+
+/// `no protection`, or `a minimum run of 300 s and at most 3 preemptions an hour`, with
+/// `, overriding protection` when it does.
 fn describe_protection(p: &PreemptionProtection) -> String {
     let min_run = (p.min_run_seconds > 0).then(|| format!("a minimum run of {} s", p.min_run_seconds));
     let per_hour = p.preemptions_per_hour_max.map(|n| format!("at most {n} preemptions an hour"));
-    match (min_run, per_hour) {
+    let text = match (min_run, per_hour) {
         (None, None) => "no protection".to_owned(),
         (Some(a), None) | (None, Some(a)) => a,
         (Some(a), Some(b)) => format!("{a} and {b}"),
-    }
+    };
+    if p.overrides_protection { format!("{text}, overriding protection") } else { text }
 }
 
 /// The rules Kubernetes applies to user-created classes.
@@ -341,6 +361,7 @@ const COMPACT_FIELDS: &[&str] = &[
     "preemptionPolicy",
     "minRunBeforePreemptionSeconds",
     "preemptionsPerHourMax",
+    "overridesProtection",
     "description",
 ];
 
@@ -370,6 +391,10 @@ pub(crate) fn read_compact(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityCla
             .and_then(|(v, path)| value::uint_in(v, &path, issues, (0, MIN_RUN_SECONDS_MAX), MIN_RUN_EXPECTATION))
             .unwrap_or(0),
         preemptions_per_hour_max: obj.take("preemptionsPerHourMax").and_then(|(v, path)| per_hour(v, &path, issues)),
+        overrides_protection: obj
+            .take("overridesProtection")
+            .and_then(|(v, path)| value::boolean(v, &path, issues))
+            .unwrap_or(false),
     };
     let mut known = COMPACT_FIELDS.to_vec();
     known.extend(["apiVersion", "kind"]);
@@ -413,10 +438,26 @@ pub fn protection_from_annotations<'a>(get: impl Fn(&str) -> Option<&'a str>) ->
             .map(|text| annotation_number(key, text).map_err(|reason| format!("annotation {key}: {reason}")))
             .transpose()
     };
+    let overrides = match get(OVERRIDES_PROTECTION_ANNOTATION) {
+        None => false,
+        Some(text) => {
+            annotation_bool(text).map_err(|reason| format!("annotation {OVERRIDES_PROTECTION_ANNOTATION}: {reason}"))?
+        }
+    };
     Ok(PreemptionProtection {
         min_run_seconds: read(MIN_RUN_ANNOTATION)?.unwrap_or(0),
         preemptions_per_hour_max: read(PREEMPTIONS_PER_HOUR_ANNOTATION)?.map(|n| n as u32),
+        overrides_protection: overrides,
     })
+}
+
+/// `"true"` or `"false"`; the `Err` is the reason.
+fn annotation_bool(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("must be \"true\" or \"false\", got {}", quote(text))),
+    }
 }
 
 /// One protection annotation's value; the `Err` is the reason.
@@ -438,10 +479,16 @@ fn read_protection_annotations(annotations: &mut Obj<'_>, issues: &mut Issues) -
         let text = value::string(v, &path, issues)?;
         annotation_number(key, &text).map_err(|reason| issues.error(&path, reason)).ok()
     };
-    PreemptionProtection {
-        min_run_seconds: read(MIN_RUN_ANNOTATION).unwrap_or(0),
-        preemptions_per_hour_max: read(PREEMPTIONS_PER_HOUR_ANNOTATION).map(|n| n as u32),
-    }
+    let min_run_seconds = read(MIN_RUN_ANNOTATION).unwrap_or(0);
+    let preemptions_per_hour_max = read(PREEMPTIONS_PER_HOUR_ANNOTATION).map(|n| n as u32);
+    let overrides_protection = annotations
+        .take(OVERRIDES_PROTECTION_ANNOTATION)
+        .and_then(|(v, path)| {
+            let text = value::string(v, &path, issues)?;
+            annotation_bool(&text).map_err(|reason| issues.error(&path, reason)).ok()
+        })
+        .unwrap_or(false);
+    PreemptionProtection { min_run_seconds, preemptions_per_hour_max, overrides_protection }
 }
 
 fn per_hour(v: &Value, path: &Path, issues: &mut Issues) -> Option<u32> {
@@ -520,12 +567,18 @@ struct CompactOut<'a> {
     min_run_before_preemption_seconds: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     preemptions_per_hour_max: Option<u32>,
+    #[serde(skip_serializing_if = "is_false")]
+    overrides_protection: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Serialize for PriorityClassDoc {
@@ -537,6 +590,7 @@ impl Serialize for PriorityClassDoc {
             preemption_policy: self.preemption_policy,
             min_run_before_preemption_seconds: self.protection.min_run_seconds,
             preemptions_per_hour_max: self.protection.preemptions_per_hour_max,
+            overrides_protection: self.protection.overrides_protection,
             description: self.description.as_deref(),
         }
         .serialize(serializer)

@@ -164,7 +164,7 @@ impl Store {
     pub fn priority_classes(&self) -> Result<Vec<PriorityClassRow>> {
         let mut stmt = self.conn.prepare(
             "SELECT name, value, preemption_policy, global_default, description, min_run_before_preemption_seconds,
-               preemptions_per_hour_max FROM priority_classes ORDER BY name",
+               preemptions_per_hour_max, overrides_preemption_protection FROM priority_classes ORDER BY name",
         )?;
         let rows = stmt.query_map([], rows::class_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -197,8 +197,9 @@ impl Tx<'_> {
         self.tx
             .prepare_cached(
                 "INSERT INTO jobs (name, user, project, priority, priority_class, spec_json, state, submitted_at_ms,
-                   pending_since_ms, min_run_before_preemption_seconds, preemptions_per_hour_max)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9)",
+                   pending_since_ms, min_run_before_preemption_seconds, preemptions_per_hour_max,
+                   overrides_preemption_protection)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9, ?10)",
             )?
             .execute(params![
                 job.name,
@@ -210,6 +211,7 @@ impl Tx<'_> {
                 job.submitted_at_ms as i64,
                 job.min_run_before_preemption_seconds as i64,
                 job.preemptions_per_hour_max,
+                job.overrides_preemption_protection,
             ])?;
         let id = self.tx.last_insert_rowid();
         self.event(&NewEvent {
@@ -363,9 +365,11 @@ impl Tx<'_> {
         self.tx
             .prepare_cached(
                 "INSERT INTO priority_classes (name, value, preemption_policy, global_default, description,
-                   min_run_before_preemption_seconds, preemptions_per_hour_max) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                   min_run_before_preemption_seconds, preemptions_per_hour_max, overrides_preemption_protection)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (name) DO UPDATE SET value = ?2, preemption_policy = ?3, global_default = ?4, description = ?5,
-                   min_run_before_preemption_seconds = ?6, preemptions_per_hour_max = ?7",
+                   min_run_before_preemption_seconds = ?6, preemptions_per_hour_max = ?7,
+                   overrides_preemption_protection = ?8",
             )?
             .execute(params![
                 class.name,
@@ -375,6 +379,7 @@ impl Tx<'_> {
                 class.description,
                 class.min_run_before_preemption_seconds as i64,
                 class.preemptions_per_hour_max,
+                class.overrides_preemption_protection,
             ])?;
         Ok(())
     }

@@ -97,12 +97,14 @@ const MIGRATIONS: &[&str] = &[
     UPDATE jobs SET pending_since_ms = submitted_at_ms WHERE state = 'pending' AND first_started_at_ms IS NULL;
     UPDATE jobs SET waited_ms = first_started_at_ms - submitted_at_ms WHERE first_started_at_ms IS NOT NULL;",
     // 3: rule 1 of the preemption order per priority class (a minimum run, a cap on
-    //    preemptions an hour), on the classes and on each job as it was accepted. Rows from
-    //    before have no protection, as they had none.
+    //    preemptions an hour, and whether the class overrides both), on the classes and on
+    //    each job as it was accepted. Rows from before have no protection, as they had none.
     "ALTER TABLE priority_classes ADD COLUMN min_run_before_preemption_seconds INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE priority_classes ADD COLUMN preemptions_per_hour_max INTEGER;
+    ALTER TABLE priority_classes ADD COLUMN overrides_preemption_protection INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN min_run_before_preemption_seconds INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE jobs ADD COLUMN preemptions_per_hour_max INTEGER;",
+    ALTER TABLE jobs ADD COLUMN preemptions_per_hour_max INTEGER;
+    ALTER TABLE jobs ADD COLUMN overrides_preemption_protection INTEGER NOT NULL DEFAULT 0;",
 ];
 
 pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {

@@ -65,6 +65,7 @@ pub struct NewJob {
     /// Rule 1's protection, from the job's class when it was accepted.
     pub min_run_before_preemption_seconds: u64,
     pub preemptions_per_hour_max: Option<u32>,
+    pub overrides_preemption_protection: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -108,6 +109,7 @@ pub struct JobRow {
     /// Rule 1's protection, from the job's class when it was accepted.
     pub min_run_before_preemption_seconds: u64,
     pub preemptions_per_hour_max: Option<u32>,
+    pub overrides_preemption_protection: bool,
 }
 
 impl JobRow {
@@ -192,6 +194,7 @@ pub struct PriorityClassRow {
     pub description: Option<String>,
     pub min_run_before_preemption_seconds: u64,
     pub preemptions_per_hour_max: Option<u32>,
+    pub overrides_preemption_protection: bool,
 }
 
 /// What a token may do. `admin` may do everything; `submitter` submits jobs and manages
@@ -326,7 +329,7 @@ pub(crate) const JOB_COLUMNS: &str = "id, name, user, project, priority, priorit
     submitted_at_ms, first_started_at_ms, started_at_ms, finished_at_ms, placement_json, run_dir, \
     processes_json, restart_count, preemptions, failures, runtime_done_ms, last_checkpoint_ms, exit_code, exit_signal, \
     stop_cause, stop_requested_at_ms, kill_at_ms, preemptor_id, retry_at_ms, hold_json, waited_ms, pending_since_ms, \
-    min_run_before_preemption_seconds, preemptions_per_hour_max";
+    min_run_before_preemption_seconds, preemptions_per_hour_max, overrides_preemption_protection";
 
 /// Reads one job row; a state the schema should have prevented is reported, not guessed.
 pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
@@ -374,6 +377,7 @@ pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
         pending_since_ms: u(r.get(29)?),
         min_run_before_preemption_seconds: r.get::<_, i64>(30)? as u64,
         preemptions_per_hour_max: r.get(31)?,
+        overrides_preemption_protection: r.get(32)?,
     }))
 }
 
@@ -407,6 +411,7 @@ pub(crate) fn class_row(r: &Row<'_>) -> rusqlite::Result<PriorityClassRow> {
         description: r.get(4)?,
         min_run_before_preemption_seconds: r.get::<_, i64>(5)? as u64,
         preemptions_per_hour_max: r.get(6)?,
+        overrides_preemption_protection: r.get(7)?,
     })
 }
 

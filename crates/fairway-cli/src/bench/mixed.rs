@@ -7,8 +7,9 @@
 //! second and on SIGTERM, so that a preempted job resumes where it saved. The server has
 //! `--gpus` simulated GPUs (default 16 nodes of 8) and real processes under real shims.
 //!
-//! Rule 1 (`--min-run-seconds`, `--preemptions-per-hour-max`) is given to the `medium` and
-//! `low` classes through the server's config, as an operator would; rule 7 through
+//! Rule 1 (`--min-run-seconds`, `--preemptions-per-hour-max`) is given to the
+//! `--protected-tiers` (default `medium` and `low`) through the server's config, as an
+//! operator would; rule 7 through
 //! `limits.preemption_victims_per_cycle_max`. Everything is read back from the API once
 //! every job has succeeded: preemptions per job, the age of each run when it was preempted
 //! (from the job's `started` and `preempted` events), the wait to the first start and the
@@ -41,12 +42,15 @@ pub struct MixedBenchArgs {
     /// Seed of the workload.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Rule 1 for `medium` and `low`: a run younger than this is not preempted (0: none).
+    /// Rule 1 for the `--protected-tiers`: a run younger than this is not preempted (0: none).
     #[arg(long, default_value_t = 0)]
     pub min_run_seconds: u64,
-    /// Rule 1 for `medium` and `low`: preemptions of one job in any hour (0: no cap).
+    /// Rule 1 for the `--protected-tiers`: preemptions of one job in any hour (0: no cap).
     #[arg(long, default_value_t = 0)]
     pub preemptions_per_hour_max: u32,
+    /// The tiers rule 1 is given to (`critical` is never preempted: nothing outranks it).
+    #[arg(long, value_delimiter = ',', default_value = "medium,low")]
+    pub protected_tiers: Vec<String>,
     /// Rule 7: victims in one scheduling cycle (default: the server's).
     #[arg(long)]
     pub victims_per_cycle_max: Option<u32>,
@@ -88,6 +92,7 @@ pub struct MixedReport {
     seed: u64,
     min_run_seconds: u64,
     preemptions_per_hour_max: u32,
+    protected_tiers: Vec<String>,
     victims_per_cycle_max: Option<u32>,
     /// From the first submission until the last job succeeded.
     makespan_seconds: f64,
@@ -124,6 +129,9 @@ struct TierFigures {
 pub fn run(args: &MixedBenchArgs) -> Result<()> {
     if args.jobs == 0 || args.arrivals_per_second.is_nan() || args.arrivals_per_second <= 0.0 {
         bail!("--jobs and --arrivals-per-second must be above 0");
+    }
+    if let Some(t) = args.protected_tiers.iter().find(|t| !["high", "medium", "low"].contains(&t.as_str())) {
+        bail!("--protected-tiers: {t:?} is not high, medium or low");
     }
     let workload = workload(args);
     if let Some(path) = &args.workload_csv {
@@ -202,7 +210,8 @@ fn config(args: &MixedBenchArgs) -> Result<fairway_server::ConfigFile> {
     let mut yaml = String::new();
     if args.min_run_seconds > 0 || args.preemptions_per_hour_max > 0 {
         yaml += "priority_classes:\n";
-        for (name, value) in [("medium", 100_000), ("low", 1_000)] {
+        let tiers = [("high", 1_000_000), ("medium", 100_000), ("low", 1_000)];
+        for (name, value) in tiers.into_iter().filter(|(t, _)| args.protected_tiers.iter().any(|p| p == t)) {
             yaml += &format!(
                 "  - {{ name: {name}, value: {value}, min_run_before_preemption_seconds: {}",
                 args.min_run_seconds
@@ -335,6 +344,7 @@ fn report(args: &MixedBenchArgs, workload: &[MixedJob], details: &[JobDetail], m
         seed: args.seed,
         min_run_seconds: args.min_run_seconds,
         preemptions_per_hour_max: args.preemptions_per_hour_max,
+        protected_tiers: args.protected_tiers.clone(),
         victims_per_cycle_max: args.victims_per_cycle_max,
         makespan_seconds: makespan.as_secs_f64(),
         preemptions: per_job.iter().map(|&n| u64::from(n)).sum(),
@@ -351,10 +361,11 @@ fn mean(v: &[f64]) -> f64 {
 
 fn print_table(r: &MixedReport) {
     println!(
-        "{} jobs on {} GPUs (seed {}), rule 1 on medium/low: min run {} s, {} preemptions/h; makespan {:.0} s",
+        "{} jobs on {} GPUs (seed {}), rule 1 on {}: min run {} s, {} preemptions/h; makespan {:.0} s",
         r.jobs,
         r.gpus,
         r.seed,
+        r.protected_tiers.join("/"),
         r.min_run_seconds,
         if r.preemptions_per_hour_max == 0 { "no cap".to_owned() } else { r.preemptions_per_hour_max.to_string() },
         r.makespan_seconds
@@ -398,6 +409,7 @@ mod tests {
             seed,
             min_run_seconds: 0,
             preemptions_per_hour_max: 0,
+            protected_tiers: vec!["medium".into(), "low".into()],
             victims_per_cycle_max: None,
             workload_csv: None,
             data_dir: None,
@@ -435,6 +447,9 @@ mod tests {
         let file = config(&a).unwrap();
         let low = file.priority_classes.iter().find(|c| c.name == "low").unwrap();
         assert_eq!((low.min_run_before_preemption_seconds, low.preemptions_per_hour_max), (10, Some(2)));
+        assert!(!file.priority_classes.iter().any(|c| c.name == "high"), "high is not protected by default");
+        a.protected_tiers.push("high".into());
+        assert!(config(&a).unwrap().priority_classes.iter().any(|c| c.name == "high"));
         assert_eq!(file.limits.preemption_victims_per_cycle_max, 4);
     }
 }

@@ -358,7 +358,8 @@ fn protection(c: &PriorityClassView) -> String {
     let min_run =
         (c.min_run_before_preemption_seconds > 0).then(|| format!("min-run {}s", c.min_run_before_preemption_seconds));
     let per_hour = c.preemptions_per_hour_max.map(|n| format!("{n}/h"));
-    let parts: Vec<String> = [min_run, per_hour].into_iter().flatten().collect();
+    let overrides = c.overrides_preemption_protection.then(|| "overrides".to_owned());
+    let parts: Vec<String> = [min_run, per_hour, overrides].into_iter().flatten().collect();
     if parts.is_empty() { NONE.to_string() } else { parts.join(", ") }
 }
 
@@ -772,6 +773,7 @@ user      bob       2/-    500m/-   0Mi/-
                 global_default: false,
                 min_run_before_preemption_seconds: 0,
                 preemptions_per_hour_max: None,
+                overrides_preemption_protection: true,
                 description: Some("production inference".to_string()),
             },
             PriorityClassView {
@@ -781,12 +783,13 @@ user      bob       2/-    500m/-   0Mi/-
                 global_default: true,
                 min_run_before_preemption_seconds: 300,
                 preemptions_per_hour_max: Some(3),
+                overrides_preemption_protection: false,
                 description: None,
             },
         ];
         let want = "\
 NAME       VALUE    PREEMPTION             PROTECTION          GLOBAL-DEFAULT   DESCRIPTION
-critical   100000   PreemptLowerPriority   -                   false            production inference
+critical   100000   PreemptLowerPriority   overrides           false            production inference
 medium     1000     Never                  min-run 300s, 3/h   true             -
 ";
         assert_eq!(priority_classes_table(&classes), want);

@@ -260,6 +260,7 @@ const SUBMIT_KEYS: &[&str] = &[
     "max-total-runtime",
     "min-run",
     "preemptions-per-hour",
+    "overrides-protection",
     "id",
 ];
 
@@ -716,6 +717,8 @@ impl Runner {
         spec.min_run_before_preemption_ms = line.get("min-run").map_or(Ok(0), parse_time)?;
         spec.preemptions_per_hour_max =
             line.get("preemptions-per-hour").map(|v| parse_num("preemptions-per-hour", v)).transpose()?;
+        spec.overrides_protection =
+            line.get("overrides-protection").map_or(Ok(false), |v| parse_bool("overrides-protection", v))?;
         Ok((name.to_string(), spec))
     }
 

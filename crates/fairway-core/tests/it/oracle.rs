@@ -230,7 +230,8 @@ impl Oracle {
                     started_now.insert(*job);
                 }
                 Decision::Preempt { victim, preemptor, .. } => {
-                    self.check_protection(*victim)?;
+                    let overrides = self.spec(*preemptor)?.overrides_protection;
+                    self.check_protection(*victim, overrides)?;
                     let v = self.spec(*victim)?;
                     let p = self.spec(*preemptor)?;
                     if !config.policy.preemption {
@@ -540,10 +541,15 @@ impl Oracle {
     }
 
     /// Rule 1's protection, from outside: the victim's run is at least its minimum run old,
-    /// and it was chosen fewer than its hourly maximum of times in the hour before.
-    fn check_protection(&mut self, victim: JobId) -> Result<(), String> {
+    /// and it was chosen fewer than its hourly maximum of times in the hour before, unless
+    /// the preemptor's class overrides protection (the preemption is still remembered).
+    fn check_protection(&mut self, victim: JobId, overridden: bool) -> Result<(), String> {
         let spec = self.spec(victim)?.clone();
         let now = self.now;
+        if overridden {
+            self.preempted_at.entry(victim).or_default().push(now);
+            return Ok(());
+        }
         if let Some(started) = self.started_before.get(&victim)
             && now < started.plus_ms(spec.min_run_before_preemption_ms)
         {

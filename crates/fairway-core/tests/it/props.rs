@@ -38,6 +38,7 @@ struct JobShape {
     max_total_runtime_s: Option<u64>,
     min_run_s: u64,
     per_hour_max: Option<u32>,
+    overrides_protection: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -118,13 +119,17 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
             prop_oneof![4 => Just(None), 1 => (0..120u64).prop_map(Some)],
             prop_oneof![4 => Just(None), 1 => (0..200u64).prop_map(Some)],
         ),
-        (prop_oneof![3 => Just(0u64), 1 => 1..30u64], prop_oneof![3 => Just(None), 1 => (1..3u32).prop_map(Some)]),
+        (
+            prop_oneof![3 => Just(0u64), 1 => 1..30u64],
+            prop_oneof![3 => Just(None), 1 => (1..3u32).prop_map(Some)],
+            prop::bool::weighted(0.1),
+        ),
     )
         .prop_map(
             |(
                 (priority, gpus, replicas, model, cpu, mem),
                 (user, project, preemptible, never, grace_s, ckpt_s, max_runtime_s, max_total_runtime_s),
-                (min_run_s, per_hour_max),
+                (min_run_s, per_hour_max, overrides_protection),
             )| {
                 JobShape {
                     priority,
@@ -143,6 +148,7 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
                     max_total_runtime_s,
                     min_run_s,
                     per_hour_max,
+                    overrides_protection,
                 }
             },
         )
@@ -406,6 +412,7 @@ impl Driver {
                 spec.max_total_runtime_ms = j.max_total_runtime_s.map(|s| s * 1000);
                 spec.min_run_before_preemption_ms = j.min_run_s * 1000;
                 spec.preemptions_per_hour_max = j.per_hour_max;
+                spec.overrides_protection = j.overrides_protection;
                 self.apply(Event::Submit(spec))
             }
             Op::Cycle { dt_s } => {
@@ -737,6 +744,9 @@ fn spec_line(verb: &str, j: &JobSpec, now: Time) -> String {
     }
     if j.min_run_before_preemption_ms > 0 {
         line += &format!(" min-run={}ms", j.min_run_before_preemption_ms);
+    }
+    if j.overrides_protection {
+        line += " overrides-protection=yes";
     }
     if let Some(n) = j.preemptions_per_hour_max {
         line += &format!(" preemptions-per-hour={n}");

@@ -59,6 +59,7 @@ impl Engine {
                 PreemptionProtection {
                     min_run_seconds: row.min_run_before_preemption_seconds,
                     preemptions_per_hour_max: row.preemptions_per_hour_max,
+                    overrides_protection: row.overrides_preemption_protection,
                 },
                 row.description.as_deref().unwrap_or(""),
             ) {
@@ -318,6 +319,7 @@ fn resolved_from_row(row: &JobRow) -> Result<ResolvedJob, String> {
     let protection = PreemptionProtection {
         min_run_seconds: row.min_run_before_preemption_seconds,
         preemptions_per_hour_max: row.preemptions_per_hour_max,
+        overrides_protection: row.overrides_preemption_protection,
     };
     Ok(ResolvedJob {
         doc,

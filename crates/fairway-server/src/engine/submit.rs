@@ -287,6 +287,7 @@ impl Engine {
                     description: Some(class.description.clone()).filter(|d| !d.is_empty()),
                     min_run_before_preemption_seconds: class.protection.min_run_seconds,
                     preemptions_per_hour_max: class.protection.preemptions_per_hour_max,
+                    overrides_preemption_protection: class.protection.overrides_protection,
                 })
                 .map_err(WriteFailure::Store)?;
             }
@@ -303,6 +304,7 @@ impl Engine {
                     submitted_at_ms: now,
                     min_run_before_preemption_seconds: job.protection.min_run_seconds,
                     preemptions_per_hour_max: job.protection.preemptions_per_hour_max,
+                    overrides_preemption_protection: job.protection.overrides_protection,
                 };
                 let id = tx.insert_job(&new).map_err(WriteFailure::Store)?;
                 ids.push(id);

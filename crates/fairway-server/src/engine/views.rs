@@ -261,6 +261,7 @@ impl Engine {
                     global_default: c.global_default,
                     min_run_before_preemption_seconds: c.protection.min_run_seconds,
                     preemptions_per_hour_max: c.protection.preemptions_per_hour_max,
+                    overrides_preemption_protection: c.protection.overrides_protection,
                     description: Some(c.description.clone()).filter(|d| !d.is_empty()),
                 })
                 .collect(),

@@ -177,7 +177,8 @@ fn a_class_carries_rule_1_protection_in_both_forms() {
         "name": "batch", "value": 500, "minRunBeforePreemptionSeconds": 300, "preemptionsPerHourMax": 3
     });
     let doc = parse_priority_class(&compact, 1, "").unwrap();
-    let want = PreemptionProtection { min_run_seconds: 300, preemptions_per_hour_max: Some(3) };
+    let want =
+        PreemptionProtection { min_run_seconds: 300, preemptions_per_hour_max: Some(3), overrides_protection: false };
     assert_eq!(doc.protection, want);
     let text = serde_json::to_string(&doc).unwrap();
     assert!(text.contains(r#""minRunBeforePreemptionSeconds":300,"preemptionsPerHourMax":3"#), "{text}");
@@ -245,7 +246,7 @@ fn bad_protection_names_the_field_and_the_reason() {
         .unwrap_err();
     assert!(err.starts_with("annotation fairway.dev/min-run-before-preemption-seconds: "), "{err}");
     let mut classes = PriorityClasses::builtin();
-    let bad = PreemptionProtection { min_run_seconds: 0, preemptions_per_hour_max: Some(0) };
+    let bad = PreemptionProtection { preemptions_per_hour_max: Some(0), ..none() };
     let err = classes.add("b", 5, false, PreemptionPolicy::PreemptLowerPriority, bad, "").unwrap_err();
     assert!(err.starts_with("preemptionsPerHourMax: "), "{err}");
 }
@@ -253,7 +254,8 @@ fn bad_protection_names_the_field_and_the_reason() {
 #[test]
 fn a_built_in_class_may_be_given_a_protection_once() {
     let mut classes = PriorityClasses::builtin();
-    let guard = PreemptionProtection { min_run_seconds: 30, preemptions_per_hour_max: Some(2) };
+    let guard =
+        PreemptionProtection { min_run_seconds: 30, preemptions_per_hour_max: Some(2), overrides_protection: false };
     classes.add("low", 1_000, false, PreemptionPolicy::PreemptLowerPriority, guard, "").unwrap();
     assert_eq!(classes.resolve("low").unwrap().protection, guard);
     assert!(classes.resolve("low").unwrap().builtin);
@@ -264,4 +266,28 @@ fn a_built_in_class_may_be_given_a_protection_once() {
     assert!(err.contains("already defined"), "{err}");
     let err = classes.add("medium", 5, false, PreemptionPolicy::PreemptLowerPriority, guard, "").unwrap_err();
     assert!(err.contains("already defined"), "{err}");
+}
+
+#[test]
+fn critical_overrides_protection_and_any_class_may_be_told_to() {
+    let classes = PriorityClasses::builtin();
+    let critical = classes.resolve("critical").unwrap().protection;
+    assert!(critical.overrides_protection && critical.min_run_seconds == 0);
+    assert!(classes.iter().filter(|c| c.name != "critical").all(|c| c.protection.is_none()));
+    let doc =
+        parse_priority_class(&json!({ "name": "urgent", "value": 9, "overridesProtection": true }), 1, "").unwrap();
+    assert!(doc.protection.overrides_protection);
+    let text = serde_json::to_string(&doc).unwrap();
+    assert!(text.contains(r#""overridesProtection":true"#), "{text}");
+    let kube = b"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: urgent\n  annotations:\n    fairway.dev/overrides-preemption-protection: \"true\"\nvalue: 9\n";
+    let parsed = parse_documents(kube, &ParseLimits::default()).unwrap();
+    assert!(parsed.priority_classes[0].protection.overrides_protection);
+    let bad = b"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: urgent\n  annotations:\n    fairway.dev/overrides-preemption-protection: \"yes\"\nvalue: 9\n";
+    let errors = parse_documents(bad, &ParseLimits::default()).unwrap_err();
+    assert!(errors.0[0].reason.contains(r#"must be "true" or "false", got "yes""#), "{}", errors.0[0].reason);
+    // The built-in critical may be given a minimum run once, as the others may.
+    let mut classes = PriorityClasses::builtin();
+    let guard = PreemptionProtection { min_run_seconds: 60, ..PreemptionProtection::overriding() };
+    classes.add("critical", 10_000_000, false, PreemptionPolicy::PreemptLowerPriority, guard, "").unwrap();
+    assert_eq!(classes.resolve("critical").unwrap().protection, guard);
 }

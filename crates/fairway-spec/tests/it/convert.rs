@@ -31,6 +31,7 @@ fn a_native_job_converts_field_by_field() {
             checkpoint_interval_ms: Some(600_000),
             min_run_before_preemption_ms: 0,
             preemptions_per_hour_max: None,
+            overrides_protection: false,
         }
     );
     assert_eq!(interner.name_of(spec.user), Some("alice"));

@@ -13,6 +13,7 @@ fn new_job(name: &str, project: &str, priority: i32, at: u64) -> NewJob {
         submitted_at_ms: at,
         min_run_before_preemption_seconds: 0,
         preemptions_per_hour_max: None,
+        overrides_preemption_protection: false,
     }
 }
 
@@ -63,6 +64,8 @@ fn a_version_2_file_is_upgraded_and_its_rows_get_no_protection() {
          ALTER TABLE jobs DROP COLUMN preemptions_per_hour_max;
          ALTER TABLE priority_classes DROP COLUMN min_run_before_preemption_seconds;
          ALTER TABLE priority_classes DROP COLUMN preemptions_per_hour_max;
+         ALTER TABLE priority_classes DROP COLUMN overrides_preemption_protection;
+         ALTER TABLE jobs DROP COLUMN overrides_preemption_protection;
          PRAGMA user_version = 2;",
     )
     .unwrap();
@@ -210,12 +213,20 @@ fn quotas_and_priority_classes_upsert() {
         description: None,
         min_run_before_preemption_seconds: 300,
         preemptions_per_hour_max: Some(3),
+        overrides_preemption_protection: true,
     })
     .unwrap();
     tx.commit().unwrap();
     assert_eq!(store.quotas().unwrap(), [QuotaRow { gpus_max: Some(6), ..q }]);
     let class = &store.priority_classes().unwrap()[0];
-    assert_eq!((class.min_run_before_preemption_seconds, class.preemptions_per_hour_max), (300, Some(3)));
+    assert_eq!(
+        (
+            class.min_run_before_preemption_seconds,
+            class.preemptions_per_hour_max,
+            class.overrides_preemption_protection
+        ),
+        (300, Some(3), true)
+    );
     assert_eq!(store.priority_classes().unwrap()[0].value, 5_000_000);
     let mut tx = store.transaction().unwrap();
     assert!(tx.delete_quota("project", "ads").unwrap());
