@@ -6,13 +6,9 @@
 //! added or removed (rare), and the index is then rebuilt; everything that outlives a cycle
 //! names nodes by [`NodeId`].
 
-use crate::jobs::JobIx;
+use crate::ids::{JobIx, NodeIx};
 use crate::types::{GpuModel, GpuSet, NodeId, NodeSpec, Resources};
 use crate::victims::VictimEntry;
-
-/// A node's position in [`Nodes`] (id order). Valid until a node is added or removed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct NodeIx(pub u32);
 
 /// One node's live state.
 #[derive(Clone, Debug)]

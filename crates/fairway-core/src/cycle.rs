@@ -2,15 +2,15 @@
 
 use std::ops::Bound::{Excluded, Unbounded};
 
-use crate::cluster::{Node, NodeIx, Nodes};
+use crate::cluster::{Node, Nodes};
 use crate::config::ScoringPolicy;
 use crate::decision::{Decision, PendingReason, StopCause};
-use crate::jobs::JobIx;
+use crate::ids::{GroupIx, GroupKey, JobIx, NodeIx, QueueKey};
+use crate::model::{JobState, Reservation, Termination};
 use crate::placement::{Candidate, choose_nodes};
 use crate::preemption::{PreemptionScope, VictimPlan};
-use crate::queue::{GroupIx, GroupKey, GrownRoom, QuotaWake, Reasons, RoomWake, Verdict, Wake, WakeOn};
+use crate::queue::{GrownRoom, QuotaWake, Reasons, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
-use crate::state::{JobState, QueueKey, Reservation, Termination};
 use crate::types::{
     AccountId, GpuModel, GpuSet, NodeId, Placement, Priority, ReplicaPlacement, ResourceKind, Resources, Time,
 };

@@ -4,9 +4,9 @@
 //! through the nodes that list them, slots are compared as per-node bit sets, and per-node
 //! and per-account sums go into vectors found by binary search over the sorted ids.
 
-use crate::jobs::JobIx;
+use crate::ids::JobIx;
+use crate::model::JobState;
 use crate::scheduler::{Scheduler, replicas_per_node};
-use crate::state::JobState;
 use crate::types::{AccountId, GpuSet, JobId, JobSpec, Placement, Resources};
 use crate::victims::{VictimEntry, VictimTallies};
 
@@ -199,7 +199,7 @@ impl Scheduler {
 
     /// A running job is listed as a victim on each of its nodes exactly when it is
     /// preemptible, with what it frees there.
-    fn check_victim_entries(&self, ix: JobIx, job: &crate::state::Job) -> Result<(), String> {
+    fn check_victim_entries(&self, ix: JobIx, job: &crate::model::Job) -> Result<(), String> {
         let JobState::Running { placement, started_at } = &job.state else { unreachable!("running") };
         let id = job.spec.id;
         for (node_id, replicas) in replicas_per_node(placement) {
@@ -284,8 +284,8 @@ fn check_gang(id: JobId, spec: &JobSpec, placement: &Placement, what: &str) -> R
 mod tests {
     use crate::config::Config;
     use crate::event::Event;
+    use crate::model::JobState;
     use crate::scheduler::Scheduler;
-    use crate::state::JobState;
     use crate::types::{GpuModel, GpuSet, JobId, JobSpec, NodeId, NodeSpec, Resources, Time};
 
     /// One 8-GPU node full with jobs 0 and 1 (2 GPUs each) and job 2 (4 GPUs); job 10

@@ -5,14 +5,10 @@
 
 use std::collections::HashMap;
 
-use crate::state::Job;
-use crate::types::JobId;
+use crate::ids::JobIx;
 
-/// A job's slot in the [`JobStore`]. Valid while the job is held; a slot is reused after
-/// its job leaves, so indexes must drop a job's slot when it goes (the invariant checks
-/// look for stale ones).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct JobIx(pub u32);
+use crate::model::Job;
+use crate::types::JobId;
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct JobStore {

@@ -15,15 +15,16 @@ pub mod config;
 mod cycle;
 pub mod decision;
 pub mod event;
+mod ids;
 mod invariants;
 mod jobs;
+mod model;
 pub mod placement;
 mod preemption;
 mod queue;
 mod restore;
 mod scheduler;
 pub mod search;
-mod state;
 pub mod types;
 mod victims;
 

@@ -12,7 +12,8 @@
 //!    ends, the job's nodes count as grown, so a waiting preemptor looks again (and
 //!    `Scheduler::next_wakeup` names that time to the driver). A job whose class
 //!    overrides protection (`overrides_protection`, for work that must start now) is not
-//!    held back by it.
+//!    held back by it, as a last resort: it takes protected runs only when no set of
+//!    unprotected ones makes room.
 //! 2. **Lowest priority first.** A set whose highest-priority victim is lower wins.
 //! 3. **Least work lost.** Then the set losing the least GPU-time since each victim's last
 //!    checkpoint (reported, or implied by its checkpoint interval, or its start), summed
@@ -48,12 +49,12 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use crate::cluster::{Node, NodeIx};
-use crate::jobs::JobIx;
+use crate::cluster::Node;
+use crate::ids::{JobIx, NodeIx};
+use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
 use crate::search::{Buffers, NodeCandidate, SearchRecord, SetCost, best_set_on_node_with};
-use crate::state::JobState;
 use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, ResourceKind, Resources, Time};
 use crate::victims::VictimEntry;
 
@@ -171,9 +172,9 @@ impl CandidateCut {
 type NodeOffer<'a> = ((Priority, u64, NodeId), Vec<&'a Victim>, u32);
 
 impl Scheduler {
-    /// The victims of `ix`, by the rules above; rule 1 is waived for a job whose class
-    /// overrides it (or when the caller waives it to learn whether protection is all that
-    /// stands in the way).
+    /// The victims of `ix`, by the rules above; rule 1 is waived when the caller asks (to
+    /// learn whether protection is all that stands in the way), and for a job whose class
+    /// overrides it when no unprotected set makes room.
     pub(crate) fn find_victims(
         &self,
         ix: JobIx,
@@ -181,10 +182,15 @@ impl Scheduler {
         now: Time,
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
-        let waived = scratch.protection_waived;
-        scratch.protection_waived |= self.jobs[ix].spec.overrides_protection;
         let plan = self.find_victims_by_rules(ix, scope, now, scratch);
-        scratch.protection_waived = waived;
+        if plan.is_some() || scratch.protection_waived || !self.jobs[ix].spec.overrides_protection {
+            return plan;
+        }
+        // The override is a last resort: protected runs are taken only when no set of
+        // unprotected ones makes room.
+        scratch.protection_waived = true;
+        let plan = self.find_victims_by_rules(ix, scope, now, scratch);
+        scratch.protection_waived = false;
         plan
     }
 

@@ -44,24 +44,8 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::decision::PendingReason;
-use crate::state::QueueKey;
-use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, Resources};
-
-/// A group's slot in the queue. Indexes name groups by it (4 bytes instead of a 56-byte
-/// key); a slot is reused once its group empties.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct GroupIx(pub u32);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct GroupKey {
-    pub priority: Priority,
-    pub model: Option<GpuModel>,
-    pub per_replica: Resources,
-    pub replicas: u32,
-    pub user: AccountId,
-    pub project: AccountId,
-    pub may_preempt: bool,
-}
+use crate::ids::{GroupIx, GroupKey, QueueKey};
+use crate::types::{AccountId, JobId, NodeId, Priority};
 
 /// Why a group's head could not start, and what would make it worth asking again.
 #[derive(Clone, Debug, PartialEq, Eq)]

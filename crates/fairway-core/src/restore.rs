@@ -3,9 +3,9 @@
 //! exactly the GPUs it holds, even if a cap has since been lowered (it may drain, not grow).
 
 use crate::event::{RestoredHold, RestoredJob, RestoredStop};
-use crate::jobs::JobIx;
+use crate::ids::JobIx;
+use crate::model::{JobState, Reservation, Termination};
 use crate::scheduler::{CoreError, Scheduler};
-use crate::state::{JobState, Reservation, Termination};
 use crate::types::{GpuSet, JobSpec, NodeId, Placement, Resources};
 
 impl Scheduler {

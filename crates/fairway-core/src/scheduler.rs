@@ -8,10 +8,11 @@ use crate::cluster::{Node, Nodes};
 use crate::config::{Config, QueueOrder};
 use crate::decision::{Decision, PendingReason, RequeueCause, StopCause};
 use crate::event::{Event, ExitOutcome};
-use crate::jobs::{JobIx, JobStore};
+use crate::ids::{JobIx, QueueKey};
+use crate::jobs::JobStore;
+use crate::model::{Account, Job, JobState, Reservation, Termination};
 use crate::preemption::SearchScratch;
 use crate::queue::{Changes, PendingQueue};
-use crate::state::{Account, Job, JobState, QueueKey, Reservation, Termination};
 use crate::types::{
     AccountId, GpuSet, JobId, JobSpec, NodeId, NodeSpec, Placement, Priority, Quota, ReplicaPlacement, Resources, Time,
 };
@@ -91,7 +92,7 @@ pub struct Scheduler {
     /// Scratch space of the victim search, kept between searches.
     pub(crate) search_scratch: SearchScratch,
     /// The nodes where room grew since the last cycle (positions), for this cycle's wakes.
-    pub(crate) grown_nodes: Vec<crate::cluster::NodeIx>,
+    pub(crate) grown_nodes: Vec<crate::ids::NodeIx>,
     /// The cycle's memo of answers, kept for its allocations.
     pub(crate) cycle_memo: crate::cycle::CycleMemo,
     /// The grown nodes summed up for the wake-up pass, kept for its allocations.

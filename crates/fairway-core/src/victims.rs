@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::jobs::JobIx;
-use crate::state::last_progress_saved;
+use crate::ids::JobIx;
+use crate::model::last_progress_saved;
 use crate::types::{JobId, Priority, Resources, Time};
 
 /// A running preemptible job as the victim search sees it on one node.

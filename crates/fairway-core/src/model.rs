@@ -1,26 +1,12 @@
 //! The core's state: jobs, their queue keys and reservations, accounts.
 
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use crate::decision::StopCause;
-use crate::jobs::JobIx;
-use crate::queue::{GroupIx, GroupKey};
+use crate::ids::{GroupIx, GroupKey, QueueKey};
 use crate::types::{
     AccountId, JobId, JobSpec, Placement, PreemptionPolicy, Priority, Quota, ResourceKind, Resources, Time,
 };
-
-/// A pending job's place in the queue. Ordering: rank (negated priority, or 0 under FIFO),
-/// then submit time, then id. A requeued job keeps its key, so it returns to its place.
-/// The key also carries the job's slot, so that whoever holds a key reaches the job without
-/// a search; ids are unique, so the slot never decides an order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct QueueKey {
-    pub rank: Reverse<Priority>,
-    pub submitted_at: Time,
-    pub id: JobId,
-    pub ix: JobIx,
-}
 
 /// GPUs held for a preemptor while its victims terminate.
 #[derive(Clone, Debug, PartialEq, Eq)]
