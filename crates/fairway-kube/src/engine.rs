@@ -40,7 +40,7 @@ use fairway_core::{
     Config, Decision, Event, ExitOutcome, GpuSet, JobId, JobSpec, JobStatus, Limits, NodeId, NodeSpec, PendingReason,
     Placement, PreemptionPolicy, Quota, ReplicaPlacement, RestoredJob, RestoredRun, RestoredStop, Scheduler, Time,
 };
-use fairway_spec::{Interner, ParseLimits, ParseOptions, PreemptionProtection, PriorityRef, ResolvedJob};
+use fairway_spec::{AccountKind, Interner, ParseLimits, ParseOptions, PreemptionProtection, PriorityRef, ResolvedJob};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde_json::Value;
@@ -692,7 +692,7 @@ impl Engine {
         }
         let gpus = free.lowest(info.requests.gpus);
         let id = JobId((fnv1a(uid.as_bytes()) & ID_BITS) | OCCUPANT);
-        let Ok(project) = self.interner.account(&info.namespace) else { return };
+        let Ok(project) = self.interner.account_of(AccountKind::Project, &info.namespace) else { return };
         let mut spec = JobSpec::new(id, i32::MAX, info.requests);
         spec.preemptible = false;
         spec.preemption_policy = PreemptionPolicy::Never;
@@ -1076,9 +1076,9 @@ impl Engine {
         // Kubernetes enforces activeDeadlineSeconds itself.
         spec.max_runtime_ms = None;
         // The project is the namespace: its ResourceQuota is its cap.
-        spec.project = self.interner.account(&w.namespace).map_err(|e| e.to_string())?;
+        spec.project = self.interner.account_of(AccountKind::Project, &w.namespace).map_err(|e| e.to_string())?;
         if let Some(user) = resolved_user(&resolved) {
-            spec.user = self.interner.account(&format!("user:{user}")).map_err(|e| e.to_string())?;
+            spec.user = self.interner.account_of(AccountKind::User, user).map_err(|e| e.to_string())?;
         } else {
             spec.user = spec.project;
         }
@@ -1134,7 +1134,7 @@ impl Engine {
     /// A namespace's caps, as the core's quota of its project.
     fn push_quota(&mut self, namespace: &str, now: u64) {
         let quota = self.quotas.get(namespace).and_then(|qs| combine_quotas(qs.values()));
-        let Ok(account) = self.interner.account(namespace) else { return };
+        let Ok(account) = self.interner.account_of(AccountKind::Project, namespace) else { return };
         self.core_apply(Event::SetQuota { account, quota }, now);
     }
 
@@ -1562,7 +1562,7 @@ impl Engine {
                 };
                 format!(
                     "over quota: namespace {} uses {used}{unit} of its {limit}{unit} {name} (ResourceQuota); it asks {requested}{unit}",
-                    self.interner.name_of(*account).unwrap_or("?"),
+                    self.interner.account_name(*account).map_or("?", |(_, name)| name),
                 )
             }
             PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => format!(

@@ -262,11 +262,11 @@ fn view(engine: &Engine, id: JobId, now: u64, positions: &BTreeMap<JobId, u64>) 
                 .collect()
         })
         .unwrap_or_default();
-    let user = spec.and_then(|s| engine.interner().name_of(s.user)).unwrap_or(&w.namespace);
+    let user = spec.and_then(|s| engine.interner().account_name(s.user)).map_or(w.namespace.as_str(), |(_, name)| name);
     JobView {
         id: id.0 as i64,
         name: w.name.clone(),
-        user: user.strip_prefix("user:").unwrap_or(user).to_owned(),
+        user: user.to_owned(),
         project: w.namespace.clone(),
         priority: spec.map_or(0, |s| s.priority),
         priority_class: w
@@ -355,7 +355,7 @@ async fn quotas(State(state): State<ApiState>) -> Response {
     let quotas = namespaces
         .into_iter()
         .filter_map(|ns| {
-            let account = engine.interner().account_id(&ns)?;
+            let account = engine.interner().account_id(fairway_spec::AccountKind::Project, &ns)?;
             let (used, quota) = engine.core().account_usage(account);
             Some(QuotaView {
                 kind: "project".into(),

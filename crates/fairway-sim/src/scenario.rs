@@ -25,7 +25,9 @@ use fairway_core::{
     AccountId, Config, GpuModel, JobId, JobSpec, Limits, NodeId, NodeSpec, Policy, PreemptionPolicy, QueueOrder, Quota,
     Resources, ScoringPolicy,
 };
-use fairway_spec::{Interner, Origin, PreemptionPolicyDoc, PriorityClassDoc, PriorityClasses, PriorityRef};
+use fairway_spec::{
+    AccountKind, Interner, Origin, PreemptionPolicyDoc, PriorityClassDoc, PriorityClasses, PriorityRef,
+};
 use serde::Deserialize;
 
 use crate::engine::{CostModel, SimJob};
@@ -393,10 +395,10 @@ struct Names(Interner);
 
 impl Names {
     fn project(&mut self, name: &str) -> Result<AccountId, ScenarioError> {
-        self.0.account(&format!("project:{name}")).map_err(|e| invalid("accounts", e.to_string()))
+        self.0.account_of(AccountKind::Project, name).map_err(|e| invalid("accounts", e.to_string()))
     }
     fn user(&mut self, name: &str) -> Result<AccountId, ScenarioError> {
-        self.0.account(&format!("user:{name}")).map_err(|e| invalid("accounts", e.to_string()))
+        self.0.account_of(AccountKind::User, name).map_err(|e| invalid("accounts", e.to_string()))
     }
     fn gpu_model(&mut self, name: &str) -> Result<GpuModel, ScenarioError> {
         self.0.gpu_model(name).map_err(|e| invalid("gpu_model", e.to_string()))

@@ -15,8 +15,35 @@ pub enum InternError {
     TooManyGpuModels { max: u64 },
 }
 
-/// Interns account names (users and projects share one space: a user and a project with
-/// the same name are the same account) and GPU model names.
+/// Whose account: users and projects are separate namespaces. A user and a project with the
+/// same name are two accounts, so that a quota on project `ads` never caps a user called
+/// `ads`. Every driver names accounts through [`Interner::account_of`], so the rule is
+/// decided here, once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AccountKind {
+    User,
+    Project,
+}
+
+impl AccountKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccountKind::User => "user",
+            AccountKind::Project => "project",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AccountKind> {
+        match s {
+            "user" => Some(AccountKind::User),
+            "project" => Some(AccountKind::Project),
+            _ => None,
+        }
+    }
+}
+
+/// Interns accounts (users and projects, each in its own namespace: see [`AccountKind`])
+/// and GPU model names.
 #[derive(Clone, Debug, Default)]
 pub struct Interner {
     accounts: Names,
@@ -50,11 +77,19 @@ impl Interner {
         Interner::default()
     }
 
-    /// The account id of `name`, new ids in first-seen order.
-    pub fn account(&mut self, name: &str) -> Result<AccountId, InternError> {
+    /// The account of a user or a project, new ids in first-seen order.
+    pub fn account_of(&mut self, kind: AccountKind, name: &str) -> Result<AccountId, InternError> {
         let max = u32::MAX as usize;
-        let i = self.accounts.intern(name, max).ok_or(InternError::TooManyAccounts { max: max as u64 })?;
+        let key = account_key(kind, name);
+        let i = self.accounts.intern(&key, max).ok_or(InternError::TooManyAccounts { max: max as u64 })?;
         u32::try_from(i).map(AccountId).map_err(|_| InternError::TooManyAccounts { max: max as u64 })
+    }
+
+    /// The kind and name of an account this interner handed out.
+    pub fn account_name(&self, id: AccountId) -> Option<(AccountKind, &str)> {
+        let key = id.name_in(self)?;
+        let (kind, name) = key.split_once(':')?;
+        Some((AccountKind::parse(kind)?, name))
     }
 
     /// The GPU model id of `name`, new ids in first-seen order.
@@ -65,8 +100,8 @@ impl Interner {
     }
 
     /// The id of an account already seen, without adding one.
-    pub fn account_id(&self, name: &str) -> Option<AccountId> {
-        let i = *self.accounts.by_name.get(name)?;
+    pub fn account_id(&self, kind: AccountKind, name: &str) -> Option<AccountId> {
+        let i = *self.accounts.by_name.get(&account_key(kind, name))?;
         u32::try_from(i).ok().map(AccountId)
     }
 
@@ -83,7 +118,13 @@ impl Interner {
     }
 }
 
-/// Ids an [`Interner`] hands out.
+/// How an account is keyed: `user:alice`, `project:ads` (names cannot hold a `:` in front
+/// of the kind, so the two never meet).
+fn account_key(kind: AccountKind, name: &str) -> String {
+    format!("{}:{name}", kind.as_str())
+}
+
+/// Ids an [`Interner`] hands out; an account's name is its key (`project:ads`).
 pub trait Interned: Copy {
     fn name_in(self, interner: &Interner) -> Option<&str>;
 }
@@ -107,14 +148,30 @@ mod tests {
     #[test]
     fn first_seen_order_and_reverse_lookup() {
         let mut names = Interner::new();
-        assert_eq!(names.account("ads"), Ok(AccountId(0)));
-        assert_eq!(names.account("alice"), Ok(AccountId(1)));
-        assert_eq!(names.account("ads"), Ok(AccountId(0)));
+        assert_eq!(names.account_of(AccountKind::Project, "ads"), Ok(AccountId(0)));
+        assert_eq!(names.account_of(AccountKind::User, "alice"), Ok(AccountId(1)));
+        assert_eq!(names.account_of(AccountKind::Project, "ads"), Ok(AccountId(0)));
         assert_eq!(names.gpu_model("H100"), Ok(GpuModel(0)));
-        assert_eq!(names.name_of(AccountId(1)), Some("alice"));
+        assert_eq!(names.name_of(AccountId(1)), Some("user:alice"));
+        assert_eq!(names.account_name(AccountId(1)), Some((AccountKind::User, "alice")));
+        assert_eq!(names.account_id(AccountKind::Project, "ads"), Some(AccountId(0)));
         assert_eq!(names.name_of(GpuModel(0)), Some("H100"));
         assert_eq!(names.name_of(GpuModel(1)), None);
         assert_eq!(names.gpu_model_id("A100"), None);
+    }
+
+    /// A user and a project with the same name are two accounts, whichever driver asks.
+    #[test]
+    fn users_and_projects_are_separate_namespaces() {
+        let mut names = Interner::new();
+        let project = names.account_of(AccountKind::Project, "ads").unwrap();
+        let user = names.account_of(AccountKind::User, "ads").unwrap();
+        assert_ne!(project, user);
+        assert_eq!(names.account_name(user), Some((AccountKind::User, "ads")));
+        assert_eq!(names.account_id(AccountKind::User, "nobody"), None);
+        // A name may itself hold a colon: the kind is whatever comes before the first one.
+        let odd = names.account_of(AccountKind::User, "a:b").unwrap();
+        assert_eq!(names.account_name(odd), Some((AccountKind::User, "a:b")));
     }
 
     #[test]

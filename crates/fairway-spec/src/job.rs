@@ -7,7 +7,7 @@ use fairway_core::{JobId, JobSpec, PreemptionPolicy, Priority, Resources};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{SpecError, SpecErrors};
-use crate::interner::Interner;
+use crate::interner::{AccountKind, Interner};
 use crate::priority::{PreemptionPolicyDoc, PreemptionProtection, PriorityClasses};
 
 /// A job as written by a user, validated field by field but not yet tied to a registry of
@@ -246,8 +246,12 @@ impl ResolvedJob {
             let field = if doc.replicas == 0 { Field::Replicas } else { Field::Gpus };
             return Err(doc.origin.error(field, "must be at least 1"));
         }
-        let user = interner.account(&doc.user).map_err(|e| doc.origin.error(Field::Name, e.to_string()))?;
-        let project = interner.account(&doc.project).map_err(|e| doc.origin.error(Field::Name, e.to_string()))?;
+        let user = interner
+            .account_of(AccountKind::User, &doc.user)
+            .map_err(|e| doc.origin.error(Field::Name, e.to_string()))?;
+        let project = interner
+            .account_of(AccountKind::Project, &doc.project)
+            .map_err(|e| doc.origin.error(Field::Name, e.to_string()))?;
         let gpu_model = match &doc.resources.gpu_model {
             Some(model) => {
                 Some(interner.gpu_model(model).map_err(|e| doc.origin.error(Field::GpuModel, e.to_string()))?)

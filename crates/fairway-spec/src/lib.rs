@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use cluster::{ClusterShape, ModelShape, validate_against_cluster};
 pub use error::{SpecError, SpecErrors, Warning};
 pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
-pub use interner::{InternError, Interned, Interner};
+pub use interner::{AccountKind, InternError, Interned, Interner};
 pub use job::{Field, JobDoc, Origin, PriorityRef, ResolvedJob, ResourcesDoc, SourceFormat, TenantOrigin};
 pub use native::parse_native_job;
 pub use priority::{

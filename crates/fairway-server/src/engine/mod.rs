@@ -340,9 +340,10 @@ impl Engine {
     }
 
     pub(crate) fn account_name(&self, id: AccountId) -> (String, String) {
-        let full = self.interner.name_of(id).unwrap_or("?:?");
-        let (kind, name) = full.split_once(':').unwrap_or(("?", full));
-        (kind.to_owned(), name.to_owned())
+        match self.interner.account_name(id) {
+            Some((kind, name)) => (kind.as_str().to_owned(), name.to_owned()),
+            None => ("?".to_owned(), "?".to_owned()),
+        }
     }
 
     /// Records that the store could not be written: see the module doc.
@@ -561,32 +562,11 @@ pub fn log_path(data_dir: &Path, id: i64, replica: u32) -> PathBuf {
 }
 
 pub(crate) fn account_in(interner: &mut Interner, kind: AccountKind, name: &str) -> Result<AccountId, ApiError> {
-    interner
-        .account(&format!("{}:{name}", kind.as_str()))
-        .map_err(|e| ApiError::internal(format!("account {name}: {e}")))
+    interner.account_of(kind, name).map_err(|e| ApiError::internal(format!("account {name}: {e}")))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccountKind {
-    User,
-    Project,
-}
-
-impl AccountKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AccountKind::User => "user",
-            AccountKind::Project => "project",
-        }
-    }
-    pub fn parse(s: &str) -> Option<AccountKind> {
-        match s {
-            "user" => Some(AccountKind::User),
-            "project" => Some(AccountKind::Project),
-            _ => None,
-        }
-    }
-}
+/// Users and projects are separate account namespaces, as `fairway-spec` decides.
+pub use fairway_spec::AccountKind;
 
 /// The metrics label of a job's tier: its class name, or `custom` for a bare value.
 pub(crate) fn tier_label(job: &ResolvedJob) -> String {

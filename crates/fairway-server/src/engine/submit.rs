@@ -12,7 +12,7 @@ use fairway_core::{Event, JobSpec, Time};
 use fairway_spec::{Field, JobDoc, Parsed, PriorityClasses, ResolvedJob, SpecError, SpecErrors};
 use fairway_store::{JobState, NewJob, PriorityClassRow};
 
-use super::{AccountKind, ActiveJob, Command, Engine, Reply, core_id, tier_label};
+use super::{ActiveJob, Command, Engine, Reply, core_id, tier_label};
 use crate::api::{FieldError, SubmitResponse, SubmittedJob};
 use crate::auth::Identity;
 use crate::error::ApiError;
@@ -391,10 +391,7 @@ fn with_tenant(job: &JobDoc, who: &Identity, problems: &mut Problems) -> JobDoc 
 
 /// The core's job: user and project in their own account namespaces.
 fn core_spec(interner: &mut fairway_spec::Interner, id: i64, job: &ResolvedJob) -> Result<JobSpec, ApiError> {
-    let mut spec = job.to_core(core_id(id), interner).map_err(|e| ApiError::invalid_spec(SpecErrors(vec![e])))?;
-    spec.user = super::account_in(interner, AccountKind::User, &job.doc.user)?;
-    spec.project = super::account_in(interner, AccountKind::Project, &job.doc.project)?;
-    Ok(spec)
+    job.to_core(core_id(id), interner).map_err(|e| ApiError::invalid_spec(SpecErrors(vec![e])))
 }
 
 /// Where the image was written in the submitted document.

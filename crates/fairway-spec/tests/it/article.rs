@@ -1,7 +1,7 @@
 //! The article's PriorityClass and Job, exactly as published.
 
 use fairway_core::{JobId, PreemptionPolicy};
-use fairway_spec::{Interner, PreemptionPolicyDoc, PriorityClasses, PriorityRef, SourceFormat, load};
+use fairway_spec::{AccountKind, Interner, PreemptionPolicyDoc, PriorityClasses, PriorityRef, SourceFormat, load};
 
 use crate::support::*;
 
@@ -85,6 +85,9 @@ fn article_class_and_job_in_one_file_resolve_and_convert() {
     assert_eq!(spec.replicas, 1);
     assert_eq!(spec.grace_ms, 30_000);
     assert_eq!(spec.gpu_model, None);
-    assert_eq!(interner.name_of(spec.project), Some("default"));
-    assert_eq!(spec.user, spec.project);
+    // The user defaults to the namespace's name, but users and projects are separate
+    // account namespaces: two accounts.
+    assert_eq!(interner.account_name(spec.project), Some((AccountKind::Project, "default")));
+    assert_eq!(interner.account_name(spec.user), Some((AccountKind::User, "default")));
+    assert_ne!(spec.user, spec.project);
 }

@@ -1,7 +1,7 @@
 //! From documents to the core's `JobSpec`, and the serde-friendly embedding of native jobs.
 
 use fairway_core::{AccountId, GpuModel, JobId, JobSpec, PreemptionPolicy, Resources};
-use fairway_spec::{Interner, JobDoc, PriorityClasses, PriorityRef, load, parse_native_job};
+use fairway_spec::{AccountKind, Interner, JobDoc, PriorityClasses, PriorityRef, load, parse_native_job};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -34,8 +34,8 @@ fn a_native_job_converts_field_by_field() {
             overrides_protection: false,
         }
     );
-    assert_eq!(interner.name_of(spec.user), Some("alice"));
-    assert_eq!(interner.name_of(spec.project), Some("ads"));
+    assert_eq!(interner.account_name(spec.user), Some((AccountKind::User, "alice")));
+    assert_eq!(interner.account_name(spec.project), Some((AccountKind::Project, "ads")));
     assert_eq!(interner.name_of(GpuModel(0)), Some("A100"));
 }
 
@@ -52,8 +52,11 @@ fn defaults_of_the_native_format() {
     assert_eq!(doc.preemption_grace_seconds, 30);
     assert_eq!((doc.working_dir.as_deref(), doc.shell, doc.retries, doc.image_optional), (None, false, 0, false));
     assert_eq!((doc.resources.cpu_millis, doc.resources.memory_mib), (0, 0));
-    let spec = jobs[0].to_core(JobId(0), &mut Interner::new()).unwrap();
-    assert_eq!(spec.user, spec.project);
+    let mut interner = Interner::new();
+    let spec = jobs[0].to_core(JobId(0), &mut interner).unwrap();
+    // The user defaults to the project's name: the same name, two accounts.
+    assert_ne!(spec.user, spec.project);
+    assert_eq!(interner.account_name(spec.user), Some((AccountKind::User, "ads")));
     assert_eq!(spec.priority, 100_000);
     assert_eq!(spec.max_runtime_ms, None);
 }
