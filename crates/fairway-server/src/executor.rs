@@ -7,14 +7,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use fairway_exec::{ExitRecord, LaunchSpec, PreemptNotice, Signal};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use crate::engine::Command;
 
 /// How often adopted processes (not our children) are checked for liveness.
 const ADOPTED_POLL: Duration = Duration::from_millis(100);
@@ -105,17 +103,31 @@ struct ReplicaState {
     done: bool,
 }
 
+/// What the executor reports: its own events, which whoever spawned it turns into its own
+/// messages (the engine's `Command`), so that the executor knows nothing of the engine.
+#[derive(Debug)]
+pub enum ExecEvent {
+    /// A run's supervisors are up.
+    Launched { job: i64, run: u32, processes: Vec<ProcessRecord> },
+    /// A run is over. `killed`: it was still running at its deadline.
+    RunEnded { job: i64, run: u32, exit: RunExit, killed: bool },
+}
+
+/// Where the executor's events go. Sending never blocks; a receiver that is gone (the
+/// engine has stopped) drops them.
+pub type Report = Box<dyn Fn(ExecEvent) + Send + Sync>;
+
 pub struct Executor {
     runs: BTreeMap<i64, Run>,
-    engine: Sender<Command>,
+    report: Report,
     watch_tx: UnboundedSender<Watch>,
 }
 
-/// Starts the executor loop on the current tokio runtime.
-pub fn spawn(engine: Sender<Command>) -> UnboundedSender<ExecCommand> {
+/// Starts the executor loop on the current tokio runtime; its events go to `report`.
+pub fn spawn(report: Report) -> UnboundedSender<ExecCommand> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let (watch_tx, watch_rx) = tokio::sync::mpsc::unbounded_channel();
-    let executor = Executor { runs: BTreeMap::new(), engine, watch_tx };
+    let executor = Executor { runs: BTreeMap::new(), report, watch_tx };
     tokio::spawn(executor.run(rx, watch_rx));
     tx
 }
@@ -175,12 +187,12 @@ impl Executor {
                         let _ = l.child.wait();
                     }
                     let exit = RunExit::LaunchFailed(e.to_string());
-                    let _ = self.engine.send(Command::RunEnded { job, run, exit, killed: false });
+                    (self.report)(ExecEvent::RunEnded { job, run, exit, killed: false });
                     return;
                 }
             }
         }
-        let _ = self.engine.send(Command::Launched { job, run, processes: records.clone() });
+        (self.report)(ExecEvent::Launched { job, run, processes: records.clone() });
         let states = launched.iter().map(|l| ReplicaState { pgid: l.pid, done: false }).collect();
         self.runs.insert(job, Run { container, ..new_run(run, states, grace_ms) });
         for (replica, (l, record)) in launched.into_iter().zip(records).enumerate() {
@@ -220,7 +232,7 @@ impl Executor {
         }
         state.terminating = true;
         signal_live(state, Signal::Term);
-        let delay = Duration::from_millis(kill_at_unix_ms.saturating_sub(crate::engine::now_ms()));
+        let delay = Duration::from_millis(kill_at_unix_ms.saturating_sub(unix_ms()));
         let watch = self.watch_tx.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -277,7 +289,7 @@ impl Executor {
             let state = self.runs.remove(&job).expect("present");
             let exit = state.first_failure.or(state.last_record.map(RunExit::Exited)).unwrap_or(RunExit::Lost);
             let killed = state.killed;
-            let _ = self.engine.send(Command::RunEnded { job, run, exit, killed });
+            (self.report)(ExecEvent::RunEnded { job, run, exit, killed });
         }
     }
 }
@@ -310,4 +322,9 @@ fn signal_live(run: &Run, signal: Signal) {
             tracing::warn!(pgid = r.pgid, "cannot signal the process group: {e}");
         }
     }
+}
+
+/// The wall clock, for the kill timers of deadlines the engine set in Unix ms.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -121,7 +121,10 @@ pub async fn start(mut config: ServerConfig) -> Result<RunningServer, ServerErro
     prepull_images(&config.file.images, runtime.clone(), images.clone());
 
     let (engine_tx, engine_rx) = std::sync::mpsc::channel();
-    let exec = executor::spawn(engine_tx.clone());
+    let to_engine = engine_tx.clone();
+    let exec = executor::spawn(Box::new(move |event| {
+        let _ = to_engine.send(engine::Command::from(event));
+    }));
     let tokens = auth::Tokens::default();
     let classes = Arc::new(RwLock::new(fairway_spec::PriorityClasses::builtin()));
     let parts = EngineParts {

@@ -137,6 +137,17 @@ pub enum Command {
     Shutdown,
 }
 
+impl From<crate::executor::ExecEvent> for Command {
+    fn from(event: crate::executor::ExecEvent) -> Command {
+        match event {
+            crate::executor::ExecEvent::Launched { job, run, processes } => Command::Launched { job, run, processes },
+            crate::executor::ExecEvent::RunEnded { job, run, exit, killed } => {
+                Command::RunEnded { job, run, exit, killed }
+            }
+        }
+    }
+}
+
 /// What only the engine knows about a job right now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveView {
