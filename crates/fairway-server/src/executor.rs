@@ -13,7 +13,6 @@ use fairway_exec::{ExitRecord, LaunchSpec, PreemptNotice, Signal};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-
 /// How often adopted processes (not our children) are checked for liveness.
 const ADOPTED_POLL: Duration = Duration::from_millis(100);
 

@@ -22,6 +22,7 @@
 
 mod cluster;
 mod document;
+mod envelope;
 mod error;
 mod image;
 mod input;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::document::take_envelope;
+use crate::envelope::take_envelope;
 use crate::error::{Issues, SpecErrors};
 use crate::image;
 use crate::input::ParseOptions;

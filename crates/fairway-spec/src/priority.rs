@@ -374,7 +374,7 @@ const COMPACT_FIELDS: &[&str] = &[
 pub fn parse_priority_class(value: &Value, document: usize, path_prefix: &str) -> Result<PriorityClassDoc, SpecErrors> {
     let mut issues = Issues::new(document);
     let class = Obj::new(value, Path::root(path_prefix), &mut issues).and_then(|mut obj| {
-        crate::document::take_envelope(&mut obj, "PriorityClass", &mut issues)?;
+        crate::envelope::take_envelope(&mut obj, "PriorityClass", &mut issues)?;
         Some(read_compact(obj, &mut issues))
     });
     issues.finish(class).map(|(class, _)| class)
