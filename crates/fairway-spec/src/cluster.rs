@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{SpecError, SpecErrors};
-use crate::job::{Field, JobDoc};
+use crate::model::{Field, JobDoc};
 use crate::value::quote;
 
 /// The largest node of each GPU model, per dimension (the dimensions may come from

@@ -5,9 +5,10 @@ use serde_json::Value;
 use crate::envelope::{FAIRWAY_V1, take_string};
 use crate::error::Issues;
 use crate::input::ParseOptions;
-use crate::job::JobDoc;
+use crate::model::JobDoc;
+use crate::model::PriorityClassDoc;
 use crate::path::Path;
-use crate::priority::{self, PriorityClassDoc};
+use crate::priority;
 use crate::value::{self, Obj, quote};
 use crate::{kube, native};
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::error::{IGNORED, Issues};
 use crate::input::ParseOptions;
-use crate::job::{Field, JobDoc, Origin, PriorityRef, ResourcesDoc, SourceFormat};
+use crate::model::{Field, JobDoc, Origin, PriorityRef, ResourcesDoc, SourceFormat};
 use crate::names;
 use crate::native::{self, DEFAULT_GRACE_SECONDS, SECONDS_MAX};
 use crate::path::Path;

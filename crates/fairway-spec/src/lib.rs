@@ -29,6 +29,7 @@ mod input;
 mod interner;
 mod job;
 mod kube;
+mod model;
 mod names;
 mod native;
 mod path;
@@ -42,12 +43,15 @@ pub use cluster::{ClusterShape, ModelShape, validate_against_cluster};
 pub use error::{SpecError, SpecErrors, Warning};
 pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
 pub use interner::{AccountKind, InternError, Interned, Interner};
-pub use job::{Field, JobDoc, Origin, PriorityRef, ResolvedJob, ResourcesDoc, SourceFormat, TenantOrigin};
+pub use job::ResolvedJob;
+pub use model::{
+    Field, JobDoc, MIN_RUN_SECONDS_MAX, Origin, PREEMPTIONS_PER_HOUR_MAX, PreemptionPolicyDoc, PreemptionProtection,
+    PriorityClassDoc, PriorityRef, ResourcesDoc, SourceFormat, TenantOrigin,
+};
 pub use native::parse_native_job;
 pub use priority::{
-    MIN_RUN_ANNOTATION, OVERRIDES_PROTECTION_ANNOTATION, PREEMPTIONS_PER_HOUR_ANNOTATION, PreemptionPolicyDoc,
-    PreemptionProtection, PriorityClass, PriorityClassDoc, PriorityClasses, USER_PRIORITY_MAX, parse_priority_class,
-    protection_from_annotations,
+    MIN_RUN_ANNOTATION, OVERRIDES_PROTECTION_ANNOTATION, PREEMPTIONS_PER_HOUR_ANNOTATION, PriorityClass,
+    PriorityClasses, USER_PRIORITY_MAX, parse_priority_class, protection_from_annotations,
 };
 
 use document::Doc;

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::envelope::take_envelope;
 use crate::error::{Issues, SpecErrors};
 use crate::image;
 use crate::input::ParseOptions;
-use crate::job::{Field, JobDoc, Origin, PriorityRef, ResourcesDoc, SourceFormat, TenantOrigin};
+use crate::model::{Field, JobDoc, Origin, PriorityRef, ResourcesDoc, SourceFormat, TenantOrigin};
 use crate::names;
 use crate::path::Path;
 use crate::priority::policy;
@@ -357,4 +358,14 @@ fn env_map(v: &Value, path: &Path, issues: &mut Issues) -> Option<BTreeMap<Strin
 /// The hint appended to "must be a string" for environment values.
 pub(crate) fn env_hint() -> &'static str {
     ENV_HINT
+}
+
+/// Reads the native format with all of [`crate::parse_native_job`]'s checks. Paths in the
+/// error are relative to the job; use `parse_native_job` directly for exact paths.
+impl<'de> Deserialize<'de> for JobDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let strict = crate::value::StrictValue::deserialize(deserializer)?;
+        let value = strict.into_value(0, "").map_err(serde::de::Error::custom)?;
+        parse_native_job(&value, 0, "").map_err(|e: SpecErrors| serde::de::Error::custom(e))
+    }
 }

@@ -1,14 +1,17 @@
-//! Priority classes: the Kubernetes `PriorityClass` model, a registry with fairway's
-//! built-in classes, and the two ways to write a class (Kubernetes and compact).
+//! Priority classes: a registry with fairway's built-in classes, and the readers of the two
+//! ways to write a class (Kubernetes and compact). The class as read is in `model.rs`.
 
 use std::collections::BTreeMap;
 
 use fairway_core::{PreemptionPolicy, Priority};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Issues, SpecError, SpecErrors};
-use crate::job::{Field, Origin, SourceFormat};
+use crate::model::{
+    Field, MIN_RUN_EXPECTATION, MIN_RUN_SECONDS_MAX, Origin, PER_HOUR_EXPECTATION, PREEMPTIONS_PER_HOUR_MAX,
+    PreemptionPolicyDoc, PreemptionProtection, PriorityClassDoc, SourceFormat,
+};
 use crate::names;
 use crate::path::Path;
 use crate::value::{self, Obj, describe, quote};
@@ -16,102 +19,12 @@ use crate::value::{self, Obj, describe, quote};
 /// Kubernetes reserves values above this for its `system-` classes.
 pub const USER_PRIORITY_MAX: i64 = 1_000_000_000;
 
-/// `preemptionPolicy` as written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum PreemptionPolicyDoc {
-    #[default]
-    PreemptLowerPriority,
-    Never,
-}
-
-impl From<PreemptionPolicyDoc> for PreemptionPolicy {
-    fn from(p: PreemptionPolicyDoc) -> PreemptionPolicy {
-        match p {
-            PreemptionPolicyDoc::PreemptLowerPriority => PreemptionPolicy::PreemptLowerPriority,
-            PreemptionPolicyDoc::Never => PreemptionPolicy::Never,
-        }
-    }
-}
-
-impl From<PreemptionPolicy> for PreemptionPolicyDoc {
-    fn from(p: PreemptionPolicy) -> PreemptionPolicyDoc {
-        match p {
-            PreemptionPolicy::PreemptLowerPriority => PreemptionPolicyDoc::PreemptLowerPriority,
-            PreemptionPolicy::Never => PreemptionPolicyDoc::Never,
-        }
-    }
-}
-
-/// Rule 1 of the preemption order, per class: how long a run of the class is safe from
-/// preemption once started, and how often one job of the class may be preempted in any
-/// hour. Jobs keep the protection of the class they were accepted with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct PreemptionProtection {
-    /// A run younger than this is not a victim (0: no minimum).
-    pub min_run_seconds: u64,
-    /// A job chosen as a victim this many times in the last hour is not a victim again
-    /// until the oldest of those is an hour old (`None`: no cap).
-    pub preemptions_per_hour_max: Option<u32>,
-    /// Jobs of this class may preempt runs that rule 1 protects (work that must start now;
-    /// the built-in `critical` does).
-    #[serde(default)]
-    pub overrides_protection: bool,
-}
-
-/// Longest `minRunBeforePreemptionSeconds`: a week. Longer is a class that should not be
-/// preemptible at all (`preemptible: false` on its jobs).
-pub const MIN_RUN_SECONDS_MAX: u64 = 7 * 24 * 3600;
-/// Highest `preemptionsPerHourMax` (one a second).
-pub const PREEMPTIONS_PER_HOUR_MAX: u64 = 3600;
-
-impl PreemptionProtection {
-    /// No minimum run, no cap, no override.
-    pub fn is_none(&self) -> bool {
-        *self == PreemptionProtection::default()
-    }
-
-    /// Only the override: what the built-in `critical` class has.
-    pub fn overriding() -> PreemptionProtection {
-        PreemptionProtection { overrides_protection: true, ..PreemptionProtection::default() }
-    }
-
-    /// The same bounds as the parsers, for protections given field by field (a driver's
-    /// own config); the `Err` names the field (compact spelling) and the reason.
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
-        if self.min_run_seconds > MIN_RUN_SECONDS_MAX {
-            let reason = format!("must be at most {MIN_RUN_SECONDS_MAX} (a week), got {}", self.min_run_seconds);
-            return Err(("minRunBeforePreemptionSeconds", reason));
-        }
-        match self.preemptions_per_hour_max {
-            Some(n) if n == 0 || u64::from(n) > PREEMPTIONS_PER_HOUR_MAX => {
-                Err(("preemptionsPerHourMax", format!("{}, got {n}", PER_HOUR_EXPECTATION)))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-const PER_HOUR_EXPECTATION: &str = "must be from 1 to 3600 (jobs that may never be preempted set preemptible: false)";
-const MIN_RUN_EXPECTATION: &str = "must be a whole number of seconds from 0 to 604800 (a week)";
-
 /// The annotations that carry [`PreemptionProtection`] on a Kubernetes PriorityClass,
 /// whose schema has no such fields.
 pub const MIN_RUN_ANNOTATION: &str = "fairway.dev/min-run-before-preemption-seconds";
 pub const PREEMPTIONS_PER_HOUR_ANNOTATION: &str = "fairway.dev/preemptions-per-hour-max";
 /// `"true"`: the class's jobs may preempt runs that rule 1 protects.
 pub const OVERRIDES_PROTECTION_ANNOTATION: &str = "fairway.dev/overrides-preemption-protection";
-
-/// A priority class as found in the input, validated but not yet registered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PriorityClassDoc {
-    pub name: String,
-    pub value: Priority,
-    pub global_default: bool,
-    pub preemption_policy: PreemptionPolicyDoc,
-    pub protection: PreemptionProtection,
-    pub description: Option<String>,
-    pub origin: Origin,
-}
 
 /// A class in a [`PriorityClasses`] registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -552,48 +465,6 @@ pub(crate) fn policy(v: &Value, path: &Path, issues: &mut Issues) -> Option<Pree
             issues.error(path, format!("must be PreemptLowerPriority or Never, got {}", describe(v)));
             None
         }
-    }
-}
-
-/// The compact form, as serialized.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct CompactOut<'a> {
-    name: &'a str,
-    value: Priority,
-    global_default: bool,
-    preemption_policy: PreemptionPolicyDoc,
-    #[serde(skip_serializing_if = "is_zero")]
-    min_run_before_preemption_seconds: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    preemptions_per_hour_max: Option<u32>,
-    #[serde(skip_serializing_if = "is_false")]
-    overrides_protection: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<&'a str>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-impl Serialize for PriorityClassDoc {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        CompactOut {
-            name: &self.name,
-            value: self.value,
-            global_default: self.global_default,
-            preemption_policy: self.preemption_policy,
-            min_run_before_preemption_seconds: self.protection.min_run_seconds,
-            preemptions_per_hour_max: self.protection.preemptions_per_hour_max,
-            overrides_protection: self.protection.overrides_protection,
-            description: self.description.as_deref(),
-        }
-        .serialize(serializer)
     }
 }
 
