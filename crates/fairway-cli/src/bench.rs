@@ -201,17 +201,7 @@ fn server(args: &ServerBenchArgs) -> Result<()> {
     if args.gpus == 0 || args.clients == 0 || args.submissions == 0 || args.starts == 0 || args.rounds == 0 {
         bail!("--gpus, --clients, --submissions, --starts and --rounds must be at least 1");
     }
-    let (root, temporary) = match &args.data_dir {
-        Some(dir) => {
-            // A store left by an earlier run would be recovered, its jobs re-run.
-            if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
-                bail!("--data-dir {} is not empty; give a new or empty directory", dir.display());
-            }
-            (dir.clone(), false)
-        }
-        None => (std::env::temp_dir().join(format!("fairway-bench-{}", fairway_server::engine::now_ms())), true),
-    };
-    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    let (root, temporary) = bench_root(args.data_dir.as_deref(), "fairway-bench")?;
     let exe = std::env::current_exe().context("finding the fairway executable")?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -261,6 +251,23 @@ fn server(args: &ServerBenchArgs) -> Result<()> {
         Output::Table => print_table(&report),
     }
     Ok(())
+}
+
+/// Where a bench keeps its servers' data: `--data-dir` if given (it must be new or empty: a
+/// store left by an earlier run would be recovered, its jobs re-run), else a new temporary
+/// directory named after `prefix`, to be removed (`true`). Created either way.
+fn bench_root(data_dir: Option<&Path>, prefix: &str) -> Result<(PathBuf, bool)> {
+    let (root, temporary) = match data_dir {
+        Some(dir) => {
+            if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
+                bail!("--data-dir {} is not empty; give a new or empty directory", dir.display());
+            }
+            (dir.to_path_buf(), false)
+        }
+        None => (std::env::temp_dir().join(format!("{prefix}-{}", fairway_server::engine::now_ms())), true),
+    };
+    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    Ok((root, temporary))
 }
 
 // ---- one server per measurement ----------------------------------------------------------

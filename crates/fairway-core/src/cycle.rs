@@ -499,9 +499,8 @@ impl Scheduler {
                             return Considered::Preempting;
                         }
                         Some(_) => {
-                            reasons.push(PendingReason::PreemptionBudgetExhausted);
-                            self.budget_spent_at = Some(now);
-                            return Considered::Failed(Verdict { reasons, wake: Wake::NextCycle });
+                            let wake = self.defer_for_budget(&mut reasons, now);
+                            return Considered::Failed(Verdict { reasons, wake });
                         }
                         None => {}
                     }
@@ -515,9 +514,7 @@ impl Scheduler {
                         wake = Wake::On(WakeOn { quota: [Some(any(gk.project)), user], room: RoomWake::Any });
                     }
                 } else {
-                    reasons.push(PendingReason::PreemptionBudgetExhausted);
-                    self.budget_spent_at = Some(now);
-                    wake = Wake::NextCycle;
+                    wake = self.defer_for_budget(&mut reasons, now);
                 }
             }
             return Considered::Failed(Verdict { reasons, wake });
@@ -550,9 +547,7 @@ impl Scheduler {
         } else if memo.no_victims.get(&shape).is_some_and(|p| p >= gk.priority) {
             reasons.push(PendingReason::NoPreemptionCandidates);
         } else if !budget.take_search() {
-            reasons.push(PendingReason::PreemptionBudgetExhausted);
-            self.budget_spent_at = Some(now);
-            wake = Wake::NextCycle;
+            wake = self.defer_for_budget(&mut reasons, now);
         } else {
             out.stats.preemption_searches += 1;
             match self.search(ix, PreemptionScope::Any, now) {
@@ -560,11 +555,7 @@ impl Scheduler {
                     self.carry_out_preemption(ix, plan, now, out);
                     return Considered::Preempting;
                 }
-                Some(_) => {
-                    reasons.push(PendingReason::PreemptionBudgetExhausted);
-                    self.budget_spent_at = Some(now);
-                    wake = Wake::NextCycle;
-                }
+                Some(_) => wake = self.defer_for_budget(&mut reasons, now),
                 None => {
                     memo.no_victims.insert(shape, gk.priority);
                     reasons.push(match self.protected_victims_until(ix, now) {
@@ -582,6 +573,14 @@ impl Scheduler {
         }
         // g.
         Considered::Failed(Verdict { reasons, wake })
+    }
+
+    /// A preemptor the cycle's budget (rule 7) cannot serve: it says so, and the core asks
+    /// the driver for the next cycle (`next_wakeup`) instead of leaving it to the next event.
+    fn defer_for_budget(&mut self, reasons: &mut Reasons, now: Time) -> Wake {
+        reasons.push(PendingReason::PreemptionBudgetExhausted);
+        self.budget_spent_at = Some(now);
+        Wake::NextCycle
     }
 
     /// What wakes a group that found no room: room for one replica on a node that grew,

@@ -7,7 +7,7 @@
 //! All output is deterministic: the same input gives byte-identical text and files.
 
 mod plot;
-mod table;
+pub(crate) mod table;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

@@ -8,6 +8,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::metrics::{PolicySummary, SimReport, round_fixed};
+use crate::report::table::Table;
 
 /// Version of the sweep's JSON document.
 pub const SWEEP_SCHEMA_VERSION: u32 = 1;
@@ -146,9 +147,6 @@ impl SeedSweep {
                 std::iter::once(name).chain(f.policies.iter().map(cell)).collect()
             })
             .collect();
-        let widths: Vec<usize> = (0..header.len())
-            .map(|i| rows.iter().map(|r| r[i].chars().count()).chain([header[i].chars().count()]).max().unwrap_or(0))
-            .collect();
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -157,22 +155,7 @@ impl SeedSweep {
             self.seeds.len(),
             seed_list(&self.seeds)
         );
-        for row in std::iter::once(&header).chain(&rows) {
-            let mut line = String::new();
-            for (i, (c, w)) in row.iter().zip(&widths).enumerate() {
-                let pad = w - c.chars().count();
-                if i == 0 {
-                    line += c;
-                    line += &" ".repeat(pad);
-                } else {
-                    line += "  ";
-                    line += &" ".repeat(pad);
-                    line += c;
-                }
-            }
-            out += line.trim_end();
-            out.push('\n');
-        }
+        out += &Table::new(header, rows).to_text();
         out
     }
 

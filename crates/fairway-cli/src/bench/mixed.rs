@@ -21,11 +21,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use fairway_server::api::{JobDetail, JobList, JobState};
+use fairway_sim::metrics::{CountStats, nearest_rank};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::{Bench, Percentiles};
+use super::{Bench, Percentiles, bench_root};
 use crate::Output;
 
 #[derive(clap::Args, Clone)]
@@ -98,19 +99,12 @@ pub struct MixedReport {
     makespan_seconds: f64,
     preemptions: u64,
     /// Preemptions per job, over all jobs.
-    preemptions_per_job: CountPercentiles,
+    preemptions_per_job: CountStats,
     /// Preempted runs younger than 5 s and than 1 s when chosen.
     victims_younger_than_5s: u64,
     victims_younger_than_1s: u64,
     /// Per tier, highest first.
     tiers: Vec<TierFigures>,
-}
-
-#[derive(Serialize)]
-struct CountPercentiles {
-    p50: u32,
-    p99: u32,
-    max: u32,
 }
 
 #[derive(Serialize)]
@@ -137,15 +131,7 @@ pub fn run(args: &MixedBenchArgs) -> Result<()> {
     if let Some(path) = &args.workload_csv {
         write_csv(path, &workload)?;
     }
-    let (root, temporary) = match &args.data_dir {
-        Some(dir) => {
-            if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
-                bail!("--data-dir {} is not empty; give a new or empty directory", dir.display());
-            }
-            (dir.clone(), false)
-        }
-        None => (std::env::temp_dir().join(format!("fairway-bench-mixed-{}", fairway_server::engine::now_ms())), true),
-    };
+    let (root, temporary) = bench_root(args.data_dir.as_deref(), "fairway-bench-mixed")?;
     let exe = std::env::current_exe().context("finding the fairway executable")?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -336,7 +322,6 @@ fn report(args: &MixedBenchArgs, workload: &[MixedJob], details: &[JobDetail], m
         })
         .collect();
     per_job.sort_unstable();
-    let rank = |q: f64| per_job[((q * per_job.len() as f64).ceil() as usize).clamp(1, per_job.len()) - 1];
     MixedReport {
         schema_version: 1,
         jobs: details.len(),
@@ -348,7 +333,11 @@ fn report(args: &MixedBenchArgs, workload: &[MixedJob], details: &[JobDetail], m
         victims_per_cycle_max: args.victims_per_cycle_max,
         makespan_seconds: makespan.as_secs_f64(),
         preemptions: per_job.iter().map(|&n| u64::from(n)).sum(),
-        preemptions_per_job: CountPercentiles { p50: rank(0.5), p99: rank(0.99), max: *per_job.last().unwrap_or(&0) },
+        preemptions_per_job: CountStats {
+            p50: nearest_rank(&per_job, 50).unwrap_or(0),
+            p99: nearest_rank(&per_job, 99).unwrap_or(0),
+            max: per_job.last().copied().unwrap_or(0),
+        },
         victims_younger_than_5s: young_5s,
         victims_younger_than_1s: young_1s,
         tiers,

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use crate::metrics::{GroupSummary, PolicySummary, SimReport};
 
 /// A table of already formatted cells; the first column is left-aligned, the others right-aligned.
-pub(super) struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
@@ -17,6 +17,10 @@ pub(super) struct Block {
 }
 
 impl Table {
+    pub(crate) fn new(header: Vec<String>, rows: Vec<Vec<String>>) -> Table {
+        Table { header, rows }
+    }
+
     fn widths(&self) -> Vec<usize> {
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
@@ -29,7 +33,7 @@ impl Table {
 
     /// Aligned columns separated by two spaces, a dashed rule under the header, no
     /// trailing whitespace; every line ends with `\n`.
-    pub(super) fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let widths = self.widths();
         let mut out = String::new();
         let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
