@@ -264,7 +264,7 @@ fn bench_root(data_dir: Option<&Path>, prefix: &str) -> Result<(PathBuf, bool)> 
             }
             (dir.to_path_buf(), false)
         }
-        None => (std::env::temp_dir().join(format!("{prefix}-{}", fairway_server::engine::now_ms())), true),
+        None => (std::env::temp_dir().join(format!("{prefix}-{}", fairway_server::clock::wall_ms())), true),
     };
     std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     Ok((root, temporary))

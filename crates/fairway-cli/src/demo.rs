@@ -71,7 +71,7 @@ pub fn inspect_hint(data_dir: &std::path::Path) -> [String; 3] {
 }
 
 fn tempfile_dir() -> Result<std::path::PathBuf> {
-    let stamp = fairway_server::engine::now_ms();
+    let stamp = fairway_server::clock::wall_ms();
     let dir = std::env::temp_dir().join(format!("fairway-demo-{stamp}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)

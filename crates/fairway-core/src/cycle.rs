@@ -293,10 +293,10 @@ impl Scheduler {
             // quota lowered meanwhile grandfathered must survive the uncharge in
             // `drop_reservation` and the charge in `start`.
             let id = self.jobs[ix].spec.id;
-            let grandfathered = self.grandfathered_of(self.jobs[ix].accounts());
+            let grandfathered = self.grandfathered_of_job(ix);
             let reservation = self.drop_reservation(ix).expect("reserving job holds a reservation");
             self.start(ix, reservation.placement.clone(), now);
-            self.keep_grandfathered(grandfathered);
+            self.ledger.keep_grandfathered(grandfathered);
             out.decisions.push(Decision::Start { job: id, placement: reservation.placement });
             out.stats.started += 1;
         }
@@ -331,9 +331,9 @@ impl Scheduler {
         self.grown_nodes.sort_unstable();
         self.grown_nodes.dedup();
         self.grown_snapshot.take(&GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes });
-        let accounts = &self.accounts;
-        let base = |account: AccountId, level: Priority| accounts.get(&account).map_or(0, |a| a.base_gpus(level));
-        self.queue.wake_for(&mut self.changes, &self.grown_snapshot, &base);
+        let ledger = &self.ledger;
+        let base = |account: AccountId, level: Priority| ledger.base_gpus(account, level);
+        self.queue.wake_for(now, &mut self.changes, &self.grown_snapshot, &base);
         let candidates = std::mem::take(&mut self.queue.candidates);
         let mut memo = std::mem::take(&mut self.cycle_memo);
         memo.clear();
@@ -471,7 +471,11 @@ impl Scheduler {
     ) -> Considered {
         debug_assert!(matches!(self.jobs[ix].state, JobState::Pending { reservation: None }), "holders are not walked");
         let shape = Shape { model: gk.model, per_replica: gk.per_replica, replicas: gk.replicas };
-        let preempt_capable = self.config.policy.preemption && gk.may_preempt;
+        let may_preempt = self.config.policy.preemption && gk.may_preempt;
+        // Rule 1's preemption delay: until it passes, the job waits as one that may not
+        // preempt, and its group wakes when it does.
+        let delayed_until = Some(self.jobs[ix].may_preempt_from()).filter(|until| may_preempt && *until > now);
+        let preempt_capable = may_preempt && delayed_until.is_none();
         // c.
         let never = memo.never_fits.get_or_insert_with(shape, || {
             self.replicas_fit_max(shape.model, shape.per_replica, shape.replicas) < shape.replicas
@@ -486,7 +490,10 @@ impl Scheduler {
         if let Some((account, reason)) = self.quota_shortfall(ix) {
             let mut reasons = Reasons::one(reason);
             let quota = self.quota_wake(account, gk, preempt_capable);
-            let mut wake = Wake::On(WakeOn { quota: [Some(quota), None], ..WakeOn::default() });
+            let mut wake = Wake::On(WakeOn { quota: [Some(quota), None], at: delayed_until, ..WakeOn::default() });
+            if let Some(until) = delayed_until {
+                reasons.push(PendingReason::PreemptionDelayed { until });
+            }
             // A failed search, or a spent budget, must not leave the group dormant until the
             // account changes: room appearing (or the next cycle's budget) can let the same
             // search succeed.
@@ -508,10 +515,10 @@ impl Scheduler {
                     // else stopped it (its other account's cap, room): it asks again when
                     // anything is uncharged from, or the cap changes of, either account, or
                     // room grows.
-                    if self.quota_base_gpus(account, quota.level) <= quota.base_gpus_max {
+                    if self.ledger.base_gpus(account, quota.level) <= quota.base_gpus_max {
                         let any = |account| QuotaWake { account, level: Priority::MIN, base_gpus_max: i64::MAX };
                         let user = (gk.user != gk.project).then(|| any(gk.user));
-                        wake = Wake::On(WakeOn { quota: [Some(any(gk.project)), user], room: RoomWake::Any });
+                        wake = Wake::On(WakeOn { quota: [Some(any(gk.project)), user], room: RoomWake::Any, at: None });
                     }
                 } else {
                     wake = self.defer_for_budget(&mut reasons, now);
@@ -539,9 +546,11 @@ impl Scheduler {
         }
         // f.
         let mut reasons = Reasons::one(self.no_fit_reason(shape));
-        let mut wake = Wake::On(self.wake_on_room(preempt_capable));
+        let mut wake = Wake::On(WakeOn { at: delayed_until, ..self.wake_on_room(preempt_capable) });
         if !self.config.policy.preemption {
             // The policy never preempts: nothing to add.
+        } else if let Some(until) = delayed_until {
+            reasons.push(PendingReason::PreemptionDelayed { until });
         } else if !preempt_capable {
             reasons.push(PendingReason::PreemptionDisabled);
         } else if memo.no_victims.get(&shape).is_some_and(|p| p >= gk.priority) {
@@ -588,13 +597,13 @@ impl Scheduler {
     /// preempt (see `queue.rs`).
     fn wake_on_room(&self, preempt_capable: bool) -> WakeOn {
         let room = if preempt_capable { RoomWake::Reclaim } else { RoomWake::Fits };
-        WakeOn { quota: [None, None], room }
+        WakeOn { room, ..WakeOn::default() }
     }
 
     /// When a group over `account`'s cap may fit under it (see `QuotaWake`).
     fn quota_wake(&self, account: AccountId, gk: &GroupKey, preempt_capable: bool) -> QuotaWake {
         let level = if preempt_capable { gk.priority } else { Priority::MIN };
-        let cap = self.accounts.get(&account).and_then(|a| a.quota).and_then(|q| q.gpus_max);
+        let cap = self.ledger.gpus_cap(account);
         let asks = gk.per_replica.times(gk.replicas).gpus;
         let base_gpus_max = cap.map_or(i64::MAX, |cap| i64::from(cap) - i64::from(asks));
         QuotaWake { account, level, base_gpus_max }
@@ -603,7 +612,7 @@ impl Scheduler {
     /// A victim search, with the scheduler's scratch buffers.
     fn search(&mut self, ix: JobIx, scope: PreemptionScope, now: Time) -> Option<VictimPlan> {
         let mut scratch = std::mem::take(&mut self.search_scratch);
-        let plan = self.find_victims(ix, scope, now, &mut scratch);
+        let plan = self.search_view().find_victims(ix, scope, now, &mut scratch);
         self.search_scratch = scratch;
         plan
     }
@@ -617,7 +626,7 @@ impl Scheduler {
         }
         let mut scratch = std::mem::take(&mut self.search_scratch);
         scratch.protection_waived = true;
-        let plan = self.find_victims(ix, PreemptionScope::Any, now, &mut scratch);
+        let plan = self.search_view().find_victims(ix, PreemptionScope::Any, now, &mut scratch);
         scratch.protection_waived = false;
         self.search_scratch = scratch;
         plan?;
@@ -630,13 +639,13 @@ impl Scheduler {
 
     /// The first of the job's accounts that starting it would take over quota.
     fn quota_shortfall(&self, ix: JobIx) -> Option<(AccountId, PendingReason)> {
-        if self.capped_accounts == 0 {
+        if !self.ledger.any_capped() {
             return None;
         }
         let job = &self.jobs[ix];
         let total = job.spec.total();
         job.accounts().find_map(|account| {
-            let (resource, used, limit) = self.accounts.get(&account)?.over_quota(total)?;
+            let (resource, used, limit) = self.ledger.over_quota(account, total)?;
             let requested = resource.of(total);
             Some((account, PendingReason::OverQuota { account, resource, requested, used, limit }))
         })

@@ -65,6 +65,9 @@ pub enum PendingReason {
     /// an hourly maximum of preemptions); `until`: when the first lower-priority run's
     /// protection ends, and the job is looked at again.
     VictimsProtected { until: Time },
+    /// Its class's preemption delay (rule 1) has not passed since it entered the queue: it
+    /// waits for free GPUs until `until`, and may preempt from then on.
+    PreemptionDelayed { until: Time },
     /// The job's `preemptionPolicy` is `Never`, so it waits for free GPUs.
     PreemptionDisabled,
     /// A job ahead in the queue is waiting for GPUs and the policy does not backfill.
@@ -85,6 +88,7 @@ impl PendingReason {
             PendingReason::WaitingForPreemption { .. } => "waiting_for_preemption",
             PendingReason::NoPreemptionCandidates => "no_preemption_candidates",
             PendingReason::VictimsProtected { .. } => "victims_protected",
+            PendingReason::PreemptionDelayed { .. } => "preemption_delayed",
             PendingReason::PreemptionDisabled => "preemption_disabled",
             PendingReason::BlockedBehind { .. } => "blocked_behind_higher_priority",
             PendingReason::PreemptionBudgetExhausted => "preemption_budget_exhausted",
@@ -146,6 +150,10 @@ impl fmt::Display for PendingReason {
             PendingReason::VictimsProtected { until } => write!(
                 f,
                 "the lower-priority work that would make room is protected from preemption (its class's minimum run or hourly limit); the first protection ends at {until}"
+            ),
+            PendingReason::PreemptionDelayed { until } => write!(
+                f,
+                "waits for free GPUs before preempting (its class's preemption delay); may preempt from {until}"
             ),
             PendingReason::PreemptionDisabled => write!(f, "preemptionPolicy is Never: waits for free GPUs"),
             PendingReason::BlockedBehind { job, priority } => {

@@ -63,7 +63,8 @@ pub struct RestoredJob {
     pub runtime_done_ms: u64,
     pub preemptions: u32,
     /// When it was chosen as a victim, as far as the driver knows (the last hour is enough):
-    /// rule 1's hourly cap counts them across the restart.
+    /// rule 1's hourly cap counts them across the restart, and a pending job's preemption
+    /// delay counts from the last of them (about when it re-entered the queue).
     pub preempted_at: Vec<Time>,
     pub last_checkpoint: Option<Time>,
     /// `Some` when its process is still alive: it keeps its GPUs.

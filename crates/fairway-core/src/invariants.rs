@@ -2,7 +2,9 @@
 //! Cost is linear in nodes, placed replicas, reservations, running jobs and accounts (never
 //! in the pending backlog beyond the queue's own per-group check): placed jobs are found
 //! through the nodes that list them, slots are compared as per-node bit sets, and per-node
-//! and per-account sums go into vectors found by binary search over the sorted ids.
+//! and per-account sums are compared by the ledger (`Ledger::check`).
+
+use std::collections::BTreeMap;
 
 use crate::ids::JobIx;
 use crate::model::JobState;
@@ -31,18 +33,16 @@ impl Scheduler {
         self.queue.check()?;
         let nodes: Vec<&crate::cluster::Node> = self.nodes.iter().collect();
         self.nodes.index.check(self.nodes.iter())?;
-        let account_ids: Vec<AccountId> = self.accounts.keys().copied().collect();
-        let mut charged = vec![Resources::ZERO; account_ids.len()];
-        let mut charge = |id: JobId, a: AccountId, r: Resources| {
-            let i = account_ids.binary_search(&a).map_err(|_| format!("{id} charged to unknown {a}"))?;
-            charged[i] = charged[i].plus(r);
+        let mut charged: BTreeMap<AccountId, Resources> = BTreeMap::new();
+        let mut charge = |_: JobId, a: AccountId, r: Resources| {
+            let c = charged.entry(a).or_default();
+            *c = c.plus(r);
             Ok::<(), String>(())
         };
         let mut terminating = 0usize;
         let mut tallies = VictimTallies::default();
-        // Per capped account, its running preemptible GPUs by priority (when tracked).
-        let mut own: Vec<std::collections::BTreeMap<crate::types::Priority, u32>> =
-            vec![Default::default(); account_ids.len()];
+        // Per account, its running preemptible GPUs by priority (when tracked).
+        let mut own: BTreeMap<AccountId, BTreeMap<crate::types::Priority, u32>> = BTreeMap::new();
         for node in &nodes {
             let node_id = node.spec.id;
             let (mut owned, mut used) = (GpuSet::EMPTY, Resources::ZERO);
@@ -88,12 +88,8 @@ impl Scheduler {
                         let gpus = job.spec.total().gpus;
                         if job.spec.preemptible {
                             tallies.add(job.spec.priority, gpus);
-                            for a in job.accounts() {
-                                let i =
-                                    account_ids.binary_search(&a).map_err(|_| format!("{id} runs for unknown {a}"))?;
-                                if self.accounts[&a].quota.is_some() && gpus > 0 {
-                                    *own[i].entry(job.spec.priority).or_default() += gpus;
-                                }
+                            for a in job.accounts().filter(|_| gpus > 0) {
+                                *own.entry(a).or_default().entry(job.spec.priority).or_default() += gpus;
                             }
                         }
                         self.check_victim_entries(ix, job)?;
@@ -177,24 +173,7 @@ impl Scheduler {
                 return Err(format!("{} reserved {} disagrees with reservations", node.spec.id, node.reserved));
             }
         }
-        for ((id, account), own) in self.accounts.iter().zip(&own) {
-            if account.preemptible_gpus != *own {
-                return Err(format!("{id} tallies {:?} preemptible GPUs, its jobs {own:?}", account.preemptible_gpus));
-            }
-        }
-        let capped = self.accounts.values().filter(|a| a.quota.is_some()).count();
-        if capped != self.capped_accounts {
-            return Err(format!("{} accounts counted as capped, {capped} have a quota", self.capped_accounts));
-        }
-        for ((id, account), expected) in self.accounts.iter().zip(&charged) {
-            if account.charged != *expected {
-                return Err(format!("{id} charged {} but its jobs add up to {expected}", account.charged));
-            }
-            if !account.within_quota() {
-                return Err(format!("{id} charged {} over its quota {:?}", account.charged, account.quota));
-            }
-        }
-        Ok(())
+        self.ledger.check(&charged, &own)
     }
 
     /// A running job is listed as a victim on each of its nodes exactly when it is
@@ -390,8 +369,8 @@ mod tests {
     #[test]
     fn wrong_charges_and_node_sums_are_caught() {
         let mut s = busy();
-        let account = *s.accounts.keys().next().unwrap();
-        s.accounts.get_mut(&account).unwrap().charged.gpus += 1;
+        let account = s.ledger.iter().next().unwrap().0;
+        s.ledger.account_mut(account).charged.gpus += 1;
         broken(&s, "an account charged more than its jobs");
         let mut s = busy();
         node_mut(&mut s).used.cpu_millis += 1;

@@ -18,6 +18,7 @@ pub mod event;
 mod ids;
 mod invariants;
 mod jobs;
+mod ledger;
 mod model;
 pub mod placement;
 mod preemption;

@@ -1,12 +1,8 @@
-//! The core's state: jobs, their queue keys and reservations, accounts.
-
-use std::collections::BTreeMap;
+//! The core's state: jobs, their queue keys, states and reservations.
 
 use crate::decision::StopCause;
 use crate::ids::{GroupIx, GroupKey, QueueKey};
-use crate::types::{
-    AccountId, JobId, JobSpec, Placement, PreemptionPolicy, Priority, Quota, ResourceKind, Resources, Time,
-};
+use crate::types::{AccountId, JobId, JobSpec, Placement, PreemptionPolicy, Resources, Time};
 
 /// GPUs held for a preemptor while its victims terminate.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +62,9 @@ pub(crate) struct Job {
     pub preempted_at: Vec<Time>,
     /// Cancelled while terminating for preemption: remove instead of requeue on exit.
     pub cancelled: bool,
+    /// When it last entered the queue: its submit, or its last requeue (rule 1's
+    /// preemption delay counts from then).
+    pub queued_at: Time,
 }
 
 impl Job {
@@ -99,6 +98,12 @@ impl Job {
             (recent.len() >= max && max > 0).then(|| recent[recent.len() - max].plus_ms(HOUR_MS))
         });
         capped.map_or(min_run, |c| c.max(min_run))
+    }
+
+    /// From when it may preempt (rule 1's preemption delay): `queued_at` itself when its
+    /// class sets no delay.
+    pub fn may_preempt_from(&self) -> Time {
+        self.queued_at.plus_ms(self.spec.preemption_delay_ms)
     }
 
     /// Remember that it was chosen as a victim at `now` (for `protected_until`).
@@ -153,55 +158,4 @@ pub(crate) fn last_progress_saved(
     };
     let reported = last_checkpoint.filter(|t| *t >= started_at).unwrap_or(started_at);
     by_hint.max(reported)
-}
-
-/// A quota account: its cap and what is charged to it. Charged = what its jobs hold
-/// (running, and terminating until they exit, as a Kubernetes ResourceQuota counts a pod
-/// in its grace period) plus what its preemptors' holds charge. A hold and its own
-/// account's victims together charge the larger of the two (see `Scheduler::hold_charges`),
-/// never both: a job may preempt its account's lower-priority work to stay within the cap.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Account {
-    pub quota: Option<Quota>,
-    pub charged: Resources,
-    /// Usage above a lowered cap that was already running when the cap changed: allowed
-    /// to drain, never to grow.
-    pub grandfathered: Resources,
-    /// GPUs of the account's running preemptible jobs by priority (no empty levels), kept
-    /// while the account has a cap and the policy preempts: what a job of the account over
-    /// the cap could preempt to get back under it (see `QuotaWake`).
-    pub preemptible_gpus: BTreeMap<Priority, u32>,
-}
-
-impl Account {
-    /// The first dimension in which charging `extra` more would break the cap.
-    pub fn over_quota(&self, extra: Resources) -> Option<(ResourceKind, u64, u64)> {
-        let quota = self.quota?;
-        let kind = quota.first_exceeded(self.charged.plus(extra))?;
-        Some((kind, kind.of(self.charged), quota.limit(kind).expect("exceeded a limit it has")))
-    }
-
-    pub fn charge(&mut self, r: Resources) {
-        self.charged = self.charged.plus(r);
-    }
-
-    pub fn uncharge(&mut self, r: Resources) {
-        self.charged = self.charged.minus(r);
-        self.grandfathered = self.grandfathered.min_each(self.charged);
-    }
-
-    /// The GPUs the account holds beyond its own preemptible work below `level`.
-    pub fn base_gpus(&self, level: Priority) -> i64 {
-        let below: u32 = self.preemptible_gpus.range(..level).map(|(_, g)| *g).sum();
-        i64::from(self.charged.gpus) - i64::from(below)
-    }
-
-    /// Within cap, or within what the cap grandfathered.
-    pub fn within_quota(&self) -> bool {
-        let Some(quota) = self.quota else { return true };
-        ResourceKind::ALL.into_iter().all(|kind| match quota.limit(kind) {
-            None => true,
-            Some(limit) => kind.of(self.charged) <= limit.max(kind.of(self.grandfathered)),
-        })
-    }
 }

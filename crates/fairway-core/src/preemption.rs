@@ -13,7 +13,14 @@
 //!    `Scheduler::next_wakeup` names that time to the driver). A job whose class
 //!    overrides protection (`overrides_protection`, for work that must start now) is not
 //!    held back by it, as a last resort: it takes protected runs only when no set of
-//!    unprotected ones makes room.
+//!    unprotected ones makes room. On the preemptor's side, a job whose class sets a
+//!    preemption delay (`preemption_delay_ms`) preempts only once it has waited that long
+//!    since it last entered the queue (its submit, or its requeue after being preempted);
+//!    until then it waits for free GPUs (`preemption_delayed`), and its group wakes when the
+//!    delay ends. On a busy cluster GPUs free every few seconds, so most such waits end
+//!    with nobody preempted, and a victim requeued does not at once take the GPUs of jobs
+//!    below it (a cascade). Within an equivalence group, jobs are asked in queue order: a
+//!    job behind a member still in its delay waits for it (see `queue.rs`).
 //! 2. **Lowest priority first.** A set whose highest-priority victim is lower wins.
 //! 3. **Least work lost.** Then the set losing the least GPU-time since each victim's last
 //!    checkpoint (reported, or implied by its checkpoint interval, or its start), summed
@@ -49,14 +56,18 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use crate::cluster::Node;
+use crate::cluster::{Node, Nodes};
+use crate::config::Config;
 use crate::ids::{JobIx, NodeIx};
+use crate::jobs::JobStore;
+use crate::ledger::Ledger;
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
 use crate::search::{Buffers, NodeCandidate, SearchRecord, SetCost, best_set_on_node_with};
 use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, ResourceKind, Resources, Time};
 use crate::victims::VictimEntry;
+use crate::victims::VictimTallies;
 
 /// Whose work a preemptor may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +182,32 @@ impl CandidateCut {
 /// A node's offer to a gang: (cost by rules 2 and 3, victims to take, replicas gained).
 type NodeOffer<'a> = ((Priority, u64, NodeId), Vec<&'a Victim>, u32);
 
+/// What the victim search reads of the scheduler's state, borrowed read-only: the search is
+/// a pure function of this view, the preemptor and `now`. It returns a plan and changes
+/// nothing; the cycle carries the plan out.
+#[derive(Clone, Copy)]
+pub(crate) struct SearchView<'a> {
+    pub config: &'a Config,
+    pub nodes: &'a Nodes,
+    pub jobs: &'a JobStore,
+    pub ledger: &'a Ledger,
+    pub tallies: &'a VictimTallies,
+}
+
 impl Scheduler {
+    /// The view the victim search reads.
+    pub(crate) fn search_view(&self) -> SearchView<'_> {
+        SearchView {
+            config: &self.config,
+            nodes: &self.nodes,
+            jobs: &self.jobs,
+            ledger: &self.ledger,
+            tallies: &self.tallies,
+        }
+    }
+}
+
+impl SearchView<'_> {
     /// The victims of `ix`, by the rules above; rule 1 is waived when the caller asks (to
     /// learn whether protection is all that stands in the way), and for a job whose class
     /// overrides it when no unprotected set makes room.
@@ -666,7 +702,7 @@ impl Scheduler {
             // scope: a job over both its project's and its user's caps needs both fixed.
             let total = job.spec.total();
             for account in job.accounts() {
-                let Some(a) = self.accounts.get(&account) else { continue };
+                let Some(a) = self.ledger.get(account) else { continue };
                 let Some(quota) = a.quota else { continue };
                 let freed = gone
                     .iter()

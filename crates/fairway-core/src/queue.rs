@@ -33,7 +33,9 @@
 //!   so such a group waits for any growth of room instead;
 //! - a node added or uncordoned ([`RoomWake::Nodes`]), for a group no node can ever hold;
 //! - any growth of room ([`RoomWake::Any`]), for a group that could get back under its cap
-//!   by preempting its own account's work but found no room.
+//!   by preempting its own account's work but found no room;
+//! - a time ([`WakeOn::at`]), for a group whose head may not preempt yet (rule 1's
+//!   preemption delay): from then on its head may, whatever else changed.
 //!
 //! A wake that turns out needless costs one evaluation, never a wrong decision; a wake
 //! missed would leave a job waiting forever, so the conditions err on the side of waking
@@ -45,7 +47,7 @@ use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::decision::PendingReason;
 use crate::ids::{GroupIx, GroupKey, QueueKey};
-use crate::types::{AccountId, JobId, NodeId, Priority};
+use crate::types::{AccountId, JobId, NodeId, Priority, Time};
 
 /// Why a group's head could not start, and what would make it worth asking again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +108,8 @@ pub(crate) struct WakeOn {
     /// job's project and user).
     pub quota: [Option<QuotaWake>; 2],
     pub room: RoomWake,
+    /// A time: the group's head may preempt from then on (rule 1's preemption delay).
+    pub at: Option<Time>,
 }
 
 /// When a group over `account`'s cap may fit under it: once the GPUs the account holds,
@@ -215,6 +219,8 @@ pub(crate) struct PendingQueue {
     by_reclaim: BTreeSet<(Priority, u32, GroupIx)>,
     by_nodes: BTreeSet<GroupIx>,
     by_room_any: BTreeSet<GroupIx>,
+    /// `WakeOn::at`, by time.
+    by_time: BTreeSet<(Time, GroupIx)>,
     /// Preemptors holding GPUs while their victims terminate. They leave their group (the
     /// walk has nothing to ask them; they start when their victims are gone), but keep
     /// their place in the queue's order, and under strict order the first of them blocks
@@ -390,6 +396,9 @@ impl PendingQueue {
         for q in on.quota.iter().flatten() {
             self.by_quota.insert((q.account, q.level, q.base_gpus_max, gix));
         }
+        if let Some(at) = on.at {
+            self.by_time.insert((at, gix));
+        }
         match on.room {
             RoomWake::Never => {}
             RoomWake::Fits => {
@@ -418,6 +427,9 @@ impl PendingQueue {
         for q in on.quota.iter().flatten() {
             self.by_quota.remove(&(q.account, q.level, q.base_gpus_max, gix));
         }
+        if let Some(at) = on.at {
+            self.by_time.remove(&(at, gix));
+        }
         match on.room {
             RoomWake::Never => {}
             RoomWake::Fits => {
@@ -443,11 +455,12 @@ impl PendingQueue {
     }
 
     /// Wake the sleeping groups that `changes` may concern: at once those woken by an
-    /// account, a victim, a node added or any growth; lazily (as `candidates`, in queue
+    /// account, a victim, a node added, any growth, or a time up to `now`; lazily (as `candidates`, in queue
     /// order) those that room on a grown node may concern. `changes` is emptied, keeping
     /// its allocations for the next cycle.
     pub fn wake_for(
         &mut self,
+        now: Time,
         changes: &mut Changes,
         grown: &dyn GrownRoom,
         quota_base_gpus: &dyn Fn(AccountId, Priority) -> i64,
@@ -460,6 +473,7 @@ impl PendingQueue {
         if room_grew {
             woken.extend(self.by_room_any.iter().copied());
         }
+        woken.extend(self.by_time.range(..=(now, GroupIx(u32::MAX))).map(|(_, gix)| *gix));
         if std::mem::take(&mut changes.nodes_changed) {
             woken.extend(self.by_nodes.iter().copied());
         }
@@ -553,6 +567,11 @@ impl PendingQueue {
             Some(Wake::On(on)) => on.room,
             _ => RoomWake::Never,
         }
+    }
+
+    /// The first time a sleeping group wakes at (rule 1's preemption delay).
+    pub fn first_timed_wake(&self) -> Option<Time> {
+        self.by_time.first().map(|(t, _)| *t)
     }
 
     pub fn is_asleep(&self, gix: GroupIx) -> bool {

@@ -27,9 +27,12 @@ impl Scheduler {
         job.runtime_done_ms = runtime_done_ms;
         job.preemptions = preemptions;
         job.last_checkpoint = last_checkpoint;
-        // Before it starts: rule 1's protection of the run counts these.
+        // Before it starts: rule 1's protection of the run counts these. A job preempted
+        // before re-entered the queue about when it was last chosen as a victim (its grace
+        // period later): rule 1's delay counts from then.
         let mut preempted_at = preempted_at;
         preempted_at.sort_unstable();
+        job.queued_at = preempted_at.last().map_or(submitted_at, |&at| at.max(submitted_at));
         for at in preempted_at {
             job.record_preemption(at);
         }
@@ -140,10 +143,7 @@ impl Scheduler {
         let job = &self.jobs[ix];
         debug_assert!(matches!(job.state, JobState::Running { .. } | JobState::Pending { reservation: Some(_) }));
         for account in job.accounts() {
-            let account = self.accounts.get_mut(&account).expect("charged by start or reserve");
-            if !account.within_quota() {
-                account.grandfathered = account.charged;
-            }
+            self.ledger.grandfather_if_over(account);
         }
     }
 }

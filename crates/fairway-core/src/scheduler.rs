@@ -10,7 +10,8 @@ use crate::decision::{Decision, PendingReason, RequeueCause, StopCause};
 use crate::event::{Event, ExitOutcome};
 use crate::ids::{JobIx, QueueKey};
 use crate::jobs::JobStore;
-use crate::model::{Account, Job, JobState, Reservation, Termination};
+use crate::ledger::{self, Grandfathered, Ledger};
+use crate::model::{Job, JobState, Reservation, Termination};
 use crate::preemption::SearchScratch;
 use crate::queue::{Changes, PendingQueue};
 use crate::types::{
@@ -108,7 +109,8 @@ pub struct Scheduler {
     /// When running victims stop being protected from preemption (rule 1): each end is
     /// room a waiting preemptor may take, so the nodes count as grown then.
     pub(crate) protection_ends: BTreeSet<(Time, JobId, JobIx)>,
-    pub(crate) accounts: BTreeMap<AccountId, Account>,
+    /// The quota ledger (owns "usage within quota").
+    pub(crate) ledger: Ledger,
     /// Decisions produced by events (stops, requeues), handed out by the next cycle.
     pub(crate) outbox: Vec<Decision>,
     pub(crate) counters: Counters,
@@ -119,9 +121,6 @@ pub struct Scheduler {
     /// When the last cycle left a preemptor waiting for a per-cycle budget (searches or
     /// victims, rule 7): it wants the next cycle soon, not at the next event.
     pub(crate) budget_spent_at: Option<Time>,
-    /// Accounts with a cap: while there are none, nothing is over quota and quota checks
-    /// are skipped.
-    pub(crate) capped_accounts: usize,
 }
 
 impl Scheduler {
@@ -141,13 +140,12 @@ impl Scheduler {
             ready_preemptors: BTreeSet::new(),
             runtime_deadlines: BTreeSet::new(),
             protection_ends: BTreeSet::new(),
-            accounts: BTreeMap::new(),
+            ledger: Ledger::default(),
             outbox: Vec::new(),
             counters: Counters::default(),
             changes: Changes::default(),
             blocked_by: None,
             budget_spent_at: None,
-            capped_accounts: 0,
         }
     }
 
@@ -242,7 +240,7 @@ impl Scheduler {
                 PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching }
             }
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
-                let now = self.accounts.get(&account);
+                let now = self.ledger.get(account);
                 let used = now.map_or(used, |a| resource.of(a.charged));
                 let limit = now.and_then(|a| a.quota).and_then(|q| q.limit(resource)).unwrap_or(limit);
                 PendingReason::OverQuota { account, resource, requested, used, limit }
@@ -309,17 +307,19 @@ impl Scheduler {
 
     /// What is charged to an account and its cap.
     pub fn account_usage(&self, account: AccountId) -> (Resources, Option<Quota>) {
-        self.accounts.get(&account).map_or((Resources::ZERO, None), |a| (a.charged, a.quota))
+        self.ledger.usage(account)
     }
 
     /// The earliest time the core wants a cycle even if no event arrives: a run-time limit,
-    /// a running job's protection from preemption ending (a preemptor may be waiting), or,
-    /// 1 ms after a cycle whose preemption budget ran out, the next cycle.
+    /// a running job's protection from preemption ending (a preemptor may be waiting), a
+    /// waiting job's preemption delay ending, or, 1 ms after a cycle whose preemption budget
+    /// ran out, the next cycle.
     pub fn next_wakeup(&self) -> Option<Time> {
         let deadline = self.runtime_deadlines.first().map(|(t, ..)| *t);
         let protection = self.protection_ends.first().map(|(t, ..)| *t);
+        let delay = self.queue.first_timed_wake();
         let budget = self.budget_spent_at.map(|t| t.plus_ms(1));
-        [deadline, protection, budget].into_iter().flatten().min()
+        [deadline, protection, delay, budget].into_iter().flatten().min()
     }
 
     // ---- event handlers --------------------------------------------------------------
@@ -357,6 +357,7 @@ impl Scheduler {
             preemptions: 0,
             preempted_at: Vec::new(),
             cancelled: false,
+            queued_at: now,
         };
         let gk = job.group_key();
         self.jobs.insert(job);
@@ -414,7 +415,7 @@ impl Scheduler {
             if was_preempted {
                 self.jobs[ix].preemptions += 1;
             }
-            self.requeue(ix);
+            self.requeue(ix, now);
         } else {
             self.jobs.remove(ix);
             self.counters.finished += 1;
@@ -465,7 +466,7 @@ impl Scheduler {
             if stopped || self.jobs[ix].cancelled {
                 self.jobs.remove(ix);
             } else {
-                self.requeue(ix);
+                self.requeue(ix, now);
                 self.outbox.push(Decision::Requeued { job, cause: RequeueCause::NodeRemoved });
             }
         }
@@ -490,24 +491,10 @@ impl Scheduler {
     }
 
     fn set_quota(&mut self, id: AccountId, quota: Option<Quota>) {
-        let account = self.accounts.entry(id).or_default();
-        let (was_capped, capped) = (account.quota.is_some(), quota.is_some());
-        account.quota = quota;
-        // Whatever runs now may keep running under a lowered cap; it may only shrink.
-        account.grandfathered = account.charged;
+        let tally = || self.preemptible_gpus_of(id);
+        let tally = tally();
+        self.ledger.set_quota(id, quota, || tally);
         self.changes.caps.push(id);
-        match (was_capped, capped) {
-            (false, true) => {
-                self.capped_accounts += 1;
-                let tally = self.preemptible_gpus_of(id);
-                self.accounts.get_mut(&id).expect("just set").preemptible_gpus = tally;
-            }
-            (true, false) => {
-                self.capped_accounts -= 1;
-                self.accounts.get_mut(&id).expect("just set").preemptible_gpus.clear();
-            }
-            _ => {}
-        }
     }
 
     /// GPUs of the account's running preemptible jobs by priority, counted afresh from the
@@ -527,12 +514,6 @@ impl Scheduler {
         }
         tally.retain(|_, gpus: &mut u32| *gpus > 0);
         tally
-    }
-
-    /// What wakes an over-quota group looks at: the GPUs `account` holds beyond its own
-    /// preemptible work below `level`.
-    pub(crate) fn quota_base_gpus(&self, account: AccountId, level: Priority) -> i64 {
-        self.accounts.get(&account).map_or(0, |a| a.base_gpus(level))
     }
 
     // ---- state transitions shared by the handlers and the cycle ----------------------
@@ -653,10 +634,10 @@ impl Scheduler {
             // A victim's charge moves to its preemptor's hold where they share an account: a
             // move, not growth, so it keeps what a lowered cap grandfathered.
             Some(preemptor) => {
-                let grandfathered = self.grandfathered_of(self.jobs[ix].accounts());
+                let grandfathered = self.grandfathered_of_job(ix);
                 self.uncharge(accounts, total);
                 self.victim_gone(preemptor, id);
-                self.keep_grandfathered(grandfathered);
+                self.ledger.keep_grandfathered(grandfathered);
             }
         }
     }
@@ -680,54 +661,28 @@ impl Scheduler {
         }
         for (k, account) in self.jobs[pix].accounts().enumerate() {
             // Holds only grow back as victims leave: `hold_charges` subtracts fewer victims.
-            self.accounts.get_mut(&account).expect("charged by the hold").charge(now[k].minus(was[k]));
+            self.ledger.charge(account, now[k].minus(was[k]));
         }
     }
 
-    /// What a hold for the preemptor at `ix` charges each of its accounts (`Job::accounts`
-    /// order): its gang's total, less, per account and per resource, what those of
-    /// `victims` still terminating for it hold of that account. Those victims stay charged
-    /// until they exit, so the account is charged the larger of the two, never both: the
-    /// GPUs are the victims' now and the preemptor's later.
+    /// What a hold for the preemptor at `ix` charges each of its accounts (see
+    /// `ledger::hold_charges`): its victims in `victims` still terminating for it count.
     pub(crate) fn hold_charges(&self, ix: JobIx, victims: &[JobId]) -> [Resources; 2] {
         let job = &self.jobs[ix];
-        let (id, total) = (job.spec.id, job.spec.total());
-        let mut charges = [Resources::ZERO; 2];
-        for (k, account) in job.accounts().enumerate() {
-            let leaving = victims
-                .iter()
-                .filter_map(|v| self.jobs.get(*v))
-                .filter(|v| {
-                    matches!(v.state, JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } if preemptor == id)
-                        && v.accounts().any(|a| a == account)
-                })
-                .fold(Resources::ZERO, |sum, v| sum.plus(v.spec.total()));
-            charges[k] = total.saturating_minus(leaving);
-        }
-        charges
+        let id = job.spec.id;
+        let leaving = victims
+            .iter()
+            .filter_map(|v| self.jobs.get(*v))
+            .filter(move |v| {
+                matches!(v.state, JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } if preemptor == id)
+            })
+            .map(|v| (v.accounts(), v.spec.total()));
+        ledger::hold_charges(job.accounts(), job.spec.total(), leaving)
     }
 
-    /// What a lowered cap grandfathered for `accounts`, before a charge moves between jobs
-    /// (a victim to its preemptor's hold, a hold to the running job): see `keep_grandfathered`.
-    pub(crate) fn grandfathered_of(
-        &self,
-        accounts: impl Iterator<Item = AccountId>,
-    ) -> [Option<(AccountId, Resources)>; 2] {
-        let mut out = [None; 2];
-        for (slot, account) in out.iter_mut().zip(accounts) {
-            *slot = self.accounts.get(&account).map(|a| (account, a.grandfathered));
-        }
-        out
-    }
-
-    /// Restore what `grandfathered_of` saw, as far as the accounts still use it. A move
-    /// uncharges, which would shrink what was grandfathered, then charges again, which would
-    /// then break the quota invariant.
-    pub(crate) fn keep_grandfathered(&mut self, saved: [Option<(AccountId, Resources)>; 2]) {
-        for (account, g) in saved.into_iter().flatten() {
-            let a = self.accounts.get_mut(&account).expect("saved from an account");
-            a.grandfathered = g.min_each(a.charged);
-        }
+    /// What a lowered cap grandfathered for the job's accounts (see `Ledger::grandfathered_of`).
+    pub(crate) fn grandfathered_of_job(&self, ix: JobIx) -> Grandfathered {
+        self.ledger.grandfathered_of(self.jobs[ix].accounts())
     }
 
     /// Index a job that has just started running, if it may be preempted: tally it and list
@@ -740,14 +695,7 @@ impl Scheduler {
             return;
         }
         self.tallies.add(priority, gpus);
-        if self.capped_accounts > 0 {
-            for account in job.accounts() {
-                let account = self.accounts.get_mut(&account).expect("charged at start");
-                if account.quota.is_some() && gpus > 0 {
-                    *account.preemptible_gpus.entry(priority).or_default() += gpus;
-                }
-            }
-        }
+        self.ledger.tally_preemptible(job.accounts(), priority, gpus, true);
         let base = VictimEntry {
             priority,
             id: job.spec.id,
@@ -778,18 +726,7 @@ impl Scheduler {
             return;
         }
         self.tallies.remove(priority, gpus);
-        if self.capped_accounts > 0 {
-            for account in job.accounts() {
-                let account = self.accounts.get_mut(&account).expect("charged at start");
-                if account.quota.is_some() && gpus > 0 {
-                    let tally = account.preemptible_gpus.get_mut(&priority).expect("tallied at start");
-                    *tally -= gpus;
-                    if *tally == 0 {
-                        account.preemptible_gpus.remove(&priority);
-                    }
-                }
-            }
-        }
+        self.ledger.tally_preemptible(job.accounts(), priority, gpus, false);
         let key = (priority, job.spec.id);
         let JobState::Running { started_at, .. } = job.state else { unreachable!("running") };
         self.protection_ends.remove(&(job.protected_until(started_at), job.spec.id, ix));
@@ -817,22 +754,23 @@ impl Scheduler {
     fn charge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
         // A charge never lets a job over a cap in (see `QuotaWake`): nothing to record.
         for account in accounts {
-            self.accounts.entry(account).or_default().charge(total);
+            self.ledger.charge(account, total);
         }
     }
 
     fn uncharge(&mut self, accounts: impl Iterator<Item = AccountId>, total: Resources) {
         for account in accounts {
-            self.accounts.get_mut(&account).expect("uncharging an account that was charged").uncharge(total);
+            self.ledger.uncharge(account, total);
             // Only a group over some cap sleeps on its accounts.
-            if self.capped_accounts > 0 {
+            if self.ledger.any_capped() {
                 self.changes.uncharged.push(account);
             }
         }
     }
 
     /// Back into the queue at the job's original position.
-    pub(crate) fn requeue(&mut self, ix: JobIx) {
+    pub(crate) fn requeue(&mut self, ix: JobIx, now: Time) {
+        self.jobs[ix].queued_at = now;
         let job = &self.jobs[ix];
         debug_assert!(matches!(job.state, JobState::Pending { reservation: None }));
         let (key, gk) = (job.key, job.group_key());
@@ -855,7 +793,7 @@ impl Scheduler {
             });
         }
         for (k, account) in accounts.enumerate() {
-            self.accounts.entry(account).or_default().charge(reservation.charged[k]);
+            self.ledger.charge(account, reservation.charged[k]);
         }
         self.reserving.insert(id, ix);
         if reservation.waiting == 0 {

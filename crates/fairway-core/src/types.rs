@@ -212,6 +212,13 @@ pub struct JobSpec {
     /// run or an hourly cap protects (for a class of work that must start now). Set from its
     /// priority class.
     pub overrides_protection: bool,
+    /// Preemption rule 1, the preemptor's side: a pending job preempts only once it has
+    /// waited this long since it last entered the queue (its submit, or its requeue after a
+    /// preemption); until then it waits for GPUs to free on their own, as YuniKorn's
+    /// preemption delay does. On a busy cluster GPUs free every few seconds, so most such
+    /// waits end without anyone losing work, and a victim requeued does not at once take
+    /// the GPUs of jobs below it (a cascade). Set from its priority class.
+    pub preemption_delay_ms: u64,
 }
 
 impl JobSpec {
@@ -234,6 +241,7 @@ impl JobSpec {
             min_run_before_preemption_ms: 0,
             preemptions_per_hour_max: None,
             overrides_protection: false,
+            preemption_delay_ms: 0,
         }
     }
     /// Everything the gang holds when running.

@@ -1581,6 +1581,11 @@ impl Engine {
                     .map_or_else(|_| until.to_string(), |t| t.to_string());
                 format!("the lower-priority work that would make room is protected from preemption until {at}")
             }
+            PendingReason::PreemptionDelayed { until } => {
+                let at = jiff::Timestamp::from_millisecond(until.millis() as i64)
+                    .map_or_else(|_| until.to_string(), |t| t.to_string());
+                format!("waits for free GPUs before preempting (its PriorityClass's preemption delay) until {at}")
+            }
             other => other.to_string(),
         }
     }

@@ -384,6 +384,7 @@ async fn classes(State(state): State<ApiState>) -> Response {
             min_run_before_preemption_seconds: c.protection.as_ref().map_or(0, |p| p.min_run_seconds),
             preemptions_per_hour_max: c.protection.as_ref().ok().and_then(|p| p.preemptions_per_hour_max),
             overrides_preemption_protection: c.protection.as_ref().is_ok_and(|p| p.overrides_protection),
+            preemption_delay_seconds: c.protection.as_ref().map_or(0, |p| p.preemption_delay_seconds),
             description: None,
         })
         .collect();

@@ -206,6 +206,10 @@ pub struct PriorityClassView {
     /// The class's jobs may preempt runs that rule 1 protects.
     #[serde(default)]
     pub overrides_preemption_protection: bool,
+    /// Rule 1, the preemptor's side: the class's jobs wait this long for free GPUs before
+    /// they preempt; 0 when they preempt at once.
+    #[serde(default)]
+    pub preemption_delay_seconds: u64,
     pub description: Option<String>,
 }
 

@@ -23,7 +23,7 @@ use std::sync::{Arc, RwLock};
 use fairway_store::{Role, TokenRow};
 use ring::rand::SecureRandom;
 
-use crate::engine::now_ms;
+use crate::clock::{Clock, SystemClock};
 
 /// The prefix of every token: recognisable in logs and by secret scanners.
 pub const TOKEN_PREFIX: &str = "fwt_";
@@ -96,12 +96,24 @@ struct Entry {
 }
 
 /// Tokens by digest, shared by the HTTP layer (reads) and the engine (writes).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Tokens {
     by_digest: Arc<RwLock<HashMap<String, Entry>>>,
+    /// What expiry is checked against.
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for Tokens {
+    fn default() -> Tokens {
+        Tokens::new(Arc::new(SystemClock))
+    }
 }
 
 impl Tokens {
+    pub fn new(clock: Arc<dyn Clock>) -> Tokens {
+        Tokens { by_digest: Arc::default(), clock }
+    }
+
     /// Replaces the whole set with the store's rows.
     pub fn load(&self, rows: &[TokenRow]) {
         let mut map = self.by_digest.write().expect("not poisoned");
@@ -128,7 +140,7 @@ impl Tokens {
         if entry.revoked {
             return Err(Refusal::Revoked);
         }
-        if entry.expires_at_ms.is_some_and(|t| t <= now_ms()) {
+        if entry.expires_at_ms.is_some_and(|t| t <= self.clock.now_ms()) {
             return Err(Refusal::Expired);
         }
         Ok(entry.identity.clone())

@@ -32,6 +32,8 @@ pub struct ServerConfig {
     /// (`$XDG_STATE_HOME/fairway/servers`, else `~/.local/state/fairway/servers`); `None`:
     /// not recorded.
     pub registry_dir: Option<PathBuf>,
+    /// The clock scheduling reads (the wall clock; tests drive their own).
+    pub clock: std::sync::Arc<dyn crate::clock::Clock>,
 }
 
 impl ServerConfig {
@@ -47,6 +49,7 @@ impl ServerConfig {
             tick_ms: 1000,
             insecure: false,
             registry_dir: default_registry_dir(),
+            clock: std::sync::Arc::new(crate::clock::SystemClock),
         }
     }
 
@@ -155,6 +158,10 @@ pub struct PriorityClassConfig {
     /// the built-in `critical` does).
     #[serde(default)]
     pub overrides_preemption_protection: bool,
+    /// Rule 1, the preemptor's side: a job of this class waits this long for free GPUs
+    /// (since it entered the queue, or was requeued) before it preempts (0: at once).
+    #[serde(default)]
+    pub preemption_delay_seconds: u64,
     #[serde(default)]
     pub description: String,
 }
@@ -165,6 +172,7 @@ impl PriorityClassConfig {
             min_run_seconds: self.min_run_before_preemption_seconds,
             preemptions_per_hour_max: self.preemptions_per_hour_max,
             overrides_protection: self.overrides_preemption_protection,
+            preemption_delay_seconds: self.preemption_delay_seconds,
         }
     }
 }
@@ -263,6 +271,7 @@ impl ConfigFile {
             if let Err((field, reason)) = c.protection().check() {
                 let field = match field {
                     "minRunBeforePreemptionSeconds" => "min_run_before_preemption_seconds",
+                    "preemptionDelaySeconds" => "preemption_delay_seconds",
                     _ => "preemptions_per_hour_max",
                 };
                 return Err(format!("priority_classes[{i}].{field}: {reason}"));

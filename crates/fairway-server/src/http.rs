@@ -68,6 +68,8 @@ pub struct AppState {
     pub body_bytes_max: usize,
     pub body_read_timeout: Duration,
     pub list_jobs_max: u32,
+    /// The server's clock (what job views compute ages against).
+    pub clock: Arc<dyn crate::clock::Clock>,
 }
 
 /// Read-only store connections for the handlers (WAL lets them read beside the writer).
@@ -696,7 +698,7 @@ fn event_view(e: fairway_store::EventRow) -> EventView {
 pub(crate) fn job_view(state: &AppState, row: &JobRow, live: Option<&LiveView>) -> JobView {
     let spec: serde_json::Value = serde_json::from_str(&row.spec_json).unwrap_or_default();
     let resources = &spec["resources"];
-    let now = crate::engine::now_ms();
+    let now = state.clock.now_ms();
     let placement = row
         .placement_json
         .as_deref()

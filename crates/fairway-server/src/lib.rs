@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod clock;
 pub mod config;
 pub mod datadir;
 pub mod engine;
@@ -125,7 +126,7 @@ pub async fn start(mut config: ServerConfig) -> Result<RunningServer, ServerErro
     let exec = executor::spawn(Box::new(move |event| {
         let _ = to_engine.send(engine::Command::from(event));
     }));
-    let tokens = auth::Tokens::default();
+    let tokens = auth::Tokens::new(config.clock.clone());
     let classes = Arc::new(RwLock::new(fairway_spec::PriorityClasses::builtin()));
     let parts = EngineParts {
         config: config.clone(),
@@ -171,6 +172,7 @@ pub async fn start(mut config: ServerConfig) -> Result<RunningServer, ServerErro
         body_bytes_max: limits.request_body_bytes_max,
         body_read_timeout: std::time::Duration::from_secs(limits.body_read_timeout_seconds),
         list_jobs_max: limits.list_jobs_max,
+        clock: config.clock.clone(),
     };
     let listen_config = listen::ListenConfig {
         connections_max: limits.connections_max,

@@ -10,6 +10,7 @@
 //! preemption_protection:                                # per tier (preemption rule 1)
 //!   low: { min_run_seconds: 300, preemptions_per_hour_max: 3 }
 //!   high: { overrides_protection: true }                # may preempt protected runs
+//!   medium: { preemption_delay_seconds: 60 }            # waits a minute before preempting
 //! quotas: [{ project: vision, gpus_max: 6 }]
 //! workload: { source: { kind: synthetic, ... }, transforms: [...] }   # or `jobs:` (native specs)
 //! job_defaults: { checkpoint_interval_seconds: 1800, grace_seconds: 30 }
@@ -130,6 +131,9 @@ pub struct ProtectionSpec {
     /// The tier's jobs may preempt runs that rule 1 protects.
     #[serde(default)]
     pub overrides_protection: bool,
+    /// The tier's jobs wait this long for free GPUs before they preempt.
+    #[serde(default)]
+    pub preemption_delay_seconds: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -368,6 +372,16 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
             return Err(invalid(
                 format!("preemption_protection.{tier}.preemptions_per_hour_max"),
                 "must be at least 1 (to never preempt a tier, mark its jobs not preemptible)".to_owned(),
+            ));
+        }
+        if p.preemption_delay_seconds > fairway_spec::PREEMPTION_DELAY_SECONDS_MAX {
+            return Err(invalid(
+                format!("preemption_protection.{tier}.preemption_delay_seconds"),
+                format!(
+                    "must be at most {} (a day), got {}",
+                    fairway_spec::PREEMPTION_DELAY_SECONDS_MAX,
+                    p.preemption_delay_seconds
+                ),
             ));
         }
     }
@@ -612,6 +626,7 @@ fn sim_jobs(
             min_run_before_preemption_ms: rule_1.min_run_seconds * 1000,
             preemptions_per_hour_max: rule_1.preemptions_per_hour_max,
             overrides_protection: rule_1.overrides_protection,
+            preemption_delay_ms: rule_1.preemption_delay_seconds * 1000,
         };
         out.push(SimJob {
             spec,
@@ -642,6 +657,7 @@ fn tier_protection(classes: &PriorityClasses, given: &BTreeMap<String, Protectio
             min_run_seconds: class.min_run_seconds,
             preemptions_per_hour_max: class.preemptions_per_hour_max,
             overrides_protection: class.overrides_protection,
+            preemption_delay_seconds: class.preemption_delay_seconds,
         }
     })
 }

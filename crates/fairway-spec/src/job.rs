@@ -97,6 +97,7 @@ impl ResolvedJob {
             min_run_before_preemption_ms: secs_to_ms(self.protection.min_run_seconds),
             preemptions_per_hour_max: self.protection.preemptions_per_hour_max,
             overrides_protection: self.protection.overrides_protection,
+            preemption_delay_ms: secs_to_ms(self.protection.preemption_delay_seconds),
             checkpoint_interval_ms: doc.checkpoint_interval_seconds.map(secs_to_ms),
         })
     }

@@ -45,13 +45,13 @@ pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
 pub use interner::{AccountKind, InternError, Interned, Interner};
 pub use job::ResolvedJob;
 pub use model::{
-    Field, JobDoc, MIN_RUN_SECONDS_MAX, Origin, PREEMPTIONS_PER_HOUR_MAX, PreemptionPolicyDoc, PreemptionProtection,
-    PriorityClassDoc, PriorityRef, ResourcesDoc, SourceFormat, TenantOrigin,
+    Field, JobDoc, MIN_RUN_SECONDS_MAX, Origin, PREEMPTION_DELAY_SECONDS_MAX, PREEMPTIONS_PER_HOUR_MAX,
+    PreemptionPolicyDoc, PreemptionProtection, PriorityClassDoc, PriorityRef, ResourcesDoc, SourceFormat, TenantOrigin,
 };
 pub use native::parse_native_job;
 pub use priority::{
-    MIN_RUN_ANNOTATION, OVERRIDES_PROTECTION_ANNOTATION, PREEMPTIONS_PER_HOUR_ANNOTATION, PriorityClass,
-    PriorityClasses, USER_PRIORITY_MAX, parse_priority_class, protection_from_annotations,
+    MIN_RUN_ANNOTATION, OVERRIDES_PROTECTION_ANNOTATION, PREEMPTION_DELAY_ANNOTATION, PREEMPTIONS_PER_HOUR_ANNOTATION,
+    PriorityClass, PriorityClasses, USER_PRIORITY_MAX, parse_priority_class, protection_from_annotations,
 };
 
 use document::Doc;

@@ -214,8 +214,9 @@ impl From<PreemptionPolicy> for PreemptionPolicyDoc {
 }
 
 /// Rule 1 of the preemption order, per class: how long a run of the class is safe from
-/// preemption once started, and how often one job of the class may be preempted in any
-/// hour. Jobs keep the protection of the class they were accepted with.
+/// preemption once started, how often one job of the class may be preempted in any hour,
+/// and, on the preemptor's side, how long a job of the class waits for free GPUs before it
+/// preempts. Jobs keep the protection of the class they were accepted with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PreemptionProtection {
     /// A run younger than this is not a victim (0: no minimum).
@@ -227,11 +228,18 @@ pub struct PreemptionProtection {
     /// the built-in `critical` does).
     #[serde(default)]
     pub overrides_protection: bool,
+    /// A job of the class preempts only once it has waited this long since it entered the
+    /// queue (its submit, or its requeue after being preempted) (0: at once).
+    #[serde(default)]
+    pub preemption_delay_seconds: u64,
 }
 
 /// Longest `minRunBeforePreemptionSeconds`: a week. Longer is a class that should not be
 /// preemptible at all (`preemptible: false` on its jobs).
 pub const MIN_RUN_SECONDS_MAX: u64 = 7 * 24 * 3600;
+/// Longest `preemptionDelaySeconds`: a day. Longer is a class that should not preempt at
+/// all (`preemptionPolicy: Never`).
+pub const PREEMPTION_DELAY_SECONDS_MAX: u64 = 24 * 3600;
 /// Highest `preemptionsPerHourMax` (one a second).
 pub const PREEMPTIONS_PER_HOUR_MAX: u64 = 3600;
 
@@ -253,6 +261,12 @@ impl PreemptionProtection {
             let reason = format!("must be at most {MIN_RUN_SECONDS_MAX} (a week), got {}", self.min_run_seconds);
             return Err(("minRunBeforePreemptionSeconds", reason));
         }
+        if self.preemption_delay_seconds > PREEMPTION_DELAY_SECONDS_MAX {
+            return Err((
+                "preemptionDelaySeconds",
+                format!("{PREEMPTION_DELAY_EXPECTATION}, got {}", self.preemption_delay_seconds),
+            ));
+        }
         match self.preemptions_per_hour_max {
             Some(n) if n == 0 || u64::from(n) > PREEMPTIONS_PER_HOUR_MAX => {
                 Err(("preemptionsPerHourMax", format!("{}, got {n}", PER_HOUR_EXPECTATION)))
@@ -265,6 +279,7 @@ impl PreemptionProtection {
 pub(crate) const PER_HOUR_EXPECTATION: &str =
     "must be from 1 to 3600 (jobs that may never be preempted set preemptible: false)";
 pub(crate) const MIN_RUN_EXPECTATION: &str = "must be a whole number of seconds from 0 to 604800 (a week)";
+pub(crate) const PREEMPTION_DELAY_EXPECTATION: &str = "must be a whole number of seconds from 0 to 86400 (a day; a class that should never preempt sets preemptionPolicy: Never)";
 
 /// A priority class as found in the input, validated but not yet registered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -383,6 +398,8 @@ struct CompactOut<'a> {
     preemptions_per_hour_max: Option<u32>,
     #[serde(skip_serializing_if = "is_false")]
     overrides_protection: bool,
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    preemption_delay_seconds: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
 }
@@ -401,6 +418,7 @@ impl Serialize for PriorityClassDoc {
             min_run_before_preemption_seconds: self.protection.min_run_seconds,
             preemptions_per_hour_max: self.protection.preemptions_per_hour_max,
             overrides_protection: self.protection.overrides_protection,
+            preemption_delay_seconds: self.protection.preemption_delay_seconds,
             description: self.description.as_deref(),
         }
         .serialize(serializer)

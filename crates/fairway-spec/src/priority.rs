@@ -9,8 +9,9 @@ use serde_json::Value;
 
 use crate::error::{Issues, SpecError, SpecErrors};
 use crate::model::{
-    Field, MIN_RUN_EXPECTATION, MIN_RUN_SECONDS_MAX, Origin, PER_HOUR_EXPECTATION, PREEMPTIONS_PER_HOUR_MAX,
-    PreemptionPolicyDoc, PreemptionProtection, PriorityClassDoc, SourceFormat,
+    Field, MIN_RUN_EXPECTATION, MIN_RUN_SECONDS_MAX, Origin, PER_HOUR_EXPECTATION, PREEMPTION_DELAY_EXPECTATION,
+    PREEMPTION_DELAY_SECONDS_MAX, PREEMPTIONS_PER_HOUR_MAX, PreemptionPolicyDoc, PreemptionProtection,
+    PriorityClassDoc, SourceFormat,
 };
 use crate::names;
 use crate::path::Path;
@@ -25,6 +26,8 @@ pub const MIN_RUN_ANNOTATION: &str = "fairway.dev/min-run-before-preemption-seco
 pub const PREEMPTIONS_PER_HOUR_ANNOTATION: &str = "fairway.dev/preemptions-per-hour-max";
 /// `"true"`: the class's jobs may preempt runs that rule 1 protects.
 pub const OVERRIDES_PROTECTION_ANNOTATION: &str = "fairway.dev/overrides-preemption-protection";
+/// The PriorityClass annotation for rule 1's preemption delay (whole seconds, as a string).
+pub const PREEMPTION_DELAY_ANNOTATION: &str = "fairway.dev/preemption-delay-seconds";
 
 /// A class in a [`PriorityClasses`] registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -250,7 +253,11 @@ fn describe_protection(p: &PreemptionProtection) -> String {
         (Some(a), None) | (None, Some(a)) => a,
         (Some(a), Some(b)) => format!("{a} and {b}"),
     };
-    if p.overrides_protection { format!("{text}, overriding protection") } else { text }
+    let text = if p.overrides_protection { format!("{text}, overriding protection") } else { text };
+    match p.preemption_delay_seconds {
+        0 => text,
+        delay => format!("{text}; preempts after {delay} s of waiting"),
+    }
 }
 
 /// The rules Kubernetes applies to user-created classes.
@@ -275,6 +282,7 @@ const COMPACT_FIELDS: &[&str] = &[
     "minRunBeforePreemptionSeconds",
     "preemptionsPerHourMax",
     "overridesProtection",
+    "preemptionDelaySeconds",
     "description",
 ];
 
@@ -308,6 +316,12 @@ pub(crate) fn read_compact(mut obj: Obj<'_>, issues: &mut Issues) -> PriorityCla
             .take("overridesProtection")
             .and_then(|(v, path)| value::boolean(v, &path, issues))
             .unwrap_or(false),
+        preemption_delay_seconds: obj
+            .take("preemptionDelaySeconds")
+            .and_then(|(v, path)| {
+                value::uint_in(v, &path, issues, (0, PREEMPTION_DELAY_SECONDS_MAX), PREEMPTION_DELAY_EXPECTATION)
+            })
+            .unwrap_or(0),
     };
     let mut known = COMPACT_FIELDS.to_vec();
     known.extend(["apiVersion", "kind"]);
@@ -361,6 +375,7 @@ pub fn protection_from_annotations<'a>(get: impl Fn(&str) -> Option<&'a str>) ->
         min_run_seconds: read(MIN_RUN_ANNOTATION)?.unwrap_or(0),
         preemptions_per_hour_max: read(PREEMPTIONS_PER_HOUR_ANNOTATION)?.map(|n| n as u32),
         overrides_protection: overrides,
+        preemption_delay_seconds: read(PREEMPTION_DELAY_ANNOTATION)?.unwrap_or(0),
     })
 }
 
@@ -375,10 +390,10 @@ fn annotation_bool(text: &str) -> Result<bool, String> {
 
 /// One protection annotation's value; the `Err` is the reason.
 fn annotation_number(key: &str, text: &str) -> Result<u64, String> {
-    let (expectation, lo, hi) = if key == MIN_RUN_ANNOTATION {
-        (MIN_RUN_EXPECTATION, 0, MIN_RUN_SECONDS_MAX)
-    } else {
-        (PER_HOUR_EXPECTATION, 1, PREEMPTIONS_PER_HOUR_MAX)
+    let (expectation, lo, hi) = match key {
+        MIN_RUN_ANNOTATION => (MIN_RUN_EXPECTATION, 0, MIN_RUN_SECONDS_MAX),
+        PREEMPTION_DELAY_ANNOTATION => (PREEMPTION_DELAY_EXPECTATION, 0, PREEMPTION_DELAY_SECONDS_MAX),
+        _ => (PER_HOUR_EXPECTATION, 1, PREEMPTIONS_PER_HOUR_MAX),
     };
     match text.trim().parse::<u64>() {
         Ok(n) if (lo..=hi).contains(&n) => Ok(n),
@@ -394,6 +409,7 @@ fn read_protection_annotations(annotations: &mut Obj<'_>, issues: &mut Issues) -
     };
     let min_run_seconds = read(MIN_RUN_ANNOTATION).unwrap_or(0);
     let preemptions_per_hour_max = read(PREEMPTIONS_PER_HOUR_ANNOTATION).map(|n| n as u32);
+    let preemption_delay_seconds = read(PREEMPTION_DELAY_ANNOTATION).unwrap_or(0);
     let overrides_protection = annotations
         .take(OVERRIDES_PROTECTION_ANNOTATION)
         .and_then(|(v, path)| {
@@ -401,7 +417,7 @@ fn read_protection_annotations(annotations: &mut Obj<'_>, issues: &mut Issues) -
             annotation_bool(&text).map_err(|reason| issues.error(&path, reason)).ok()
         })
         .unwrap_or(false);
-    PreemptionProtection { min_run_seconds, preemptions_per_hour_max, overrides_protection }
+    PreemptionProtection { min_run_seconds, preemptions_per_hour_max, overrides_protection, preemption_delay_seconds }
 }
 
 fn per_hour(v: &Value, path: &Path, issues: &mut Issues) -> Option<u32> {

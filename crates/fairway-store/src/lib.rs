@@ -164,7 +164,8 @@ impl Store {
     pub fn priority_classes(&self) -> Result<Vec<PriorityClassRow>> {
         let mut stmt = self.conn.prepare(
             "SELECT name, value, preemption_policy, global_default, description, min_run_before_preemption_seconds,
-               preemptions_per_hour_max, overrides_preemption_protection FROM priority_classes ORDER BY name",
+               preemptions_per_hour_max, overrides_preemption_protection, preemption_delay_seconds
+             FROM priority_classes ORDER BY name",
         )?;
         let rows = stmt.query_map([], rows::class_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -198,8 +199,8 @@ impl Tx<'_> {
             .prepare_cached(
                 "INSERT INTO jobs (name, user, project, priority, priority_class, spec_json, state, submitted_at_ms,
                    pending_since_ms, min_run_before_preemption_seconds, preemptions_per_hour_max,
-                   overrides_preemption_protection)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9, ?10)",
+                   overrides_preemption_protection, preemption_delay_seconds)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?7, ?8, ?9, ?10, ?11)",
             )?
             .execute(params![
                 job.name,
@@ -212,6 +213,7 @@ impl Tx<'_> {
                 job.min_run_before_preemption_seconds as i64,
                 job.preemptions_per_hour_max,
                 job.overrides_preemption_protection,
+                job.preemption_delay_seconds as i64,
             ])?;
         let id = self.tx.last_insert_rowid();
         self.event(&NewEvent {
@@ -365,11 +367,12 @@ impl Tx<'_> {
         self.tx
             .prepare_cached(
                 "INSERT INTO priority_classes (name, value, preemption_policy, global_default, description,
-                   min_run_before_preemption_seconds, preemptions_per_hour_max, overrides_preemption_protection)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                   min_run_before_preemption_seconds, preemptions_per_hour_max, overrides_preemption_protection,
+                   preemption_delay_seconds)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT (name) DO UPDATE SET value = ?2, preemption_policy = ?3, global_default = ?4, description = ?5,
                    min_run_before_preemption_seconds = ?6, preemptions_per_hour_max = ?7,
-                   overrides_preemption_protection = ?8",
+                   overrides_preemption_protection = ?8, preemption_delay_seconds = ?9",
             )?
             .execute(params![
                 class.name,
@@ -380,6 +383,7 @@ impl Tx<'_> {
                 class.min_run_before_preemption_seconds as i64,
                 class.preemptions_per_hour_max,
                 class.overrides_preemption_protection,
+                class.preemption_delay_seconds as i64,
             ])?;
         Ok(())
     }

@@ -105,6 +105,11 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN min_run_before_preemption_seconds INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN preemptions_per_hour_max INTEGER;
     ALTER TABLE jobs ADD COLUMN overrides_preemption_protection INTEGER NOT NULL DEFAULT 0;",
+    // 4: rule 1's preemption delay per priority class (how long a job waits for free GPUs
+    //    before it preempts), on the classes and on each job as it was accepted. Rows from
+    //    before have none, as they had none.
+    "ALTER TABLE priority_classes ADD COLUMN preemption_delay_seconds INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN preemption_delay_seconds INTEGER NOT NULL DEFAULT 0;",
 ];
 
 pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {

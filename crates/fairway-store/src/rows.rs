@@ -66,6 +66,7 @@ pub struct NewJob {
     pub min_run_before_preemption_seconds: u64,
     pub preemptions_per_hour_max: Option<u32>,
     pub overrides_preemption_protection: bool,
+    pub preemption_delay_seconds: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -110,6 +111,7 @@ pub struct JobRow {
     pub min_run_before_preemption_seconds: u64,
     pub preemptions_per_hour_max: Option<u32>,
     pub overrides_preemption_protection: bool,
+    pub preemption_delay_seconds: u64,
 }
 
 impl JobRow {
@@ -195,6 +197,7 @@ pub struct PriorityClassRow {
     pub min_run_before_preemption_seconds: u64,
     pub preemptions_per_hour_max: Option<u32>,
     pub overrides_preemption_protection: bool,
+    pub preemption_delay_seconds: u64,
 }
 
 /// What a token may do. `admin` may do everything; `submitter` submits jobs and manages
@@ -329,7 +332,7 @@ pub(crate) const JOB_COLUMNS: &str = "id, name, user, project, priority, priorit
     submitted_at_ms, first_started_at_ms, started_at_ms, finished_at_ms, placement_json, run_dir, \
     processes_json, restart_count, preemptions, failures, runtime_done_ms, last_checkpoint_ms, exit_code, exit_signal, \
     stop_cause, stop_requested_at_ms, kill_at_ms, preemptor_id, retry_at_ms, hold_json, waited_ms, pending_since_ms, \
-    min_run_before_preemption_seconds, preemptions_per_hour_max, overrides_preemption_protection";
+    min_run_before_preemption_seconds, preemptions_per_hour_max, overrides_preemption_protection, preemption_delay_seconds";
 
 /// Reads one job row; a state the schema should have prevented is reported, not guessed.
 pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
@@ -378,6 +381,7 @@ pub(crate) fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<JobRow>> {
         min_run_before_preemption_seconds: r.get::<_, i64>(30)? as u64,
         preemptions_per_hour_max: r.get(31)?,
         overrides_preemption_protection: r.get(32)?,
+        preemption_delay_seconds: r.get::<_, i64>(33)? as u64,
     }))
 }
 
@@ -412,6 +416,7 @@ pub(crate) fn class_row(r: &Row<'_>) -> rusqlite::Result<PriorityClassRow> {
         min_run_before_preemption_seconds: r.get::<_, i64>(5)? as u64,
         preemptions_per_hour_max: r.get(6)?,
         overrides_preemption_protection: r.get(7)?,
+        preemption_delay_seconds: r.get::<_, i64>(8)? as u64,
     })
 }
 

@@ -9,7 +9,8 @@
 //!
 //! Rule 1 (`--min-run-seconds`, `--preemptions-per-hour-max`) is given to the
 //! `--protected-tiers` (default `medium` and `low`) through the server's config, as an
-//! operator would; rule 7 through
+//! operator would, and rule 1's preemption delay (`--preemption-delay-seconds`) to the
+//! `--delayed-tiers` (default `high` and `medium`); rule 7 through
 //! `limits.preemption_victims_per_cycle_max`. Everything is read back from the API once
 //! every job has succeeded: preemptions per job, the age of each run when it was preempted
 //! (from the job's `started` and `preempted` events), the wait to the first start and the
@@ -52,6 +53,13 @@ pub struct MixedBenchArgs {
     /// The tiers rule 1 is given to (`critical` is never preempted: nothing outranks it).
     #[arg(long, value_delimiter = ',', default_value = "medium,low")]
     pub protected_tiers: Vec<String>,
+    /// Rule 1 for the `--delayed-tiers`: their jobs wait this long for free GPUs before they
+    /// preempt (0: at once).
+    #[arg(long, default_value_t = 0)]
+    pub preemption_delay_seconds: u64,
+    /// The tiers the preemption delay is given to (`low` preempts nobody: nothing is below it).
+    #[arg(long, value_delimiter = ',', default_value = "high,medium")]
+    pub delayed_tiers: Vec<String>,
     /// Rule 7: victims in one scheduling cycle (default: the server's).
     #[arg(long)]
     pub victims_per_cycle_max: Option<u32>,
@@ -94,6 +102,8 @@ pub struct MixedReport {
     min_run_seconds: u64,
     preemptions_per_hour_max: u32,
     protected_tiers: Vec<String>,
+    preemption_delay_seconds: u64,
+    delayed_tiers: Vec<String>,
     victims_per_cycle_max: Option<u32>,
     /// From the first submission until the last job succeeded.
     makespan_seconds: f64,
@@ -124,8 +134,12 @@ pub fn run(args: &MixedBenchArgs) -> Result<()> {
     if args.jobs == 0 || args.arrivals_per_second.is_nan() || args.arrivals_per_second <= 0.0 {
         bail!("--jobs and --arrivals-per-second must be above 0");
     }
-    if let Some(t) = args.protected_tiers.iter().find(|t| !["high", "medium", "low"].contains(&t.as_str())) {
+    let unknown_tier = |t: &&String| !["high", "medium", "low"].contains(&t.as_str());
+    if let Some(t) = args.protected_tiers.iter().find(unknown_tier) {
         bail!("--protected-tiers: {t:?} is not high, medium or low");
+    }
+    if let Some(t) = args.delayed_tiers.iter().find(unknown_tier) {
+        bail!("--delayed-tiers: {t:?} is not high, medium or low");
     }
     let workload = workload(args);
     if let Some(path) = &args.workload_csv {
@@ -191,22 +205,29 @@ fn write_csv(path: &std::path::Path, jobs: &[MixedJob]) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// The server's config: rule 1 on `medium` and `low`, rule 7 if asked.
+/// The server's config: rule 1 on the protected and the delayed tiers, rule 7 if asked.
 fn config(args: &MixedBenchArgs) -> Result<fairway_server::ConfigFile> {
-    let mut yaml = String::new();
-    if args.min_run_seconds > 0 || args.preemptions_per_hour_max > 0 {
-        yaml += "priority_classes:\n";
-        let tiers = [("high", 1_000_000), ("medium", 100_000), ("low", 1_000)];
-        for (name, value) in tiers.into_iter().filter(|(t, _)| args.protected_tiers.iter().any(|p| p == t)) {
-            yaml += &format!(
-                "  - {{ name: {name}, value: {value}, min_run_before_preemption_seconds: {}",
-                args.min_run_seconds
-            );
+    let mut classes = String::new();
+    let protects = args.min_run_seconds > 0 || args.preemptions_per_hour_max > 0;
+    for (name, value) in [("high", 1_000_000), ("medium", 100_000), ("low", 1_000)] {
+        let mut fields = String::new();
+        if protects && args.protected_tiers.iter().any(|t| t == name) {
+            fields += &format!(", min_run_before_preemption_seconds: {}", args.min_run_seconds);
             if args.preemptions_per_hour_max > 0 {
-                yaml += &format!(", preemptions_per_hour_max: {}", args.preemptions_per_hour_max);
+                fields += &format!(", preemptions_per_hour_max: {}", args.preemptions_per_hour_max);
             }
-            yaml += " }\n";
         }
+        if args.preemption_delay_seconds > 0 && args.delayed_tiers.iter().any(|t| t == name) {
+            fields += &format!(", preemption_delay_seconds: {}", args.preemption_delay_seconds);
+        }
+        if !fields.is_empty() {
+            classes += &format!("  - {{ name: {name}, value: {value}{fields} }}\n");
+        }
+    }
+    let mut yaml = String::new();
+    if !classes.is_empty() {
+        yaml += "priority_classes:\n";
+        yaml += &classes;
     }
     if let Some(n) = args.victims_per_cycle_max {
         yaml += &format!("limits: {{ preemption_victims_per_cycle_max: {n} }}\n");
@@ -330,6 +351,8 @@ fn report(args: &MixedBenchArgs, workload: &[MixedJob], details: &[JobDetail], m
         min_run_seconds: args.min_run_seconds,
         preemptions_per_hour_max: args.preemptions_per_hour_max,
         protected_tiers: args.protected_tiers.clone(),
+        preemption_delay_seconds: args.preemption_delay_seconds,
+        delayed_tiers: args.delayed_tiers.clone(),
         victims_per_cycle_max: args.victims_per_cycle_max,
         makespan_seconds: makespan.as_secs_f64(),
         preemptions: per_job.iter().map(|&n| u64::from(n)).sum(),
@@ -350,13 +373,15 @@ fn mean(v: &[f64]) -> f64 {
 
 fn print_table(r: &MixedReport) {
     println!(
-        "{} jobs on {} GPUs (seed {}), rule 1 on {}: min run {} s, {} preemptions/h; makespan {:.0} s",
+        "{} jobs on {} GPUs (seed {}), rule 1 on {}: min run {} s, {} preemptions/h; delay {} s on {}; makespan {:.0} s",
         r.jobs,
         r.gpus,
         r.seed,
         r.protected_tiers.join("/"),
         r.min_run_seconds,
         if r.preemptions_per_hour_max == 0 { "no cap".to_owned() } else { r.preemptions_per_hour_max.to_string() },
+        r.preemption_delay_seconds,
+        r.delayed_tiers.join("/"),
         r.makespan_seconds
     );
     println!(
@@ -399,6 +424,8 @@ mod tests {
             min_run_seconds: 0,
             preemptions_per_hour_max: 0,
             protected_tiers: vec!["medium".into(), "low".into()],
+            preemption_delay_seconds: 0,
+            delayed_tiers: vec!["high".into(), "medium".into()],
             victims_per_cycle_max: None,
             workload_csv: None,
             data_dir: None,
@@ -440,5 +467,11 @@ mod tests {
         a.protected_tiers.push("high".into());
         assert!(config(&a).unwrap().priority_classes.iter().any(|c| c.name == "high"));
         assert_eq!(file.limits.preemption_victims_per_cycle_max, 4);
+        // The delay goes to its own tiers, beside any protection.
+        a.preemption_delay_seconds = 15;
+        let file = config(&a).unwrap();
+        let delay =
+            |name: &str| file.priority_classes.iter().find(|c| c.name == name).map(|c| c.preemption_delay_seconds);
+        assert_eq!((delay("high"), delay("medium"), delay("low")), (Some(15), Some(15), Some(0)));
     }
 }

@@ -117,7 +117,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     }
     let (root, temporary) = match &args.data_dir {
         Some(dir) => (dir.clone(), false),
-        None => (std::env::temp_dir().join(format!("fairway-soak-{}", fairway_server::engine::now_ms())), true),
+        None => (std::env::temp_dir().join(format!("fairway-soak-{}", fairway_server::clock::wall_ms())), true),
     };
     std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     let exe = std::env::current_exe().context("finding the fairway executable")?;

@@ -353,13 +353,14 @@ pub fn priority_classes_table(classes: &[PriorityClassView]) -> String {
     table(&["NAME", "VALUE", "PREEMPTION", "PROTECTION", "GLOBAL-DEFAULT", "DESCRIPTION"], &rows)
 }
 
-/// Rule 1 of a class, short: `min-run 300s, 3/h`, or `-`.
+/// Rule 1 of a class, short: `min-run 300s, 3/h, delay 20s`, or `-`.
 fn protection(c: &PriorityClassView) -> String {
     let min_run =
         (c.min_run_before_preemption_seconds > 0).then(|| format!("min-run {}s", c.min_run_before_preemption_seconds));
     let per_hour = c.preemptions_per_hour_max.map(|n| format!("{n}/h"));
     let overrides = c.overrides_preemption_protection.then(|| "overrides".to_owned());
-    let parts: Vec<String> = [min_run, per_hour, overrides].into_iter().flatten().collect();
+    let delay = (c.preemption_delay_seconds > 0).then(|| format!("delay {}s", c.preemption_delay_seconds));
+    let parts: Vec<String> = [min_run, per_hour, overrides, delay].into_iter().flatten().collect();
     if parts.is_empty() { NONE.to_string() } else { parts.join(", ") }
 }
 
@@ -774,6 +775,7 @@ user      bob       2/-    500m/-   0Mi/-
                 min_run_before_preemption_seconds: 0,
                 preemptions_per_hour_max: None,
                 overrides_preemption_protection: true,
+                preemption_delay_seconds: 0,
                 description: Some("production inference".to_string()),
             },
             PriorityClassView {
@@ -784,13 +786,14 @@ user      bob       2/-    500m/-   0Mi/-
                 min_run_before_preemption_seconds: 300,
                 preemptions_per_hour_max: Some(3),
                 overrides_preemption_protection: false,
+                preemption_delay_seconds: 20,
                 description: None,
             },
         ];
         let want = "\
-NAME       VALUE    PREEMPTION             PROTECTION          GLOBAL-DEFAULT   DESCRIPTION
-critical   100000   PreemptLowerPriority   overrides           false            production inference
-medium     1000     Never                  min-run 300s, 3/h   true             -
+NAME       VALUE    PREEMPTION             PROTECTION                     GLOBAL-DEFAULT   DESCRIPTION
+critical   100000   PreemptLowerPriority   overrides                      false            production inference
+medium     1000     Never                  min-run 300s, 3/h, delay 20s   true             -
 ";
         assert_eq!(priority_classes_table(&classes), want);
     }

@@ -137,6 +137,15 @@ pub struct InProcess {
 
 impl InProcess {
     pub fn start(gpus: &str, config_yaml: &str) -> InProcess {
+        InProcess::start_with_clock(gpus, config_yaml, std::sync::Arc::new(fairway_server::clock::SystemClock))
+    }
+
+    /// A server whose scheduling reads `clock` (a test's own, to drive time).
+    pub fn start_with_clock(
+        gpus: &str,
+        config_yaml: &str,
+        clock: std::sync::Arc<dyn fairway_server::clock::Clock>,
+    ) -> InProcess {
         let data_dir = tempfile::tempdir().unwrap();
         let mut config = fairway_server::ServerConfig::new(data_dir.path().to_path_buf());
         config.listen = "127.0.0.1:0".parse().unwrap();
@@ -149,6 +158,7 @@ impl InProcess {
         config.registry_dir = None;
         // The same answers on machines with and without a container runtime.
         config.file.container_runtime.get_or_insert_with(|| "none".into());
+        config.clock = clock;
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let server = rt.block_on(fairway_server::start(config)).unwrap();
         let api = Api::new(format!("http://{}", server.addr), Some(admin_token(data_dir.path())));
@@ -669,6 +679,62 @@ fn a_class_minimum_run_protects_a_fresh_run_from_preemption() {
 }
 
 #[test]
+fn a_class_preemption_delay_makes_its_jobs_wait_before_preempting() {
+    let config = "priority_classes:\n  - { name: patient, value: 500000, preemption_delay_seconds: 2 }\n";
+    let server = InProcess::start("1", config);
+    let api = &server.api;
+    let (_, classes) = api.json("GET", "/v1/priority-classes", None);
+    let patient = classes["priority_classes"].as_array().unwrap().iter().find(|c| c["name"] == "patient").cloned();
+    assert_eq!(patient.expect("the config's class is listed")["preemption_delay_seconds"], 2);
+
+    let low = api.submit(&trainer_job("nightly", "vision", "low", 1, 400, 50))[0];
+    api.wait_state(low, JobState::Running);
+    let urgent = api.submit(&trainer_job("ctr-model", "ads", "patient", 1, 2, 10))[0];
+    let submitted = api.job(urgent).job.submitted_at_ms;
+    let delayed = api.wait_for("the job to say it waits before preempting", |api| {
+        let (_, why) = api.json("GET", &format!("/v1/jobs/{urgent}/why"), None);
+        why["reasons"].as_array()?.iter().find(|r| r["code"] == "preemption_delayed").cloned()
+    });
+    assert_eq!(delayed["data"]["until_ms"].as_u64(), Some(submitted + 2_000), "{delayed}");
+    let done = api.wait_state(urgent, JobState::Succeeded);
+    let preempted = api.job(low).events.into_iter().find(|e| e.kind == "preempted").expect("preempted after all");
+    assert!(preempted.at_ms >= submitted + 2_000, "preempted {} ms after the submit", preempted.at_ms - submitted);
+    assert!(done.job.first_started_at_ms.unwrap() >= submitted + 2_000);
+}
+
+/// The server's clock drives its decisions: an hour's preemption delay and a token's
+/// expiry, tested in seconds with a clock the test moves.
+#[test]
+fn a_test_clock_drives_an_hour_long_delay_and_a_tokens_expiry() {
+    let clock = std::sync::Arc::new(fairway_server::clock::ManualClock::from_now());
+    let config = "priority_classes:\n  - { name: patient, value: 500000, preemption_delay_seconds: 3600 }\n";
+    let server = InProcess::start_with_clock("1", config, clock.clone());
+    let api = &server.api;
+    let body = serde_json::json!({"user": "ann", "project": "ads", "expires_in_seconds": 60}).to_string();
+    let (status, created) = api.json("POST", "/v1/tokens", Some(&body));
+    assert_eq!(status, 201, "{created}");
+    let ann = Api::new(api.base.clone(), Some(created["secret"].as_str().unwrap().to_owned()));
+    assert_eq!(ann.request("GET", "/v1/jobs", None).0, 200);
+
+    let low = api.submit(&trainer_job("nightly", "vision", "low", 1, 400, 50))[0];
+    api.wait_state(low, JobState::Running);
+    let urgent = api.submit(&trainer_job("ctr-model", "ads", "patient", 1, 2, 10))[0];
+    let submitted = api.job(urgent).job.submitted_at_ms;
+    let delayed = api.wait_for("the job to wait out its delay", |api| {
+        let (_, why) = api.json("GET", &format!("/v1/jobs/{urgent}/why"), None);
+        why["reasons"].as_array()?.iter().find(|r| r["code"] == "preemption_delayed").cloned()
+    });
+    assert_eq!(delayed["data"]["until_ms"].as_u64(), Some(submitted + 3_600_000), "{delayed}");
+
+    clock.advance(3_600_000);
+    let done = api.wait_state(urgent, JobState::Succeeded);
+    assert!(done.job.first_started_at_ms.unwrap() >= submitted + 3_600_000);
+    assert!(api.job(low).events.iter().any(|e| e.kind == "preempted" && e.at_ms >= submitted + 3_600_000));
+    let (status, answer) = ann.json("GET", "/v1/jobs", None);
+    assert_eq!(status, 401, "the token expired an hour ago by the server's clock: {answer}");
+}
+
+#[test]
 fn a_bad_protection_in_the_config_names_the_field() {
     let cases = [
         (
@@ -678,6 +744,10 @@ fn a_bad_protection_in_the_config_names_the_field() {
         (
             "priority_classes:\n  - { name: g, value: 5, min_run_before_preemption_seconds: 999999999 }\n",
             "priority_classes[0].min_run_before_preemption_seconds",
+        ),
+        (
+            "priority_classes:\n  - { name: g, value: 5, preemption_delay_seconds: 90000 }\n",
+            "priority_classes[0].preemption_delay_seconds",
         ),
     ];
     for (yaml, field) in cases {

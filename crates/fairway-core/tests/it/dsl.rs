@@ -15,7 +15,7 @@
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
 //! submit J prio=0 gpus=1 replicas=1 model=M cpu=0 mem=0 user=default project=default
 //!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS min-run=SECS
-//!        preemptions-per-hour=N id=N
+//!        preemptions-per-hour=N overrides-protection=yes|no preemption-delay=SECS id=N
 //! cancel J | exit J outcome=succeeded|failed|requeue | checkpoint J   (checkpoint time = at)
 //! cycle                 run a cycle; prints its decisions, then every pending job's reasons
 //! why J...              the human sentences of `Scheduler::why` (or the job's state)
@@ -167,6 +167,7 @@ impl Names {
                 format!("blocked_behind({} prio {priority})", self.j(*job))
             }
             PendingReason::VictimsProtected { until } => format!("victims_protected(until {until})"),
+            PendingReason::PreemptionDelayed { until } => format!("preemption_delayed(until {until})"),
             PendingReason::NoPreemptionCandidates
             | PendingReason::PreemptionDisabled
             | PendingReason::PreemptionBudgetExhausted
@@ -261,6 +262,7 @@ const SUBMIT_KEYS: &[&str] = &[
     "min-run",
     "preemptions-per-hour",
     "overrides-protection",
+    "preemption-delay",
     "id",
 ];
 
@@ -383,7 +385,7 @@ impl Runner {
         match self.sched().apply(event.clone(), now) {
             Ok(()) => {
                 let s = self.sched.as_ref().expect("created by sched()");
-                self.oracle.applied(s, &event).map_err(|e| format!("oracle after {what}: {e}"))
+                self.oracle.applied(s, &event, now).map_err(|e| format!("oracle after {what}: {e}"))
             }
             Err(e) => {
                 let msg = self.names.rename(&e.to_string());
@@ -719,6 +721,7 @@ impl Runner {
             line.get("preemptions-per-hour").map(|v| parse_num("preemptions-per-hour", v)).transpose()?;
         spec.overrides_protection =
             line.get("overrides-protection").map_or(Ok(false), |v| parse_bool("overrides-protection", v))?;
+        spec.preemption_delay_ms = line.get("preemption-delay").map_or(Ok(0), parse_time)?;
         Ok((name.to_string(), spec))
     }
 

@@ -11,7 +11,8 @@
 //! - a started gang has `replicas` replicas of `per_replica.gpus` GPUs each, on nodes of the
 //!   job's model; a fresh start uses schedulable nodes, a preemptor starts on its reservation;
 //! - a `Preempt` victim was running (or started earlier in the cycle), is preemptible and of strictly lower priority than its
-//!   preemptor, whose policy and the config allow preemption;
+//!   preemptor, whose policy and the config allow preemption, and whose class's preemption
+//!   delay (rule 1) has passed since it last entered the queue;
 //! - every pending job has a reason, and a job waiting for preemption names victims that are
 //!   still being preempted for it;
 //! - work conservation: after every cycle (those that preempt too), no pending job that is within its
@@ -43,6 +44,8 @@ pub struct Oracle {
     started_before: BTreeMap<JobId, Time>,
     /// When each job was chosen as a victim.
     preempted_at: BTreeMap<JobId, Vec<Time>>,
+    /// When each job last entered the queue (submit, or requeue), for rule 1's delay.
+    queued_at: BTreeMap<JobId, Time>,
     quotas: BTreeMap<AccountId, Quota>,
     /// Per capped account, what it may hold above its cap: what it held and had reserved
     /// when the cap was set (or a job restored), shrinking as that drains.
@@ -64,14 +67,19 @@ impl Oracle {
         Oracle { preempted_at, ..Oracle::default() }
     }
 
-    /// Record an event the scheduler accepted.
-    pub fn applied(&mut self, s: &Scheduler, event: &Event) -> Result<(), String> {
+    /// Record an event the scheduler accepted at `now`.
+    pub fn applied(&mut self, s: &Scheduler, event: &Event, now: Time) -> Result<(), String> {
         match event {
             Event::Submit(spec) => {
                 self.specs.insert(spec.id, spec.clone());
+                self.queued_at.insert(spec.id, now);
             }
             Event::Restore(job) => {
                 self.specs.insert(job.spec.id, job.spec.clone());
+                // A job preempted before re-entered the queue when last chosen as a victim.
+                let last_preempted = job.preempted_at.iter().copied().max();
+                self.queued_at
+                    .insert(job.spec.id, last_preempted.map_or(job.submitted_at, |t| t.max(job.submitted_at)));
                 if let Some(run) = &job.running {
                     self.live.insert(job.spec.id, run.placement.clone());
                     // A restored job keeps what it holds, above a cap too.
@@ -115,6 +123,12 @@ impl Oracle {
                 self.drained.remove(id);
             }
             Event::Cancel(_) | Event::Exited { .. } | Event::CheckpointReported { .. } => {}
+        }
+        // Started jobs back in the queue (an exit requeued, a node removed) entered it now.
+        for &id in self.live.keys() {
+            if matches!(s.job_status(id), Some(JobStatus::Pending { .. })) {
+                self.queued_at.insert(id, now);
+            }
         }
         self.refresh_live(s)?;
         self.drain_grandfathered(s);
@@ -230,6 +244,13 @@ impl Oracle {
                     started_now.insert(*job);
                 }
                 Decision::Preempt { victim, preemptor, .. } => {
+                    let delay_ends = self.queued_at[preemptor].plus_ms(self.spec(*preemptor)?.preemption_delay_ms);
+                    if self.now < delay_ends {
+                        return Err(format!(
+                            "{preemptor} preempted {victim} at {}, before its delay ends at {delay_ends}",
+                            self.now
+                        ));
+                    }
                     let overrides = self.spec(*preemptor)?.overrides_protection;
                     self.check_protection(*victim, overrides)?;
                     let v = self.spec(*victim)?;
@@ -443,7 +464,9 @@ impl Oracle {
         for id in s.pending() {
             let spec = &self.specs[&id];
             let reasons = s.why(id);
+            let delayed = self.now < self.queued_at[&id].plus_ms(spec.preemption_delay_ms);
             let skip = spec.preemption_policy == PreemptionPolicy::Never
+                || delayed
                 || matches!(s.job_status(id), Some(JobStatus::Pending { reserved: Some(_), .. }))
                 || reasons.iter().any(|r| {
                     matches!(

@@ -39,6 +39,7 @@ struct JobShape {
     min_run_s: u64,
     per_hour_max: Option<u32>,
     overrides_protection: bool,
+    preemption_delay_s: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -123,13 +124,14 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
             prop_oneof![3 => Just(0u64), 1 => 1..30u64],
             prop_oneof![3 => Just(None), 1 => (1..3u32).prop_map(Some)],
             prop::bool::weighted(0.1),
+            prop_oneof![3 => Just(0u64), 1 => 1..20u64],
         ),
     )
         .prop_map(
             |(
                 (priority, gpus, replicas, model, cpu, mem),
                 (user, project, preemptible, never, grace_s, ckpt_s, max_runtime_s, max_total_runtime_s),
-                (min_run_s, per_hour_max, overrides_protection),
+                (min_run_s, per_hour_max, overrides_protection, preemption_delay_s),
             )| {
                 JobShape {
                     priority,
@@ -149,6 +151,7 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
                     min_run_s,
                     per_hour_max,
                     overrides_protection,
+                    preemption_delay_s,
                 }
             },
         )
@@ -318,7 +321,7 @@ impl Driver {
             }
         }
         result.map_err(|e| format!("{event:?} refused: {e}"))?;
-        self.oracle.applied(&self.s, &event)
+        self.oracle.applied(&self.s, &event, self.now)
     }
 
     fn add_node(&mut self, n: &NodeShape) -> Result<(), String> {
@@ -413,6 +416,7 @@ impl Driver {
                 spec.min_run_before_preemption_ms = j.min_run_s * 1000;
                 spec.preemptions_per_hour_max = j.per_hour_max;
                 spec.overrides_protection = j.overrides_protection;
+                spec.preemption_delay_ms = j.preemption_delay_s * 1000;
                 self.apply(Event::Submit(spec))
             }
             Op::Cycle { dt_s } => {
@@ -750,6 +754,9 @@ fn spec_line(verb: &str, j: &JobSpec, now: Time) -> String {
     }
     if let Some(n) = j.preemptions_per_hour_max {
         line += &format!(" preemptions-per-hour={n}");
+    }
+    if j.preemption_delay_ms > 0 {
+        line += &format!(" preemption-delay={}ms", j.preemption_delay_ms);
     }
     line
 }

@@ -3,7 +3,7 @@
 
 use fairway_store::{NewToken, ProjectRow, Role};
 
-use super::{Engine, now_ms};
+use super::Engine;
 use crate::ServerError;
 use crate::api::{NewTokenRequest, ProjectList, ProjectSpec, ProjectView, TokenCreated};
 use crate::auth;
@@ -30,7 +30,7 @@ impl Engine {
                 t.secret_sha256 == digest
                     && t.role == Role::Admin
                     && t.revoked_at_ms.is_none()
-                    && t.expires_at_ms.is_none_or(|e| e > now_ms())
+                    && t.expires_at_ms.is_none_or(|e| e > self.now_ms())
             });
             if auth::is_well_formed(secret) && usable {
                 return Ok(());
@@ -43,7 +43,7 @@ impl Engine {
             user: server_user(),
             project: "default".into(),
             role: Role::Admin,
-            created_at_ms: now_ms(),
+            created_at_ms: self.now_ms(),
             expires_at_ms: None,
         };
         let mut tx = self.store.transaction()?;

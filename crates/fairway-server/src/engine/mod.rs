@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use fairway_core::{AccountId, Config, Event, JobId, Limits, NodeId, NodeSpec, Resources, Scheduler, Time};
 use fairway_exec::{ContainerRuntime, GpuLayout, GpuSource};
@@ -57,12 +57,6 @@ use crate::metrics::Metrics;
 
 /// Commands taken per loop turn: bounds the latency of the turn and the size of a commit.
 const BATCH_MAX: usize = 512;
-
-/// Milliseconds since the Unix epoch: the core's clock in the server. The engine is the
-/// only place that reads the wall clock for scheduling.
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
 
 pub type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
 
@@ -263,6 +257,12 @@ pub struct EngineParts {
 }
 
 impl Engine {
+    /// Milliseconds since the Unix epoch, from the config's clock: the core's time in the
+    /// server (see `crate::clock`).
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.config.clock.now_ms()
+    }
+
     /// Builds the core from the store: nodes, classes, quotas, then every unfinished job
     /// (pending ones at their original positions, live runs re-adopted).
     pub fn start(parts: EngineParts) -> Result<Engine, crate::ServerError> {
@@ -288,7 +288,8 @@ impl Engine {
             last_tick: Instant::now(),
         };
         // A store that cannot be written is refused now, before anything is restored.
-        engine.store.probe_write(now_ms())?;
+        let now = engine.now_ms();
+        engine.store.probe_write(now)?;
         engine.run_as = resolve_run_as(&engine.config)?;
         engine.bootstrap_admin_token()?;
         engine.write_config_settings()?;
@@ -329,7 +330,7 @@ impl Engine {
     }
 
     fn add_nodes(&mut self) -> Result<(), crate::ServerError> {
-        let now = Time(now_ms());
+        let now = Time(self.now_ms());
         for (i, node) in self.cluster.layout.nodes.iter().enumerate() {
             let gpu_model = self
                 .interner
@@ -369,7 +370,7 @@ impl Engine {
 
     /// On a tick while degraded: if the store takes a write again, rebuild from it.
     fn try_recover_store(&mut self) {
-        if self.store.probe_write(now_ms()).is_err() {
+        if self.store.probe_write(self.now_ms()).is_err() {
             return;
         }
         let problem = self.degraded.take();
@@ -421,7 +422,7 @@ impl Engine {
             self.turn_degraded(batch, &problem);
             return;
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let (submissions, rest): (Vec<Command>, Vec<Command>) =
             batch.into_iter().partition(|c| matches!(c, Command::Submit { .. }));
         if !submissions.is_empty() {
@@ -461,7 +462,7 @@ impl Engine {
             // A write failed this turn: no cycle on a state the store does not have.
         } else if self.dirty || ticked || self.core.next_wakeup().is_some_and(|t| t.millis() <= now) {
             self.dirty = false;
-            self.cycle(now_ms());
+            self.cycle(self.now_ms());
             let (_, allocated) = self.core.gpu_totals();
             self.metrics.gpus_allocated.set(i64::from(allocated));
         }

@@ -22,7 +22,7 @@ use fairway_store::{JobRow, JobState, NewEvent, StopRow};
 
 use super::runs::{StoredHold, parse_placement, placement_of};
 use super::submit::new_active;
-use super::{AccountKind, Engine, core_id, now_ms, tier_label};
+use super::{AccountKind, Engine, core_id, tier_label};
 use crate::ServerError;
 use crate::executor::{ExecCommand, ProcessRecord, RunExit};
 
@@ -60,6 +60,7 @@ impl Engine {
                     min_run_seconds: row.min_run_before_preemption_seconds,
                     preemptions_per_hour_max: row.preemptions_per_hour_max,
                     overrides_protection: row.overrides_preemption_protection,
+                    preemption_delay_seconds: row.preemption_delay_seconds,
                 },
                 row.description.as_deref().unwrap_or(""),
             ) {
@@ -80,7 +81,7 @@ impl Engine {
                 memory_mib_max: row.memory_mib_max,
             };
             self.core
-                .apply(Event::SetQuota { account, quota: Some(quota) }, Time(now_ms()))
+                .apply(Event::SetQuota { account, quota: Some(quota) }, Time(self.now_ms()))
                 .map_err(|e| ServerError::Config(e.to_string()))?;
         }
         Ok(())
@@ -99,7 +100,7 @@ impl Engine {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(id, "stored job cannot be read back; marking it failed: {e}");
-                    let event = recovered_event(id, format!("its stored spec cannot be read: {e}"));
+                    let event = recovered_event(id, format!("its stored spec cannot be read: {e}"), self.now_ms());
                     let _ =
                         self.write("a job that cannot be read back", |tx| tx.set_state(id, JobState::Failed, &event));
                     continue;
@@ -120,7 +121,7 @@ impl Engine {
         // other end of a run.
         for Ended { id, exit, killed } in ended {
             let run = self.jobs[&id].run;
-            self.run_ended(id, run, exit, killed, now_ms());
+            self.run_ended(id, run, exit, killed, self.now_ms());
         }
         self.touch();
         Ok(())
@@ -182,7 +183,7 @@ impl Engine {
         let stopping = row.stop.as_ref().and_then(restored_stop);
         let run = RestoredRun { placement, started_at: Time(started_at), stopping };
         let running = RestoredJob { running: Some(run), ..restored.clone() };
-        if let Err(e) = self.core.apply(Event::Restore(running), Time(now_ms())) {
+        if let Err(e) = self.core.apply(Event::Restore(running), Time(self.now_ms())) {
             // The node layout changed under the run (a smaller --gpus): it cannot keep its
             // GPUs. Stop what is left of it and queue it again.
             tracing::warn!(id, "run cannot be restored where it ran: {e}");
@@ -190,9 +191,10 @@ impl Engine {
                 let _ = fairway_exec::signal_group(p.pid, fairway_exec::Signal::Kill);
             }
             self.kill_leftovers(id, row.restart_count);
-            let event = recovered_event(id, format!("its run could not be restored ({e}); back in the queue"));
+            let event =
+                recovered_event(id, format!("its run could not be restored ({e}); back in the queue"), self.now_ms());
             let _ = self.write("a run that cannot be restored", |tx| tx.end_run(id, &requeue_end(), &event));
-            active.pending_since_ms = Some(now_ms());
+            active.pending_since_ms = Some(self.now_ms());
             self.restore_pending(id, restored, active, &tier, JobState::Pending, None)?;
             return Ok(None);
         }
@@ -217,7 +219,7 @@ impl Engine {
             return Ok(None);
         }
         self.kill_leftovers(id, run);
-        let killed = row.stop.as_ref().is_some_and(|s| s.kill_at_ms <= now_ms());
+        let killed = row.stop.as_ref().is_some_and(|s| s.kill_at_ms <= self.now_ms());
         let exit = ended_run(&replica_dirs);
         Ok(Some(Ended { id, killed: killed && exit == RunExit::Lost, exit }))
     }
@@ -231,7 +233,7 @@ impl Engine {
         was: JobState,
         retry_at_ms: Option<u64>,
     ) -> Result<(), ServerError> {
-        match retry_at_ms.filter(|at| *at > now_ms()) {
+        match retry_at_ms.filter(|at| *at > self.now_ms()) {
             // Still waiting out its backoff: it joins the queue when that is over.
             Some(at) => {
                 active.retry_at_ms = Some(at);
@@ -239,12 +241,12 @@ impl Engine {
             }
             None => {
                 self.core
-                    .apply(Event::Restore(restored), Time(now_ms()))
+                    .apply(Event::Restore(restored), Time(self.now_ms()))
                     .map_err(|e| ServerError::Config(e.to_string()))?;
             }
         }
         if was != JobState::Pending {
-            let event = recovered_event(id, "no run to restore; back in the queue".into());
+            let event = recovered_event(id, "no run to restore; back in the queue".into(), self.now_ms());
             let _ = self.write("a requeue at recovery", |tx| tx.set_state(id, JobState::Pending, &event));
         }
         active.state = JobState::Pending;
@@ -259,7 +261,7 @@ impl Engine {
         let Some(placement) = placement_of(hold.placement) else { return };
         let victims = hold.victims.iter().map(|v| core_id(*v)).collect();
         let hold = RestoredHold { preemptor: core_id(id), placement, victims };
-        if let Err(e) = self.core.apply(Event::RestoreHold(hold), Time(now_ms())) {
+        if let Err(e) = self.core.apply(Event::RestoreHold(hold), Time(self.now_ms())) {
             tracing::info!(id, "the hold of a preemptor is not restored: {e}");
         }
     }
@@ -320,6 +322,7 @@ fn resolved_from_row(row: &JobRow) -> Result<ResolvedJob, String> {
         min_run_seconds: row.min_run_before_preemption_seconds,
         preemptions_per_hour_max: row.preemptions_per_hour_max,
         overrides_protection: row.overrides_preemption_protection,
+        preemption_delay_seconds: row.preemption_delay_seconds,
     };
     Ok(ResolvedJob {
         doc,
@@ -375,8 +378,8 @@ fn ended_run(replica_dirs: &[PathBuf]) -> RunExit {
     }
 }
 
-fn recovered_event(id: i64, message: String) -> NewEvent {
-    NewEvent { job_id: id, at_ms: now_ms(), kind: "recovered".into(), reason: Some("server_restart".into()), message }
+fn recovered_event(id: i64, message: String, at_ms: u64) -> NewEvent {
+    NewEvent { job_id: id, at_ms, kind: "recovered".into(), reason: Some("server_restart".into()), message }
 }
 
 fn requeue_end() -> fairway_store::RunEnd {

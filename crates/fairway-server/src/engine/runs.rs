@@ -22,7 +22,7 @@ use fairway_core::{Decision, Event, ExitOutcome, JobStatus, PendingReason, Place
 use fairway_exec::{ContainerRun, LaunchSpec, PreemptNotice};
 use fairway_store::{JobState, NewEvent, RunEnd, RunRow, StopRow, Tx};
 
-use super::{AccountKind, Engine, core_id, now_ms, tier_label};
+use super::{AccountKind, Engine, core_id, tier_label};
 use crate::api::{CancelResponse, QuotaSpec, QuotaView};
 use crate::error::ApiError;
 use crate::executor::{ExecCommand, ProcessRecord, RunExit};
@@ -467,7 +467,9 @@ impl Engine {
             last_checkpoint: job.last_checkpoint_ms.map(Time),
             running: None,
         };
-        self.core.apply(Event::Restore(restored), Time(now_ms())).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.core
+            .apply(Event::Restore(restored), Time(self.now_ms()))
+            .map_err(|e| ApiError::internal(e.to_string()))?;
         if let Some(job) = self.jobs.get_mut(&id) {
             job.retry_at_ms = None;
         }
@@ -555,7 +557,7 @@ impl Engine {
         job.last_checkpoint_ms = Some(at_ms);
         if job.retry_at_ms.is_none() {
             self.core
-                .apply(Event::CheckpointReported { job: core_id(id), at: Time(at_ms) }, Time(now_ms()))
+                .apply(Event::CheckpointReported { job: core_id(id), at: Time(at_ms) }, Time(self.now_ms()))
                 .map_err(|e| ApiError::internal(e.to_string()))?;
         }
         Ok(())
@@ -569,7 +571,7 @@ impl Engine {
             let dir = super::jobdirs::JobDirs::of(&self.job_dir(id)).checkpoint;
             if let Some(at) = fairway_exec::checkpoint_marker_time(&dir)
                 && last.is_none_or(|l| at > l)
-                && let Err(e) = self.checkpoint(id, at.min(now_ms()))
+                && let Err(e) = self.checkpoint(id, at.min(self.now_ms()))
             {
                 tracing::warn!(id, "checkpoint marker: {e}");
             }
@@ -606,7 +608,7 @@ impl Engine {
             memory_mib_max: q.memory_mib_max,
         });
         self.core
-            .apply(Event::SetQuota { account: id, quota: core_quota }, Time(now_ms()))
+            .apply(Event::SetQuota { account: id, quota: core_quota }, Time(self.now_ms()))
             .map_err(|e| ApiError::internal(e.to_string()))?;
         self.touch();
         Ok(row.map(|_| self.quota_view(kind, account, id)))

@@ -288,6 +288,7 @@ impl Engine {
                     min_run_before_preemption_seconds: class.protection.min_run_seconds,
                     preemptions_per_hour_max: class.protection.preemptions_per_hour_max,
                     overrides_preemption_protection: class.protection.overrides_protection,
+                    preemption_delay_seconds: class.protection.preemption_delay_seconds,
                 })
                 .map_err(WriteFailure::Store)?;
             }
@@ -305,6 +306,7 @@ impl Engine {
                     min_run_before_preemption_seconds: job.protection.min_run_seconds,
                     preemptions_per_hour_max: job.protection.preemptions_per_hour_max,
                     overrides_preemption_protection: job.protection.overrides_protection,
+                    preemption_delay_seconds: job.protection.preemption_delay_seconds,
                 };
                 let id = tx.insert_job(&new).map_err(WriteFailure::Store)?;
                 ids.push(id);

@@ -78,7 +78,7 @@ impl Engine {
     /// A job waiting out a retry's backoff: when it returns to the queue, and why.
     fn backoff_reason(&self, id: i64, retry_at_ms: u64) -> ReasonView {
         let job = &self.jobs[&id];
-        let in_s = retry_at_ms.saturating_sub(super::now_ms()).div_ceil(1000);
+        let in_s = retry_at_ms.saturating_sub(self.now_ms()).div_ceil(1000);
         let retries = job.resolved.doc.retries;
         let message = format!(
             "its last run failed; it returns to the queue in {in_s}s (failure {} of {} allowed before it is marked failed)",
@@ -168,6 +168,13 @@ impl Engine {
             PendingReason::VictimsProtected { until } => (
                 format!(
                     "the lower-priority work that would make room is protected from preemption (its class's minimum run or hourly limit); the first protection ends at {} (Unix ms)",
+                    until.millis()
+                ),
+                json!({"until_ms": until.millis()}),
+            ),
+            PendingReason::PreemptionDelayed { until } => (
+                format!(
+                    "waits for free GPUs before preempting (its class's preemption delay); it may preempt from {} (Unix ms)",
                     until.millis()
                 ),
                 json!({"until_ms": until.millis()}),
@@ -262,6 +269,7 @@ impl Engine {
                     min_run_before_preemption_seconds: c.protection.min_run_seconds,
                     preemptions_per_hour_max: c.protection.preemptions_per_hour_max,
                     overrides_preemption_protection: c.protection.overrides_protection,
+                    preemption_delay_seconds: c.protection.preemption_delay_seconds,
                     description: Some(c.description.clone()).filter(|d| !d.is_empty()),
                 })
                 .collect(),

@@ -177,8 +177,7 @@ fn a_class_carries_rule_1_protection_in_both_forms() {
         "name": "batch", "value": 500, "minRunBeforePreemptionSeconds": 300, "preemptionsPerHourMax": 3
     });
     let doc = parse_priority_class(&compact, 1, "").unwrap();
-    let want =
-        PreemptionProtection { min_run_seconds: 300, preemptions_per_hour_max: Some(3), overrides_protection: false };
+    let want = PreemptionProtection { min_run_seconds: 300, preemptions_per_hour_max: Some(3), ..none() };
     assert_eq!(doc.protection, want);
     let text = serde_json::to_string(&doc).unwrap();
     assert!(text.contains(r#""minRunBeforePreemptionSeconds":300,"preemptionsPerHourMax":3"#), "{text}");
@@ -217,7 +216,17 @@ fn a_class_carries_rule_1_protection_in_both_forms() {
 
 #[test]
 fn bad_protection_names_the_field_and_the_reason() {
-    let cases: [(serde_json::Value, &str, &str); 4] = [
+    let cases: [(serde_json::Value, &str, &str); 6] = [
+        (
+            json!({ "name": "b", "value": 1, "preemptionDelaySeconds": 90000 }),
+            "preemptionDelaySeconds",
+            "from 0 to 86400",
+        ),
+        (
+            json!({ "name": "b", "value": 1, "preemptionDelaySeconds": "10s" }),
+            "preemptionDelaySeconds",
+            "preemptionPolicy: Never",
+        ),
         (json!({ "name": "b", "value": 1, "preemptionsPerHourMax": 0 }), "preemptionsPerHourMax", "preemptible: false"),
         (json!({ "name": "b", "value": 1, "preemptionsPerHourMax": 5000 }), "preemptionsPerHourMax", "from 1 to 3600"),
         (
@@ -254,8 +263,7 @@ fn bad_protection_names_the_field_and_the_reason() {
 #[test]
 fn a_built_in_class_may_be_given_a_protection_once() {
     let mut classes = PriorityClasses::builtin();
-    let guard =
-        PreemptionProtection { min_run_seconds: 30, preemptions_per_hour_max: Some(2), overrides_protection: false };
+    let guard = PreemptionProtection { min_run_seconds: 30, preemptions_per_hour_max: Some(2), ..none() };
     classes.add("low", 1_000, false, PreemptionPolicy::PreemptLowerPriority, guard, "").unwrap();
     assert_eq!(classes.resolve("low").unwrap().protection, guard);
     assert!(classes.resolve("low").unwrap().builtin);
@@ -290,4 +298,45 @@ fn critical_overrides_protection_and_any_class_may_be_told_to() {
     let guard = PreemptionProtection { min_run_seconds: 60, ..PreemptionProtection::overriding() };
     classes.add("critical", 10_000_000, false, PreemptionPolicy::PreemptLowerPriority, guard, "").unwrap();
     assert_eq!(classes.resolve("critical").unwrap().protection, guard);
+}
+
+#[test]
+fn a_class_may_delay_its_jobs_preemptions_in_every_form() {
+    let doc =
+        parse_priority_class(&json!({ "name": "batch", "value": 500, "preemptionDelaySeconds": 20 }), 1, "").unwrap();
+    let want = PreemptionProtection { preemption_delay_seconds: 20, ..none() };
+    assert_eq!(doc.protection, want);
+    let text = serde_json::to_string(&doc).unwrap();
+    assert!(text.contains(r#""preemptionDelaySeconds":20"#), "{text}");
+    let back: fairway_spec::PriorityClassDoc = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.protection, want);
+
+    let kube = b"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: batch\n  annotations:\n    fairway.dev/preemption-delay-seconds: \"20\"\nvalue: 500\n";
+    let parsed = parse_documents(kube, &ParseLimits::default()).unwrap();
+    assert_eq!(parsed.priority_classes[0].protection, want);
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    let bad = b"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: batch\n  annotations:\n    fairway.dev/preemption-delay-seconds: \"2d\"\nvalue: 500\n";
+    let errors = parse_documents(bad, &ParseLimits::default()).unwrap_err();
+    assert_eq!(errors.0[0].path, r#"metadata.annotations["fairway.dev/preemption-delay-seconds"]"#);
+    let err = fairway_spec::protection_from_annotations(|k| {
+        (k == fairway_spec::PREEMPTION_DELAY_ANNOTATION).then_some("86401")
+    })
+    .unwrap_err();
+    assert!(err.starts_with("annotation fairway.dev/preemption-delay-seconds: must be"), "{err}");
+
+    // A job of the class gets it, in milliseconds in the core's spec.
+    let mut classes = PriorityClasses::builtin();
+    classes.register(&doc).unwrap();
+    let (jobs, _) = load(
+        b"name: j\ntenant: { user: u, project: p }\npriority: batch\nresources: { gpus: 1 }\ncommand: [\"true\"]\n",
+        &mut classes,
+    )
+    .unwrap();
+    assert_eq!(jobs[0].protection, want);
+    let core = jobs[0].to_core(fairway_core::JobId(1), &mut fairway_spec::Interner::new()).unwrap();
+    assert_eq!(core.preemption_delay_ms, 20_000);
+    // Described in the registry's own words.
+    let other = parse_priority_class(&json!({ "name": "batch", "value": 500 }), 1, "").unwrap();
+    let err = classes.register(&other).unwrap_err();
+    assert!(err.reason.contains("preempts after 20 s of waiting"), "{}", err.reason);
 }

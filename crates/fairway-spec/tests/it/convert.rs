@@ -32,6 +32,7 @@ fn a_native_job_converts_field_by_field() {
             min_run_before_preemption_ms: 0,
             preemptions_per_hour_max: None,
             overrides_protection: false,
+            preemption_delay_ms: 0,
         }
     );
     assert_eq!(interner.account_name(spec.user), Some((AccountKind::User, "alice")));

@@ -14,6 +14,7 @@ fn new_job(name: &str, project: &str, priority: i32, at: u64) -> NewJob {
         min_run_before_preemption_seconds: 0,
         preemptions_per_hour_max: None,
         overrides_preemption_protection: false,
+        preemption_delay_seconds: 0,
     }
 }
 
@@ -66,6 +67,8 @@ fn a_version_2_file_is_upgraded_and_its_rows_get_no_protection() {
          ALTER TABLE priority_classes DROP COLUMN preemptions_per_hour_max;
          ALTER TABLE priority_classes DROP COLUMN overrides_preemption_protection;
          ALTER TABLE jobs DROP COLUMN overrides_preemption_protection;
+         ALTER TABLE priority_classes DROP COLUMN preemption_delay_seconds;
+         ALTER TABLE jobs DROP COLUMN preemption_delay_seconds;
          PRAGMA user_version = 2;",
     )
     .unwrap();
@@ -75,6 +78,33 @@ fn a_version_2_file_is_upgraded_and_its_rows_get_no_protection() {
     let row = store.job(id).unwrap().expect("the job survives the upgrade");
     assert_eq!((row.name.as_str(), row.submitted_at_ms), ("a", 1_000));
     assert_eq!((row.min_run_before_preemption_seconds, row.preemptions_per_hour_max), (0, None));
+}
+
+/// A file written by the release before migration 4 (rule 1's preemption delay).
+#[test]
+fn a_version_3_file_is_upgraded_and_keeps_its_protection_without_a_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fairway.db");
+    let mut store = Store::open(&path).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let job =
+        NewJob { min_run_before_preemption_seconds: 60, preemption_delay_seconds: 9, ..new_job("a", "ads", 10, 1) };
+    let id = tx.insert_job(&job).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(store.job(id).unwrap().unwrap().preemption_delay_seconds, 9);
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE priority_classes DROP COLUMN preemption_delay_seconds;
+         ALTER TABLE jobs DROP COLUMN preemption_delay_seconds;
+         PRAGMA user_version = 3;",
+    )
+    .unwrap();
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let row = store.job(id).unwrap().expect("the job survives the upgrade");
+    assert_eq!((row.min_run_before_preemption_seconds, row.preemption_delay_seconds), (60, 0));
 }
 
 #[test]
@@ -214,6 +244,7 @@ fn quotas_and_priority_classes_upsert() {
         min_run_before_preemption_seconds: 300,
         preemptions_per_hour_max: Some(3),
         overrides_preemption_protection: true,
+        preemption_delay_seconds: 15,
     })
     .unwrap();
     tx.commit().unwrap();
@@ -223,9 +254,10 @@ fn quotas_and_priority_classes_upsert() {
         (
             class.min_run_before_preemption_seconds,
             class.preemptions_per_hour_max,
-            class.overrides_preemption_protection
+            class.overrides_preemption_protection,
+            class.preemption_delay_seconds
         ),
-        (300, Some(3), true)
+        (300, Some(3), true, 15)
     );
     assert_eq!(store.priority_classes().unwrap()[0].value, 5_000_000);
     let mut tx = store.transaction().unwrap();

@@ -1,0 +1,61 @@
+//! The server's clock for scheduling: milliseconds since the Unix epoch, read through a
+//! small trait so that tests can drive time (a token's expiry, a retry's backoff, a class's
+//! minimum run or preemption delay) without waiting for it.
+//!
+//! Only the server's own decisions read it (the engine, the API's token checks and views).
+//! Times a job's supervisor writes (a run's end in `exit.json`, a checkpoint's time) are
+//! the machine's wall clock, so a test that moves the clock far from it should not run jobs
+//! across the jump.
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch.
+pub trait Clock: Debug + Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// The machine's wall clock: what a server runs with.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
+/// A clock that moves only when told to (tests). It never goes back.
+#[derive(Debug)]
+pub struct ManualClock {
+    ms: AtomicU64,
+}
+
+impl ManualClock {
+    pub fn new(start_ms: u64) -> ManualClock {
+        ManualClock { ms: AtomicU64::new(start_ms) }
+    }
+
+    /// Starting at the wall clock's time now.
+    pub fn from_now() -> ManualClock {
+        ManualClock::new(SystemClock.now_ms())
+    }
+
+    /// Move forward by `ms`.
+    pub fn advance(&self, ms: u64) {
+        self.ms.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.ms.load(Ordering::SeqCst)
+    }
+}
+
+/// The wall clock's time now, for what is not a scheduling decision (a unique name, a
+/// stamp on a file).
+pub fn wall_ms() -> u64 {
+    SystemClock.now_ms()
+}
