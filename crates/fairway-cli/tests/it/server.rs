@@ -647,6 +647,14 @@ fn children_left_behind_by_a_finished_job_are_killed() {
 
 /// Rule 1 from the server's config: a class with a minimum run protects a fresh run; the
 /// high job waits, says why and until when, and preempts once the minimum run is over.
+/// Waits until `GET /v1/jobs/{job}/why` gives a reason with `code`, and returns it.
+fn wait_for_reason(api: &Api, job: i64, code: &str) -> Value {
+    api.wait_for(&format!("job {job} to say {code}"), |api| {
+        let (_, why) = api.json("GET", &format!("/v1/jobs/{job}/why"), None);
+        why["reasons"].as_array()?.iter().find(|r| r["code"] == code).cloned()
+    })
+}
+
 #[test]
 fn a_class_minimum_run_protects_a_fresh_run_from_preemption() {
     let config = "priority_classes:\n  - { name: guarded, value: 500, min_run_before_preemption_seconds: 3, \
@@ -665,12 +673,8 @@ fn a_class_minimum_run_protects_a_fresh_run_from_preemption() {
     let low = api.submit(&trainer_job("nightly", "vision", "guarded", 1, 400, 50))[0];
     let started = api.wait_state(low, JobState::Running).job.started_at_ms.unwrap();
     let high = api.submit(&trainer_job("ctr-model", "ads", "high", 1, 2, 10))[0];
-    let (_, why) = api.json("GET", &format!("/v1/jobs/{high}/why"), None);
-    let protected = api.wait_for("the high job to say its victim is protected", |api| {
-        let (_, why) = api.json("GET", &format!("/v1/jobs/{high}/why"), None);
-        why["reasons"].as_array()?.iter().find(|r| r["code"] == "victims_protected").cloned()
-    });
-    let until = protected["data"]["until_ms"].as_u64().unwrap_or_else(|| panic!("{protected} / {why}"));
+    let protected = wait_for_reason(api, high, "victims_protected");
+    let until = protected["data"]["until_ms"].as_u64().unwrap_or_else(|| panic!("{protected}"));
     assert_eq!(until, started + 3_000, "protected until the end of the minimum run: {protected}");
     let high_done = api.wait_state(high, JobState::Succeeded);
     let preempted = api.job(low).events.into_iter().find(|e| e.kind == "preempted").expect("preempted after all");
@@ -691,10 +695,7 @@ fn a_class_preemption_delay_makes_its_jobs_wait_before_preempting() {
     api.wait_state(low, JobState::Running);
     let urgent = api.submit(&trainer_job("ctr-model", "ads", "patient", 1, 2, 10))[0];
     let submitted = api.job(urgent).job.submitted_at_ms;
-    let delayed = api.wait_for("the job to say it waits before preempting", |api| {
-        let (_, why) = api.json("GET", &format!("/v1/jobs/{urgent}/why"), None);
-        why["reasons"].as_array()?.iter().find(|r| r["code"] == "preemption_delayed").cloned()
-    });
+    let delayed = wait_for_reason(api, urgent, "preemption_delayed");
     assert_eq!(delayed["data"]["until_ms"].as_u64(), Some(submitted + 2_000), "{delayed}");
     let done = api.wait_state(urgent, JobState::Succeeded);
     let preempted = api.job(low).events.into_iter().find(|e| e.kind == "preempted").expect("preempted after all");
@@ -720,10 +721,7 @@ fn a_test_clock_drives_an_hour_long_delay_and_a_tokens_expiry() {
     api.wait_state(low, JobState::Running);
     let urgent = api.submit(&trainer_job("ctr-model", "ads", "patient", 1, 2, 10))[0];
     let submitted = api.job(urgent).job.submitted_at_ms;
-    let delayed = api.wait_for("the job to wait out its delay", |api| {
-        let (_, why) = api.json("GET", &format!("/v1/jobs/{urgent}/why"), None);
-        why["reasons"].as_array()?.iter().find(|r| r["code"] == "preemption_delayed").cloned()
-    });
+    let delayed = wait_for_reason(api, urgent, "preemption_delayed");
     assert_eq!(delayed["data"]["until_ms"].as_u64(), Some(submitted + 3_600_000), "{delayed}");
 
     clock.advance(3_600_000);
