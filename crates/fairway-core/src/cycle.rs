@@ -3,17 +3,14 @@
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::cluster::{Node, Nodes};
-use crate::config::ScoringPolicy;
 use crate::decision::{Decision, PendingReason, StopCause};
+use crate::free_room::FreeRoom;
 use crate::ids::{GroupIx, GroupKey, JobIx, NodeIx, QueueKey};
 use crate::model::{JobState, Reservation, Termination};
-use crate::placement::{Candidate, choose_nodes};
 use crate::preemption::{PreemptionScope, VictimPlan};
 use crate::queue::{GrownRoom, QuotaWake, Reasons, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
-use crate::types::{
-    AccountId, GpuModel, GpuSet, NodeId, Placement, Priority, ReplicaPlacement, ResourceKind, Resources, Time,
-};
+use crate::types::{AccountId, GpuModel, GpuSet, Placement, Priority, ReplicaPlacement, ResourceKind, Resources, Time};
 
 /// What one cycle did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -530,10 +527,14 @@ impl Scheduler {
         if memo.no_fit.get(&shape).is_none() {
             let gpus = shape.per_replica.gpus;
             let placement = match shape.replicas {
-                1 => self.place_one(shape.model, shape.per_replica).map(|node| self.assign_slots(&[(node, 1)], gpus)),
-                _ => {
-                    self.try_place(shape.model, shape.per_replica, shape.replicas).map(|c| self.assign_slots(&c, gpus))
-                }
+                1 => self
+                    .free_room()
+                    .place_one(shape.model, shape.per_replica)
+                    .map(|node| self.assign_slots(&[(node, 1)], gpus)),
+                _ => self
+                    .free_room()
+                    .place(shape.model, shape.per_replica, shape.replicas)
+                    .map(|c| self.assign_slots(&c, gpus)),
             };
             if let Some(placement) = placement {
                 let id = self.jobs[ix].spec.id;
@@ -702,92 +703,13 @@ impl Scheduler {
         }
     }
 
-    /// Free room on schedulable nodes for the job's shape: `(node, replicas)` or `None`.
-    pub(crate) fn try_place(
-        &self,
-        model: Option<GpuModel>,
-        per_replica: Resources,
-        replicas: u32,
-    ) -> Option<Vec<(NodeId, u32)>> {
-        let candidates = self.free_candidates(model, per_replica, replicas);
-        choose_nodes(&candidates, per_replica, replicas, self.config.policy.scoring)
-    }
-
-    /// Where one replica goes on free room, as `try_place` would choose, without building
-    /// the candidate list: the best-scored of the first feasible nodes (at most
-    /// `candidate_nodes_scored_max`) at the first GPU level, in the policy's direction, that
-    /// has any.
-    pub(crate) fn place_one(&self, model: Option<GpuModel>, per_replica: Resources) -> Option<NodeId> {
-        let lowest = per_replica.gpus;
-        let highest = self.nodes.index.level_max();
-        if lowest > highest {
-            return None;
+    /// The read-only view free-room placement walks.
+    fn free_room(&self) -> FreeRoom<'_> {
+        FreeRoom {
+            nodes: &self.nodes,
+            scoring: self.config.policy.scoring,
+            scored_max: self.config.limits.candidate_nodes_scored_max as usize,
         }
-        let policy = self.config.policy.scoring;
-        let cap = self.config.limits.candidate_nodes_scored_max as usize;
-        let mut best: Option<(i64, std::cmp::Reverse<NodeId>)> = None;
-        let mut scored = 0usize;
-        for step in 0..=(highest - lowest) {
-            let level = if policy == ScoringPolicy::Spread { highest - step } else { lowest + step };
-            if !self.nodes.index.any_at_level(model, level) {
-                continue;
-            }
-            for node_ix in self.nodes.index.at_level(model, level) {
-                let node = self.nodes.at(node_ix);
-                let available = node.available();
-                if !per_replica.fits_in(available) {
-                    continue;
-                }
-                let candidate = Candidate { node: node.spec.id, available, capacity: node.spec.capacity };
-                let key = (crate::placement::score(policy, &candidate, per_replica), std::cmp::Reverse(node.spec.id));
-                if best.is_none_or(|b| key > b) {
-                    best = Some(key);
-                }
-                scored += 1;
-                if scored >= cap {
-                    return best.map(|(_, std::cmp::Reverse(node))| node);
-                }
-            }
-            if best.is_some() {
-                return best.map(|(_, std::cmp::Reverse(node))| node);
-            }
-        }
-        None
-    }
-
-    /// Candidate nodes from the free index. One replica: walk GPU levels in the scoring
-    /// policy's preferred direction and stop at the first level with a feasible node (GPU
-    /// fit dominates the score), scoring at most `candidate_nodes_scored_max`. A gang: all
-    /// nodes with room for at least one replica, since fewest-nodes needs the whole picture.
-    fn free_candidates(&self, model: Option<GpuModel>, per_replica: Resources, replicas: u32) -> Vec<Candidate> {
-        let lowest = per_replica.gpus;
-        let highest = self.nodes.index.level_max();
-        if lowest > highest {
-            return Vec::new();
-        }
-        let spread_single = replicas == 1 && self.config.policy.scoring == ScoringPolicy::Spread;
-        let cap = self.config.limits.candidate_nodes_scored_max as usize;
-        let mut out = Vec::with_capacity(cap.min(16));
-        for step in 0..=(highest - lowest) {
-            let level = if spread_single { highest - step } else { lowest + step };
-            if !self.nodes.index.any_at_level(model, level) {
-                continue;
-            }
-            for node_ix in self.nodes.index.at_level(model, level) {
-                let node = self.nodes.at(node_ix);
-                let available = node.available();
-                if per_replica.fits_in(available) {
-                    out.push(Candidate { node: node.spec.id, available, capacity: node.spec.capacity });
-                    if replicas == 1 && out.len() >= cap {
-                        return out;
-                    }
-                }
-            }
-            if replicas == 1 && !out.is_empty() {
-                return out;
-            }
-        }
-        out
     }
 
     /// Issue the preemptions of a plan and hold the freed GPUs for the preemptor.

@@ -15,6 +15,7 @@ pub mod config;
 mod cycle;
 pub mod decision;
 pub mod event;
+mod free_room;
 mod ids;
 mod invariants;
 mod jobs;
