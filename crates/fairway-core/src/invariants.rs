@@ -33,16 +33,19 @@ impl Scheduler {
         self.queue.check()?;
         let nodes: Vec<&crate::cluster::Node> = self.nodes.iter().collect();
         self.nodes.index.check(self.nodes.iter())?;
-        let mut charged: BTreeMap<AccountId, Resources> = BTreeMap::new();
-        let mut charge = |_: JobId, a: AccountId, r: Resources| {
-            let c = charged.entry(a).or_default();
-            *c = c.plus(r);
+        let account_ids = self.ledger.account_ids();
+        let account =
+            |id: JobId, a: AccountId| account_ids.binary_search(&a).map_err(|_| format!("{id} charged to unknown {a}"));
+        let mut charged = vec![Resources::ZERO; account_ids.len()];
+        let mut charge = |id: JobId, a: AccountId, r: Resources| {
+            let i = account(id, a)?;
+            charged[i] = charged[i].plus(r);
             Ok::<(), String>(())
         };
         let mut terminating = 0usize;
         let mut tallies = VictimTallies::default();
-        // Per account, its running preemptible GPUs by priority (when tracked).
-        let mut own: BTreeMap<AccountId, BTreeMap<crate::types::Priority, u32>> = BTreeMap::new();
+        // Per capped account, its running preemptible GPUs by priority (when tracked).
+        let mut own: Vec<BTreeMap<crate::types::Priority, u32>> = vec![BTreeMap::new(); account_ids.len()];
         for node in &nodes {
             let node_id = node.spec.id;
             let (mut owned, mut used) = (GpuSet::EMPTY, Resources::ZERO);
@@ -88,8 +91,8 @@ impl Scheduler {
                         let gpus = job.spec.total().gpus;
                         if job.spec.preemptible {
                             tallies.add(job.spec.priority, gpus);
-                            for a in job.accounts().filter(|_| gpus > 0) {
-                                *own.entry(a).or_default().entry(job.spec.priority).or_default() += gpus;
+                            for a in job.accounts().filter(|a| gpus > 0 && self.ledger.is_capped(*a)) {
+                                *own[account(id, a)?].entry(job.spec.priority).or_default() += gpus;
                             }
                         }
                         self.check_victim_entries(ix, job)?;

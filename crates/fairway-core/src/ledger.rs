@@ -206,29 +206,34 @@ impl Ledger {
         }
     }
 
-    /// The ledger against what the jobs add up to: `charged` and `preemptible` per account
-    /// (every account the ledger knows, in id order; `preemptible` only counted for capped
-    /// accounts), the count of capped accounts, and every account within its cap or what
-    /// the cap grandfathered.
-    pub fn check(
-        &self,
-        charged: &BTreeMap<AccountId, Resources>,
-        preemptible: &BTreeMap<AccountId, BTreeMap<Priority, u32>>,
-    ) -> Result<(), String> {
-        if let Some(unknown) = charged.keys().find(|a| !self.accounts.contains_key(a)) {
-            return Err(format!("a job is charged to unknown {unknown}"));
-        }
+    /// The accounts it knows, in id order: what `check` expects its figures in.
+    pub fn account_ids(&self) -> Vec<AccountId> {
+        self.accounts.keys().copied().collect()
+    }
+
+    /// Is the account capped? (`false` for an account it does not know.)
+    pub fn is_capped(&self, account: AccountId) -> bool {
+        self.get(account).is_some_and(|a| a.quota.is_some())
+    }
+
+    /// The ledger against what the jobs add up to: `charged` and `preemptible` per account,
+    /// in the order of `account_ids` (`preemptible` counted for capped accounts only), the
+    /// count of capped accounts, and every account within its cap or what the cap
+    /// grandfathered.
+    pub fn check(&self, charged: &[Resources], preemptible: &[BTreeMap<Priority, u32>]) -> Result<(), String> {
+        assert_eq!(
+            (charged.len(), preemptible.len()),
+            (self.accounts.len(), self.accounts.len()),
+            "one figure per account"
+        );
         let capped = self.accounts.values().filter(|a| a.quota.is_some()).count();
         if capped != self.capped {
             return Err(format!("{} accounts counted as capped, {capped} have a quota", self.capped));
         }
-        let none = BTreeMap::new();
-        for (id, account) in &self.accounts {
-            let expected = charged.get(id).copied().unwrap_or(Resources::ZERO);
-            if account.charged != expected {
+        for (((id, account), expected), own) in self.accounts.iter().zip(charged).zip(preemptible) {
+            if account.charged != *expected {
                 return Err(format!("{id} charged {} but its jobs add up to {expected}", account.charged));
             }
-            let own = if account.quota.is_some() { preemptible.get(id).unwrap_or(&none) } else { &none };
             if account.preemptible_gpus != *own {
                 return Err(format!("{id} tallies {:?} preemptible GPUs, its jobs {own:?}", account.preemptible_gpus));
             }

@@ -14,7 +14,7 @@ pub(crate) struct Reservation {
     pub waiting: u32,
     /// What the hold charges each of the preemptor's accounts, in `Job::accounts` order:
     /// the gang's total less what its victims still terminating hold of the same account
-    /// (they stay charged until they exit; see `Scheduler::hold_charges`).
+    /// (they stay charged until they exit; see `ledger::hold_charges`).
     pub charged: [Resources; 2],
 }
 

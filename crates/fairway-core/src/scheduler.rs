@@ -491,29 +491,9 @@ impl Scheduler {
     }
 
     fn set_quota(&mut self, id: AccountId, quota: Option<Quota>) {
-        let tally = || self.preemptible_gpus_of(id);
-        let tally = tally();
-        self.ledger.set_quota(id, quota, || tally);
+        let (nodes, jobs) = (&self.nodes, &self.jobs);
+        self.ledger.set_quota(id, quota, || preemptible_gpus_of(nodes, jobs, id));
         self.changes.caps.push(id);
-    }
-
-    /// GPUs of the account's running preemptible jobs by priority, counted afresh from the
-    /// victim lists (a gang once).
-    fn preemptible_gpus_of(&self, account: AccountId) -> BTreeMap<Priority, u32> {
-        let mut jobs: Vec<(JobId, Priority, JobIx)> = self
-            .nodes
-            .iter()
-            .flat_map(|n| n.victims.iter().map(|e| (e.id, e.priority, e.ix)))
-            .filter(|(.., ix)| self.jobs[*ix].accounts().any(|a| a == account))
-            .collect();
-        jobs.sort_unstable();
-        jobs.dedup();
-        let mut tally = BTreeMap::new();
-        for (_, priority, ix) in jobs {
-            *tally.entry(priority).or_default() += self.jobs[ix].spec.total().gpus;
-        }
-        tally.retain(|_, gpus: &mut u32| *gpus > 0);
-        tally
     }
 
     // ---- state transitions shared by the handlers and the cycle ----------------------
@@ -864,4 +844,22 @@ pub(crate) fn replicas_per_node(placement: &Placement) -> impl Iterator<Item = (
         }
         Some((node, (i - start) as u32))
     })
+}
+
+/// GPUs of `account`'s running preemptible jobs by priority, counted afresh from the victim
+/// lists (a gang once).
+fn preemptible_gpus_of(nodes: &Nodes, jobs: &JobStore, account: AccountId) -> BTreeMap<Priority, u32> {
+    let mut running: Vec<(JobId, Priority, JobIx)> = nodes
+        .iter()
+        .flat_map(|n| n.victims.iter().map(|e| (e.id, e.priority, e.ix)))
+        .filter(|(.., ix)| jobs[*ix].accounts().any(|a| a == account))
+        .collect();
+    running.sort_unstable();
+    running.dedup();
+    let mut tally = BTreeMap::new();
+    for (_, priority, ix) in running {
+        *tally.entry(priority).or_default() += jobs[ix].spec.total().gpus;
+    }
+    tally.retain(|_, gpus: &mut u32| *gpus > 0);
+    tally
 }

@@ -2,7 +2,8 @@
 //! small trait so that tests can drive time (a token's expiry, a retry's backoff, a class's
 //! minimum run or preemption delay) without waiting for it.
 //!
-//! Only the server's own decisions read it (the engine, the API's token checks and views).
+//! Only the server's own decisions read it (the engine, the executor's kill deadlines, the
+//! API's token checks and views).
 //! Times a job's supervisor writes (a run's end in `exit.json`, a checkpoint's time) are
 //! the machine's wall clock, so a test that moves the clock far from it should not run jobs
 //! across the jump.

@@ -7,11 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fairway_exec::{ExitRecord, LaunchSpec, PreemptNotice, Signal};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::clock::Clock;
 
 /// How often adopted processes (not our children) are checked for liveness.
 const ADOPTED_POLL: Duration = Duration::from_millis(100);
@@ -120,13 +123,16 @@ pub struct Executor {
     runs: BTreeMap<i64, Run>,
     report: Report,
     watch_tx: UnboundedSender<Watch>,
+    /// The server's clock, which kill deadlines are set in.
+    clock: Arc<dyn Clock>,
 }
 
-/// Starts the executor loop on the current tokio runtime; its events go to `report`.
-pub fn spawn(report: Report) -> UnboundedSender<ExecCommand> {
+/// Starts the executor loop on the current tokio runtime; its events go to `report`, and
+/// kill deadlines are read against `clock` (the engine's).
+pub fn spawn(report: Report, clock: Arc<dyn Clock>) -> UnboundedSender<ExecCommand> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let (watch_tx, watch_rx) = tokio::sync::mpsc::unbounded_channel();
-    let executor = Executor { runs: BTreeMap::new(), report, watch_tx };
+    let executor = Executor { runs: BTreeMap::new(), report, watch_tx, clock };
     tokio::spawn(executor.run(rx, watch_rx));
     tx
 }
@@ -231,7 +237,7 @@ impl Executor {
         }
         state.terminating = true;
         signal_live(state, Signal::Term);
-        let delay = Duration::from_millis(kill_at_unix_ms.saturating_sub(unix_ms()));
+        let delay = Duration::from_millis(kill_at_unix_ms.saturating_sub(self.clock.now_ms()));
         let watch = self.watch_tx.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -321,9 +327,4 @@ fn signal_live(run: &Run, signal: Signal) {
             tracing::warn!(pgid = r.pgid, "cannot signal the process group: {e}");
         }
     }
-}
-
-/// The wall clock, for the kill timers of deadlines the engine set in Unix ms.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

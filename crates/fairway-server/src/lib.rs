@@ -123,9 +123,12 @@ pub async fn start(mut config: ServerConfig) -> Result<RunningServer, ServerErro
 
     let (engine_tx, engine_rx) = std::sync::mpsc::channel();
     let to_engine = engine_tx.clone();
-    let exec = executor::spawn(Box::new(move |event| {
-        let _ = to_engine.send(engine::Command::from(event));
-    }));
+    let exec = executor::spawn(
+        Box::new(move |event| {
+            let _ = to_engine.send(engine::Command::from(event));
+        }),
+        config.clock.clone(),
+    );
     let tokens = auth::Tokens::new(config.clock.clone());
     let classes = Arc::new(RwLock::new(fairway_spec::PriorityClasses::builtin()));
     let parts = EngineParts {
