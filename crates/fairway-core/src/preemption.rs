@@ -27,7 +27,8 @@
 //!    over the set: not the cheapest victims taken one by one until the job fits, but the
 //!    cheapest set (one victim of 16 GPU-minutes beats two of 3 and 15).
 //! 4. **Fewest GPUs freed beyond need.** Then the set that frees the fewest GPUs beyond
-//!    what the job needs; every victim of the chosen set is needed (the set is minimal).
+//!    what the job needs (on the chosen node for one replica; on all usable nodes for a gang
+//!    or a job over its quota); every victim of the chosen set is needed (the set is minimal).
 //! 5. **Stable ties.** Then fewer victims, then the set with the most recently submitted
 //!    victims (compared highest id first), then the lowest node id.
 //! 6. **Bounded.** At most `victims_per_preemption_max` victims and
@@ -43,13 +44,17 @@
 //! 6 are applied exactly: every node's best set is found by `search::best_set_on_node` (a
 //! dynamic program over the GPUs freed, or, when CPU or memory must be freed too, a branch
 //! and bound of at most `search::BRANCH_STEPS_MAX` steps per node, past which it takes the
-//! candidates in rule order and drops those not needed), and a test compares every search
-//! of the property test with a brute-force search over all sets. **Approximations:** a gang
-//! (several replicas) clears whole nodes, cheapest first by rules 2 and 3 per replica
-//! gained, then drops the victims it does not need, most costly first; a job over its
-//! account's quota takes its account's victims in rule order until it fits within the cap
-//! and on the nodes, then drops those not needed. Both keep rules 1, 2 and 6 and give a
-//! minimal set, but not always the one that loses the least work.
+//! candidates in rule order and drops those not needed). A gang (several replicas, on any
+//! usable nodes) and a job over its account's quota (which must also win back what the cap
+//! needs) are searched over the whole cluster by `search::best_wide_set`: the same rules,
+//! with rule 4 counting the GPUs left free on all usable nodes, exact within
+//! `search::WIDE_STEPS_MAX` steps of a branch and bound. Tests compare every search of the
+//! property test with a brute-force search over all sets. **Approximation, past the step
+//! bound only** (large clusters with many candidates): a gang clears whole nodes, cheapest
+//! first by rules 2 and 3 per replica gained, then drops the victims it does not need, most
+//! costly first; a job over its quota takes its account's victims in rule order until it
+//! fits within the cap and on the nodes, then drops those not needed. Both keep rules 1, 2
+//! and 6 and give a minimal set, but not always the one that loses the least work.
 //!
 //! Every rule has its own scenario test in `tests/scenarios/`.
 
@@ -64,7 +69,10 @@ use crate::ledger::Ledger;
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
-use crate::search::{Buffers, NodeCandidate, SearchRecord, SetCost, best_set_on_node_with};
+use crate::search::{
+    Buffers, Exactness, NodeCandidate, SearchRecord, SetCost, WideCandidate, WideSearch, WideSearchRecord,
+    best_set_on_node_with, best_wide_set,
+};
 use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, ResourceKind, Resources, Time};
 use crate::victims::VictimEntry;
 use crate::victims::VictimTallies;
@@ -153,6 +161,8 @@ pub(crate) struct SearchScratch {
     node_search: Buffers,
     /// One-replica searches as they were, when asked for (`Scheduler::record_searches`).
     pub(crate) records: Option<Vec<SearchRecord>>,
+    /// Searches over the whole cluster (gangs, jobs over quota), likewise.
+    pub(crate) wide_records: Option<Vec<WideSearchRecord>>,
     /// Search as if no run were protected (rule 1): to tell a job that protection, not a
     /// lack of victims, keeps it waiting.
     pub(crate) protection_waived: bool,
@@ -251,10 +261,83 @@ impl SearchView<'_> {
         if victims.is_empty() {
             return None;
         }
-        match scope {
-            PreemptionScope::Any => self.node_by_node_set(ix, &victims),
-            PreemptionScope::Account(_) => self.greedy_set(ix, scope, &victims),
+        let search = self.wide_search(ix, scope, &victims);
+        let (set, exactness) = best_wide_set(&search);
+        let waived = scratch.protection_waived;
+        if let Some(records) = scratch.wide_records.as_mut().filter(|_| !waived) {
+            let chosen = set.clone();
+            records.push(WideSearchRecord { preemptor: self.jobs[ix].spec.id, search, chosen, exactness });
         }
+        match (exactness, scope) {
+            (Exactness::Exact, _) => {
+                let taken: Vec<&Victim> = set?.into_iter().map(|i| &victims[i]).collect();
+                let chosen = self.fits_without(ix, scope, &taken).expect("the set the search chose makes room");
+                let mut ids: Vec<(JobId, JobIx)> = taken.iter().map(|v| (v.id, v.ix)).collect();
+                ids.sort_unstable();
+                Some(VictimPlan { victims: ids, chosen })
+            }
+            (Exactness::StepsExhausted, PreemptionScope::Any) => self.node_by_node_set(ix, &victims),
+            (Exactness::StepsExhausted, PreemptionScope::Account(_)) => self.greedy_set(ix, scope, &victims),
+        }
+    }
+
+    /// The search over the whole cluster for a gang or a job over its quota: every usable
+    /// node with what it has free, and what each candidate frees there and gives back to
+    /// each of the job's capped accounts.
+    fn wide_search(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim]) -> WideSearch {
+        let job = &self.jobs[ix];
+        let usable: Vec<&Node> = self.nodes.iter().filter(|n| Self::usable(n, job.spec.gpu_model)).collect();
+        let mut positions: Vec<(NodeId, usize)> = usable.iter().enumerate().map(|(i, n)| (n.spec.id, i)).collect();
+        positions.sort_unstable();
+        let position = |node: NodeId| positions.binary_search_by_key(&node, |(n, _)| *n).ok().map(|i| positions[i].1);
+        let quotas = match scope {
+            PreemptionScope::Any => Vec::new(),
+            PreemptionScope::Account(_) => self.quota_needs(ix),
+        };
+        let candidates = victims
+            .iter()
+            .map(|v| WideCandidate {
+                id: v.id,
+                priority: v.priority,
+                lost_gpu_ms: v.lost_gpu_ms,
+                frees: v.frees.as_slice().iter().filter_map(|&(node, r)| Some((position(node)?, r))).collect(),
+                quota_frees: quotas
+                    .iter()
+                    .map(
+                        |(account, _)| {
+                            if self.jobs[v.ix].accounts().any(|a| a == *account) { v.total } else { Resources::ZERO }
+                        },
+                    )
+                    .collect(),
+            })
+            .collect();
+        WideSearch {
+            available: usable.iter().map(|n| n.available()).collect(),
+            per_replica: job.spec.per_replica,
+            replicas: job.spec.replicas,
+            quota_needs: quotas.into_iter().map(|(_, need)| need).collect(),
+            candidates,
+            victims_max: self.config.limits.victims_per_preemption_max as usize,
+        }
+    }
+
+    /// For each capped account of the job: what its running work must give back for the
+    /// job to fit within the cap (every capped account, not only the one in scope: a job
+    /// over both its project's and its user's caps needs both fixed).
+    fn quota_needs(&self, ix: JobIx) -> Vec<(AccountId, Resources)> {
+        let job = &self.jobs[ix];
+        let total = job.spec.total();
+        job.accounts()
+            .filter_map(|account| {
+                let a = self.ledger.get(account)?;
+                let quota = a.quota?;
+                let need = |k: ResourceKind| {
+                    quota.limit(k).map_or(0, |limit| (k.of(a.charged) + k.of(total)).saturating_sub(limit))
+                };
+                let gpus = u32::try_from(need(ResourceKind::Gpu)).unwrap_or(u32::MAX);
+                Some((account, Resources::new(gpus, need(ResourceKind::Cpu), need(ResourceKind::Memory))))
+            })
+            .collect()
     }
 
     /// Every running preemptible job below `priority`, by (priority, id): the lists of all

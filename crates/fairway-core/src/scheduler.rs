@@ -153,15 +153,22 @@ impl Scheduler {
         &self.config
     }
 
-    /// From now on, keep a record of every one-replica victim search (for tests that check
-    /// the choice against a reference; costs a copy of the candidates per search).
+    /// From now on, keep a record of every victim search (for tests that check the choice
+    /// against a reference; costs a copy of the candidates per search).
     pub fn record_searches(&mut self) {
         self.search_scratch.records.get_or_insert_with(Vec::new);
+        self.search_scratch.wide_records.get_or_insert_with(Vec::new);
     }
 
-    /// The searches recorded since the last call.
+    /// The one-replica searches recorded since the last call.
     pub fn take_search_records(&mut self) -> Vec<crate::search::SearchRecord> {
         self.search_scratch.records.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The searches over the whole cluster (gangs, jobs over quota) recorded since the last
+    /// call.
+    pub fn take_wide_search_records(&mut self) -> Vec<crate::search::WideSearchRecord> {
+        self.search_scratch.wide_records.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     pub fn counters(&self) -> Counters {

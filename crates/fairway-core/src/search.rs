@@ -406,6 +406,476 @@ fn rule_order_minimal(
     (taken.len() <= victims_max).then_some(taken)
 }
 
+/// A running job as the victim of a gang or of a job over its quota: what it frees on each
+/// node the job could use (by position in the search's node list; a gang victim may free
+/// room on several) and what it gives back to each quota the job must come within.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WideCandidate {
+    pub id: JobId,
+    pub priority: Priority,
+    /// GPU-time it would lose, in GPU·ms.
+    pub lost_gpu_ms: u64,
+    /// (node position, what it frees there), by position.
+    pub frees: Vec<(usize, Resources)>,
+    /// What it gives back to each quota of [`WideSearch::quota_needs`], in the same order.
+    pub quota_frees: Vec<Resources>,
+}
+
+/// A search over the whole cluster: a gang's replicas on any usable nodes, or a job that
+/// must also come within quota.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WideSearch {
+    /// What each usable node has free, by position.
+    pub available: Vec<Resources>,
+    pub per_replica: Resources,
+    pub replicas: u32,
+    /// For each capped account of the job, what its victims must give back so that the job
+    /// fits within the cap (zero where there is no limit).
+    pub quota_needs: Vec<Resources>,
+    pub candidates: Vec<WideCandidate>,
+    pub victims_max: usize,
+}
+
+/// A gang's or a quota-bound job's search, as the scheduler saw it: for tests that check
+/// its choice from outside (see `Scheduler::record_searches`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WideSearchRecord {
+    pub preemptor: JobId,
+    pub search: WideSearch,
+    /// The victims chosen, by index into the candidates (ascending), if any.
+    pub chosen: Option<Vec<usize>>,
+    pub exactness: Exactness,
+}
+
+/// Steps the search over the whole cluster may take.
+pub const WIDE_STEPS_MAX: u32 = 2_000;
+
+impl WideCandidate {
+    /// GPUs it frees on the usable nodes.
+    pub fn gpus_freed(&self) -> u64 {
+        self.frees.iter().map(|(_, r)| u64::from(r.gpus)).sum()
+    }
+}
+
+impl WideSearch {
+    /// Replicas one node can hold in `room`.
+    pub fn replicas_in(&self, room: Resources) -> u32 {
+        let by = |avail: u64, need: u64| avail.checked_div(need).unwrap_or(u64::from(u32::MAX));
+        let per = self.per_replica;
+        let n = by(u64::from(room.gpus), u64::from(per.gpus))
+            .min(by(room.cpu_millis, per.cpu_millis))
+            .min(by(room.memory_mib, per.memory_mib));
+        n.min(u64::from(self.replicas)) as u32
+    }
+
+    /// The rank of a set (rules 2 to 5): for a search over the whole cluster, rule 4 counts
+    /// the GPUs left free on all usable nodes once the job has what it needs.
+    pub fn cost_of(&self, set: &[usize]) -> SetCost {
+        let chosen = || set.iter().map(|&i| &self.candidates[i]);
+        let mut ids_newest_first: Vec<JobId> = chosen().map(|c| c.id).collect();
+        ids_newest_first.sort_unstable_by(|a, b| b.cmp(a));
+        let freed: u64 = chosen().flat_map(|c| c.frees.iter().map(|(_, r)| u64::from(r.gpus))).sum();
+        let free: u64 = self.available.iter().map(|r| u64::from(r.gpus)).sum();
+        let need = u64::from(self.per_replica.gpus) * u64::from(self.replicas);
+        SetCost {
+            top_priority: chosen().map(|c| c.priority).max().unwrap_or(Priority::MIN),
+            lost_gpu_ms: chosen().map(|c| c.lost_gpu_ms).sum(),
+            gpus_beyond_need: u32::try_from((free + freed).saturating_sub(need)).unwrap_or(u32::MAX),
+            victims: ids_newest_first.len(),
+            ids_newest_first,
+        }
+    }
+}
+
+/// The best set of at most `victims_max` candidates whose going lets every replica fit on
+/// the usable nodes and brings every quota need to zero; `None` with `Exact` if there is
+/// none (or none is needed), `None` with `StepsExhausted` if the search ran out of steps.
+///
+/// Rule 2 first, as on one node: candidates are admitted level by level, and at the first
+/// level where all of them together make room, a branch and bound (least lost work first,
+/// a branch ends when its set makes room or loses more than the best set found) ranks the
+/// sets by rules 3 to 5.
+pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
+    let mut levels: Vec<Priority> = search.candidates.iter().map(|c| c.priority).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let mut state = WideState::new(search);
+    if state.makes_room() || search.victims_max == 0 {
+        return (None, Exactness::Exact);
+    }
+    let mut steps = 0;
+    for level in levels {
+        let mut admitted: Vec<usize> =
+            (0..search.candidates.len()).filter(|&i| search.candidates[i].priority <= level).collect();
+        for &i in &admitted {
+            state.take(i);
+        }
+        let all_make_room = state.makes_room();
+        for &i in admitted.iter().rev() {
+            state.give_back(i);
+        }
+        if !all_make_room {
+            continue;
+        }
+        admitted.sort_unstable_by_key(|&i| {
+            let c = &search.candidates[i];
+            (c.lost_gpu_ms, std::cmp::Reverse(c.id))
+        });
+        let mut branch = WideBranch::new(search, &admitted, &mut state, &mut steps);
+        branch.start();
+        branch.seed();
+        branch.descend(0, 0);
+        let best = branch.best;
+        if steps > WIDE_STEPS_MAX {
+            return (None, Exactness::StepsExhausted);
+        }
+        if let Some((_, mut set, _)) = best {
+            set.sort_unstable();
+            return (Some(set), Exactness::Exact);
+        }
+    }
+    (None, Exactness::Exact)
+}
+
+/// The cluster as a set of victims leaves it, kept up to date one victim at a time.
+struct WideState<'a> {
+    search: &'a WideSearch,
+    room: Vec<Resources>,
+    hosted: Vec<u32>,
+    hosted_total: u64,
+    room_gpus: u64,
+    /// What the victims taken give back to each quota, in the order of the needs.
+    quota_freed: Vec<Resources>,
+}
+
+impl<'a> WideState<'a> {
+    fn new(search: &'a WideSearch) -> WideState<'a> {
+        let hosted: Vec<u32> = search.available.iter().map(|&r| search.replicas_in(r)).collect();
+        WideState {
+            search,
+            room: search.available.clone(),
+            hosted_total: hosted.iter().map(|&h| u64::from(h)).sum(),
+            room_gpus: search.available.iter().map(|r| u64::from(r.gpus)).sum(),
+            hosted,
+            quota_freed: vec![Resources::ZERO; search.quota_needs.len()],
+        }
+    }
+
+    fn makes_room(&self) -> bool {
+        self.hosted_total >= u64::from(self.search.replicas)
+            && self.search.quota_needs.iter().zip(&self.quota_freed).all(|(need, freed)| need.fits_in(*freed))
+    }
+
+    fn take(&mut self, i: usize) {
+        let c = &self.search.candidates[i];
+        for &(node, r) in &c.frees {
+            self.set_room(node, self.room[node].plus(r));
+        }
+        for (sum, freed) in self.quota_freed.iter_mut().zip(&c.quota_frees) {
+            *sum = sum.plus(*freed);
+        }
+    }
+
+    fn give_back(&mut self, i: usize) {
+        let c = &self.search.candidates[i];
+        for &(node, r) in &c.frees {
+            self.set_room(node, self.room[node].minus(r));
+        }
+        for (sum, freed) in self.quota_freed.iter_mut().zip(&c.quota_frees) {
+            *sum = sum.minus(*freed);
+        }
+    }
+
+    /// GPUs the victims still to be taken must free at least, for the replicas that do not
+    /// fit yet: the GPUs left over on the nodes (too few there for a replica) may combine
+    /// with freed ones, so only the rest is certain.
+    fn gpus_needed(&self) -> u64 {
+        let per = u64::from(self.search.per_replica.gpus);
+        let missing = u64::from(self.search.replicas).saturating_sub(self.hosted_total);
+        let left_over = self.room_gpus.saturating_sub(per * self.hosted_total);
+        (missing * per).saturating_sub(left_over)
+    }
+
+    fn set_room(&mut self, node: usize, room: Resources) {
+        self.room_gpus = self.room_gpus - u64::from(self.room[node].gpus) + u64::from(room.gpus);
+        self.room[node] = room;
+        let hosted = self.search.replicas_in(room);
+        self.hosted_total = self.hosted_total - u64::from(self.hosted[node]) + u64::from(hosted);
+        self.hosted[node] = hosted;
+    }
+}
+
+struct WideBranch<'s, 'a> {
+    search: &'a WideSearch,
+    /// The candidates of the level, least lost work first.
+    order: &'s [usize],
+    /// Per node: (position in `order`, GPUs it frees there, its share of the work it
+    /// loses), least work lost per GPU first: for the bound on what the replicas still
+    /// missing must cost.
+    by_node: Vec<Vec<(usize, u64, u64)>>,
+    /// Per node: the least work the candidates not yet decided must lose for one more
+    /// replica there (`None`: they cannot make room for one), kept up to date as the
+    /// search moves; `u64::MAX`: they cannot make room for one. The bound needs the least of
+    /// them at every step, so they sit in a tree of minimums.
+    next_replica_loss: MinTree,
+    state: &'s mut WideState<'a>,
+    steps: &'s mut u32,
+    set: Vec<usize>,
+    freed_gpus: u64,
+    /// The best set so far, its cost and the GPUs it frees.
+    best: Option<(SetCost, Vec<usize>, u64)>,
+}
+
+impl<'s, 'a> WideBranch<'s, 'a> {
+    fn new(search: &'a WideSearch, order: &'s [usize], state: &'s mut WideState<'a>, steps: &'s mut u32) -> Self {
+        let mut by_node: Vec<Vec<(usize, u64, u64)>> = vec![Vec::new(); search.available.len()];
+        for (position, &i) in order.iter().enumerate() {
+            let c = &search.candidates[i];
+            let gpus = c.gpus_freed();
+            // A victim on several nodes loses its work once: each node bears its GPUs' share.
+            for &(node, r) in c.frees.iter().filter(|(_, r)| r.gpus > 0) {
+                let share = (u128::from(c.lost_gpu_ms) * u128::from(r.gpus) / u128::from(gpus)) as u64;
+                by_node[node].push((position, u64::from(r.gpus), share));
+            }
+        }
+        for list in &mut by_node {
+            list.sort_by(|a, b| {
+                (u128::from(a.2) * u128::from(b.1)).cmp(&(u128::from(b.2) * u128::from(a.1))).then(a.0.cmp(&b.0))
+            });
+        }
+        WideBranch {
+            search,
+            order,
+            by_node,
+            next_replica_loss: MinTree::default(),
+            state,
+            steps,
+            set: Vec::new(),
+            freed_gpus: 0,
+            best: None,
+        }
+    }
+
+    /// The least work that candidates from `position` on must lose on `node` for one more
+    /// replica there: the GPUs a replica needs beyond what the node has left over, freed at
+    /// the node's best ratios of work lost per GPU (a fractional knapsack, a lower bound).
+    fn next_replica_loss_on(&self, node: usize, position: usize) -> Option<u64> {
+        let per = u64::from(self.search.per_replica.gpus);
+        let room = u64::from(self.state.room[node].gpus);
+        let left_over = room.saturating_sub(per * u64::from(self.state.hosted[node]));
+        let mut need = per.saturating_sub(left_over);
+        let mut cost = 0u64;
+        for &(_, g, l) in self.by_node[node].iter().filter(|(p, _, _)| *p >= position) {
+            if need == 0 {
+                break;
+            }
+            let take = g.min(need);
+            cost += (u128::from(l) * u128::from(take) / u128::from(g)) as u64;
+            need -= take;
+        }
+        (need == 0).then_some(cost)
+    }
+
+    /// A lower bound on the work the replicas still missing must cost: each further replica
+    /// on a node costs at least what the next one there costs now (later ones need as many
+    /// GPUs or more, at worse ratios), so at least the cheapest next replica of any node.
+    fn least_loss_for_missing(&self) -> Option<u64> {
+        let missing = u64::from(self.search.replicas).saturating_sub(self.state.hosted_total);
+        if self.search.per_replica.gpus == 0 || missing == 0 {
+            return Some(0);
+        }
+        let cheapest = self.next_replica_loss.min();
+        (cheapest != u64::MAX).then(|| missing.saturating_mul(cheapest))
+    }
+
+    /// Brings `next_replica_loss` up to date on the nodes of candidate `i` for `position`;
+    /// returns what it was there, for `restore`.
+    fn refresh(&mut self, i: usize, position: usize) -> [(usize, u64); 2] {
+        let mut saved = [(usize::MAX, u64::MAX); 2];
+        if self.next_replica_loss.is_empty() {
+            return saved;
+        }
+        let frees = &self.search.candidates[i].frees;
+        for (k, &(node, _)) in frees.iter().enumerate() {
+            let now = self.next_replica_loss_on(node, position).unwrap_or(u64::MAX);
+            let before = self.next_replica_loss.replace(node, now);
+            if let Some(slot) = saved.get_mut(k) {
+                *slot = (node, before);
+            }
+        }
+        saved
+    }
+
+    fn restore(&mut self, i: usize, position: usize, saved: [(usize, u64); 2]) {
+        if self.next_replica_loss.is_empty() {
+            return;
+        }
+        let frees = &self.search.candidates[i].frees;
+        if frees.len() <= saved.len() {
+            for (node, before) in saved.into_iter().filter(|(n, _)| *n != usize::MAX) {
+                self.next_replica_loss.replace(node, before);
+            }
+        } else {
+            for &(node, _) in frees {
+                let now = self.next_replica_loss_on(node, position).unwrap_or(u64::MAX);
+                self.next_replica_loss.replace(node, now);
+            }
+        }
+    }
+
+    fn descend(&mut self, position: usize, lost: u64) {
+        *self.steps += 1;
+        if *self.steps > WIDE_STEPS_MAX {
+            return;
+        }
+        if self.state.makes_room() {
+            let cost = self.search.cost_of(&self.set);
+            if self.best.as_ref().is_none_or(|(b, _, _)| cost < *b) {
+                self.best = Some((cost, self.set.clone(), self.freed_gpus));
+            }
+            return;
+        }
+        if position == self.order.len() || self.set.len() == self.search.victims_max {
+            return;
+        }
+        // Bounds: at least one more victim, the GPUs the replicas still need, and the least
+        // work that freeing them loses. Adding a victim never lowers (lost, freed, count), so
+        // a branch whose bound ranks after the best set found cannot win.
+        let gpus_needed = self.state.gpus_needed();
+        let Some(loss_min) = self.least_loss_for_missing() else { return };
+        if let Some((best, _, best_freed)) = &self.best {
+            let bound = (lost + loss_min, self.freed_gpus + gpus_needed, self.set.len() + 1);
+            if bound > (best.lost_gpu_ms, *best_freed, best.victims) {
+                return;
+            }
+        }
+        let i = self.order[position];
+        let gpus = self.search.candidates[i].gpus_freed();
+        self.set.push(i);
+        self.state.take(i);
+        self.freed_gpus += gpus;
+        let saved = self.refresh(i, position + 1);
+        self.descend(position + 1, lost + self.search.candidates[i].lost_gpu_ms);
+        self.freed_gpus -= gpus;
+        self.state.give_back(i);
+        self.set.pop();
+        self.restore(i, position, saved);
+        let saved = self.refresh(i, position + 1);
+        self.descend(position + 1, lost);
+        self.restore(i, position, saved);
+    }
+
+    /// A first set to beat, so that the bound prunes from the start: one replica at a
+    /// time, on the node where it loses the least (that node's candidates best ratio
+    /// first), then every victim not needed dropped, most costly first.
+    fn seed(&mut self) {
+        let mut taken: Vec<usize> = Vec::new();
+        while u64::from(self.search.replicas) > self.state.hosted_total {
+            let mut cheapest: Option<(u64, usize, usize)> = None;
+            for (node, list) in self.by_node.iter().enumerate() {
+                let (mut room, mut lost, mut count) = (self.state.room[node], 0u64, 0usize);
+                let hosted = self.state.hosted[node];
+                for &(position, _, _) in list {
+                    let i = self.order[position];
+                    if taken.contains(&i) {
+                        continue;
+                    }
+                    let c = &self.search.candidates[i];
+                    let on_node = c.frees.iter().find(|(n, _)| *n == node).map_or(Resources::ZERO, |(_, r)| *r);
+                    room = room.plus(on_node);
+                    lost += c.lost_gpu_ms;
+                    count += 1;
+                    if self.search.replicas_in(room) > hosted {
+                        if cheapest.is_none_or(|(l, _, _)| lost < l) {
+                            cheapest = Some((lost, node, count));
+                        }
+                        break;
+                    }
+                }
+            }
+            let Some((_, node, count)) = cheapest else { break };
+            let mut added = 0;
+            for k in 0..self.by_node[node].len() {
+                let i = self.order[self.by_node[node][k].0];
+                if added == count {
+                    break;
+                }
+                if !taken.contains(&i) {
+                    taken.push(i);
+                    self.state.take(i);
+                    added += 1;
+                }
+            }
+        }
+        if self.state.makes_room() {
+            taken.sort_unstable_by_key(|&i| std::cmp::Reverse(self.search.candidates[i].lost_gpu_ms));
+            let mut k = 0;
+            while k < taken.len() {
+                self.state.give_back(taken[k]);
+                if self.state.makes_room() {
+                    taken.remove(k);
+                } else {
+                    self.state.take(taken[k]);
+                    k += 1;
+                }
+            }
+            if taken.len() <= self.search.victims_max {
+                let freed = taken.iter().map(|&i| self.search.candidates[i].gpus_freed()).sum();
+                self.best = Some((self.search.cost_of(&taken), taken.clone(), freed));
+            }
+        }
+        for &i in &taken {
+            self.state.give_back(i);
+        }
+    }
+
+    /// The bound's state for the search's start.
+    fn start(&mut self) {
+        let values: Vec<u64> =
+            (0..self.by_node.len()).map(|node| self.next_replica_loss_on(node, 0).unwrap_or(u64::MAX)).collect();
+        self.next_replica_loss = MinTree::new(&values);
+    }
+}
+
+/// Values by index and the least of them, kept up to date in O(log n) per change.
+#[derive(Clone, Debug, Default)]
+struct MinTree {
+    /// Leaves from `width` on; each inner slot the least of its two children.
+    slots: Vec<u64>,
+    width: usize,
+}
+
+impl MinTree {
+    fn new(values: &[u64]) -> MinTree {
+        let width = values.len().next_power_of_two();
+        let mut slots = vec![u64::MAX; 2 * width];
+        slots[width..width + values.len()].copy_from_slice(values);
+        for i in (1..width).rev() {
+            slots[i] = slots[2 * i].min(slots[2 * i + 1]);
+        }
+        MinTree { slots, width }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    fn min(&self) -> u64 {
+        self.slots.get(1).copied().unwrap_or(u64::MAX)
+    }
+
+    /// Sets the value at `index`; returns the one it replaces.
+    fn replace(&mut self, index: usize, value: u64) -> u64 {
+        let mut i = self.width + index;
+        let before = std::mem::replace(&mut self.slots[i], value);
+        while i > 1 {
+            i /= 2;
+            self.slots[i] = self.slots[2 * i].min(self.slots[2 * i + 1]);
+        }
+        before
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,8 @@
 //! (`Restore` and `RestoreHold` into a new scheduler). After every cycle the core's own
 //! `check_invariants` and the outside checks of [`Oracle`] must hold, every one-replica
 //! victim search must choose what a brute-force search over all sets chooses
-//! (`search::brute_force_record`); and the same events fed to two schedulers give the same
+//! (`search::brute_force_record` for one replica, `search::brute_force_wide` for gangs and
+//! jobs over quota); and the same events fed to two schedulers give the same
 //! decisions.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -369,6 +370,26 @@ impl Driver {
         // Every one-replica victim search of the cycle against the brute-force reference.
         for record in self.s.take_search_records() {
             let reference = crate::search::brute_force_record(&record);
+            if record.chosen != reference {
+                return Err(format!(
+                    "victim search for {} at {}: the core chose {:?}, the rules rank first {:?}\n{record:#?}",
+                    record.preemptor, self.now, record.chosen, reference
+                ));
+            }
+        }
+        // Every gang's and quota-bound job's search against its brute-force reference.
+        for record in self.s.take_wide_search_records() {
+            let small = record.search.candidates.len() <= 16;
+            if record.exactness != fairway_core::search::Exactness::Exact {
+                if small {
+                    return Err(format!("the search for {} ran out of steps on a small case", record.preemptor));
+                }
+                continue;
+            }
+            if !small {
+                continue;
+            }
+            let reference = crate::search::brute_force_wide(&record.search);
             if record.chosen != reference {
                 return Err(format!(
                     "victim search for {} at {}: the core chose {:?}, the rules rank first {:?}\n{record:#?}",

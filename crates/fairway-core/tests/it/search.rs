@@ -1,10 +1,13 @@
-//! The victim search on one node (`fairway_core::search`) against a brute-force reference:
+//! The victim searches (`fairway_core::search`: on one node, and over the whole cluster for
+//! gangs and jobs over quota) against brute-force references:
 //! every set of candidates within the victim bound is tried, and the one that makes room and
 //! ranks first by the written rules (2: lowest highest priority, 3: least GPU-time lost,
 //! 4: fewest GPUs beyond need, then fewer victims, 5: the most recently submitted victims)
 //! must be the one the core picks.
 
-use fairway_core::search::{Exactness, NodeCandidate, SearchRecord, best_set_on_node};
+use fairway_core::search::{
+    Exactness, NodeCandidate, SearchRecord, WideCandidate, WideSearch, best_set_on_node, best_wide_set,
+};
 use fairway_core::{JobId, NodeId, Priority, Resources};
 use proptest::prelude::*;
 
@@ -97,6 +100,74 @@ pub fn brute_force_record(record: &SearchRecord) -> Option<(NodeId, Vec<JobId>)>
     best.map(|(_, node, ids)| (node, ids))
 }
 
+/// A gang's or a quota-bound job's search, by brute force: every set of at most
+/// `victims_max` candidates; a set makes room when, with its victims gone, the usable nodes
+/// hold every replica (each node as many as fit in what it would have free) and each of the
+/// job's capped accounts gets back what it needs. Ranked by the rules as written, rule 4
+/// counting the GPUs left free on all usable nodes. The best set, as ascending indices.
+pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
+    let makes_room = |set: &[usize]| {
+        let mut room = search.available.clone();
+        let mut quota = vec![Resources::ZERO; search.quota_needs.len()];
+        for &i in set {
+            let c = &search.candidates[i];
+            for &(node, r) in &c.frees {
+                room[node] = room[node].plus(r);
+            }
+            for (q, r) in quota.iter_mut().zip(&c.quota_frees) {
+                *q = q.plus(*r);
+            }
+        }
+        let per = search.per_replica;
+        let fit = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
+        let hosted: u64 = room
+            .iter()
+            .map(|r| {
+                fit(u64::from(r.gpus), u64::from(per.gpus))
+                    .min(fit(r.cpu_millis, per.cpu_millis))
+                    .min(fit(r.memory_mib, per.memory_mib))
+                    .min(u64::from(search.replicas))
+            })
+            .sum();
+        hosted >= u64::from(search.replicas) && search.quota_needs.iter().zip(&quota).all(|(n, q)| n.fits_in(*q))
+    };
+    if makes_room(&[]) {
+        return None;
+    }
+    let free_gpus: u64 = search.available.iter().map(|r| u64::from(r.gpus)).sum();
+    let need_gpus = u64::from(search.per_replica.gpus) * u64::from(search.replicas);
+    let rank = |set: &[usize]| {
+        let chosen: Vec<&WideCandidate> = set.iter().map(|&i| &search.candidates[i]).collect();
+        let freed: u64 = chosen.iter().flat_map(|c| c.frees.iter()).map(|(_, r)| u64::from(r.gpus)).sum();
+        let mut newest: Vec<u64> = chosen.iter().map(|c| c.id.0).collect();
+        newest.sort_unstable_by(|a, b| b.cmp(a));
+        (
+            chosen.iter().map(|c| c.priority).max().unwrap_or(Priority::MIN),
+            chosen.iter().map(|c| c.lost_gpu_ms).sum::<u64>(),
+            (free_gpus + freed).saturating_sub(need_gpus),
+            set.len(),
+            newest.into_iter().map(std::cmp::Reverse).collect::<Vec<_>>(),
+        )
+    };
+    let n = search.candidates.len();
+    assert!(n <= 20, "the brute force is for small cases ({n} candidates)");
+    let mut best: Option<(_, Vec<usize>)> = None;
+    for mask in 0u32..(1 << n) {
+        if mask.count_ones() as usize > search.victims_max {
+            continue;
+        }
+        let set: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
+        if !makes_room(&set) {
+            continue;
+        }
+        let key = rank(&set);
+        if best.as_ref().is_none_or(|(k, _)| key < *k) {
+            best = Some((key, set));
+        }
+    }
+    best.map(|(_, set)| set)
+}
+
 fn candidate() -> impl Strategy<Value = (Priority, u32, u64, u64, u64)> {
     (
         prop::sample::select(vec![0, 5, 10]),
@@ -165,4 +236,99 @@ fn c_alone_beats_a_and_b() {
     let candidates = [v(1, 3, 3), v(2, 1, 15), v(3, 4, 16)];
     assert_eq!(brute_force(Resources::ZERO, Resources::gpus(4), &candidates, 32), Some(vec![2]));
     assert_eq!(best_set_on_node(Resources::ZERO, Resources::gpus(4), &candidates, 32).unwrap().victims, [2]);
+}
+
+/// A search over up to three nodes: candidates that free room on one or two of them (a
+/// gang victim), and, half the time, a quota need that only some candidates give back to.
+fn wide_case() -> impl Strategy<Value = WideSearch> {
+    let node = (0..=4u32, prop::sample::select(vec![0u64, 2_000, 8_000]));
+    let candidate = (
+        prop::sample::select(vec![0, 5, 10]),
+        prop::sample::select(vec![0u64, 60_000, 120_000, 240_000]),
+        prop::collection::vec((0..3usize, 0..=4u32, prop::sample::select(vec![0u64, 2_000])), 1..=2),
+        any::<bool>(),
+    );
+    (
+        prop::collection::vec(node, 1..=3),
+        (1..=4u32, prop::sample::select(vec![0u64, 2_000])),
+        1..=3u32,
+        prop::collection::vec(candidate, 0..=10),
+        prop_oneof![1 => Just(None), 1 => (0..=6u32).prop_map(Some)],
+        prop_oneof![1 => 1..=3usize, 1 => Just(32usize)],
+    )
+        .prop_map(|(nodes, (gpus, cpu), replicas, shapes, quota_gpus, victims_max)| {
+            let candidates = shapes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (priority, lost, frees, charged))| {
+                    let mut per_node: Vec<(usize, Resources)> = Vec::new();
+                    for (n, g, c) in frees {
+                        let n = n % nodes.len();
+                        match per_node.iter_mut().find(|(m, _)| *m == n) {
+                            Some((_, r)) => *r = r.plus(Resources::new(g, c, 0)),
+                            None => per_node.push((n, Resources::new(g, c, 0))),
+                        }
+                    }
+                    per_node.sort_by_key(|(n, _)| *n);
+                    let total = per_node.iter().fold(Resources::ZERO, |t, (_, r)| t.plus(*r));
+                    WideCandidate {
+                        // Ids in another order than the list's.
+                        id: JobId((i as u64 * 7 + 3) % 11),
+                        priority,
+                        lost_gpu_ms: lost * u64::from(total.gpus.max(1)),
+                        frees: per_node,
+                        quota_frees: quota_gpus
+                            .map(|_| if charged { total } else { Resources::ZERO })
+                            .into_iter()
+                            .collect(),
+                    }
+                })
+                .collect();
+            WideSearch {
+                available: nodes.into_iter().map(|(g, c)| Resources::new(g, c, 0)).collect(),
+                per_replica: Resources::new(gpus, cpu, 0),
+                replicas,
+                quota_needs: quota_gpus.map(Resources::gpus).into_iter().collect(),
+                candidates,
+                victims_max,
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 5_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_wide_search_finds_the_set_the_rules_rank_first(search in wide_case()) {
+        let (found, exactness) = best_wide_set(&search);
+        prop_assert_eq!(exactness, Exactness::Exact);
+        prop_assert_eq!(found, brute_force_wide(&search));
+    }
+}
+
+/// A gang's victim that spans two nodes frees room on both but loses its work once: here
+/// it (10 GPU-min over 2 + 2 GPUs) beats a one-node victim on each node (8 + 8).
+#[test]
+fn a_victim_on_two_nodes_counts_its_loss_once() {
+    let victim = |id: u64, lost_gpu_min: u64, frees: Vec<(usize, Resources)>| WideCandidate {
+        id: JobId(id),
+        priority: 10,
+        lost_gpu_ms: lost_gpu_min * 60_000,
+        frees,
+        quota_frees: Vec::new(),
+    };
+    let search = WideSearch {
+        available: vec![Resources::ZERO, Resources::ZERO],
+        per_replica: Resources::gpus(2),
+        replicas: 2,
+        quota_needs: Vec::new(),
+        candidates: vec![
+            victim(1, 8, vec![(0, Resources::gpus(2))]),
+            victim(2, 8, vec![(1, Resources::gpus(2))]),
+            victim(3, 10, vec![(0, Resources::gpus(2)), (1, Resources::gpus(2))]),
+        ],
+        victims_max: 32,
+    };
+    assert_eq!(brute_force_wide(&search), Some(vec![2]));
+    assert_eq!(best_wide_set(&search), (Some(vec![2]), Exactness::Exact));
 }
