@@ -149,8 +149,9 @@ struct NodeSet {
 /// Buffers the victim search reuses from one search to the next.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SearchScratch {
-    /// (level at which the node first makes room, node position).
-    ready: Vec<(Priority, u32)>,
+    /// (level at which the node first makes room, node position, the least lost work of
+    /// its victims at that level when the walk that found the level already knows it).
+    ready: Vec<(Priority, u32, Option<u64>)>,
     /// (least lost work any set on the node can have, node position), for one level.
     bounds: Vec<(u64, u32)>,
     /// A node's victims up to the level, in the order of rules 2, 3, 5.
@@ -544,9 +545,9 @@ impl SearchView<'_> {
         scratch.ready.clear();
         for (i, node) in self.nodes.iter().enumerate() {
             if Self::usable(node, model)
-                && let Some(level) = room_level(node, demand, examined, now, scratch.protection_waived)
+                && let Some((level, bound)) = room_level(node, demand, examined, now, scratch.protection_waived)
             {
-                scratch.ready.push((level, i as u32));
+                scratch.ready.push((level, i as u32, Some(bound)));
             }
         }
         // The lowest level first. If every node there broke the victim bound, each of them
@@ -554,7 +555,7 @@ impl SearchView<'_> {
         // victims), with the nodes that first make room there.
         let waived = scratch.protection_waived;
         loop {
-            let level = scratch.ready.iter().map(|(l, _)| *l).min()?;
+            let level = scratch.ready.iter().map(|(l, _, _)| *l).min()?;
             let ready = std::mem::take(&mut scratch.ready);
             let plan = self.best_set_at_level(&ready, level, demand, examined, now, scratch);
             scratch.ready = ready;
@@ -562,13 +563,14 @@ impl SearchView<'_> {
                 return plan;
             }
             let nodes = &self.nodes;
-            scratch.ready.retain_mut(|(l, position)| {
+            scratch.ready.retain_mut(|(l, position, bound)| {
                 if *l != level {
                     return true;
                 }
                 match next_level(nodes.at(NodeIx(*position)), level, examined, now, waived) {
                     Some(next) => {
                         *l = next;
+                        *bound = None;
                         true
                     }
                     None => false,
@@ -588,7 +590,7 @@ impl SearchView<'_> {
     /// can win). Ties are broken exactly as if every node were weighed in id order.
     fn best_set_at_level(
         &self,
-        ready: &[(Priority, u32)],
+        ready: &[(Priority, u32, Option<u64>)],
         level: Priority,
         demand: Resources,
         examined: impl Fn(&VictimEntry) -> bool,
@@ -598,17 +600,19 @@ impl SearchView<'_> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let waived = scratch.protection_waived;
         scratch.bounds.clear();
-        for &(_, position) in ready.iter().filter(|(l, _)| *l == level) {
-            let node = self.nodes.at(NodeIx(position));
-            let at_level = node
-                .victims
-                .iter()
-                .take_while(|e| examined(e))
-                .filter(|e| e.priority == level && (waived || e.protected_until <= now));
-            let bound = at_level
-                .map(|e| e.lost_gpu_ms(now))
-                .min()
-                .expect("a node that makes room at a level has a victim there");
+        for &(_, position, known) in ready.iter().filter(|(l, _, _)| *l == level) {
+            let bound = known.unwrap_or_else(|| {
+                let node = self.nodes.at(NodeIx(position));
+                let at_level = node
+                    .victims
+                    .iter()
+                    .take_while(|e| examined(e))
+                    .filter(|e| e.priority == level && (waived || e.protected_until <= now));
+                at_level
+                    .map(|e| e.lost_gpu_ms(now))
+                    .min()
+                    .expect("a node that makes room at a level has a victim there")
+            });
             scratch.bounds.push((bound, position));
         }
         let first = (0..scratch.bounds.len()).min_by_key(|&i| scratch.bounds[i]).expect("a level of a ready node");
@@ -840,24 +844,32 @@ fn next_level(
 
 /// The priority level at which a node first has room for `demand`, taking the examined
 /// candidates of its list (lowest priority first) level by level, those protected at `now`
-/// freeing nothing; `None` if they never make room. A node's list is in (priority, id)
-/// order and `examined` holds for a prefix of it.
+/// freeing nothing; `None` if they never make room. With it, the least work lost by a
+/// candidate of that level not protected (the node's bound in `best_set_at_level`). A
+/// node's list is in (priority, id) order and `examined` holds for a prefix of it.
 fn room_level(
     node: &Node,
     demand: Resources,
     examined: impl Fn(&VictimEntry) -> bool,
     now: Time,
     waived: bool,
-) -> Option<Priority> {
+) -> Option<(Priority, u64)> {
     let mut room = node.available();
+    let mut least_lost_at_level: Option<u64> = None;
     let mut entries = node.victims.iter().take_while(|e| examined(e)).peekable();
     while let Some(e) = entries.next() {
         if waived || e.protected_until <= now {
             room = room.plus(e.freed);
+            let lost = e.lost_gpu_ms(now);
+            least_lost_at_level = Some(least_lost_at_level.map_or(lost, |l| l.min(lost)));
         }
         let level_ends = entries.peek().is_none_or(|next| next.priority != e.priority);
-        if level_ends && demand.fits_in(room) {
-            return Some(e.priority);
+        if level_ends {
+            if demand.fits_in(room) {
+                let bound = least_lost_at_level.expect("a node that makes room at a level has a victim there");
+                return Some((e.priority, bound));
+            }
+            least_lost_at_level = None;
         }
     }
     None

@@ -492,9 +492,11 @@ impl WideSearch {
 /// none (or none is needed), `None` with `StepsExhausted` if the search ran out of steps.
 ///
 /// Rule 2 first, as on one node: candidates are admitted level by level, and at the first
-/// level where all of them together make room, a branch and bound (least lost work first,
-/// a branch ends when its set makes room or loses more than the best set found) ranks the
-/// sets by rules 3 to 5.
+/// level where all of them together make room, a branch and bound ranks the sets by rules
+/// 3 to 5: candidates least lost work first, a greedy set to beat from the start, and a
+/// branch ends when its set makes room or when what it must still lose at least (see
+/// `WideBranch::least_loss_for_missing`) ranks it after the best set found. The steps are
+/// counted over all levels.
 pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
     let mut levels: Vec<Priority> = search.candidates.iter().map(|c| c.priority).collect();
     levels.sort_unstable();
