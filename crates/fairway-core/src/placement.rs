@@ -23,11 +23,7 @@ pub struct Candidate {
 impl Candidate {
     /// How many replicas of `per_replica` fit here.
     pub fn replicas_fitting(&self, per_replica: Resources) -> u32 {
-        let by = |avail: u64, need: u64| avail.checked_div(need).unwrap_or(u64::from(u32::MAX));
-        let n = by(u64::from(self.available.gpus), u64::from(per_replica.gpus))
-            .min(by(self.available.cpu_millis, per_replica.cpu_millis))
-            .min(by(self.available.memory_mib, per_replica.memory_mib));
-        n.min(u64::from(u32::MAX)) as u32
+        self.available.count_fitting(per_replica)
     }
 }
 

@@ -287,10 +287,9 @@ impl SearchView<'_> {
     /// each of the job's capped accounts.
     fn wide_search(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim]) -> WideSearch {
         let job = &self.jobs[ix];
+        // Nodes are in id order, so the usable ones are too.
         let usable: Vec<&Node> = self.nodes.iter().filter(|n| Self::usable(n, job.spec.gpu_model)).collect();
-        let mut positions: Vec<(NodeId, usize)> = usable.iter().enumerate().map(|(i, n)| (n.spec.id, i)).collect();
-        positions.sort_unstable();
-        let position = |node: NodeId| positions.binary_search_by_key(&node, |(n, _)| *n).ok().map(|i| positions[i].1);
+        let position = |node: NodeId| usable.binary_search_by_key(&node, |n| n.spec.id).ok();
         let quotas = match scope {
             PreemptionScope::Any => Vec::new(),
             PreemptionScope::Account(_) => self.quota_needs(ix),
@@ -785,22 +784,12 @@ impl SearchView<'_> {
     fn fits_without(&self, ix: JobIx, scope: PreemptionScope, gone: &[&Victim]) -> Option<Vec<(NodeId, u32)>> {
         let job = &self.jobs[ix];
         if let PreemptionScope::Account(_) = scope {
-            // Every capped account of the job must end within its cap, not only the one in
-            // scope: a job over both its project's and its user's caps needs both fixed.
-            let total = job.spec.total();
-            for account in job.accounts() {
-                let Some(a) = self.ledger.get(account) else { continue };
-                let Some(quota) = a.quota else { continue };
+            for (account, need) in self.quota_needs(ix) {
                 let freed = gone
                     .iter()
                     .filter(|v| self.jobs[v.ix].accounts().any(|va| va == account))
                     .fold(Resources::ZERO, |acc, v| acc.plus(v.total));
-                let ok = ResourceKind::ALL.into_iter().all(|k| {
-                    quota
-                        .limit(k)
-                        .is_none_or(|limit| k.of(a.charged).saturating_sub(k.of(freed)) + k.of(total) <= limit)
-                });
-                if !ok {
+                if !need.fits_in(freed) {
                     return None;
                 }
             }

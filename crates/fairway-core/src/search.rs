@@ -452,7 +452,7 @@ pub const WIDE_STEPS_MAX: u32 = 2_000;
 
 impl WideCandidate {
     /// GPUs it frees on the usable nodes.
-    pub fn gpus_freed(&self) -> u64 {
+    fn gpus_freed(&self) -> u64 {
         self.frees.iter().map(|(_, r)| u64::from(r.gpus)).sum()
     }
 }
@@ -460,27 +460,25 @@ impl WideCandidate {
 impl WideSearch {
     /// Replicas one node can hold in `room`.
     pub fn replicas_in(&self, room: Resources) -> u32 {
-        let by = |avail: u64, need: u64| avail.checked_div(need).unwrap_or(u64::from(u32::MAX));
-        let per = self.per_replica;
-        let n = by(u64::from(room.gpus), u64::from(per.gpus))
-            .min(by(room.cpu_millis, per.cpu_millis))
-            .min(by(room.memory_mib, per.memory_mib));
-        n.min(u64::from(self.replicas)) as u32
+        room.count_fitting(self.per_replica).min(self.replicas)
     }
 
-    /// The rank of a set (rules 2 to 5): for a search over the whole cluster, rule 4 counts
-    /// the GPUs left free on all usable nodes once the job has what it needs.
-    pub fn cost_of(&self, set: &[usize]) -> SetCost {
+    /// GPUs all the replicas need.
+    fn gpus_needed(&self) -> u64 {
+        u64::from(self.per_replica.gpus) * u64::from(self.replicas)
+    }
+
+    /// The rank of `set` (rules 2 to 5), `room_gpus` being the GPUs free on all usable
+    /// nodes once it has gone: for a search over the whole cluster, rule 4 counts what is
+    /// left of them once the job has what it needs.
+    fn cost_of(&self, set: &[usize], room_gpus: u64) -> SetCost {
         let chosen = || set.iter().map(|&i| &self.candidates[i]);
         let mut ids_newest_first: Vec<JobId> = chosen().map(|c| c.id).collect();
         ids_newest_first.sort_unstable_by(|a, b| b.cmp(a));
-        let freed: u64 = chosen().flat_map(|c| c.frees.iter().map(|(_, r)| u64::from(r.gpus))).sum();
-        let free: u64 = self.available.iter().map(|r| u64::from(r.gpus)).sum();
-        let need = u64::from(self.per_replica.gpus) * u64::from(self.replicas);
         SetCost {
             top_priority: chosen().map(|c| c.priority).max().unwrap_or(Priority::MIN),
             lost_gpu_ms: chosen().map(|c| c.lost_gpu_ms).sum(),
-            gpus_beyond_need: u32::try_from((free + freed).saturating_sub(need)).unwrap_or(u32::MAX),
+            gpus_beyond_need: u32::try_from(room_gpus.saturating_sub(self.gpus_needed())).unwrap_or(u32::MAX),
             victims: ids_newest_first.len(),
             ids_newest_first,
         }
@@ -531,7 +529,7 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
         if steps > WIDE_STEPS_MAX {
             return (None, Exactness::StepsExhausted);
         }
-        if let Some((_, mut set, _)) = best {
+        if let Some((_, mut set)) = best {
             set.sort_unstable();
             return (Some(set), Exactness::Exact);
         }
@@ -545,6 +543,7 @@ struct WideState<'a> {
     room: Vec<Resources>,
     hosted: Vec<u32>,
     hosted_total: u64,
+    /// GPUs free on all usable nodes, the victims taken gone.
     room_gpus: u64,
     /// What the victims taken give back to each quota, in the order of the needs.
     quota_freed: Vec<Resources>,
@@ -591,7 +590,7 @@ impl<'a> WideState<'a> {
     /// GPUs the victims still to be taken must free at least, for the replicas that do not
     /// fit yet: the GPUs left over on the nodes (too few there for a replica) may combine
     /// with freed ones, so only the rest is certain.
-    fn gpus_needed(&self) -> u64 {
+    fn gpus_still_needed(&self) -> u64 {
         let per = u64::from(self.search.per_replica.gpus);
         let missing = u64::from(self.search.replicas).saturating_sub(self.hosted_total);
         let left_over = self.room_gpus.saturating_sub(per * self.hosted_total);
@@ -616,16 +615,15 @@ struct WideBranch<'s, 'a> {
     /// missing must cost.
     by_node: Vec<Vec<(usize, u64, u64)>>,
     /// Per node: the least work the candidates not yet decided must lose for one more
-    /// replica there (`None`: they cannot make room for one), kept up to date as the
-    /// search moves; `u64::MAX`: they cannot make room for one. The bound needs the least of
-    /// them at every step, so they sit in a tree of minimums.
+    /// replica there (`u64::MAX`: they cannot make room for one), kept up to date as the
+    /// search moves. The bound needs the least of them at every step, so they sit in a
+    /// tree of minimums.
     next_replica_loss: MinTree,
     state: &'s mut WideState<'a>,
     steps: &'s mut u32,
     set: Vec<usize>,
-    freed_gpus: u64,
-    /// The best set so far, its cost and the GPUs it frees.
-    best: Option<(SetCost, Vec<usize>, u64)>,
+    /// The best set so far, and its cost.
+    best: Option<(SetCost, Vec<usize>)>,
 }
 
 impl<'s, 'a> WideBranch<'s, 'a> {
@@ -653,7 +651,6 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             state,
             steps,
             set: Vec::new(),
-            freed_gpus: 0,
             best: None,
         }
     }
@@ -694,9 +691,6 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     /// returns what it was there, for `restore`.
     fn refresh(&mut self, i: usize, position: usize) -> [(usize, u64); 2] {
         let mut saved = [(usize::MAX, u64::MAX); 2];
-        if self.next_replica_loss.is_empty() {
-            return saved;
-        }
         let frees = &self.search.candidates[i].frees;
         for (k, &(node, _)) in frees.iter().enumerate() {
             let now = self.next_replica_loss_on(node, position).unwrap_or(u64::MAX);
@@ -709,9 +703,6 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     }
 
     fn restore(&mut self, i: usize, position: usize, saved: [(usize, u64); 2]) {
-        if self.next_replica_loss.is_empty() {
-            return;
-        }
         let frees = &self.search.candidates[i].frees;
         if frees.len() <= saved.len() {
             for (node, before) in saved.into_iter().filter(|(n, _)| *n != usize::MAX) {
@@ -731,9 +722,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             return;
         }
         if self.state.makes_room() {
-            let cost = self.search.cost_of(&self.set);
-            if self.best.as_ref().is_none_or(|(b, _, _)| cost < *b) {
-                self.best = Some((cost, self.set.clone(), self.freed_gpus));
+            let cost = self.search.cost_of(&self.set, self.state.room_gpus);
+            if self.best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                self.best = Some((cost, self.set.clone()));
             }
             return;
         }
@@ -743,22 +734,20 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         // Bounds: at least one more victim, the GPUs the replicas still need, and the least
         // work that freeing them loses. Adding a victim never lowers (lost, freed, count), so
         // a branch whose bound ranks after the best set found cannot win.
-        let gpus_needed = self.state.gpus_needed();
         let Some(loss_min) = self.least_loss_for_missing() else { return };
-        if let Some((best, _, best_freed)) = &self.best {
-            let bound = (lost + loss_min, self.freed_gpus + gpus_needed, self.set.len() + 1);
-            if bound > (best.lost_gpu_ms, *best_freed, best.victims) {
+        if let Some((best, _)) = &self.best {
+            let room_gpus_min = self.state.room_gpus + self.state.gpus_still_needed();
+            let beyond_min = room_gpus_min.saturating_sub(self.search.gpus_needed());
+            let bound = (lost + loss_min, beyond_min, self.set.len() + 1);
+            if bound > (best.lost_gpu_ms, u64::from(best.gpus_beyond_need), best.victims) {
                 return;
             }
         }
         let i = self.order[position];
-        let gpus = self.search.candidates[i].gpus_freed();
         self.set.push(i);
         self.state.take(i);
-        self.freed_gpus += gpus;
         let saved = self.refresh(i, position + 1);
         self.descend(position + 1, lost + self.search.candidates[i].lost_gpu_ms);
-        self.freed_gpus -= gpus;
         self.state.give_back(i);
         self.set.pop();
         self.restore(i, position, saved);
@@ -822,8 +811,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
                 }
             }
             if taken.len() <= self.search.victims_max {
-                let freed = taken.iter().map(|&i| self.search.candidates[i].gpus_freed()).sum();
-                self.best = Some((self.search.cost_of(&taken), taken.clone(), freed));
+                self.best = Some((self.search.cost_of(&taken, self.state.room_gpus), taken.clone()));
             }
         }
         for &i in &taken {
@@ -856,10 +844,6 @@ impl MinTree {
             slots[i] = slots[2 * i].min(slots[2 * i + 1]);
         }
         MinTree { slots, width }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.slots.is_empty()
     }
 
     fn min(&self) -> u64 {

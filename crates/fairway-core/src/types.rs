@@ -130,6 +130,14 @@ impl Resources {
         }
     }
     /// True when every dimension of `self` is at most the same dimension of `other`.
+    /// How many of `per` fit in these resources (`u32::MAX` when `per` is zero).
+    pub fn count_fitting(self, per: Resources) -> u32 {
+        let by = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
+        let n = by(u64::from(self.gpus), u64::from(per.gpus))
+            .min(by(self.cpu_millis, per.cpu_millis))
+            .min(by(self.memory_mib, per.memory_mib));
+        n.min(u64::from(u32::MAX)) as u32
+    }
     pub fn fits_in(self, other: Resources) -> bool {
         self.gpus <= other.gpus && self.cpu_millis <= other.cpu_millis && self.memory_mib <= other.memory_mib
     }

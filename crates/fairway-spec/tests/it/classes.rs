@@ -2,7 +2,7 @@
 
 use fairway_core::PreemptionPolicy;
 use fairway_spec::{
-    ParseLimits, PreemptionPolicyDoc, PreemptionProtection, PriorityClasses, load, parse_documents,
+    ParseLimits, PreemptionPolicyDoc, PreemptionProtection, PriorityClasses, ResolvedJob, load, parse_documents,
     parse_priority_class,
 };
 use serde_json::json;
@@ -11,6 +11,15 @@ use crate::support::*;
 
 fn none() -> PreemptionProtection {
     PreemptionProtection::default()
+}
+
+/// A one-GPU job at `priority` (a class name or a bare value), resolved with `classes`.
+fn job_at(priority: &str, classes: &mut PriorityClasses) -> ResolvedJob {
+    let doc = format!(
+        "name: j\ntenant: {{ user: u, project: p }}\npriority: {priority}\nresources: {{ gpus: 1 }}\ncommand: [\"true\"]\n"
+    );
+    let (mut jobs, _) = load(doc.as_bytes(), classes).unwrap();
+    jobs.remove(0)
 }
 
 fn names_and_values(classes: &PriorityClasses) -> Vec<(String, i32)> {
@@ -193,18 +202,8 @@ fn a_class_carries_rule_1_protection_in_both_forms() {
     // A job of the class gets it; a job with a bare value gets none.
     let mut classes = PriorityClasses::builtin();
     classes.register(&doc).unwrap();
-    let (jobs, _) = load(
-        b"name: j\ntenant: { user: u, project: p }\npriority: batch\nresources: { gpus: 1 }\ncommand: [\"true\"]\n",
-        &mut classes,
-    )
-    .unwrap();
-    assert_eq!(jobs[0].protection, want);
-    let (jobs, _) = load(
-        b"name: j\ntenant: { user: u, project: p }\npriority: 500\nresources: { gpus: 1 }\ncommand: [\"true\"]\n",
-        &mut classes,
-    )
-    .unwrap();
-    assert_eq!(jobs[0].protection, none());
+    assert_eq!(job_at("batch", &mut classes).protection, want);
+    assert_eq!(job_at("500", &mut classes).protection, none());
 
     // Registering it again with another protection is a redefinition.
     let other =
@@ -327,13 +326,9 @@ fn a_class_may_delay_its_jobs_preemptions_in_every_form() {
     // A job of the class gets it, in milliseconds in the core's spec.
     let mut classes = PriorityClasses::builtin();
     classes.register(&doc).unwrap();
-    let (jobs, _) = load(
-        b"name: j\ntenant: { user: u, project: p }\npriority: batch\nresources: { gpus: 1 }\ncommand: [\"true\"]\n",
-        &mut classes,
-    )
-    .unwrap();
-    assert_eq!(jobs[0].protection, want);
-    let core = jobs[0].to_core(fairway_core::JobId(1), &mut fairway_spec::Interner::new()).unwrap();
+    let job = job_at("batch", &mut classes);
+    assert_eq!(job.protection, want);
+    let core = job.to_core(fairway_core::JobId(1), &mut fairway_spec::Interner::new()).unwrap();
     assert_eq!(core.preemption_delay_ms, 20_000);
     // Described in the registry's own words.
     let other = parse_priority_class(&json!({ "name": "batch", "value": 500 }), 1, "").unwrap();
