@@ -612,10 +612,8 @@ impl Scheduler {
 
     /// A victim search, with the scheduler's scratch buffers.
     fn search(&mut self, ix: JobIx, scope: PreemptionScope, now: Time) -> Option<VictimPlan> {
-        let mut scratch = std::mem::take(&mut self.search_scratch);
-        let plan = self.search_view().find_victims(ix, scope, now, &mut scratch);
-        self.search_scratch = scratch;
-        plan
+        let (view, scratch) = self.search_parts();
+        view.find_victims(ix, scope, now, scratch)
     }
 
     /// When a failed search failed only because rule 1 protects the victims it would take:
@@ -625,11 +623,10 @@ impl Scheduler {
         if self.protection_ends.last().is_none_or(|(until, ..)| *until <= now) {
             return None;
         }
-        let mut scratch = std::mem::take(&mut self.search_scratch);
+        let (view, scratch) = self.search_parts();
         scratch.protection_waived = true;
-        let plan = self.search_view().find_victims(ix, PreemptionScope::Any, now, &mut scratch);
+        let plan = view.find_victims(ix, PreemptionScope::Any, now, scratch);
         scratch.protection_waived = false;
-        self.search_scratch = scratch;
         plan?;
         let priority = self.jobs[ix].spec.priority;
         self.protection_ends

@@ -206,15 +206,17 @@ pub(crate) struct SearchView<'a> {
 }
 
 impl Scheduler {
-    /// The view the victim search reads.
-    pub(crate) fn search_view(&self) -> SearchView<'_> {
-        SearchView {
+    /// The view the victim search reads, and the buffers it reuses (borrowed beside the
+    /// view, not moved out and back: the scratch is large).
+    pub(crate) fn search_parts(&mut self) -> (SearchView<'_>, &mut SearchScratch) {
+        let view = SearchView {
             config: &self.config,
             nodes: &self.nodes,
             jobs: &self.jobs,
             ledger: &self.ledger,
             tallies: &self.tallies,
-        }
+        };
+        (view, &mut self.search_scratch)
     }
 }
 
