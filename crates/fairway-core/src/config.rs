@@ -44,20 +44,50 @@ pub struct Policy {
     /// When true, later jobs may start on GPUs the blocked job cannot use.
     pub backfill: bool,
     pub scoring: ScoringPolicy,
+    /// Fair sharing between tenants inside one priority (see `fairshare.rs`); `None`: jobs
+    /// of one priority go in submit order. Applies with backfill only: under strict order
+    /// the queue's order is the submit order by definition.
+    pub fair_share: Option<FairSharing>,
+}
+
+/// Fair sharing inside a priority tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FairSharing {
+    /// How fast past usage is forgotten: what a tenant held counts half as much this long
+    /// after (0: only what it holds now counts).
+    pub half_life_ms: u64,
 }
 
 impl Policy {
     /// Strict first-come first-served: no priorities, no preemption, no backfill.
     pub fn fifo() -> Policy {
-        Policy { order: QueueOrder::Fifo, preemption: false, backfill: false, scoring: ScoringPolicy::BestFit }
+        Policy {
+            order: QueueOrder::Fifo,
+            preemption: false,
+            backfill: false,
+            scoring: ScoringPolicy::BestFit,
+            fair_share: None,
+        }
     }
     /// Priority order with backfill, but nothing is ever preempted.
     pub fn priority() -> Policy {
-        Policy { order: QueueOrder::Priority, preemption: false, backfill: true, scoring: ScoringPolicy::BestFit }
+        Policy {
+            order: QueueOrder::Priority,
+            preemption: false,
+            backfill: true,
+            scoring: ScoringPolicy::BestFit,
+            fair_share: None,
+        }
     }
     /// Priority order, backfill and graceful preemption.
     pub fn fairway() -> Policy {
-        Policy { order: QueueOrder::Priority, preemption: true, backfill: true, scoring: ScoringPolicy::BestFit }
+        Policy {
+            order: QueueOrder::Priority,
+            preemption: true,
+            backfill: true,
+            scoring: ScoringPolicy::BestFit,
+            fair_share: None,
+        }
     }
 }
 

@@ -1,16 +1,21 @@
 //! The scheduling cycle: one numbered recipe, run by every driver the same way.
 
-use std::ops::Bound::{Excluded, Unbounded};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::cluster::{Node, Nodes};
 use crate::decision::{Decision, PendingReason, StopCause};
+use crate::fairshare::FairKey;
 use crate::free_room::FreeRoom;
 use crate::ids::{GroupIx, GroupKey, JobIx, NodeIx, QueueKey};
 use crate::model::{JobState, Reservation, Termination};
 use crate::preemption::{PreemptionScope, VictimPlan};
 use crate::queue::{GrownRoom, QuotaWake, Reasons, RoomWake, Verdict, Wake, WakeOn};
 use crate::scheduler::Scheduler;
-use crate::types::{AccountId, GpuModel, GpuSet, Placement, Priority, ReplicaPlacement, ResourceKind, Resources, Time};
+use crate::types::{
+    AccountId, GpuModel, GpuSet, JobId, Placement, Priority, ReplicaPlacement, ResourceKind, Resources, Time,
+};
 
 /// What one cycle did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -115,10 +120,21 @@ impl PreemptionBudget {
 }
 
 /// Where the walk's next job comes from.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum From {
     Awake,
     Candidate,
+}
+
+/// Fair sharing's order inside one priority (see `fairshare.rs`): the level's awake heads
+/// and lazy candidates, least share first, then queue order. A start only raises shares
+/// within a cycle, so an entry whose share has changed since it was pushed is pushed again
+/// with its new share when it comes up (it can only move back).
+#[derive(Default)]
+struct FairLevel {
+    /// The level being walked.
+    rank: Option<Reverse<Priority>>,
+    heap: BinaryHeap<Reverse<(FairKey, QueueKey, GroupIx, From)>>,
 }
 
 /// The nodes that grew since the last cycle (schedulable ones, by position), for the lazy
@@ -377,35 +393,62 @@ impl Scheduler {
         // again); candidates come from their own list.
         let mut last_head: Option<(QueueKey, GroupIx)> = None;
         let mut next_candidate = 0;
+        // Fair sharing reorders each priority level (backfill only: strict order is queue
+        // order by definition).
+        let fair = self.fair.enabled() && !strict;
+        let mut level = FairLevel::default();
         // Second looks that found no room, as (model, room, priority, GPUs per replica):
         // room only shrinks during a walk, so a candidate of the same model and room
         // wanting as many GPUs or more at the same priority or lower finds none either.
         let mut no_room: Vec<(Option<GpuModel>, RoomWake, Priority, u32)> = Vec::new();
         loop {
-            let next_head = match last_head {
-                None => self.queue.awake.first(),
-                Some(last) => self.queue.awake.range((Excluded(last), Unbounded)).next(),
-            }
-            .copied();
-            let candidate = candidates.get(next_candidate).copied();
-            let (key, gix, from) = match (next_head, candidate) {
-                (None, None) => break,
-                (Some(h), Some(c)) if c < h => (c.0, c.1, From::Candidate),
-                (Some(h), _) => (h.0, h.1, From::Awake),
-                (None, Some(c)) => (c.0, c.1, From::Candidate),
+            let next = if fair {
+                self.next_fair(&mut level, candidates, &mut next_candidate, now)
+            } else {
+                let next_head = match last_head {
+                    None => self.queue.awake.first(),
+                    Some(last) => self.queue.awake.range((Excluded(last), Unbounded)).next(),
+                }
+                .copied();
+                let candidate = candidates.get(next_candidate).copied();
+                match (next_head, candidate) {
+                    (None, None) => None,
+                    (Some(h), Some(c)) if c < h => Some((c.0, c.1, From::Candidate)),
+                    (Some(h), _) => Some((h.0, h.1, From::Awake)),
+                    (None, Some(c)) => Some((c.0, c.1, From::Candidate)),
+                }
             };
+            let Some((key, gix, from)) = next else { break };
             if blocker.is_some_and(|(k, _)| k < key) {
                 break;
             }
             if out.stats.started >= self.config.limits.starts_per_cycle_max {
+                if fair {
+                    // Candidates the fair order took in but did not reach wake as if
+                    // unreached (see `walk_queue`).
+                    let current = (from == From::Candidate).then_some(Reverse(((0, 0), key, gix, from)));
+                    for Reverse((.., gix, from)) in std::mem::take(&mut level.heap).into_iter().chain(current) {
+                        if from == From::Candidate && self.queue.is_asleep(gix) {
+                            self.queue.wake(gix);
+                        }
+                    }
+                }
                 break;
             }
             match from {
                 From::Awake => {}
                 From::Candidate => {
-                    next_candidate += 1;
+                    if !fair {
+                        next_candidate += 1;
+                    }
                     if !self.queue.is_asleep(gix) {
-                        continue; // Woken meanwhile: the walk finds it among the awake.
+                        // Woken meanwhile: the walk finds it among the awake (the fair
+                        // order, which took in its level's heads already, takes it now).
+                        let head = self.queue.group(gix).head();
+                        if fair && self.queue.awake.contains(&(head, gix)) {
+                            level.heap.push(Reverse((self.fair_key(gix, now), head, gix, From::Awake)));
+                        }
+                        continue;
                     }
                     // Second look: does a grown node still have room for it now?
                     let room = self.queue.room_wake(gix);
@@ -434,6 +477,11 @@ impl Scheduler {
                     // group's new head, found again in `awake`; or the group is gone.
                     if !self.queue.is_gone(gix, &gk) {
                         self.queue.clear_verdict(gix);
+                        // The group's next member, if any, is the level's to order again.
+                        if fair && !self.queue.is_asleep(gix) {
+                            let head = self.queue.group(gix).head();
+                            level.heap.push(Reverse((self.fair_key(gix, now), head, gix, From::Awake)));
+                        }
                     }
                     if strict && matches!(considered, Considered::Preempting) {
                         self.blocked_by = Some((key, gk.priority));
@@ -454,6 +502,78 @@ impl Scheduler {
             self.blocked_by = self.blocked_by.or(blocker);
         }
         next_candidate
+    }
+
+    /// The next job of the fair order (see `FairLevel`), loading the next priority level
+    /// when the current one is done.
+    fn next_fair(
+        &mut self,
+        level: &mut FairLevel,
+        candidates: &[(QueueKey, GroupIx)],
+        next_candidate: &mut usize,
+        now: Time,
+    ) -> Option<(QueueKey, GroupIx, From)> {
+        loop {
+            if level.heap.is_empty() {
+                self.load_fair_level(level, candidates, next_candidate, now)?;
+            }
+            let Reverse((fair_key, key, gix, from)) = level.heap.pop()?;
+            if from == From::Awake && (!self.queue.awake.contains(&(key, gix))) {
+                continue; // No longer this group's awake head.
+            }
+            let now_key = self.fair_key(gix, now);
+            if now_key != fair_key {
+                level.heap.push(Reverse((now_key, key, gix, from)));
+                continue;
+            }
+            return Some((key, gix, from));
+        }
+    }
+
+    /// Take in the next priority level: its awake heads and its candidates.
+    fn load_fair_level(
+        &self,
+        level: &mut FairLevel,
+        candidates: &[(QueueKey, GroupIx)],
+        next_candidate: &mut usize,
+        now: Time,
+    ) -> Option<()> {
+        let after = |rank: Reverse<Priority>| match level.rank {
+            None => true,
+            Some(done) => rank > done,
+        };
+        let lowest_key = |rank| QueueKey { rank, submitted_at: Time(0), id: JobId(0), ix: JobIx(0) };
+        let first_head = match level.rank {
+            None => self.queue.awake.first().copied(),
+            Some(Reverse(p)) => {
+                let next = p.checked_sub(1).map(|q| (lowest_key(Reverse(q)), GroupIx(0)));
+                next.and_then(|from| self.queue.awake.range((Included(from), Unbounded)).next().copied())
+            }
+        }
+        .filter(|(k, _)| after(k.rank));
+        let first_candidate = candidates.get(*next_candidate).filter(|(k, _)| after(k.rank)).copied();
+        let rank = match (first_head, first_candidate) {
+            (None, None) => return None,
+            (Some(h), Some(c)) => h.0.rank.min(c.0.rank),
+            (Some(h), None) => h.0.rank,
+            (None, Some(c)) => c.0.rank,
+        };
+        level.rank = Some(rank);
+        let heads = self.queue.awake.range((Included((lowest_key(rank), GroupIx(0))), Unbounded));
+        for &(key, gix) in heads.take_while(|(k, _)| k.rank == rank) {
+            level.heap.push(Reverse((self.fair_key(gix, now), key, gix, From::Awake)));
+        }
+        while let Some(&(key, gix)) = candidates.get(*next_candidate).filter(|(k, _)| k.rank == rank) {
+            *next_candidate += 1;
+            level.heap.push(Reverse((self.fair_key(gix, now), key, gix, From::Candidate)));
+        }
+        Some(())
+    }
+
+    /// A group's place in the fair order now: its project's share, then its user's.
+    fn fair_key(&self, gix: GroupIx, now: Time) -> FairKey {
+        let gk = &self.queue.group(gix).key;
+        self.fair.key(gk.project, gk.user, now)
     }
 
     /// Steps 4c–4g for one job.

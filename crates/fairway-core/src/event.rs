@@ -38,6 +38,13 @@ pub enum Event {
         account: AccountId,
         quota: Option<Quota>,
     },
+    /// Set an account's fair-share weight (1 unless set; at least 1): inside one priority, a
+    /// tenant of weight 2 is served as if it held half of what it holds (see `fairshare.rs`).
+    /// Without fair sharing in the policy the weight is kept but changes nothing.
+    SetFairShareWeight {
+        account: AccountId,
+        weight: u32,
+    },
 }
 
 /// How a job's process ended, as the driver saw it.

@@ -44,6 +44,8 @@ impl Scheduler {
         };
         let mut terminating = 0usize;
         let mut tallies = VictimTallies::default();
+        // What each account's placed jobs hold, as fair sharing must count it.
+        let mut fair_held: BTreeMap<AccountId, Resources> = BTreeMap::new();
         // Per capped account, its running preemptible GPUs by priority (when tracked).
         let mut own: Vec<BTreeMap<crate::types::Priority, u32>> = vec![BTreeMap::new(); account_ids.len()];
         for node in &nodes {
@@ -85,6 +87,10 @@ impl Scheduler {
                 }
                 for a in job.accounts() {
                     charge(id, a, job.spec.total())?;
+                    if self.fair.enabled() && job.spec.total() != Resources::ZERO {
+                        let sum = fair_held.entry(a).or_insert(Resources::ZERO);
+                        *sum = sum.plus(job.spec.total());
+                    }
                 }
                 if running {
                     if self.tracks_victims() {
@@ -175,6 +181,10 @@ impl Scheduler {
             if node.reserved != *reserved {
                 return Err(format!("{} reserved {} disagrees with reservations", node.spec.id, node.reserved));
             }
+        }
+        let fair_tracked: BTreeMap<AccountId, Resources> = self.fair.holdings().collect();
+        if fair_tracked != fair_held {
+            return Err(format!("fair sharing counts holdings {fair_tracked:?}, the placed jobs hold {fair_held:?}"));
         }
         self.ledger.check(&charged, &own)
     }

@@ -15,6 +15,7 @@ pub mod config;
 mod cycle;
 pub mod decision;
 pub mod event;
+mod fairshare;
 mod free_room;
 mod ids;
 mod invariants;
@@ -30,7 +31,7 @@ pub mod search;
 pub mod types;
 mod victims;
 
-pub use config::{Config, Limits, Policy, QueueOrder, ScoringPolicy};
+pub use config::{Config, FairSharing, Limits, Policy, QueueOrder, ScoringPolicy};
 pub use cycle::{CycleOutcome, CycleStats};
 pub use decision::{Decision, PendingReason, RequeueCause, StopCause};
 pub use event::{Event, ExitOutcome, RestoredHold, RestoredJob, RestoredRun, RestoredStop};

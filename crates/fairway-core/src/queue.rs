@@ -163,7 +163,7 @@ pub(crate) struct Group {
 }
 
 impl Group {
-    fn head(&self) -> QueueKey {
+    pub fn head(&self) -> QueueKey {
         *self.members.first().expect("groups are never empty")
     }
 

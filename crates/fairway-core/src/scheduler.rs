@@ -8,6 +8,7 @@ use crate::cluster::{Node, Nodes};
 use crate::config::{Config, QueueOrder};
 use crate::decision::{Decision, PendingReason, RequeueCause, StopCause};
 use crate::event::{Event, ExitOutcome};
+use crate::fairshare::FairShares;
 use crate::ids::{JobIx, QueueKey};
 use crate::jobs::JobStore;
 use crate::ledger::{self, Grandfathered, Ledger};
@@ -39,6 +40,8 @@ pub enum CoreError {
     InvalidNode { node: NodeId, reason: String },
     #[error("queue full: {jobs_max} jobs held")]
     QueueFull { jobs_max: u32 },
+    #[error("invalid fair-share weight for {account}: {reason}")]
+    InvalidWeight { account: AccountId, reason: String },
 }
 
 impl CoreError {
@@ -53,6 +56,7 @@ impl CoreError {
             CoreError::InvalidJob { .. } => "invalid_job",
             CoreError::InvalidNode { .. } => "invalid_node",
             CoreError::QueueFull { .. } => "queue_full",
+            CoreError::InvalidWeight { .. } => "invalid_weight",
         }
     }
 }
@@ -111,6 +115,8 @@ pub struct Scheduler {
     pub(crate) protection_ends: BTreeSet<(Time, JobId, JobIx)>,
     /// The quota ledger (owns "usage within quota").
     pub(crate) ledger: Ledger,
+    /// What each account holds and held recently, for fair sharing inside a priority.
+    pub(crate) fair: FairShares,
     /// Decisions produced by events (stops, requeues), handed out by the next cycle.
     pub(crate) outbox: Vec<Decision>,
     pub(crate) counters: Counters,
@@ -126,7 +132,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(config: Config) -> Scheduler {
         Scheduler {
-            config,
+            config: config.clone(),
             nodes: Nodes::default(),
             jobs: JobStore::default(),
             queue: PendingQueue::default(),
@@ -141,6 +147,7 @@ impl Scheduler {
             runtime_deadlines: BTreeSet::new(),
             protection_ends: BTreeSet::new(),
             ledger: Ledger::default(),
+            fair: FairShares::new(config.policy.fair_share.map(|f| f.half_life_ms)),
             outbox: Vec::new(),
             counters: Counters::default(),
             changes: Changes::default(),
@@ -196,6 +203,14 @@ impl Scheduler {
             Event::NodeUncordoned(node) => self.set_schedulable(node, true),
             Event::SetQuota { account, quota } => {
                 self.set_quota(account, quota);
+                Ok(())
+            }
+            Event::SetFairShareWeight { account, weight } => {
+                if weight == 0 {
+                    let reason = "weight: must be at least 1, got 0".to_string();
+                    return Err(CoreError::InvalidWeight { account, reason });
+                }
+                self.fair.set_weight(account, weight);
                 Ok(())
             }
         }
@@ -443,6 +458,7 @@ impl Scheduler {
         }
         let id = spec.id;
         self.nodes.add(Node::new(spec));
+        self.fair.set_capacity(self.nodes.capacity());
         self.changes.room_grew(id);
         self.changes.nodes_changed = true;
         Ok(())
@@ -478,6 +494,7 @@ impl Scheduler {
             }
         }
         self.nodes.remove(id);
+        self.fair.set_capacity(self.nodes.capacity());
         self.changes.nodes_lost = true;
         Ok(())
     }
@@ -538,6 +555,7 @@ impl Scheduler {
             });
         }
         self.charge(accounts, total);
+        self.fair.change(self.jobs[ix].accounts(), total, true, now);
         self.queue.remove(&key, gix);
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id, ix));
@@ -616,6 +634,7 @@ impl Scheduler {
         } else {
             self.terminating.remove(&ix);
         }
+        self.fair.change(self.jobs[ix].accounts(), total, false, now);
         match preemptor {
             None => self.uncharge(accounts, total),
             // A victim's charge moves to its preemptor's hold where they share an account: a

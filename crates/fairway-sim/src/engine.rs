@@ -61,6 +61,8 @@ pub struct EngineConfig {
     pub check: CheckLevel,
     /// Stop the clock here, if set.
     pub horizon_ms: Option<u64>,
+    /// Fair-share weights of accounts (1 for the others), set before the first event.
+    pub weights: Vec<(AccountId, u32)>,
 }
 
 /// How much checking a run does. Two checks exist:
@@ -175,6 +177,11 @@ pub fn simulate(
         sim.core
             .apply(Event::SetQuota { account: *account, quota: Some(*quota) }, Time::ZERO)
             .expect("quotas always apply");
+    }
+    for &(account, weight) in &config.weights {
+        sim.core
+            .apply(Event::SetFairShareWeight { account, weight }, Time::ZERO)
+            .map_err(|source| SimError::Core { at: Time::ZERO, source })?;
     }
     let capacity_gpus = nodes.iter().map(|n| n.capacity.gpus).sum();
     let mut next_arrival = 0usize;

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fairway_core::{
-    AccountId, Config, GpuModel, JobId, JobSpec, Limits, NodeId, NodeSpec, Policy, PreemptionPolicy, QueueOrder, Quota,
-    Resources, ScoringPolicy,
+    AccountId, Config, FairSharing, GpuModel, JobId, JobSpec, Limits, NodeId, NodeSpec, Policy, PreemptionPolicy,
+    QueueOrder, Quota, Resources, ScoringPolicy,
 };
 use fairway_spec::{
     AccountKind, Interner, Origin, PreemptionPolicyDoc, PriorityClassDoc, PriorityClasses, PriorityRef,
@@ -238,7 +238,34 @@ pub struct CustomPolicy {
     /// the usual practice before a priority-aware scheduler).
     #[serde(default)]
     pub quotas: Option<Vec<QuotaSpec>>,
+    /// Fair sharing between tenants inside one priority (needs `backfill`).
+    #[serde(default)]
+    pub fair_share: Option<FairShareSpec>,
 }
+
+/// `fair_share:` of a custom policy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FairShareSpec {
+    /// Past usage counts half as much this many hours later (0: only current holdings).
+    pub half_life_hours: f64,
+    /// Weights (1 unless named), by project or user name.
+    #[serde(default)]
+    pub weights: Vec<WeightSpec>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightSpec {
+    #[serde(default)]
+    pub project: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    pub weight: u32,
+}
+
+/// The longest half-life accepted: ten years.
+const HALF_LIFE_HOURS_MAX: f64 = 87_600.0;
 
 fn best_fit() -> String {
     "best-fit".into()
@@ -297,6 +324,8 @@ pub struct SimPolicy {
     pub name: String,
     pub policy: Policy,
     pub quotas: Vec<(AccountId, Quota)>,
+    /// Fair-share weights (accounts not named weigh 1).
+    pub weights: Vec<(AccountId, u32)>,
 }
 
 /// A scenario resolved into core types, ready to simulate.
@@ -507,6 +536,43 @@ fn quotas(file: &ScenarioFile, base_dir: &Path, names: &mut Names) -> Result<Vec
     Ok(out.into_iter().collect())
 }
 
+/// A custom policy's fair sharing, checked.
+fn fair_sharing(spec: &FairShareSpec, backfill: bool, field: &str) -> Result<FairSharing, ScenarioError> {
+    let hours = spec.half_life_hours;
+    if !hours.is_finite() || !(0.0..=HALF_LIFE_HOURS_MAX).contains(&hours) {
+        return Err(invalid(
+            format!("{field}.half_life_hours"),
+            format!("must be from 0 to {HALF_LIFE_HOURS_MAX} hours, got {hours}"),
+        ));
+    }
+    if !backfill {
+        return Err(invalid(
+            field,
+            "needs backfill: true (under strict order a priority is served in submit order by definition)",
+        ));
+    }
+    Ok(FairSharing { half_life_ms: (hours * 3_600_000.0).round() as u64 })
+}
+
+fn weight_list(specs: &[WeightSpec], field: &str, names: &mut Names) -> Result<Vec<(AccountId, u32)>, ScenarioError> {
+    let mut out: Vec<(AccountId, u32)> = Vec::new();
+    for (i, w) in specs.iter().enumerate() {
+        let account = match (&w.project, &w.user) {
+            (Some(p), None) => names.project(p)?,
+            (None, Some(u)) => names.user(u)?,
+            _ => return Err(invalid(format!("{field}[{i}]"), "name exactly one of `project` or `user`")),
+        };
+        if w.weight == 0 {
+            return Err(invalid(format!("{field}[{i}].weight"), "must be at least 1, got 0"));
+        }
+        if out.iter().any(|(a, _)| *a == account) {
+            return Err(invalid(format!("{field}[{i}]"), "names an account already weighted"));
+        }
+        out.push((account, w.weight));
+    }
+    Ok(out)
+}
+
 fn quota_list(specs: &[QuotaSpec], field: &str, names: &mut Names) -> Result<Vec<(AccountId, Quota)>, ScenarioError> {
     let mut out = Vec::new();
     for (i, q) in specs.iter().enumerate() {
@@ -676,6 +742,7 @@ fn policies(
     let mut out: Vec<SimPolicy> = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         let mut quotas = scenario_quotas.to_vec();
+        let mut weights = Vec::new();
         let (name, policy) = match spec {
             PolicySpec::Preset(name) => match name.as_str() {
                 "fifo" => (name.clone(), Policy::fifo()),
@@ -708,13 +775,22 @@ fn policies(
                 if let Some(own) = &c.quotas {
                     quotas = quota_list(own, &format!("policies[{i}].quotas"), names)?;
                 }
-                (c.name.clone(), Policy { order, preemption: c.preemption, backfill: c.backfill, scoring })
+                let fair_share = match &c.fair_share {
+                    None => None,
+                    Some(f) => {
+                        let field = format!("policies[{i}].fair_share");
+                        weights = weight_list(&f.weights, &format!("{field}.weights"), names)?;
+                        Some(fair_sharing(f, c.backfill, &field)?)
+                    }
+                };
+                let policy = Policy { order, preemption: c.preemption, backfill: c.backfill, scoring, fair_share };
+                (c.name.clone(), policy)
             }
         };
         if out.iter().any(|p| p.name == name) {
             return Err(invalid(format!("policies[{i}]"), format!("duplicate policy name {name:?}")));
         }
-        out.push(SimPolicy { name, policy, quotas });
+        out.push(SimPolicy { name, policy, quotas, weights });
     }
     if let Some(only) = only {
         for name in only {

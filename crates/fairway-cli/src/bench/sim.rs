@@ -111,6 +111,7 @@ pub fn run(args: &SimBenchArgs) -> Result<()> {
             cost: scenario.cost,
             check: CheckLevel::Off,
             horizon_ms: scenario.horizon_ms,
+            weights: sim_policy.weights.clone(),
         };
         let mut seconds = Vec::new();
         let mut first = None;

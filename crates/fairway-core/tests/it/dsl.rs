@@ -9,10 +9,11 @@
 //! ```text
 //! config policy=fifo|priority|fairway backfill=on|off preemption=on|off scoring=best-fit|spread
 //!        order=fifo|priority victims-max=N candidates-max=N attempts-max=N starts-max=N
-//!        nodes-scored-max=N                                  (before any other command)
+//!        nodes-scored-max=N fair-half-life=TIME|off           (before any other command)
 //! node [add] N gpus=8 model=A100 cpu=64000 mem=512000        (these are the defaults)
 //! node remove|drain|uncordon N
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
+//! weight ACCOUNT N                                           (fair-share weight)
 //! submit J prio=0 gpus=1 replicas=1 model=M cpu=0 mem=0 user=default project=default
 //!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS min-run=SECS
 //!        preemptions-per-hour=N overrides-protection=yes|no preemption-delay=SECS id=N
@@ -404,6 +405,13 @@ impl Runner {
             "config" => self.config(&line),
             "node" => self.node(&line),
             "quota" => self.quota(&line),
+            "weight" => {
+                line.only(&[])?;
+                let account = self.names.account(line.arg(0)?);
+                let weight = parse_num("weight", line.arg(1)?)?;
+                let text = format!("weight {}", line.args.join(" "));
+                self.apply(&text, Event::SetFairShareWeight { account, weight })
+            }
             "submit" => self.submit(&line),
             "restore" => self.restore(&line),
             "restore-hold" => self.restore_hold(&line),
@@ -526,6 +534,7 @@ impl Runner {
             "cycle-victims-max",
             "starts-max",
             "nodes-scored-max",
+            "fair-half-life",
         ])?;
         // The preset first, so that later keys refine it.
         if let Some(p) = line.get("policy") {
@@ -558,6 +567,12 @@ impl Runner {
                 "cycle-victims-max" => limits.victims_per_cycle_max = parse_num(k, v)?,
                 "starts-max" => limits.starts_per_cycle_max = parse_num(k, v)?,
                 "nodes-scored-max" => limits.candidate_nodes_scored_max = parse_num(k, v)?,
+                "fair-half-life" => {
+                    self.config.policy.fair_share = match v {
+                        "off" => None,
+                        _ => Some(FairSharing { half_life_ms: parse_time(v)? }),
+                    }
+                }
                 _ => unreachable!("checked by only()"),
             }
         }

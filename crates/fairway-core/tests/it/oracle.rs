@@ -122,7 +122,10 @@ impl Oracle {
             Event::NodeUncordoned(id) => {
                 self.drained.remove(id);
             }
-            Event::Cancel(_) | Event::Exited { .. } | Event::CheckpointReported { .. } => {}
+            Event::Cancel(_)
+            | Event::Exited { .. }
+            | Event::CheckpointReported { .. }
+            | Event::SetFairShareWeight { .. } => {}
         }
         // Started jobs back in the queue (an exit requeued, a node removed) entered it now.
         for &id in self.live.keys() {

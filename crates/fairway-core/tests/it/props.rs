@@ -93,6 +93,8 @@ struct Case {
     nodes: Vec<NodeShape>,
     /// GPU caps set before anything else: `(account, gpus)`.
     quotas: Vec<(u32, u32)>,
+    /// Fair-share weights, likewise: `(account, weight)`.
+    weights: Vec<(u32, u32)>,
     ops: Vec<Op>,
 }
 
@@ -196,6 +198,7 @@ fn config() -> impl Strategy<Value = Config> {
             prop_oneof![3 => Just(Limits::default().candidate_nodes_scored_max), 1 => 1..3u32],
             prop_oneof![3 => Just(Limits::default().starts_per_cycle_max), 1 => 1..3u32],
             prop_oneof![3 => Just(Limits::default().victims_per_cycle_max), 1 => 1..4u32],
+            prop_oneof![2 => Just(None), 1 => (0..3u64).prop_map(|h| Some(FairSharing { half_life_ms: h * 60_000 }))],
         ),
     )
         .prop_map(
@@ -205,7 +208,7 @@ fn config() -> impl Strategy<Value = Config> {
                 spread,
                 victims_max,
                 attempts_max,
-                (candidates, scored, starts, cycle_victims),
+                (candidates, scored, starts, cycle_victims, fair_share),
             )| {
                 if flip_backfill {
                     policy.backfill = !policy.backfill;
@@ -213,6 +216,7 @@ fn config() -> impl Strategy<Value = Config> {
                 if spread {
                     policy.scoring = ScoringPolicy::Spread;
                 }
+                policy.fair_share = fair_share;
                 let limits = Limits {
                     victims_per_preemption_max: victims_max,
                     preemption_attempts_per_cycle_max: attempts_max,
@@ -233,9 +237,10 @@ fn case() -> impl Strategy<Value = Case> {
         config(),
         prop::collection::vec(node_shape(), 1..=3),
         prop::collection::vec(quota, 0..=1),
+        prop::collection::vec((prop_oneof![0..USERS, PROJECT_BASE..PROJECT_BASE + PROJECTS], 1..4u32), 0..=2),
         prop::collection::vec(op(), 10..=40),
     )
-        .prop_map(|(config, nodes, quotas, ops)| Case { config, nodes, quotas, ops })
+        .prop_map(|(config, nodes, quotas, weights, ops)| Case { config, nodes, quotas, weights, ops })
 }
 
 /// Drives one or two schedulers through a case and checks every cycle.
@@ -257,6 +262,7 @@ struct Driver {
     node_specs: BTreeMap<NodeId, NodeSpec>,
     drained: BTreeSet<NodeId>,
     quotas: BTreeMap<AccountId, Quota>,
+    weights: BTreeMap<AccountId, u32>,
     /// The events so far as a scenario script (see `dsl.rs`), printed when a check fails.
     script: Vec<String>,
 }
@@ -279,6 +285,7 @@ impl Driver {
             node_specs: BTreeMap::new(),
             drained: BTreeSet::new(),
             quotas: BTreeMap::new(),
+            weights: BTreeMap::new(),
             script: vec![script_config(config)],
         }
     }
@@ -303,6 +310,9 @@ impl Driver {
             }
             Event::NodeUncordoned(n) => {
                 self.drained.remove(n);
+            }
+            Event::SetFairShareWeight { account, weight } => {
+                self.weights.insert(*account, *weight);
             }
             Event::SetQuota { account, quota } => match quota {
                 Some(q) => {
@@ -535,6 +545,10 @@ impl Driver {
         for (account, quota) in quotas {
             self.apply(Event::SetQuota { account, quota: Some(quota) })?;
         }
+        let weights: Vec<(AccountId, u32)> = self.weights.iter().map(|(a, w)| (*a, *w)).collect();
+        for (account, weight) in weights {
+            self.apply(Event::SetFairShareWeight { account, weight })?;
+        }
         let mut holds = Vec::new();
         let mut restored = Vec::new();
         for &id in &self.jobs {
@@ -601,6 +615,9 @@ impl Driver {
         for &(account, gpus) in &case.quotas {
             d.apply(Event::SetQuota { account: AccountId(account), quota: Some(Quota::gpus(gpus)) })?;
         }
+        for &(account, weight) in &case.weights {
+            d.apply(Event::SetFairShareWeight { account: AccountId(account), weight })?;
+        }
         let mut result = Ok(());
         for (i, op) in case.ops.iter().enumerate() {
             result = d.step(op).map_err(|e| format!("step {i} ({op:?}) at {}: {e}", d.now));
@@ -649,7 +666,7 @@ fn script_config(c: &Config) -> String {
     let on = |b: bool| if b { "on" } else { "off" };
     format!(
         "config order={order} preemption={} backfill={} scoring={} victims-max={} attempts-max={} \
-         candidates-max={} starts-max={} nodes-scored-max={} cycle-victims-max={}",
+         candidates-max={} starts-max={} nodes-scored-max={} cycle-victims-max={} fair-half-life={}",
         on(c.policy.preemption),
         on(c.policy.backfill),
         c.policy.scoring.name(),
@@ -659,6 +676,7 @@ fn script_config(c: &Config) -> String {
         c.limits.starts_per_cycle_max,
         c.limits.candidate_nodes_scored_max,
         c.limits.victims_per_cycle_max,
+        c.policy.fair_share.map_or("off".to_string(), |f| format!("{}ms", f.half_life_ms)),
     )
 }
 
@@ -717,6 +735,7 @@ fn script_line(event: &Event, now: Time) -> String {
         Event::NodeDrained(n) => format!("node drain n{} {at}", n.0),
         Event::NodeUncordoned(n) => format!("node uncordon n{} {at}", n.0),
         Event::SetQuota { account, quota: None } => format!("quota {} none {at}", acct(*account)),
+        Event::SetFairShareWeight { account, weight } => format!("weight {} {weight}", acct(*account)),
         Event::SetQuota { account, quota: Some(q) } => {
             let mut line = format!("quota {} {at}", acct(*account));
             if let Some(g) = q.gpus_max {

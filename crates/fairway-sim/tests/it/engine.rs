@@ -23,6 +23,7 @@ fn run_all(s: &Scenario) -> Vec<RunResult> {
                 cost: s.cost,
                 check: CheckLevel::EveryCycle,
                 horizon_ms: s.horizon_ms,
+                weights: p.weights.clone(),
             };
             simulate(&p.name, &s.jobs, &s.nodes, &p.quotas, &config, &mut |_, _| {}).expect("simulation runs")
         })

@@ -1,0 +1,204 @@
+//! Fair sharing inside a priority tier: which tenant's job a cycle asks first among jobs of
+//! the same priority.
+//!
+//! # The formula
+//!
+//! For each account (a project, and a user inside it) and each resource r (GPUs, CPU,
+//! memory), with `C_r` the capacity of all nodes and `w` the account's weight (default 1):
+//!
+//! - `alloc_r` is what the account's jobs hold now (running, and terminating until they exit);
+//! - `past_r` is `alloc_r` smoothed over time with half-life `H`: between two changes of
+//!   `alloc_r`, `past_r(t) = alloc_r + (past_r(t0) - alloc_r) * 2^(-(t - t0) / H)`. It is the
+//!   account's recent average holding, in the same unit as `alloc_r` (an account that held
+//!   `A` for long has `past_r = A`; one that stopped `H` ago has half of it left). With
+//!   `H = 0` it equals `alloc_r`;
+//! - `share = max_r ((alloc_r + past_r) / C_r) / w`: weighted dominant-resource share of
+//!   what it holds now plus what it held recently.
+//!
+//! Within one priority, a cycle asks the job whose project has the least share first, then
+//! (within a project, or between projects of equal share) the one whose user has the least
+//! share, then queue order (submit time, id). A start raises its accounts' `alloc` at once,
+//! so the next job asked is chosen with that start counted: a tenant that floods a tier
+//! gets its turn after each other tenant's, not before all of them. Priorities still come
+//! first: fair sharing never lets a lower-priority job start before a higher one that can.
+//!
+//! Properties (each has a test in `tests/it/fairshare.rs`): weights are respected over time
+//! (a tenant of weight 2 holds about twice what one of weight 1 holds when both always
+//! wait), the half-life behaves (a tenant that burst yields to one that did not, and the
+//! memory halves every `H`), a newcomer is not starved (its first job goes before the next
+//! job of a tenant already holding GPUs), and a tenant alone still gets everything.
+//!
+//! The arithmetic is `f64`, done in the same order on every run: the same events give the
+//! same shares, so decisions stay deterministic.
+
+use std::collections::BTreeMap;
+
+use crate::types::{AccountId, Resources, Time};
+
+/// What a tenant holds and held, for its share.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Usage {
+    alloc: Resources,
+    /// `past_r` as of `at`, per resource (GPUs, CPU, memory).
+    past: [f64; 3],
+    at: Time,
+}
+
+/// A job's place among the jobs of its priority: (project share, user share) as ordered
+/// bits (shares are never negative, so their IEEE bits order as the numbers do).
+pub(crate) type FairKey = (u64, u64);
+
+/// The fair-share ledger: per account, its holding and its recent average holding.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct FairShares {
+    /// Off: nothing is tracked (the policy orders a priority by submit time).
+    enabled: bool,
+    half_life_ms: u64,
+    capacity: Resources,
+    accounts: BTreeMap<AccountId, Usage>,
+    weights: BTreeMap<AccountId, u32>,
+}
+
+fn as_f64(r: Resources) -> [f64; 3] {
+    [f64::from(r.gpus), r.cpu_millis as f64, r.memory_mib as f64]
+}
+
+impl FairShares {
+    /// Fair sharing with this half-life, or (`None`) off.
+    pub fn new(half_life_ms: Option<u64>) -> FairShares {
+        FairShares { enabled: half_life_ms.is_some(), half_life_ms: half_life_ms.unwrap_or(0), ..FairShares::default() }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Capacity of all nodes (the denominators of the shares).
+    pub fn set_capacity(&mut self, capacity: Resources) {
+        self.capacity = capacity;
+    }
+
+    /// An account's weight; 1 unless set. A weight of 0 is refused by the caller.
+    pub fn set_weight(&mut self, account: AccountId, weight: u32) {
+        debug_assert!(weight > 0, "weights are positive");
+        if weight == 1 {
+            self.weights.remove(&account);
+        } else {
+            self.weights.insert(account, weight);
+        }
+    }
+
+    pub fn weight(&self, account: AccountId) -> u32 {
+        self.weights.get(&account).copied().unwrap_or(1)
+    }
+
+    /// `past` carried forward from `usage.at` to `now` (never backwards: a `now` before the
+    /// last change counts as that change's time).
+    fn past_at(&self, usage: &Usage, now: Time) -> [f64; 3] {
+        let alloc = as_f64(usage.alloc);
+        if self.half_life_ms == 0 {
+            return alloc;
+        }
+        let elapsed = now.ms_since(usage.at) as f64;
+        let keep = (-elapsed / self.half_life_ms as f64).exp2();
+        let mut past = [0.0; 3];
+        for r in 0..3 {
+            past[r] = (alloc[r] + (usage.past[r] - alloc[r]) * keep).max(0.0);
+        }
+        past
+    }
+
+    /// The accounts now hold `delta` more (`add`) or less.
+    pub fn change(&mut self, accounts: impl Iterator<Item = AccountId>, delta: Resources, add: bool, now: Time) {
+        if !self.enabled {
+            return;
+        }
+        for account in accounts {
+            let usage = self.accounts.get(&account).copied().unwrap_or(Usage { at: now, ..Usage::default() });
+            let now = now.max(usage.at);
+            let past = self.past_at(&usage, now);
+            let alloc = if add { usage.alloc.plus(delta) } else { usage.alloc.minus(delta) };
+            let settled = alloc == Resources::ZERO && past.iter().all(|p| *p < 1e-9);
+            if settled {
+                self.accounts.remove(&account);
+            } else {
+                self.accounts.insert(account, Usage { alloc, past, at: now });
+            }
+        }
+    }
+
+    /// The account's share at `now` (see the formula above).
+    pub fn share(&self, account: AccountId, now: Time) -> f64 {
+        let Some(usage) = self.accounts.get(&account) else { return 0.0 };
+        let past = self.past_at(usage, now.max(usage.at));
+        let alloc = as_f64(usage.alloc);
+        let capacity = as_f64(self.capacity);
+        let mut dominant: f64 = 0.0;
+        for r in 0..3 {
+            if capacity[r] > 0.0 {
+                dominant = dominant.max((alloc[r] + past[r]) / capacity[r]);
+            }
+        }
+        dominant / f64::from(self.weight(account))
+    }
+
+    /// The order key of a job of `project` and `user` at `now`.
+    pub fn key(&self, project: AccountId, user: AccountId, now: Time) -> FairKey {
+        let bits = |share: f64| share.max(0.0).to_bits();
+        (bits(self.share(project, now)), bits(self.share(user, now)))
+    }
+
+    /// Accounts holding something, with what they hold.
+    pub fn holdings(&self) -> impl Iterator<Item = (AccountId, Resources)> + '_ {
+        self.accounts.iter().filter(|(_, u)| u.alloc != Resources::ZERO).map(|(a, u)| (*a, u.alloc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: u64 = 3_600_000;
+
+    fn shares() -> FairShares {
+        let mut f = FairShares::new(Some(H));
+        f.set_capacity(Resources::new(8, 0, 0));
+        f
+    }
+
+    #[test]
+    fn the_memory_of_a_burst_halves_every_half_life() {
+        let mut f = shares();
+        let a = AccountId(1);
+        f.change([a].into_iter(), Resources::gpus(8), true, Time(0));
+        // Held for ten half-lives: the average has nearly caught up with the holding.
+        f.change([a].into_iter(), Resources::gpus(8), false, Time(10 * H));
+        let right_after = f.share(a, Time(10 * H));
+        assert!((right_after - 1.0).abs() < 0.001, "{right_after}");
+        let one_later = f.share(a, Time(11 * H));
+        assert!((one_later - right_after / 2.0).abs() < 1e-9, "{one_later} vs {right_after}");
+        let two_later = f.share(a, Time(12 * H));
+        assert!((two_later - right_after / 4.0).abs() < 1e-9, "{two_later}");
+    }
+
+    #[test]
+    fn a_weight_divides_the_share() {
+        let mut f = shares();
+        let (a, b) = (AccountId(1), AccountId(2));
+        f.set_weight(b, 2);
+        f.change([a, b].into_iter(), Resources::gpus(4), true, Time(0));
+        assert_eq!(f.share(a, Time(0)), 2.0 * f.share(b, Time(0)));
+    }
+
+    #[test]
+    fn without_a_half_life_the_share_is_what_is_held_now() {
+        let mut f = FairShares::new(Some(0));
+        f.set_capacity(Resources::new(8, 64_000, 0));
+        let a = AccountId(1);
+        f.change([a].into_iter(), Resources::new(1, 32_000, 0), true, Time(0));
+        // CPU dominates: 32 of 64 cores, held now and (no history) as the average.
+        assert_eq!(f.share(a, Time(5)), 1.0);
+        f.change([a].into_iter(), Resources::new(1, 32_000, 0), false, Time(9));
+        assert_eq!(f.share(a, Time(9)), 0.0);
+    }
+}
