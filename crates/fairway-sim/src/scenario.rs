@@ -15,7 +15,14 @@
 //! workload: { source: { kind: synthetic, ... }, transforms: [...] }   # or `jobs:` (native specs)
 //! job_defaults: { checkpoint_interval_seconds: 1800, grace_seconds: 30 }
 //! cost_model: { restart_overhead_seconds: 60 }
-//! policies: [fifo, priority, fairway]
+//! policies:
+//!   - fairway                                           # a preset: fifo, priority, fairway
+//!   - name: fair                                        # or a custom policy
+//!     order: priority
+//!     preemption: true
+//!     fair_share:                                       # fair sharing inside a priority
+//!       half_life_hours: 24                             # 0: only current holdings count
+//!       weights: [{ project: vision, weight: 2 }]       # 1 unless named
 //! ```
 
 use std::collections::BTreeMap;

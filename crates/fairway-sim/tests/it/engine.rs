@@ -151,6 +151,18 @@ fn bad_scenarios_name_the_field() {
             "preemption_protection.low.preemptions_per_hour_max",
         ),
         ("preemption_protection: { low: { min_run_secs: 60 } }", "min_run_secs"),
+        (
+            "policies: [{ name: x, order: priority, preemption: true, fair_share: { half_life_hours: -1 } }]",
+            "policies[0].fair_share.half_life_hours",
+        ),
+        (
+            "policies: [{ name: x, order: priority, preemption: true, backfill: false, fair_share: { half_life_hours: 1 } }]",
+            "policies[0].fair_share: needs backfill",
+        ),
+        (
+            "policies: [{ name: x, order: priority, preemption: true, fair_share: { half_life_hours: 1, weights: [{ project: vision, weight: 0 }] } }]",
+            "policies[0].fair_share.weights[0].weight",
+        ),
     ];
     for (i, (change, field)) in cases.iter().enumerate() {
         let base = std::fs::read_to_string(scenario_path("tiny-preemption.yaml")).unwrap();
@@ -175,6 +187,22 @@ fn bad_scenarios_name_the_field() {
     std::fs::write(&path, format!("{head}\n{unknown_tier}\n")).unwrap();
     let err = scenario::load(&path, &Overrides::default()).expect_err("unknown tier").to_string();
     assert!(err.contains("urgent-ish") && err.contains("known"), "{err}");
+}
+
+/// Fair sharing inside a tier reaches the core: bob's one job waits for alice's backlog in
+/// submit order, and goes at the first free GPU with fair sharing (see the fixture).
+#[test]
+fn fair_sharing_serves_a_newcomer_before_a_backlog() {
+    let s = load("tiny-fair-share.yaml", &Overrides::default());
+    let runs = run_all(&s);
+    let run = |name: &str| runs.iter().find(|r| r.policy == name).unwrap_or_else(|| panic!("{name} ran"));
+    assert_eq!(times(run("priority"), "b1"), (200, 300));
+    assert_eq!(times(run("priority"), "a4"), (100, 200));
+    for policy in ["fair", "fair-weighted"] {
+        assert_eq!(times(run(policy), "b1"), (100, 200), "{policy}");
+        assert_eq!(times(run(policy), "a3"), (100, 200), "{policy}");
+        assert_eq!(times(run(policy), "a4"), (200, 300), "{policy}");
+    }
 }
 
 /// A tier's protection from preemption reaches the core: on the Pollux excerpt, a minimum run
