@@ -93,6 +93,31 @@ pub struct ConfigFile {
     /// `initial`, each next one twice as long, at most `max`.
     #[serde(default)]
     pub retry_backoff: BackoffConfig,
+    /// Fair sharing between tenants inside one priority (off unless set).
+    pub fair_share: Option<FairShareConfig>,
+}
+
+/// `fair_share:` (see the core's `fairshare.rs` for the formula).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FairShareConfig {
+    /// Past usage counts half as much this long after (0: only current holdings count).
+    pub half_life_seconds: u64,
+    /// Weights (1 unless named).
+    #[serde(default)]
+    pub weights: Vec<WeightConfig>,
+}
+
+/// The longest half-life accepted: ten years.
+pub const HALF_LIFE_SECONDS_MAX: u64 = 10 * 365 * 24 * 3600;
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WeightConfig {
+    /// Exactly one of `project` and `user`.
+    pub project: Option<String>,
+    pub user: Option<String>,
+    pub weight: u32,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -259,6 +284,26 @@ impl ConfigFile {
                 return Err(format!("quotas[{i}]: give exactly one of project and user"));
             }
         }
+        if let Some(f) = &self.fair_share {
+            if f.half_life_seconds > HALF_LIFE_SECONDS_MAX {
+                return Err(format!(
+                    "fair_share.half_life_seconds: at most {HALF_LIFE_SECONDS_MAX} (ten years), got {}",
+                    f.half_life_seconds
+                ));
+            }
+            for (i, w) in f.weights.iter().enumerate() {
+                if w.project.is_some() == w.user.is_some() {
+                    return Err(format!("fair_share.weights[{i}]: give exactly one of project and user"));
+                }
+                if w.weight == 0 {
+                    return Err(format!("fair_share.weights[{i}].weight: must be at least 1, got 0"));
+                }
+                let same = |o: &WeightConfig| o.project == w.project && o.user == w.user;
+                if f.weights[..i].iter().any(same) {
+                    return Err(format!("fair_share.weights[{i}]: names an account already weighted"));
+                }
+            }
+        }
         for (i, c) in self.priority_classes.iter().enumerate() {
             if let Some(p) = &c.preemption_policy
                 && p != "PreemptLowerPriority"
@@ -384,6 +429,17 @@ mod tests {
             ("retry_backoff: { initial_seconds: 0 }\n", "retry_backoff"),
             ("tls: { cert_file: a }\n", "key_file"),
             ("priority_classes:\n  - { name: x, value: lots }\n", "value"),
+            ("fair_share: { half_life_seconds: 999999999999 }\n", "fair_share.half_life_seconds"),
+            ("fair_share: { half_life_seconds: 60, weights: [{ weight: 2 }] }\n", "fair_share.weights[0]"),
+            (
+                "fair_share: { half_life_seconds: 60, weights: [{ project: a, weight: 0 }] }\n",
+                "fair_share.weights[0].weight",
+            ),
+            (
+                "fair_share: { half_life_seconds: 60, weights: [{ project: a, weight: 2 }, { project: a, weight: 3 }] }\n",
+                "fair_share.weights[1]",
+            ),
+            ("fair_share: { half_life: 60 }\n", "half_life"),
         ];
         for (text, want) in cases {
             let err = ConfigFile::parse(text).expect_err(text);

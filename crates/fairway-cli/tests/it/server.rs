@@ -732,6 +732,28 @@ fn a_test_clock_drives_an_hour_long_delay_and_a_tokens_expiry() {
     assert_eq!(status, 401, "the token expired an hour ago by the server's clock: {answer}");
 }
 
+/// Fair sharing from the config file: on 2 GPUs the sweep holds one with a long job and
+/// one with a short one, and queues another; nlp queues one after it. When the short job
+/// ends, the freed GPU goes to nlp's job (nlp holds nothing, the sweep a GPU), though the
+/// sweep's was submitted first.
+#[test]
+fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
+    let config = "fair_share: { half_life_seconds: 0, weights: [{ project: nlp, weight: 2 }] }\n";
+    let server = InProcess::start("2", config);
+    let api = &server.api;
+    let long = api.submit(&trainer_job("long", "sweep", "medium", 1, 200, 50))[0];
+    let short = api.submit(&trainer_job("short", "sweep", "medium", 1, 20, 50))[0];
+    api.wait_state(long, JobState::Running);
+    api.wait_state(short, JobState::Running);
+    let queued = api.submit(&trainer_job("queued", "sweep", "medium", 1, 2, 10))[0];
+    let light = api.submit(&trainer_job("light", "nlp", "medium", 1, 2, 10))[0];
+    let light_started = api.wait_state(light, JobState::Succeeded).job.first_started_at_ms.unwrap();
+    let queued_started = api.wait_state(queued, JobState::Succeeded).job.first_started_at_ms.unwrap();
+    assert!(queued_started >= light_started, "nlp's job started at {light_started}, the sweep's at {queued_started}");
+    let short_ended = api.job(short).job.finished_at_ms.expect("the short job ended");
+    assert!(light_started >= short_ended, "nlp's job took the GPU the short job freed");
+}
+
 #[test]
 fn a_bad_protection_in_the_config_names_the_field() {
     let cases = [

@@ -305,6 +305,7 @@ impl Engine {
         self.load_classes()?;
         self.share_classes();
         self.load_quotas()?;
+        self.load_weights()?;
         self.projects = self.store.projects()?.into_iter().map(|p| (p.name.clone(), p)).collect();
         self.tokens.load(&self.store.tokens()?);
         self.recover()
@@ -560,7 +561,13 @@ fn new_core(config: &ServerConfig) -> Scheduler {
         victims_per_cycle_max: config.file.limits.preemption_victims_per_cycle_max,
         ..Limits::default()
     };
-    Scheduler::new(Config { limits, ..Config::default() })
+    let mut policy = fairway_core::Policy::fairway();
+    policy.fair_share = config
+        .file
+        .fair_share
+        .as_ref()
+        .map(|f| fairway_core::FairSharing { half_life_ms: f.half_life_seconds.saturating_mul(1000) });
+    Scheduler::new(Config { policy, limits })
 }
 
 /// Where a job keeps its checkpoint directory, logs and run directories.

@@ -87,6 +87,23 @@ impl Engine {
         Ok(())
     }
 
+    /// The config file's fair-share weights.
+    pub(crate) fn load_weights(&mut self) -> Result<(), ServerError> {
+        let weights = self.config.file.fair_share.as_ref().map(|f| f.weights.clone()).unwrap_or_default();
+        for w in weights {
+            let (kind, name) = match (&w.project, &w.user) {
+                (Some(p), _) => (AccountKind::Project, p),
+                (None, Some(u)) => (AccountKind::User, u),
+                (None, None) => unreachable!("checked when the file was read"),
+            };
+            let account = self.account(kind, name).map_err(|e| ServerError::Config(e.message))?;
+            self.core
+                .apply(Event::SetFairShareWeight { account, weight: w.weight }, Time(self.now_ms()))
+                .map_err(|e| ServerError::Config(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn recover(&mut self) -> Result<(), ServerError> {
         let rows = self.store.unfinished_jobs()?;
         if !rows.is_empty() {
