@@ -196,6 +196,8 @@ pub struct Engine {
     classes: BTreeMap<String, ClassInfo>,
     quotas: BTreeMap<String, BTreeMap<String, Quota>>,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Namespaces' fair-share weights other than 1 (their annotation).
+    weights: BTreeMap<String, u32>,
     listed: BTreeSet<Stream>,
     /// Objects seen during a relist, by stream, to drop the rest at its end.
     relisting: BTreeMap<Stream, BTreeSet<String>>,
@@ -258,9 +260,10 @@ const ID_BITS: u64 = (1 << 53) - 1;
 impl Engine {
     pub fn new(settings: Settings) -> Engine {
         let limits = Limits::default();
+        let core = Scheduler::new(Config { policy: policy_of(&settings), limits });
         Engine {
             settings,
-            core: Scheduler::new(Config { limits, ..Config::default() }),
+            core,
             interner: Interner::new(),
             nodes: BTreeMap::new(),
             node_names: BTreeMap::new(),
@@ -276,6 +279,7 @@ impl Engine {
             classes: BTreeMap::new(),
             quotas: BTreeMap::new(),
             namespaces: BTreeMap::new(),
+            weights: BTreeMap::new(),
             listed: BTreeSet::new(),
             relisting: BTreeMap::new(),
             started: false,
@@ -380,7 +384,7 @@ impl Engine {
             Input::Class(change) => self.class_change(change, now),
             Input::Quota(change) => self.quota_change(change, now),
             Input::Namespace(change) => {
-                self.namespace_change(change);
+                self.namespace_change(change, now);
                 if self.started {
                     self.say_unmanaged();
                 }
@@ -1138,19 +1142,44 @@ impl Engine {
         self.core_apply(Event::SetQuota { account, quota }, now);
     }
 
-    fn namespace_change(&mut self, change: Change<Namespace>) {
+    fn namespace_change(&mut self, change: Change<Namespace>, now: u64) {
         match change {
             Change::Applied(n) => {
                 let Some(name) = n.metadata.name.clone() else { return };
                 self.seen(Stream::Namespaces, &name);
+                let weight = crate::workload::fair_share_weight(n.metadata.annotations.as_ref()).unwrap_or_else(|e| {
+                    tracing::warn!(namespace = %name, "fair-share weight 1 instead: {e}");
+                    1
+                });
+                self.set_weight(&name, weight, now);
                 self.namespaces.insert(name, n.metadata.labels.unwrap_or_default());
             }
             Change::Deleted(n) => {
                 if let Some(name) = &n.metadata.name {
+                    self.set_weight(name, 1, now);
                     self.namespaces.remove(name);
                 }
             }
         }
+    }
+
+    /// A namespace's fair-share weight, kept and (once started) given to the core.
+    fn set_weight(&mut self, namespace: &str, weight: u32, now: u64) {
+        let was = self.weights.get(namespace).copied().unwrap_or(1);
+        if weight == 1 {
+            self.weights.remove(namespace);
+        } else {
+            self.weights.insert(namespace.to_owned(), weight);
+        }
+        if self.started && was != weight {
+            self.push_weight(namespace, now);
+        }
+    }
+
+    fn push_weight(&mut self, namespace: &str, now: u64) {
+        let weight = self.weights.get(namespace).copied().unwrap_or(1);
+        let Ok(account) = self.interner.account_of(AccountKind::Project, namespace) else { return };
+        self.core_apply(Event::SetFairShareWeight { account, weight }, now);
     }
 
     /// Whether new Jobs of a namespace are managed (the webhook asks).
@@ -1172,6 +1201,10 @@ impl Engine {
         let namespaces: Vec<String> = self.quotas.keys().cloned().collect();
         for ns in namespaces {
             self.push_quota(&ns, now);
+        }
+        let weighted: Vec<String> = self.weights.keys().cloned().collect();
+        for ns in weighted {
+            self.push_weight(&ns, now);
         }
         // Admitted workloads where they run, and those being preempted with their deadline;
         // in creation order so that the result does not depend on hash order.
@@ -1690,4 +1723,14 @@ fn fnv1a(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// The core's policy: the `fairway` preset, with fair sharing between namespaces if set.
+fn policy_of(settings: &Settings) -> fairway_core::Policy {
+    let mut policy = fairway_core::Policy::fairway();
+    policy.fair_share = settings
+        .fair_share
+        .as_ref()
+        .map(|f| fairway_core::FairSharing { half_life_ms: f.half_life_seconds.saturating_mul(1000) });
+    policy
 }

@@ -43,7 +43,20 @@ pub struct Settings {
     pub writes_in_flight_max: usize,
     /// Status and event writes per second at most (they never delay admissions).
     pub status_writes_per_second_max: u32,
+    /// Fair sharing between namespaces (projects) inside one priority; `None`: off. A
+    /// namespace's weight is its `fairway.dev/fair-share-weight` annotation (1 without).
+    pub fair_share: Option<FairShareSettings>,
 }
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FairShareSettings {
+    /// Past usage counts half as much this long after (0: only current holdings count).
+    pub half_life_seconds: u64,
+}
+
+/// The longest half-life accepted: ten years.
+pub const HALF_LIFE_SECONDS_MAX: u64 = 10 * 365 * 24 * 3600;
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -130,6 +143,7 @@ impl Default for Settings {
             leader_election: LeaderElection::default(),
             writes_in_flight_max: 64,
             status_writes_per_second_max: 100,
+            fair_share: None,
         }
     }
 }
@@ -177,6 +191,14 @@ impl Settings {
         if self.leader_election.lease_seconds < 2 {
             return Err("leader_election.lease_seconds: at least 2".into());
         }
+        if let Some(f) = &self.fair_share
+            && f.half_life_seconds > HALF_LIFE_SECONDS_MAX
+        {
+            return Err(format!(
+                "fair_share.half_life_seconds: at most {HALF_LIFE_SECONDS_MAX} (ten years), got {}",
+                f.half_life_seconds
+            ));
+        }
         Ok(())
     }
 
@@ -198,6 +220,8 @@ mod tests {
             ("listen: nowhere\n", "listen"),
             ("managed_namespace_label: managed\n", "managed_namespace_label"),
             ("writes_in_flight_max: 0\n", "writes_in_flight_max"),
+            ("fair_share: { half_life_seconds: 999999999999 }\n", "fair_share.half_life_seconds"),
+            ("fair_share: { half_life: 60 }\n", "half_life"),
             ("gpu_resourse: x\n", "gpu_resourse"),
             ("webhook:\n  listen: 0.0.0.0:9443\n  cert_file: /c.pem\n", "webhook.cert_file and webhook.key_file"),
         ] {

@@ -33,6 +33,21 @@ pub const MANAGED_LABEL: &str = "fairway.dev/managed";
 /// Annotation: `"true"` pauses a managed workload (it leaves the queue, or stops if it
 /// runs, and keeps its place for when the annotation goes).
 pub const PAUSED: &str = "fairway.dev/paused";
+/// On a Namespace: its fair-share weight inside a priority (a whole number from 1 to
+/// `FAIR_SHARE_WEIGHT_MAX`; 1 without it).
+pub const FAIR_SHARE_WEIGHT: &str = "fairway.dev/fair-share-weight";
+pub const FAIR_SHARE_WEIGHT_MAX: u32 = 1_000_000;
+
+/// A namespace's fair-share weight from its annotation, or why the annotation is not one.
+pub fn fair_share_weight(annotations: Option<&BTreeMap<String, String>>) -> Result<u32, String> {
+    let Some(value) = annotations.and_then(|a| a.get(FAIR_SHARE_WEIGHT)) else { return Ok(1) };
+    match value.trim().parse::<u32>() {
+        Ok(w) if (1..=FAIR_SHARE_WEIGHT_MAX).contains(&w) => Ok(w),
+        _ => {
+            Err(format!("{FAIR_SHARE_WEIGHT}: must be a whole number from 1 to {FAIR_SHARE_WEIGHT_MAX}, got {value:?}"))
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {

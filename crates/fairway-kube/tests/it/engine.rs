@@ -69,7 +69,11 @@ pub struct Harness {
 
 impl Harness {
     pub fn new() -> Harness {
-        Harness { engine: Engine::new(Settings::default()), now: 1_800_000_100_000, said: Vec::new() }
+        Harness::with_settings(Settings::default())
+    }
+
+    pub fn with_settings(settings: Settings) -> Harness {
+        Harness { engine: Engine::new(settings), now: 1_800_000_100_000, said: Vec::new() }
     }
 
     pub fn feed(&mut self, input: Input) {
@@ -844,4 +848,37 @@ fn a_class_with_a_bad_protection_annotation_refuses_its_jobs_and_names_the_annot
         refused.contains("fairway.dev/min-run-before-preemption-seconds") && refused.contains("ten minutes"),
         "{refused}"
     );
+}
+
+/// Fair sharing between namespaces (`fair_share` in the settings): with one GPU free, the
+/// Job of the namespace holding nothing is admitted before an older Job of the namespace
+/// already holding a GPU; without the setting, the older one goes first.
+#[test]
+fn fair_sharing_admits_the_namespace_holding_least_first() {
+    let admitted_with = |settings: Settings| {
+        let mut h = Harness::with_settings(settings);
+        let jobs = vec![
+            job("sweep", "s1", "medium", 1, 1, 0, Some(&["n1"])),
+            job("sweep", "s2", "medium", 1, 1, 1, None),
+            job("nlp", "n-1", "medium", 1, 1, 2, None),
+        ];
+        let running = pod("sweep", "s1-x", "uid-s1", 1, Some("n1"), "fairway");
+        h.start(vec![node("n1", 2)], vec![class("medium", 1000)], jobs, vec![running], vec![]);
+        admitted(&h.cycle()).into_iter().map(|(name, _)| name).collect::<Vec<_>>()
+    };
+    assert_eq!(admitted_with(Settings::default()), ["s2"]);
+    let fair = Settings::parse("fair_share: { half_life_seconds: 0 }\n").expect("valid settings");
+    assert_eq!(admitted_with(fair), ["n-1"]);
+}
+
+#[test]
+fn a_namespace_fair_share_weight_annotation_is_read_or_refused_by_name() {
+    use fairway_kube::workload::{FAIR_SHARE_WEIGHT, fair_share_weight};
+    let with = |v: &str| Some(std::collections::BTreeMap::from([(FAIR_SHARE_WEIGHT.to_string(), v.to_string())]));
+    assert_eq!(fair_share_weight(None), Ok(1));
+    assert_eq!(fair_share_weight(with("3").as_ref()), Ok(3));
+    for bad in ["0", "two", "-1", "99999999999"] {
+        let err = fair_share_weight(with(bad).as_ref()).expect_err(bad);
+        assert!(err.contains(FAIR_SHARE_WEIGHT) && err.contains(bad), "{err}");
+    }
 }
