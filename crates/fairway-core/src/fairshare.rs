@@ -142,6 +142,15 @@ impl FairShares {
         dominant / f64::from(self.weight(account))
     }
 
+    /// The account's share as ordered bits (0 with fair sharing off): what rule 2b of the
+    /// preemption order compares.
+    pub fn share_bits(&self, account: AccountId, now: Time) -> u64 {
+        if !self.enabled {
+            return 0;
+        }
+        self.share(account, now).max(0.0).to_bits()
+    }
+
     /// The order key of a job of `project` and `user` at `now`.
     pub fn key(&self, project: AccountId, user: AccountId, now: Time) -> FairKey {
         let bits = |share: f64| share.max(0.0).to_bits();

@@ -22,6 +22,12 @@
 //!    below it (a cascade). Within an equivalence group, jobs are asked in queue order: a
 //!    job behind a member still in its delay waits for it (see `queue.rs`).
 //! 2. **Lowest priority first.** A set whose highest-priority victim is lower wins.
+//!
+//!    2b. **The tenant furthest above its fair share gives first** (with fair sharing on,
+//!    see `fairshare.rs`). Then the set whose victims at that highest priority belong to
+//!    projects of higher share wins, compared by the least share among them: a tier that
+//!    must give way takes from the tenant holding most for its weight. Without fair
+//!    sharing every share counts as 0 and the rule decides nothing.
 //! 3. **Least work lost.** Then the set losing the least GPU-time since each victim's last
 //!    checkpoint (reported, or implied by its checkpoint interval, or its start), summed
 //!    over the set: not the cheapest victims taken one by one until the job fits, but the
@@ -41,7 +47,8 @@
 //!    that needs fewer victims may still take what is left.
 //!
 //! **Where the search is exact.** For a job of one replica (the usual preemptor), rules 2 to
-//! 6 are applied exactly: every node's best set is found by `search::best_set_on_node` (a
+//! 6 are applied exactly (rule 2b by trying the highest floor of share first: every set
+//! found at a floor has exactly that least share, so rules 3 to 5 then decide as usual): every node's best set is found by `search::best_set_on_node` (a
 //! dynamic program over the GPUs freed, or, when CPU or memory must be freed too, a branch
 //! and bound of at most `search::BRANCH_STEPS_MAX` steps per node, past which it takes the
 //! candidates in rule order and drops those not needed). A gang (several replicas, on any
@@ -63,6 +70,7 @@ use std::collections::BTreeMap;
 
 use crate::cluster::{Node, Nodes};
 use crate::config::Config;
+use crate::fairshare::FairShares;
 use crate::ids::{JobIx, NodeIx};
 use crate::jobs::JobStore;
 use crate::ledger::Ledger;
@@ -138,6 +146,7 @@ struct NodeVictim {
     lost_gpu_ms: u64,
     /// What it frees on that node.
     freed: Resources,
+    tenant_share: u64,
 }
 
 /// The best set on one node so far, and the node.
@@ -203,6 +212,7 @@ pub(crate) struct SearchView<'a> {
     pub jobs: &'a JobStore,
     pub ledger: &'a Ledger,
     pub tallies: &'a VictimTallies,
+    pub fair: &'a FairShares,
 }
 
 impl Scheduler {
@@ -215,6 +225,7 @@ impl Scheduler {
             jobs: &self.jobs,
             ledger: &self.ledger,
             tallies: &self.tallies,
+            fair: &self.fair,
         };
         (view, &mut self.search_scratch)
     }
@@ -264,7 +275,7 @@ impl SearchView<'_> {
         if victims.is_empty() {
             return None;
         }
-        let search = self.wide_search(ix, scope, &victims);
+        let search = self.wide_search(ix, scope, &victims, now);
         let (set, exactness) = best_wide_set(&search);
         let waived = scratch.protection_waived;
         if let Some(records) = scratch.wide_records.as_mut().filter(|_| !waived) {
@@ -287,7 +298,7 @@ impl SearchView<'_> {
     /// The search over the whole cluster for a gang or a job over its quota: every usable
     /// node with what it has free, and what each candidate frees there and gives back to
     /// each of the job's capped accounts.
-    fn wide_search(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim]) -> WideSearch {
+    fn wide_search(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim], now: Time) -> WideSearch {
         let job = &self.jobs[ix];
         // Nodes are in id order, so the usable ones are too.
         let usable: Vec<&Node> = self.nodes.iter().filter(|n| Self::usable(n, job.spec.gpu_model)).collect();
@@ -302,6 +313,7 @@ impl SearchView<'_> {
                 id: v.id,
                 priority: v.priority,
                 lost_gpu_ms: v.lost_gpu_ms,
+                tenant_share: self.tenant_share(v.ix, now),
                 frees: v.frees.as_slice().iter().filter_map(|&(node, r)| Some((position(node)?, r))).collect(),
                 quota_frees: quotas
                     .iter()
@@ -392,6 +404,11 @@ impl SearchView<'_> {
         // Keys end in the job id, so they are unique: an unstable sort is still deterministic.
         out.sort_unstable_by_key(Victim::order_key);
         out
+    }
+
+    /// Rule 2b's figure for a victim: its project's fair share now (0 without fair sharing).
+    fn tenant_share(&self, ix: JobIx, now: Time) -> u64 {
+        self.fair.share_bits(self.jobs[ix].spec.project, now)
     }
 
     /// Can a job of `model` use the node?
@@ -520,6 +537,7 @@ impl SearchView<'_> {
                         priority: e.priority,
                         lost_gpu_ms: e.lost_gpu_ms(now),
                         freed: e.freed,
+                        tenant_share: self.tenant_share(e.ix, now),
                     })
                     .collect();
                 (n.spec.id, n.available(), candidates)
@@ -620,7 +638,9 @@ impl SearchView<'_> {
         let mut best: Option<NodeSet> = None;
         for i in std::iter::once(first).chain((0..scratch.bounds.len()).filter(|&i| i != first)) {
             let (bound, position) = scratch.bounds[i];
-            if best.as_ref().is_some_and(|b| bound > b.cost.lost_gpu_ms) {
+            // With fair sharing a set that loses more may still rank first (rule 2b comes
+            // before rule 3): every node is weighed.
+            if !self.fair.enabled() && best.as_ref().is_some_and(|b| bound > b.cost.lost_gpu_ms) {
                 continue;
             }
             let node = self.nodes.at(NodeIx(position));
@@ -632,6 +652,7 @@ impl SearchView<'_> {
                 priority: e.priority,
                 lost_gpu_ms: e.lost_gpu_ms(now),
                 freed: e.freed,
+                tenant_share: self.tenant_share(e.ix, now),
             }));
             scratch.candidates.clear();
             scratch.candidates.extend(scratch.on_node.iter().map(|v| NodeCandidate {
@@ -639,6 +660,7 @@ impl SearchView<'_> {
                 priority: v.priority,
                 lost_gpu_ms: v.lost_gpu_ms,
                 freed: v.freed,
+                tenant_share: v.tenant_share,
             }));
             let Some(set) = best_set_on_node_with(
                 &mut scratch.node_search,

@@ -17,7 +17,7 @@
 //!
 //! Neither depends on the scheduler: tests compare them with a brute-force search.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 
 use crate::types::{JobId, NodeId, Priority, Resources};
 
@@ -45,12 +45,18 @@ pub struct NodeCandidate {
     pub lost_gpu_ms: u64,
     /// What it frees on the node.
     pub freed: Resources,
+    /// Its tenant's fair share (rule 2b), as ordered bits: the higher, the further its
+    /// tenant is above its share. 0 without fair sharing.
+    pub tenant_share: u64,
 }
 
 /// How a set of victims ranks: lower is better (rules 2 to 5, in order).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetCost {
     pub top_priority: Priority,
+    /// Rule 2b: the least tenant share among the victims at `top_priority` (higher ranks
+    /// first: the tenants furthest above their share give way first).
+    pub top_share: u64,
     pub lost_gpu_ms: u64,
     pub gpus_beyond_need: u32,
     pub victims: usize,
@@ -61,8 +67,14 @@ pub struct SetCost {
 
 impl Ord for SetCost {
     fn cmp(&self, other: &SetCost) -> Ordering {
-        (self.top_priority, self.lost_gpu_ms, self.gpus_beyond_need, self.victims)
-            .cmp(&(other.top_priority, other.lost_gpu_ms, other.gpus_beyond_need, other.victims))
+        (self.top_priority, Reverse(self.top_share), self.lost_gpu_ms, self.gpus_beyond_need, self.victims)
+            .cmp(&(
+                other.top_priority,
+                Reverse(other.top_share),
+                other.lost_gpu_ms,
+                other.gpus_beyond_need,
+                other.victims,
+            ))
             .then_with(|| other.ids_newest_first.cmp(&self.ids_newest_first))
     }
 }
@@ -87,8 +99,10 @@ impl SetCost {
         let mut ids_newest_first: Vec<JobId> = set.clone().map(|v| v.id).collect();
         ids_newest_first.sort_unstable_by(|a, b| b.cmp(a));
         let freed_gpus: u32 = set.clone().map(|v| v.freed.gpus).sum();
+        let top_priority = set.clone().map(|v| v.priority).max().unwrap_or(Priority::MIN);
         SetCost {
-            top_priority: set.clone().map(|v| v.priority).max().unwrap_or(Priority::MIN),
+            top_priority,
+            top_share: set.clone().filter(|v| v.priority == top_priority).map(|v| v.tenant_share).min().unwrap_or(0),
             lost_gpu_ms: set.map(|v| v.lost_gpu_ms).sum(),
             gpus_beyond_need: (available.gpus + freed_gpus).saturating_sub(demand.gpus),
             victims: ids_newest_first.len(),
@@ -137,6 +151,10 @@ pub fn best_set_on_node(
 #[derive(Clone, Debug, Default)]
 pub struct Buffers {
     levels: Vec<Priority>,
+    /// Rule 2b's floors at the deciding level, highest first, and the candidates a floor
+    /// admits.
+    floors: Vec<u64>,
+    subset: Vec<usize>,
     admitted: Vec<usize>,
     at_level: Vec<NodeCandidate>,
     order: Vec<usize>,
@@ -162,7 +180,7 @@ pub fn best_set_on_node_with(
     buffers.admitted.clear();
     let mut room = available;
     let mut found = None;
-    for &level in &levels {
+    'levels: for &level in &levels {
         for (i, c) in candidates.iter().enumerate().filter(|(_, c)| c.priority == level) {
             buffers.admitted.push(i);
             room = room.plus(c.freed);
@@ -170,27 +188,62 @@ pub fn best_set_on_node_with(
         if !demand.fits_in(room) {
             continue;
         }
-        // Usually every candidate is admitted at once (the scheduler passes those up to the
-        // level where the node makes room): no copy then.
-        let best = if buffers.admitted.len() == candidates.len() {
-            best_set_up_to_level(buffers, available, demand, candidates, victims_max)
-        } else {
-            let mut at_level = std::mem::take(&mut buffers.at_level);
-            at_level.clear();
-            at_level.extend(buffers.admitted.iter().map(|&i| candidates[i]));
-            let best = best_set_up_to_level(buffers, available, demand, &at_level, victims_max);
-            buffers.at_level = at_level;
-            best.map(|(victims, exactness)| (victims.into_iter().map(|i| buffers.admitted[i]).collect(), exactness))
-        };
-        if let Some((mut victims, exactness)) = best {
-            victims.sort_unstable();
-            let cost = SetCost::of_iter(victims.iter().map(|&i| &candidates[i]), available, demand);
-            found = Some(NodeSet { victims, cost, exactness });
-            break;
+        // Rule 2b: the highest floor of tenant share at this level that still leaves a set
+        // (every set found at a floor then has exactly that least share, so rules 3 to 5
+        // decide among them as usual). Without fair sharing every share is 0: one floor.
+        let mut floors = std::mem::take(&mut buffers.floors);
+        floors.clear();
+        floors.extend(candidates.iter().filter(|c| c.priority == level).map(|c| c.tenant_share));
+        floors.sort_unstable_by(|a, b| b.cmp(a));
+        floors.dedup();
+        for &floor in &floors {
+            let best = best_above_floor(buffers, available, demand, candidates, victims_max, level, floor);
+            if let Some((mut victims, exactness)) = best {
+                victims.sort_unstable();
+                let cost = SetCost::of_iter(victims.iter().map(|&i| &candidates[i]), available, demand);
+                found = Some(NodeSet { victims, cost, exactness });
+                buffers.floors = floors;
+                break 'levels;
+            }
         }
+        buffers.floors = floors;
     }
     buffers.levels = levels;
     found
+}
+
+/// The best set of the admitted candidates (`buffers.admitted`) below `level`, and of
+/// those at `level` whose tenant share is at least `floor`, by index into `candidates`.
+fn best_above_floor(
+    buffers: &mut Buffers,
+    available: Resources,
+    demand: Resources,
+    candidates: &[NodeCandidate],
+    victims_max: usize,
+    level: Priority,
+    floor: u64,
+) -> Option<(Vec<usize>, Exactness)> {
+    let mut subset = std::mem::take(&mut buffers.subset);
+    subset.clear();
+    let admits = |c: &NodeCandidate| c.priority < level || c.tenant_share >= floor;
+    subset.extend(buffers.admitted.iter().copied().filter(|&i| admits(&candidates[i])));
+    let room = subset.iter().fold(available, |r, &i| r.plus(candidates[i].freed));
+    let best = if !demand.fits_in(room) {
+        None
+    } else if subset.len() == candidates.len() {
+        // Usually every candidate is admitted at once (the scheduler passes those up to the
+        // level where the node makes room): no copy then.
+        best_set_up_to_level(buffers, available, demand, candidates, victims_max)
+    } else {
+        let mut at_level = std::mem::take(&mut buffers.at_level);
+        at_level.clear();
+        at_level.extend(subset.iter().map(|&i| candidates[i]));
+        let best = best_set_up_to_level(buffers, available, demand, &at_level, victims_max);
+        buffers.at_level = at_level;
+        best.map(|(victims, exactness)| (victims.into_iter().map(|i| subset[i]).collect(), exactness))
+    };
+    buffers.subset = subset;
+    best
 }
 
 /// Rules 3 to 5 among sets of `candidates` (indices into it).
@@ -419,6 +472,8 @@ pub struct WideCandidate {
     pub frees: Vec<(usize, Resources)>,
     /// What it gives back to each quota of [`WideSearch::quota_needs`], in the same order.
     pub quota_frees: Vec<Resources>,
+    /// Its tenant's fair share (rule 2b), as [`NodeCandidate::tenant_share`].
+    pub tenant_share: u64,
 }
 
 /// A search over the whole cluster: a gang's replicas on any usable nodes, or a job that
@@ -475,8 +530,10 @@ impl WideSearch {
         let chosen = || set.iter().map(|&i| &self.candidates[i]);
         let mut ids_newest_first: Vec<JobId> = chosen().map(|c| c.id).collect();
         ids_newest_first.sort_unstable_by(|a, b| b.cmp(a));
+        let top_priority = chosen().map(|c| c.priority).max().unwrap_or(Priority::MIN);
         SetCost {
-            top_priority: chosen().map(|c| c.priority).max().unwrap_or(Priority::MIN),
+            top_priority,
+            top_share: chosen().filter(|c| c.priority == top_priority).map(|c| c.tenant_share).min().unwrap_or(0),
             lost_gpu_ms: chosen().map(|c| c.lost_gpu_ms).sum(),
             gpus_beyond_need: u32::try_from(room_gpus.saturating_sub(self.gpus_needed())).unwrap_or(u32::MAX),
             victims: ids_newest_first.len(),
@@ -505,33 +562,50 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
     }
     let mut steps = 0;
     for level in levels {
-        let mut admitted: Vec<usize> =
-            (0..search.candidates.len()).filter(|&i| search.candidates[i].priority <= level).collect();
-        for &i in &admitted {
-            state.take(i);
-        }
-        let all_make_room = state.makes_room();
-        for &i in admitted.iter().rev() {
-            state.give_back(i);
-        }
-        if !all_make_room {
-            continue;
-        }
-        admitted.sort_unstable_by_key(|&i| {
-            let c = &search.candidates[i];
-            (c.lost_gpu_ms, std::cmp::Reverse(c.id))
-        });
-        let mut branch = WideBranch::new(search, &admitted, &mut state, &mut steps);
-        branch.start();
-        branch.seed();
-        branch.descend(0, 0);
-        let best = branch.best;
-        if steps > WIDE_STEPS_MAX {
-            return (None, Exactness::StepsExhausted);
-        }
-        if let Some((_, mut set)) = best {
-            set.sort_unstable();
-            return (Some(set), Exactness::Exact);
+        // Rule 2b: floors of tenant share at this level, highest first (one floor, 0,
+        // without fair sharing); see `best_set_on_node_with`.
+        let mut floors: Vec<u64> =
+            search.candidates.iter().filter(|c| c.priority == level).map(|c| c.tenant_share).collect();
+        floors.sort_unstable_by(|a, b| b.cmp(a));
+        floors.dedup();
+        for floor in floors {
+            // A candidate that frees nothing is in no best set (without it a set still makes
+            // room and ranks no lower): leaving it out keeps the branching to those that count.
+            let frees_something = |c: &WideCandidate| {
+                c.frees.iter().any(|(_, r)| *r != Resources::ZERO)
+                    || c.quota_frees.iter().any(|r| *r != Resources::ZERO)
+            };
+            let admits = |c: &WideCandidate| {
+                (c.priority < level || (c.priority == level && c.tenant_share >= floor)) && frees_something(c)
+            };
+            let mut admitted: Vec<usize> =
+                (0..search.candidates.len()).filter(|&i| admits(&search.candidates[i])).collect();
+            for &i in &admitted {
+                state.take(i);
+            }
+            let all_make_room = state.makes_room();
+            for &i in admitted.iter().rev() {
+                state.give_back(i);
+            }
+            if !all_make_room {
+                continue;
+            }
+            admitted.sort_unstable_by_key(|&i| {
+                let c = &search.candidates[i];
+                (c.lost_gpu_ms, std::cmp::Reverse(c.id))
+            });
+            let mut branch = WideBranch::new(search, &admitted, &mut state, &mut steps);
+            branch.start();
+            branch.seed();
+            branch.descend(0, 0);
+            let best = branch.best;
+            if steps > WIDE_STEPS_MAX {
+                return (None, Exactness::StepsExhausted);
+            }
+            if let Some((_, mut set)) = best {
+                set.sort_unstable();
+                return (Some(set), Exactness::Exact);
+            }
         }
     }
     (None, Exactness::Exact)
@@ -867,7 +941,13 @@ mod tests {
     use super::*;
 
     fn gpu_victim(id: u64, gpus: u32, lost_gpu_min: u64) -> NodeCandidate {
-        NodeCandidate { id: JobId(id), priority: 10, lost_gpu_ms: lost_gpu_min * 60_000, freed: Resources::gpus(gpus) }
+        NodeCandidate {
+            id: JobId(id),
+            priority: 10,
+            lost_gpu_ms: lost_gpu_min * 60_000,
+            freed: Resources::gpus(gpus),
+            tenant_share: 0,
+        }
     }
 
     /// The case: A (3 GPUs, 3 GPU-min lost), B (1 GPU, 15), C (4 GPUs, 16); a job of

@@ -1,9 +1,10 @@
 //! The victim searches (`fairway_core::search`: on one node, and over the whole cluster for
 //! gangs and jobs over quota) against brute-force references:
 //! every set of candidates within the victim bound is tried, and the one that makes room and
-//! ranks first by the written rules (2: lowest highest priority, 3: least GPU-time lost,
-//! 4: fewest GPUs beyond need, then fewer victims, 5: the most recently submitted victims)
-//! must be the one the core picks.
+//! ranks first by the written rules (2: lowest highest priority, 2b: at that priority, the
+//! tenants furthest above their fair share, 3: least GPU-time lost, 4: fewest GPUs beyond
+//! need, then fewer victims, 5: the most recently submitted victims) must be the one the
+//! core picks.
 
 use fairway_core::search::{
     Exactness, NodeCandidate, SearchRecord, WideCandidate, WideSearch, best_set_on_node, best_wide_set,
@@ -12,16 +13,15 @@ use fairway_core::{JobId, NodeId, Priority, Resources};
 use proptest::prelude::*;
 
 /// The rules as a user reads them, as a sort key over one set.
-fn rank(
-    set: &[NodeCandidate],
-    available: Resources,
-    demand: Resources,
-) -> (Priority, u64, u32, usize, Vec<std::cmp::Reverse<u64>>) {
+fn rank(set: &[NodeCandidate], available: Resources, demand: Resources) -> Rank {
     let freed_gpus: u32 = set.iter().map(|c| c.freed.gpus).sum();
     let mut newest: Vec<u64> = set.iter().map(|c| c.id.0).collect();
     newest.sort_unstable_by(|a, b| b.cmp(a));
+    let top = set.iter().map(|c| c.priority).max().unwrap_or(Priority::MIN);
     (
-        set.iter().map(|c| c.priority).max().unwrap_or(Priority::MIN),
+        top,
+        // Rule 2b: the least share among the victims at the top priority, highest first.
+        std::cmp::Reverse(set.iter().filter(|c| c.priority == top).map(|c| c.tenant_share).min().unwrap_or(0)),
         set.iter().map(|c| c.lost_gpu_ms).sum(),
         (available.gpus + freed_gpus).saturating_sub(demand.gpus),
         set.len(),
@@ -51,7 +51,8 @@ pub fn brute_force(
     best.map(|(_, set)| set)
 }
 
-type Best = Option<((Priority, u64, u32, usize, Vec<std::cmp::Reverse<u64>>), Vec<usize>)>;
+type Rank = (Priority, std::cmp::Reverse<u64>, u64, u32, usize, Vec<std::cmp::Reverse<u64>>);
+type Best = Option<(Rank, Vec<usize>)>;
 
 #[allow(clippy::too_many_arguments)]
 fn try_sets(
@@ -141,8 +142,10 @@ pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
         let freed: u64 = chosen.iter().flat_map(|c| c.frees.iter()).map(|(_, r)| u64::from(r.gpus)).sum();
         let mut newest: Vec<u64> = chosen.iter().map(|c| c.id.0).collect();
         newest.sort_unstable_by(|a, b| b.cmp(a));
+        let top = chosen.iter().map(|c| c.priority).max().unwrap_or(Priority::MIN);
         (
-            chosen.iter().map(|c| c.priority).max().unwrap_or(Priority::MIN),
+            top,
+            std::cmp::Reverse(chosen.iter().filter(|c| c.priority == top).map(|c| c.tenant_share).min().unwrap_or(0)),
             chosen.iter().map(|c| c.lost_gpu_ms).sum::<u64>(),
             (free_gpus + freed).saturating_sub(need_gpus),
             set.len(),
@@ -168,15 +171,17 @@ pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
     best.map(|(_, set)| set)
 }
 
-fn candidate() -> impl Strategy<Value = (Priority, u32, u64, u64, u64)> {
-    (
+fn candidate() -> impl Strategy<Value = ((Priority, u32, u64, u64, u64), u64)> {
+    let shape = (
         prop::sample::select(vec![0, 5, 10]),
         prop_oneof![1 => Just(0u32), 3 => 1..=2u32, 2 => 3..=4u32],
         prop::sample::select(vec![0u64, 1_000, 4_000]),
         prop::sample::select(vec![0u64, 1_000]),
         // Few distinct values, so that ties between sets are common.
         prop::sample::select(vec![0u64, 60_000, 120_000, 180_000, 240_000]),
-    )
+    );
+    // Tenant shares (rule 2b): half the cases without fair sharing (all 0).
+    (shape, prop_oneof![1 => Just(0u64), 1 => 0..3u64])
 }
 
 fn case() -> impl Strategy<Value = (Resources, Resources, Vec<NodeCandidate>, usize)> {
@@ -198,11 +203,12 @@ fn case() -> impl Strategy<Value = (Resources, Resources, Vec<NodeCandidate>, us
             let candidates = shapes
                 .into_iter()
                 .zip(ids)
-                .map(|((priority, gpus, cpu, mem, lost), id)| NodeCandidate {
+                .map(|(((priority, gpus, cpu, mem, lost), tenant_share), id)| NodeCandidate {
                     id: JobId(id),
                     priority,
                     lost_gpu_ms: lost * u64::from(gpus.max(1)),
                     freed: Resources::new(gpus, cpu, mem),
+                    tenant_share,
                 })
                 .collect();
             (Resources::new(avail.0, avail.1, avail.2), Resources::new(want.0, want.1, want.2), candidates, victims_max)
@@ -232,6 +238,7 @@ fn c_alone_beats_a_and_b() {
         priority: 10,
         lost_gpu_ms: lost_gpu_min * 60_000,
         freed: Resources::gpus(gpus),
+        tenant_share: 0,
     };
     let candidates = [v(1, 3, 3), v(2, 1, 15), v(3, 4, 16)];
     assert_eq!(brute_force(Resources::ZERO, Resources::gpus(4), &candidates, 32), Some(vec![2]));
@@ -247,6 +254,7 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
         prop::sample::select(vec![0u64, 60_000, 120_000, 240_000]),
         prop::collection::vec((0..3usize, 0..=4u32, prop::sample::select(vec![0u64, 2_000])), 1..=2),
         any::<bool>(),
+        prop_oneof![1 => Just(0u64), 1 => 0..3u64],
     );
     (
         prop::collection::vec(node, 1..=3),
@@ -260,7 +268,7 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
             let candidates = shapes
                 .into_iter()
                 .enumerate()
-                .map(|(i, (priority, lost, frees, charged))| {
+                .map(|(i, (priority, lost, frees, charged, tenant_share))| {
                     let mut per_node: Vec<(usize, Resources)> = Vec::new();
                     for (n, g, c) in frees {
                         let n = n % nodes.len();
@@ -281,6 +289,7 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
                             .map(|_| if charged { total } else { Resources::ZERO })
                             .into_iter()
                             .collect(),
+                        tenant_share,
                     }
                 })
                 .collect();
@@ -316,6 +325,7 @@ fn a_victim_on_two_nodes_counts_its_loss_once() {
         lost_gpu_ms: lost_gpu_min * 60_000,
         frees,
         quota_frees: Vec::new(),
+        tenant_share: 0,
     };
     let search = WideSearch {
         available: vec![Resources::ZERO, Resources::ZERO],
