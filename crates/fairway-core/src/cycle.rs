@@ -135,6 +135,15 @@ struct FairLevel {
     /// The level being walked.
     rank: Option<Reverse<Priority>>,
     heap: BinaryHeap<Reverse<(FairKey, QueueKey, GroupIx, From)>>,
+    /// Accounts' shares as of this cycle, until one of their jobs starts.
+    shares: Vec<(AccountId, u64)>,
+}
+
+impl FairLevel {
+    /// A start changed these accounts' shares.
+    fn forget(&mut self, accounts: [AccountId; 2]) {
+        self.shares.retain(|(a, _)| !accounts.contains(a));
+    }
 }
 
 /// The nodes that grew since the last cycle (schedulable ones, by position), for the lazy
@@ -446,7 +455,12 @@ impl Scheduler {
                         // order, which took in its level's heads already, takes it now).
                         let head = self.queue.group(gix).head();
                         if fair && self.queue.awake.contains(&(head, gix)) {
-                            level.heap.push(Reverse((self.fair_key(gix, now), head, gix, From::Awake)));
+                            level.heap.push(Reverse((
+                                self.fair_key(&mut level.shares, gix, now),
+                                head,
+                                gix,
+                                From::Awake,
+                            )));
                         }
                         continue;
                     }
@@ -478,9 +492,17 @@ impl Scheduler {
                     if !self.queue.is_gone(gix, &gk) {
                         self.queue.clear_verdict(gix);
                         // The group's next member, if any, is the level's to order again.
+                        if fair {
+                            level.forget([gk.project, gk.user]);
+                        }
                         if fair && !self.queue.is_asleep(gix) {
                             let head = self.queue.group(gix).head();
-                            level.heap.push(Reverse((self.fair_key(gix, now), head, gix, From::Awake)));
+                            level.heap.push(Reverse((
+                                self.fair_key(&mut level.shares, gix, now),
+                                head,
+                                gix,
+                                From::Awake,
+                            )));
                         }
                     }
                     if strict && matches!(considered, Considered::Preempting) {
@@ -521,7 +543,7 @@ impl Scheduler {
             if from == From::Awake && (!self.queue.awake.contains(&(key, gix))) {
                 continue; // No longer this group's awake head.
             }
-            let now_key = self.fair_key(gix, now);
+            let now_key = self.fair_key(&mut level.shares, gix, now);
             if now_key != fair_key {
                 level.heap.push(Reverse((now_key, key, gix, from)));
                 continue;
@@ -561,19 +583,27 @@ impl Scheduler {
         level.rank = Some(rank);
         let heads = self.queue.awake.range((Included((lowest_key(rank), GroupIx(0))), Unbounded));
         for &(key, gix) in heads.take_while(|(k, _)| k.rank == rank) {
-            level.heap.push(Reverse((self.fair_key(gix, now), key, gix, From::Awake)));
+            level.heap.push(Reverse((self.fair_key(&mut level.shares, gix, now), key, gix, From::Awake)));
         }
         while let Some(&(key, gix)) = candidates.get(*next_candidate).filter(|(k, _)| k.rank == rank) {
             *next_candidate += 1;
-            level.heap.push(Reverse((self.fair_key(gix, now), key, gix, From::Candidate)));
+            level.heap.push(Reverse((self.fair_key(&mut level.shares, gix, now), key, gix, From::Candidate)));
         }
         Some(())
     }
 
     /// A group's place in the fair order now: its project's share, then its user's.
-    fn fair_key(&self, gix: GroupIx, now: Time) -> FairKey {
+    fn fair_key(&self, shares: &mut Vec<(AccountId, u64)>, gix: GroupIx, now: Time) -> FairKey {
         let gk = &self.queue.group(gix).key;
-        self.fair.key(gk.project, gk.user, now)
+        let mut share = |account: AccountId| match shares.iter().find(|(a, _)| *a == account) {
+            Some(&(_, bits)) => bits,
+            None => {
+                let bits = self.fair.share_bits(account, now);
+                shares.push((account, bits));
+                bits
+            }
+        };
+        (share(gk.project), share(gk.user))
     }
 
     /// Steps 4c–4g for one job.

@@ -45,7 +45,8 @@ struct Usage {
 }
 
 /// A job's place among the jobs of its priority: (project share, user share) as ordered
-/// bits (shares are never negative, so their IEEE bits order as the numbers do).
+/// bits (`FairShares::share_bits`; shares are never negative, so their IEEE bits order as
+/// the numbers do).
 pub(crate) type FairKey = (u64, u64);
 
 /// The fair-share ledger: per account, its holding and its recent average holding.
@@ -61,6 +62,25 @@ pub(crate) struct FairShares {
 
 fn as_f64(r: Resources) -> [f64; 3] {
     [f64::from(r.gpus), r.cpu_millis as f64, r.memory_mib as f64]
+}
+
+/// `past` carried forward from `usage.at` to `now` (never backwards: a `now` before the
+/// last change counts as that change's time).
+fn past_at(half_life_ms: u64, usage: &Usage, now: Time) -> [f64; 3] {
+    let alloc = as_f64(usage.alloc);
+    if half_life_ms == 0 {
+        return alloc;
+    }
+    if now <= usage.at {
+        return usage.past;
+    }
+    let elapsed = now.ms_since(usage.at) as f64;
+    let keep = (-elapsed / half_life_ms as f64).exp2();
+    let mut past = [0.0; 3];
+    for r in 0..3 {
+        past[r] = (alloc[r] + (usage.past[r] - alloc[r]) * keep).max(0.0);
+    }
+    past
 }
 
 impl FairShares {
@@ -92,20 +112,8 @@ impl FairShares {
         self.weights.get(&account).copied().unwrap_or(1)
     }
 
-    /// `past` carried forward from `usage.at` to `now` (never backwards: a `now` before the
-    /// last change counts as that change's time).
     fn past_at(&self, usage: &Usage, now: Time) -> [f64; 3] {
-        let alloc = as_f64(usage.alloc);
-        if self.half_life_ms == 0 {
-            return alloc;
-        }
-        let elapsed = now.ms_since(usage.at) as f64;
-        let keep = (-elapsed / self.half_life_ms as f64).exp2();
-        let mut past = [0.0; 3];
-        for r in 0..3 {
-            past[r] = (alloc[r] + (usage.past[r] - alloc[r]) * keep).max(0.0);
-        }
-        past
+        past_at(self.half_life_ms, usage, now)
     }
 
     /// The accounts now hold `delta` more (`add`) or less.
@@ -113,16 +121,16 @@ impl FairShares {
         if !self.enabled {
             return;
         }
+        let half_life_ms = self.half_life_ms;
         for account in accounts {
-            let usage = self.accounts.get(&account).copied().unwrap_or(Usage { at: now, ..Usage::default() });
+            let usage = self.accounts.entry(account).or_insert(Usage { at: now, ..Usage::default() });
             let now = now.max(usage.at);
-            let past = self.past_at(&usage, now);
-            let alloc = if add { usage.alloc.plus(delta) } else { usage.alloc.minus(delta) };
-            let settled = alloc == Resources::ZERO && past.iter().all(|p| *p < 1e-9);
+            usage.past = past_at(half_life_ms, usage, now);
+            usage.alloc = if add { usage.alloc.plus(delta) } else { usage.alloc.minus(delta) };
+            usage.at = now;
+            let settled = usage.alloc == Resources::ZERO && usage.past.iter().all(|p| *p < 1e-9);
             if settled {
                 self.accounts.remove(&account);
-            } else {
-                self.accounts.insert(account, Usage { alloc, past, at: now });
             }
         }
     }
@@ -149,12 +157,6 @@ impl FairShares {
             return 0;
         }
         self.share(account, now).max(0.0).to_bits()
-    }
-
-    /// The order key of a job of `project` and `user` at `now`.
-    pub fn key(&self, project: AccountId, user: AccountId, now: Time) -> FairKey {
-        let bits = |share: f64| share.max(0.0).to_bits();
-        (bits(self.share(project, now)), bits(self.share(user, now)))
     }
 
     /// Accounts holding something, with what they hold.

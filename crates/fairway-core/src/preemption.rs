@@ -161,8 +161,11 @@ pub(crate) struct SearchScratch {
     /// (level at which the node first makes room, node position, the least lost work of
     /// its victims at that level when the walk that found the level already knows it).
     ready: Vec<(Priority, u32, Option<u64>)>,
-    /// (least lost work any set on the node can have, node position), for one level.
-    bounds: Vec<(u64, u32)>,
+    /// (highest tenant share among its victims at the level (rule 2b; 0 without fair
+    /// sharing), least lost work any set on the node can have, node position), for one level.
+    bounds: Vec<(Reverse<u64>, u64, u32)>,
+    /// Projects' shares as rule 2b reads them, for one search.
+    shares: Vec<(AccountId, u64)>,
     /// A node's victims up to the level, in the order of rules 2, 3, 5.
     on_node: Vec<NodeVictim>,
     /// The node's victims as the node search takes them, and the best set so far.
@@ -411,6 +414,21 @@ impl SearchView<'_> {
         self.fair.share_bits(self.jobs[ix].spec.project, now)
     }
 
+    /// `tenant_share`, remembered per project for one search (`cache` is emptied by the
+    /// search that owns it).
+    fn share_cached(&self, cache: &mut Vec<(AccountId, u64)>, ix: JobIx, now: Time) -> u64 {
+        if !self.fair.enabled() {
+            return 0;
+        }
+        let project = self.jobs[ix].spec.project;
+        if let Some(&(_, share)) = cache.iter().find(|(a, _)| *a == project) {
+            return share;
+        }
+        let share = self.fair.share_bits(project, now);
+        cache.push((project, share));
+        share
+    }
+
     /// Can a job of `model` use the node?
     fn usable(node: &Node, model: Option<GpuModel>) -> bool {
         node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model)
@@ -562,6 +580,7 @@ impl SearchView<'_> {
         }
         let examined = |e: &VictimEntry| e.priority < priority && cut.admits(e);
         scratch.ready.clear();
+        scratch.shares.clear();
         for (i, node) in self.nodes.iter().enumerate() {
             if Self::usable(node, model)
                 && let Some((level, bound)) = room_level(node, demand, examined, now, scratch.protection_waived)
@@ -619,6 +638,7 @@ impl SearchView<'_> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let waived = scratch.protection_waived;
         scratch.bounds.clear();
+        let shares = &mut scratch.shares;
         for &(_, position, known) in ready.iter().filter(|(l, _, _)| *l == level) {
             let bound = known.unwrap_or_else(|| {
                 let node = self.nodes.at(NodeIx(position));
@@ -632,27 +652,43 @@ impl SearchView<'_> {
                     .min()
                     .expect("a node that makes room at a level has a victim there")
             });
-            scratch.bounds.push((bound, position));
+            let share_max = if self.fair.enabled() {
+                let node = self.nodes.at(NodeIx(position));
+                let at_level = node
+                    .victims
+                    .iter()
+                    .take_while(|e| examined(e))
+                    .filter(|e| e.priority == level && (waived || e.protected_until <= now));
+                at_level.map(|e| self.share_cached(shares, e.ix, now)).max().unwrap_or(0)
+            } else {
+                0
+            };
+            scratch.bounds.push((Reverse(share_max), bound, position));
         }
         let first = (0..scratch.bounds.len()).min_by_key(|&i| scratch.bounds[i]).expect("a level of a ready node");
         let mut best: Option<NodeSet> = None;
         for i in std::iter::once(first).chain((0..scratch.bounds.len()).filter(|&i| i != first)) {
-            let (bound, position) = scratch.bounds[i];
-            // With fair sharing a set that loses more may still rank first (rule 2b comes
-            // before rule 3): every node is weighed.
-            if !self.fair.enabled() && best.as_ref().is_some_and(|b| bound > b.cost.lost_gpu_ms) {
+            let (Reverse(share_max), bound, position) = scratch.bounds[i];
+            // A node whose set cannot rank first is skipped: its set's least share at the
+            // level is at most `share_max` (rule 2b), and with the same share it loses at
+            // least `bound` (rule 3).
+            let cannot_win = |b: &NodeSet| {
+                share_max < b.cost.top_share || (share_max == b.cost.top_share && bound > b.cost.lost_gpu_ms)
+            };
+            if best.as_ref().is_some_and(cannot_win) {
                 continue;
             }
             let node = self.nodes.at(NodeIx(position));
             scratch.on_node.clear();
             let eligible = node.victims.iter().take_while(|e| e.priority <= level && examined(e));
+            let shares = &mut scratch.shares;
             scratch.on_node.extend(eligible.filter(|e| waived || e.protected_until <= now).map(|e| NodeVictim {
                 id: e.id,
                 ix: e.ix,
                 priority: e.priority,
                 lost_gpu_ms: e.lost_gpu_ms(now),
                 freed: e.freed,
-                tenant_share: self.tenant_share(e.ix, now),
+                tenant_share: self.share_cached(shares, e.ix, now),
             }));
             scratch.candidates.clear();
             scratch.candidates.extend(scratch.on_node.iter().map(|v| NodeCandidate {
