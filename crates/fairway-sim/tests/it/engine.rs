@@ -236,3 +236,43 @@ fn preemption_protection_per_tier_reaches_the_victim_search() {
     let short = preemptions(&all_tiers(600));
     assert_ne!(short, none, "a 10-minute minimum run changes the choices");
 }
+
+/// Weights hold over time: on 6 GPUs, alice (weight 1) and bob (weight 2) each keep a
+/// backlog of 1-GPU jobs of 100 s; over the first 1,000 s bob starts twice as many jobs as
+/// alice, with and without a memory of past usage.
+#[test]
+fn fair_share_weights_hold_over_time() {
+    let dir = std::env::temp_dir().join(format!("fairway-sim-weights-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text =
+        String::from("name: weights\nseed: 1\ncluster:\n  nodes: [{ name: n, gpus: 6, gpu_model: A100 }]\njobs:\n");
+    for i in 0..60 {
+        for tenant in ["alice", "bob"] {
+            text += &format!(
+                "  - {{ name: {tenant}-{i}, tenant: {{ project: {tenant} }}, priority: medium, resources: {{ gpus: 1 }}, \
+                 command: [train], submit_seconds: 0, duration_seconds: 100 }}\n"
+            );
+        }
+    }
+    text += "policies:\n";
+    for (name, hours) in [("now", 0.0), ("hour", 1.0)] {
+        text += &format!(
+            "  - {{ name: {name}, order: priority, preemption: true, fair_share: {{ half_life_hours: {hours}, \
+             weights: [{{ project: bob, weight: 2 }}] }} }}\n"
+        );
+    }
+    let path = dir.join("weights.yaml");
+    std::fs::write(&path, text).unwrap();
+    let s = scenario::load(&path, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+    for run in run_all(&s) {
+        let started_before = |tenant: &str, s: u64| {
+            run.records
+                .iter()
+                .filter(|r| r.name.starts_with(tenant) && r.first_start_ms.is_some_and(|t| t < s * 1000))
+                .count()
+        };
+        let (alice, bob) = (started_before("alice", 1_000), started_before("bob", 1_000));
+        assert_eq!(alice + bob, 60, "{}: 6 GPUs, 10 rounds of 100 s", run.policy);
+        assert!((19..=21).contains(&alice) && (39..=41).contains(&bob), "{}: alice {alice}, bob {bob}", run.policy);
+    }
+}
