@@ -640,25 +640,15 @@ impl SearchView<'_> {
         scratch.bounds.clear();
         let shares = &mut scratch.shares;
         for &(_, position, known) in ready.iter().filter(|(l, _, _)| *l == level) {
+            let node = self.nodes.at(NodeIx(position));
             let bound = known.unwrap_or_else(|| {
-                let node = self.nodes.at(NodeIx(position));
-                let at_level = node
-                    .victims
-                    .iter()
-                    .take_while(|e| examined(e))
-                    .filter(|e| e.priority == level && (waived || e.protected_until <= now));
-                at_level
+                counted_at_level(node, level, &examined, now, waived)
                     .map(|e| e.lost_gpu_ms(now))
                     .min()
                     .expect("a node that makes room at a level has a victim there")
             });
             let share_max = if self.fair.enabled() {
-                let node = self.nodes.at(NodeIx(position));
-                let at_level = node
-                    .victims
-                    .iter()
-                    .take_while(|e| examined(e))
-                    .filter(|e| e.priority == level && (waived || e.protected_until <= now));
+                let at_level = counted_at_level(node, level, &examined, now, waived);
                 at_level.map(|e| self.share_cached(shares, e.ix, now)).max().unwrap_or(0)
             } else {
                 0
@@ -889,6 +879,19 @@ fn next_level(
         .take_while(|e| examined(e))
         .find(|e| e.priority > after && (waived || e.protected_until <= now))
         .map(|e| e.priority)
+}
+
+/// A node's examined candidates at `level` that count at `now` (not protected, unless
+/// `waived`).
+fn counted_at_level<'a>(
+    node: &'a Node,
+    level: Priority,
+    examined: &'a impl Fn(&VictimEntry) -> bool,
+    now: Time,
+    waived: bool,
+) -> impl Iterator<Item = &'a VictimEntry> + 'a {
+    let examined_here = node.victims.iter().take_while(move |e| examined(e));
+    examined_here.filter(move |e| e.priority == level && (waived || e.protected_until <= now))
 }
 
 /// The priority level at which a node first has room for `demand`, taking the examined
