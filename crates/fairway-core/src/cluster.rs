@@ -127,11 +127,6 @@ impl Nodes {
         &self.nodes[ix.0 as usize]
     }
 
-    /// What all nodes have together, schedulable or not.
-    pub fn capacity(&self) -> Resources {
-        self.nodes.iter().fold(Resources::ZERO, |sum, n| sum.plus(n.spec.capacity))
-    }
-
     /// Nodes in id order.
     pub fn iter(&self) -> std::slice::Iter<'_, Node> {
         self.nodes.iter()

@@ -455,12 +455,7 @@ impl Scheduler {
                         // order, which took in its level's heads already, takes it now).
                         let head = self.queue.group(gix).head();
                         if fair && self.queue.awake.contains(&(head, gix)) {
-                            level.heap.push(Reverse((
-                                self.fair_key(&mut level.shares, gix, now),
-                                head,
-                                gix,
-                                From::Awake,
-                            )));
+                            self.push_fair(&mut level, head, gix, From::Awake, now);
                         }
                         continue;
                     }
@@ -494,15 +489,9 @@ impl Scheduler {
                         // The group's next member, if any, is the level's to order again.
                         if fair {
                             level.forget([gk.project, gk.user]);
-                        }
-                        if fair && !self.queue.is_asleep(gix) {
-                            let head = self.queue.group(gix).head();
-                            level.heap.push(Reverse((
-                                self.fair_key(&mut level.shares, gix, now),
-                                head,
-                                gix,
-                                From::Awake,
-                            )));
+                            if !self.queue.is_asleep(gix) {
+                                self.push_fair(&mut level, self.queue.group(gix).head(), gix, From::Awake, now);
+                            }
                         }
                     }
                     if strict && matches!(considered, Considered::Preempting) {
@@ -540,12 +529,11 @@ impl Scheduler {
                 self.load_fair_level(level, candidates, next_candidate, now)?;
             }
             let Reverse((fair_key, key, gix, from)) = level.heap.pop()?;
-            if from == From::Awake && (!self.queue.awake.contains(&(key, gix))) {
+            if from == From::Awake && !self.queue.awake.contains(&(key, gix)) {
                 continue; // No longer this group's awake head.
             }
-            let now_key = self.fair_key(&mut level.shares, gix, now);
-            if now_key != fair_key {
-                level.heap.push(Reverse((now_key, key, gix, from)));
+            if self.fair_key(&mut level.shares, gix, now) != fair_key {
+                self.push_fair(level, key, gix, from, now);
                 continue;
             }
             return Some((key, gix, from));
@@ -583,13 +571,19 @@ impl Scheduler {
         level.rank = Some(rank);
         let heads = self.queue.awake.range((Included((lowest_key(rank), GroupIx(0))), Unbounded));
         for &(key, gix) in heads.take_while(|(k, _)| k.rank == rank) {
-            level.heap.push(Reverse((self.fair_key(&mut level.shares, gix, now), key, gix, From::Awake)));
+            self.push_fair(level, key, gix, From::Awake, now);
         }
         while let Some(&(key, gix)) = candidates.get(*next_candidate).filter(|(k, _)| k.rank == rank) {
             *next_candidate += 1;
-            level.heap.push(Reverse((self.fair_key(&mut level.shares, gix, now), key, gix, From::Candidate)));
+            self.push_fair(level, key, gix, From::Candidate, now);
         }
         Some(())
+    }
+
+    /// Put a head or a candidate in the fair order, with its group's shares now.
+    fn push_fair(&self, level: &mut FairLevel, key: QueueKey, gix: GroupIx, from: From, now: Time) {
+        let fair_key = self.fair_key(&mut level.shares, gix, now);
+        level.heap.push(Reverse((fair_key, key, gix, from)));
     }
 
     /// A group's place in the fair order now: its project's share, then its user's.

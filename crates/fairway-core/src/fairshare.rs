@@ -22,7 +22,8 @@
 //! gets its turn after each other tenant's, not before all of them. Priorities still come
 //! first: fair sharing never lets a lower-priority job start before a higher one that can.
 //!
-//! Properties (each has a test in `tests/it/fairshare.rs`): weights are respected over time
+//! Properties (tests: core scenarios 84 to 87, this module's unit tests, and the
+//! simulator's `fair_share_weights_hold_over_time`): weights are respected over time
 //! (a tenant of weight 2 holds about twice what one of weight 1 holds when both always
 //! wait), the half-life behaves (a tenant that burst yields to one that did not, and the
 //! memory halves every `H`), a newcomer is not starved (its first job goes before the next
@@ -93,9 +94,9 @@ impl FairShares {
         self.enabled
     }
 
-    /// Capacity of all nodes (the denominators of the shares).
-    pub fn set_capacity(&mut self, capacity: Resources) {
-        self.capacity = capacity;
+    /// A node joins (`add`) or leaves the capacity of all nodes, the shares' denominators.
+    pub fn change_capacity(&mut self, node: Resources, add: bool) {
+        self.capacity = if add { self.capacity.plus(node) } else { self.capacity.minus(node) };
     }
 
     /// An account's weight; 1 unless set. A weight of 0 is refused by the caller.
@@ -110,10 +111,6 @@ impl FairShares {
 
     pub fn weight(&self, account: AccountId) -> u32 {
         self.weights.get(&account).copied().unwrap_or(1)
-    }
-
-    fn past_at(&self, usage: &Usage, now: Time) -> [f64; 3] {
-        past_at(self.half_life_ms, usage, now)
     }
 
     /// The accounts now hold `delta` more (`add`) or less.
@@ -138,7 +135,7 @@ impl FairShares {
     /// The account's share at `now` (see the formula above).
     pub fn share(&self, account: AccountId, now: Time) -> f64 {
         let Some(usage) = self.accounts.get(&account) else { return 0.0 };
-        let past = self.past_at(usage, now.max(usage.at));
+        let past = past_at(self.half_life_ms, usage, now);
         let alloc = as_f64(usage.alloc);
         let capacity = as_f64(self.capacity);
         let mut dominant: f64 = 0.0;
@@ -173,7 +170,7 @@ mod tests {
 
     fn shares() -> FairShares {
         let mut f = FairShares::new(Some(H));
-        f.set_capacity(Resources::new(8, 0, 0));
+        f.change_capacity(Resources::new(8, 0, 0), true);
         f
     }
 
@@ -204,7 +201,7 @@ mod tests {
     #[test]
     fn without_a_half_life_the_share_is_what_is_held_now() {
         let mut f = FairShares::new(Some(0));
-        f.set_capacity(Resources::new(8, 64_000, 0));
+        f.change_capacity(Resources::new(8, 64_000, 0), true);
         let a = AccountId(1);
         f.change([a].into_iter(), Resources::new(1, 32_000, 0), true, Time(0));
         // CPU dominates: 32 of 64 cores, held now and (no history) as the average.

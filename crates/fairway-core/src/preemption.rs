@@ -48,8 +48,8 @@
 //!
 //! **Where the search is exact.** For a job of one replica (the usual preemptor), rules 2 to
 //! 6 are applied exactly (rule 2b by trying the highest floor of share first: every set
-//! found at a floor has exactly that least share, so rules 3 to 5 then decide as usual): every node's best set is found by `search::best_set_on_node` (a
-//! dynamic program over the GPUs freed, or, when CPU or memory must be freed too, a branch
+//! found at a floor has exactly that least share, so rules 3 to 5 then decide as usual):
+//! every node's best set is found by `search::best_set_on_node` (a dynamic program over the GPUs freed, or, when CPU or memory must be freed too, a branch
 //! and bound of at most `search::BRANCH_STEPS_MAX` steps per node, past which it takes the
 //! candidates in rule order and drops those not needed). A gang (several replicas, on any
 //! usable nodes) and a job over its account's quota (which must also win back what the cap

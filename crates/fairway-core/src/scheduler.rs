@@ -131,8 +131,9 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(config: Config) -> Scheduler {
+        let fair = FairShares::new(config.policy.fair_share.map(|f| f.half_life_ms));
         Scheduler {
-            config: config.clone(),
+            config,
             nodes: Nodes::default(),
             jobs: JobStore::default(),
             queue: PendingQueue::default(),
@@ -147,7 +148,7 @@ impl Scheduler {
             runtime_deadlines: BTreeSet::new(),
             protection_ends: BTreeSet::new(),
             ledger: Ledger::default(),
-            fair: FairShares::new(config.policy.fair_share.map(|f| f.half_life_ms)),
+            fair,
             outbox: Vec::new(),
             counters: Counters::default(),
             changes: Changes::default(),
@@ -457,8 +458,8 @@ impl Scheduler {
             });
         }
         let id = spec.id;
+        self.fair.change_capacity(spec.capacity, true);
         self.nodes.add(Node::new(spec));
-        self.fair.set_capacity(self.nodes.capacity());
         self.changes.room_grew(id);
         self.changes.nodes_changed = true;
         Ok(())
@@ -493,8 +494,8 @@ impl Scheduler {
                 self.outbox.push(Decision::Requeued { job, cause: RequeueCause::NodeRemoved });
             }
         }
-        self.nodes.remove(id);
-        self.fair.set_capacity(self.nodes.capacity());
+        let removed = self.nodes.remove(id).expect("checked above");
+        self.fair.change_capacity(removed.spec.capacity, false);
         self.changes.nodes_lost = true;
         Ok(())
     }

@@ -561,6 +561,11 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
         return (None, Exactness::Exact);
     }
     let mut steps = 0;
+    // A candidate that frees nothing is in no best set (without it a set still makes room
+    // and ranks no lower): leaving it out keeps the branching to those that count.
+    let frees_something = |c: &WideCandidate| {
+        c.frees.iter().any(|(_, r)| *r != Resources::ZERO) || c.quota_frees.iter().any(|r| *r != Resources::ZERO)
+    };
     for level in levels {
         // Rule 2b: floors of tenant share at this level, highest first (one floor, 0,
         // without fair sharing); see `best_set_on_node_with`.
@@ -569,12 +574,6 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
         floors.sort_unstable_by(|a, b| b.cmp(a));
         floors.dedup();
         for floor in floors {
-            // A candidate that frees nothing is in no best set (without it a set still makes
-            // room and ranks no lower): leaving it out keeps the branching to those that count.
-            let frees_something = |c: &WideCandidate| {
-                c.frees.iter().any(|(_, r)| *r != Resources::ZERO)
-                    || c.quota_frees.iter().any(|r| *r != Resources::ZERO)
-            };
             let admits = |c: &WideCandidate| {
                 (c.priority < level || (c.priority == level && c.tenant_share >= floor)) && frees_something(c)
             };

@@ -561,14 +561,24 @@ fn fair_sharing(spec: &FairShareSpec, backfill: bool, field: &str) -> Result<Fai
     Ok(FairSharing { half_life_ms: (hours * 3_600_000.0).round() as u64 })
 }
 
+/// The account a list entry names: exactly one of `project` and `user`.
+fn named_account(
+    project: &Option<String>,
+    user: &Option<String>,
+    field: &str,
+    names: &mut Names,
+) -> Result<AccountId, ScenarioError> {
+    match (project, user) {
+        (Some(p), None) => names.project(p),
+        (None, Some(u)) => names.user(u),
+        _ => Err(invalid(field, "name exactly one of `project` or `user`")),
+    }
+}
+
 fn weight_list(specs: &[WeightSpec], field: &str, names: &mut Names) -> Result<Vec<(AccountId, u32)>, ScenarioError> {
     let mut out: Vec<(AccountId, u32)> = Vec::new();
     for (i, w) in specs.iter().enumerate() {
-        let account = match (&w.project, &w.user) {
-            (Some(p), None) => names.project(p)?,
-            (None, Some(u)) => names.user(u)?,
-            _ => return Err(invalid(format!("{field}[{i}]"), "name exactly one of `project` or `user`")),
-        };
+        let account = named_account(&w.project, &w.user, &format!("{field}[{i}]"), names)?;
         if w.weight == 0 {
             return Err(invalid(format!("{field}[{i}].weight"), "must be at least 1, got 0"));
         }
@@ -583,11 +593,7 @@ fn weight_list(specs: &[WeightSpec], field: &str, names: &mut Names) -> Result<V
 fn quota_list(specs: &[QuotaSpec], field: &str, names: &mut Names) -> Result<Vec<(AccountId, Quota)>, ScenarioError> {
     let mut out = Vec::new();
     for (i, q) in specs.iter().enumerate() {
-        let account = match (&q.project, &q.user) {
-            (Some(p), None) => names.project(p)?,
-            (None, Some(u)) => names.user(u)?,
-            _ => return Err(invalid(format!("{field}[{i}]"), "name exactly one of `project` or `user`")),
-        };
+        let account = named_account(&q.project, &q.user, &format!("{field}[{i}]"), names)?;
         out.push((
             account,
             Quota { gpus_max: q.gpus_max, cpu_millis_max: q.cpu_millis_max, memory_mib_max: q.memory_mib_max },
