@@ -93,6 +93,7 @@ fn run_scenario(args: &SimArgs, seed: Option<u64>) -> anyhow::Result<(scenario::
             check: check_level(args),
             horizon_ms: scenario.horizon_ms,
             weights: sim_policy.weights.clone(),
+            nominals: sim_policy.nominals.clone(),
         };
         let bar = progress_bar(show_progress, name, scenario.jobs.len());
         let mut tick = |done: usize, _total: usize| bar.set_position(done as u64);

@@ -241,6 +241,19 @@ impl GrownRoom for GrownSnapshot {
     }
 }
 
+/// What a victim search within the cycle's budget came to.
+enum Searched {
+    Preempting,
+    /// The budget (rule 7) could not serve it.
+    OverBudget,
+    NoSet,
+}
+
+/// A wake on anything uncharged from `account`, or its cap changing.
+fn any_uncharge(account: AccountId) -> QuotaWake {
+    QuotaWake { account, level: Priority::MIN, base_gpus_max: i64::MAX }
+}
+
 /// What considering one job came to.
 enum Considered {
     Started,
@@ -265,10 +278,15 @@ impl Scheduler {
     ///    starts it), but with backfill off it blocks every job behind it;
     ///    c. a job that could never fit on any node says so;
     ///    d. a job over its account's quota waits, unless it can preempt its own
-    ///    account's lower-priority work (step f, restricted to that account);
+    ///    account's lower-priority work (step f, restricted to that account); a job whose
+    ///    project would borrow more than its cohort lends waits, unless it can preempt
+    ///    lower-priority work (and, within its nominal quota, borrowers of its own
+    ///    priority) that gives back enough to the cohort (see `ledger.rs`);
     ///    e. place on free GPUs if possible and start;
     ///    f. otherwise, if the policy and the job allow, preempt lower-priority work
-    ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job;
+    ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job; failing
+    ///    that, a job within its project's nominal quota reclaims from the members of its
+    ///    cohort that borrow, its own priority included;
     ///    g. otherwise record why it is pending.
     /// 5. Check the invariants (debug builds; the simulator checks them in every build).
     pub fn cycle(&mut self, now: Time) -> CycleOutcome {
@@ -628,6 +646,24 @@ impl Scheduler {
             return Considered::Failed(Verdict { reasons: Reasons::one(reason), wake });
         }
         // d.
+        if let Some((cohort, reason, reclaim)) = self.cohort_shortfall(ix) {
+            let quota = [Some(any_uncharge(cohort)), None];
+            let mut reasons = Reasons::one(reason);
+            let mut wake = Wake::On(WakeOn { quota, at: delayed_until, ..WakeOn::default() });
+            if let Some(until) = delayed_until {
+                reasons.push(PendingReason::PreemptionDelayed { until });
+            }
+            if preempt_capable {
+                match self.preempt_within(ix, PreemptionScope::Cohort { reclaim }, now, budget, out) {
+                    Searched::Preempting => return Considered::Preempting,
+                    Searched::OverBudget => wake = self.defer_for_budget(&mut reasons, now),
+                    // Anything charged to or uncharged from the cohort, or room growing (a
+                    // victim's protection ending), may let the same search succeed.
+                    Searched::NoSet => wake = Wake::On(WakeOn { quota, room: RoomWake::Any, at: None }),
+                }
+            }
+            return Considered::Failed(Verdict { reasons, wake });
+        }
         if let Some((account, reason)) = self.quota_shortfall(ix) {
             let mut reasons = Reasons::one(reason);
             let quota = self.quota_wake(account, gk, preempt_capable);
@@ -698,7 +734,7 @@ impl Scheduler {
             reasons.push(PendingReason::PreemptionDelayed { until });
         } else if !preempt_capable {
             reasons.push(PendingReason::PreemptionDisabled);
-        } else if memo.no_victims.get(&shape).is_some_and(|p| p >= gk.priority) {
+        } else if memo.no_victims.get(&shape).is_some_and(|p| p >= gk.priority) && !self.may_reclaim(ix) {
             reasons.push(PendingReason::NoPreemptionCandidates);
         } else if !budget.take_search() {
             wake = self.defer_for_budget(&mut reasons, now);
@@ -710,6 +746,18 @@ impl Scheduler {
                     return Considered::Preempting;
                 }
                 Some(_) => wake = self.defer_for_budget(&mut reasons, now),
+                None if self.may_reclaim(ix) => {
+                    match self.preempt_within(ix, PreemptionScope::Cohort { reclaim: true }, now, budget, out) {
+                        Searched::Preempting => return Considered::Preempting,
+                        Searched::OverBudget => wake = self.defer_for_budget(&mut reasons, now),
+                        Searched::NoSet => {
+                            reasons.push(PendingReason::NoPreemptionCandidates);
+                            let cohort = self.ledger.cohort_of(gk.project).expect("a member may reclaim");
+                            let quota = [Some(any_uncharge(cohort)), None];
+                            wake = Wake::On(WakeOn { quota, room: RoomWake::Any, at: None });
+                        }
+                    }
+                }
                 None => {
                     memo.no_victims.insert(shape, gk.priority);
                     reasons.push(match self.protected_victims_until(ix, now) {
@@ -727,6 +775,41 @@ impl Scheduler {
         }
         // g.
         Considered::Failed(Verdict { reasons, wake })
+    }
+
+    /// A victim search in `scope` within the cycle's budget (rule 7), carried out if it
+    /// finds a set.
+    fn preempt_within(
+        &mut self,
+        ix: JobIx,
+        scope: PreemptionScope,
+        now: Time,
+        budget: &mut PreemptionBudget,
+        out: &mut CycleOutcome,
+    ) -> Searched {
+        if !budget.take_search() {
+            return Searched::OverBudget;
+        }
+        out.stats.preemption_searches += 1;
+        match self.search(ix, scope, now) {
+            Some(plan) if budget.take_victims(&plan) => {
+                self.carry_out_preemption(ix, plan, now, out);
+                Searched::Preempting
+            }
+            Some(_) => Searched::OverBudget,
+            None => Searched::NoSet,
+        }
+    }
+
+    /// Rule 1's reclaim: is the job's project within its nominal quota with the job, in a
+    /// cohort one of whose other members borrows with running work of the job's priority?
+    fn may_reclaim(&self, ix: JobIx) -> bool {
+        let job = &self.jobs[ix];
+        let Some(cohort) = self.ledger.cohort_of(job.spec.project) else { return false };
+        let c = self.ledger.cohort(cohort).expect("a member's cohort");
+        let member = self.ledger.get(job.spec.project).expect("a member is known");
+        member.within_nominal_with(c, job.spec.total())
+            && self.ledger.borrowers_at(cohort, job.spec.priority, job.spec.project)
     }
 
     /// A preemptor the cycle's budget (rule 7) cannot serve: it says so, and the core asks
@@ -777,6 +860,25 @@ impl Scheduler {
             .iter()
             .find(|&&(until, _, vix)| until > now && self.jobs[vix].spec.priority < priority)
             .map(|&(until, ..)| until)
+    }
+
+    /// When starting the job would make its project borrow more than its cohort lends (and
+    /// no account of its own is over its cap: that comes first): the cohort, why, and
+    /// whether the project stays within its nominal quota (it may reclaim).
+    fn cohort_shortfall(&self, ix: JobIx) -> Option<(AccountId, PendingReason, bool)> {
+        if !self.ledger.any_capped() {
+            return None;
+        }
+        let job = &self.jobs[ix];
+        let total = job.spec.total();
+        let (cohort, resource, used, limit) = self.ledger.over_cohort(job.spec.project, total)?;
+        if self.quota_shortfall(ix).is_some() {
+            return None;
+        }
+        let c = self.ledger.cohort(cohort).expect("a cohort");
+        let reclaim = self.ledger.get(job.spec.project).expect("a member").within_nominal_with(c, total);
+        let requested = resource.of(total);
+        Some((cohort, PendingReason::CohortExhausted { cohort, resource, requested, used, limit }, reclaim))
     }
 
     /// The first of the job's accounts that starting it would take over quota.
@@ -869,7 +971,7 @@ impl Scheduler {
         }
         let victims: Vec<crate::types::JobId> = plan.victims.iter().map(|(v, _)| *v).collect();
         let waiting = victims.len() as u32;
-        self.reserve(ix, Reservation { placement, victims, waiting, charged: [Resources::ZERO; 2] });
+        self.reserve(ix, Reservation { placement, victims, waiting, charged: Default::default() });
     }
 
     /// Slots for a preemptor: free, unheld slots first, then the victims' slots, lowest first.

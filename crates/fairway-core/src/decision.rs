@@ -36,8 +36,14 @@ pub enum RequeueCause {
 /// are built from these; `Display` gives the human sentence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PendingReason {
-    /// Starting the job would take `account` over its hard cap for `resource`.
+    /// Starting the job would take `account` over its cap for `resource`: its hard quota,
+    /// or for a project in a cohort its nominal quota plus borrowing limit, whichever is
+    /// lower.
     OverQuota { account: AccountId, resource: ResourceKind, requested: u64, used: u64, limit: u64 },
+    /// Starting the job would make its project borrow more than `cohort` lends: of the
+    /// cohort's `limit` (its members' nominal quotas), `used` is in use or set aside for
+    /// members that do not lend it (see `ledger.rs`).
+    CohortExhausted { cohort: AccountId, resource: ResourceKind, requested: u64, used: u64, limit: u64 },
     /// The job can never start on these nodes, even empty: one replica needs more than any
     /// node of the model has, or the gang has more replicas than all of them together can
     /// hold (`replicas_max`, the most the empty nodes hold, below `replicas`). For a replica
@@ -83,6 +89,7 @@ impl PendingReason {
     pub fn label(&self) -> &'static str {
         match self {
             PendingReason::OverQuota { .. } => "over_quota",
+            PendingReason::CohortExhausted { .. } => "cohort_exhausted",
             PendingReason::NeverFits { .. } => "never_fits",
             PendingReason::NoFit { .. } => "no_fit",
             PendingReason::WaitingForPreemption { .. } => "waiting_for_preemption",
@@ -103,6 +110,11 @@ impl fmt::Display for PendingReason {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 write!(f, "over quota: {account} uses {used} of {limit} {}, job asks {requested}", resource.name())
             }
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => write!(
+                f,
+                "cohort exhausted: {used} of {cohort}'s {limit} {} are in use or set aside for their owners, job asks {requested}",
+                resource.name()
+            ),
             PendingReason::NeverFits { gpus_per_replica, gpu_model, replicas, replicas_max, .. }
                 if *replicas_max > 0 =>
             {

@@ -2,7 +2,7 @@
 //! into one of these and hand it to [`crate::Scheduler::apply`] with the current time.
 
 use crate::decision::StopCause;
-use crate::types::{AccountId, JobId, JobSpec, NodeId, NodeSpec, Placement, Quota, Time};
+use crate::types::{AccountId, JobId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, Quota, Time};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -37,6 +37,14 @@ pub enum Event {
     SetQuota {
         account: AccountId,
         quota: Option<Quota>,
+    },
+    /// Give a project a place in a cohort (nominal quota, borrowing and lending limits), or
+    /// with `None` take it out of its cohort; see `ledger.rs`. As with `SetQuota`, a lower
+    /// nominal quota evicts nobody by itself, but a member within its nominal quota may then
+    /// reclaim what others borrow (rule 1 in `preemption.rs`).
+    SetNominalQuota {
+        project: AccountId,
+        nominal: Option<NominalQuota>,
     },
     /// Set an account's fair-share weight (1 unless set; at least 1): inside one priority, a
     /// tenant of weight 2 is served as if it held half of what it holds (see `fairshare.rs`).

@@ -85,8 +85,10 @@ impl Scheduler {
                         return Err(format!("{id} is placed on {}, which does not list it", r.node));
                     }
                 }
-                for a in job.accounts() {
+                for a in self.charged_accounts(ix) {
                     charge(id, a, job.spec.total())?;
+                }
+                for a in job.accounts() {
                     if self.fair.enabled() && job.spec.total() != Resources::ZERO {
                         let sum = fair_held.entry(a).or_insert(Resources::ZERO);
                         *sum = sum.plus(job.spec.total());
@@ -160,7 +162,7 @@ impl Scheduler {
                     res.charged
                 ));
             }
-            for (k, a) in job.accounts().enumerate() {
+            for (k, a) in self.charged_accounts(ix).enumerate() {
                 charge(id, a, res.charged[k])?;
             }
         }

@@ -66,6 +66,11 @@ impl JobStore {
         self.ix_of(id).map(|ix| &self[ix])
     }
 
+    /// Every held job, in slot order (for rare recounts; slot order is deterministic).
+    pub fn iter(&self) -> impl Iterator<Item = &Job> {
+        self.slots.iter().flatten()
+    }
+
     #[cfg(test)]
     pub fn get_mut(&mut self, id: JobId) -> Option<&mut Job> {
         self.ix_of(id).map(|ix| &mut self[ix])

@@ -6,11 +6,34 @@
 //! and `check` compares the ledger with what the jobs add up to.
 //!
 //! The ledger knows accounts, not jobs: callers name the accounts a job is charged to
-//! (`JobSpec::accounts`) and the resources. It imports only `types`.
+//! (`JobSpec::accounts`, and the cohort of the job's project, see `Ledger::cohort_of`) and
+//! the resources. It imports only `types`.
+//!
+//! # Cohorts: nominal quota, borrowing and lending
+//!
+//! A project may have a place in a cohort ([`NominalQuota`]). Per dimension the cohort
+//! governs (one any member names), with `n` a member's nominal quota, `g` the part of it it
+//! does not lend (its guarantee: nominal less lending limit) and `u` what is charged to it:
+//!
+//! 1. **Borrowing limit.** A member's usage stays within `n + borrowing_limit`, a cap like a
+//!    hard quota (and like one, a job over it may preempt only its project's own
+//!    lower-priority work).
+//! 2. **The cohort lends only what its members lend.** What members use beyond their
+//!    guarantees stays within what they lend: `Σ max(0, u − g) ≤ Σ (n − g)`, or equally
+//!    `C + U ≤ Σ n` with `C = Σ u` (the cohort account's charge) and `U = Σ max(0, g − u)`
+//!    (guarantees set aside unused). This is the cohort account's cap: its *level* `C + U`
+//!    stays within its capacity `Σ n`. Without lending limits `U` is 0 and the rule is
+//!    `Σ u ≤ Σ n`: idle nominal quota is used by whoever needs it.
+//! 3. **Hard caps stay absolute**: a project's `Quota` holds whatever its cohort lends.
+//!
+//! The cohort's charge counts each job once: a preemptor's hold is charged to the cohort
+//! less what its victims from any member still hold while they leave, as for any account.
+//! A cohort's level rises only when a job starts or a hold grows, both checked against the
+//! cap; a job leaving lowers `C` by what it held and raises `U` by at most that.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::types::{AccountId, Priority, Quota, ResourceKind, Resources};
+use crate::types::{AccountId, NominalQuota, Priority, Quota, ResourceKind, Resources};
 
 /// A quota account: its cap and what is charged to it. Charged = what its jobs hold
 /// (running, and terminating until they exit, as a Kubernetes ResourceQuota counts a pod
@@ -20,9 +43,13 @@ use crate::types::{AccountId, Priority, Quota, ResourceKind, Resources};
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Account {
     pub quota: Option<Quota>,
+    /// A project's place in a cohort.
+    pub nominal: Option<NominalQuota>,
+    /// Set when the account is a cohort.
+    pub cohort: Option<Cohort>,
     pub charged: Resources,
-    /// Usage above a lowered cap that was already running when the cap changed: allowed
-    /// to drain, never to grow.
+    /// Usage (for a cohort, its level) above a lowered cap that was already there when the
+    /// cap changed: allowed to drain, never to grow.
     pub grandfathered: Resources,
     /// GPUs of the account's running preemptible jobs by priority (no empty levels), kept
     /// while the account has a cap and the policy preempts: what a job of the account over
@@ -30,12 +57,58 @@ pub(crate) struct Account {
     pub preemptible_gpus: BTreeMap<Priority, u32>,
 }
 
+/// A cohort's members and what rule 2 of the module doc reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cohort {
+    pub members: BTreeSet<AccountId>,
+    /// The sum of the members' nominal quotas, per dimension a member names (`None`: not
+    /// governed).
+    pub capacity: Quota,
+    /// `U`: the members' guarantees set aside unused, `Σ max(0, g − u)`.
+    pub unused_guarantee: Resources,
+}
+
 impl Account {
-    /// The first dimension in which charging `extra` more would break the cap.
+    /// The account's cap in `kind`: its hard quota and, for a member of a cohort, its
+    /// borrowing limit, whichever is lower; for a cohort, its capacity.
+    pub fn cap(&self, kind: ResourceKind) -> Option<u64> {
+        if let Some(cohort) = &self.cohort {
+            return cohort.capacity.limit(kind);
+        }
+        let hard = self.quota.and_then(|q| q.limit(kind));
+        let borrowing = self.nominal.and_then(|n| n.usage_cap(kind));
+        match (hard, borrowing) {
+            (Some(h), Some(b)) => Some(h.min(b)),
+            (h, b) => h.or(b),
+        }
+    }
+
+    /// Has it a cap in some dimension (or is it a cohort)?
+    pub fn has_cap(&self) -> bool {
+        ResourceKind::ALL.into_iter().any(|kind| self.cap(kind).is_some())
+    }
+
+    /// Is it a quota account the ledger watches: capped, a member of a cohort or a cohort?
+    fn limited(&self) -> bool {
+        self.quota.is_some() || self.nominal.is_some() || self.cohort.is_some()
+    }
+
+    /// What its cap is compared with: what is charged, and for a cohort the guarantees its
+    /// members set aside unused as well.
+    pub fn level(&self) -> Resources {
+        match &self.cohort {
+            Some(c) => self.charged.plus(c.unused_guarantee),
+            None => self.charged,
+        }
+    }
+
+    /// The first dimension in which charging `extra` more would break the cap (not for a
+    /// cohort: see `Ledger::over_cohort`).
     pub fn over_quota(&self, extra: Resources) -> Option<(ResourceKind, u64, u64)> {
-        let quota = self.quota?;
-        let kind = quota.first_exceeded(self.charged.plus(extra))?;
-        Some((kind, kind.of(self.charged), quota.limit(kind).expect("exceeded a limit it has")))
+        debug_assert!(self.cohort.is_none(), "a cohort's level depends on which member is charged");
+        let after = self.charged.plus(extra);
+        let kind = ResourceKind::ALL.into_iter().find(|&k| self.cap(k).is_some_and(|cap| k.of(after) > cap))?;
+        Some((kind, kind.of(self.charged), self.cap(kind).expect("exceeded a limit it has")))
     }
 
     fn charge(&mut self, r: Resources) {
@@ -44,7 +117,31 @@ impl Account {
 
     fn uncharge(&mut self, r: Resources) {
         self.charged = self.charged.minus(r);
-        self.grandfathered = self.grandfathered.min_each(self.charged);
+        self.grandfathered = self.grandfathered.min_each(self.level());
+    }
+
+    /// A member's guarantee set aside unused, `max(0, g − u)` per dimension.
+    fn unused_guarantee(&self) -> Resources {
+        let Some(n) = self.nominal else { return Resources::ZERO };
+        let unused = |k: ResourceKind| n.guaranteed_of(k).saturating_sub(k.of(self.charged));
+        let gpus = u32::try_from(unused(ResourceKind::Gpu)).unwrap_or(u32::MAX);
+        Resources::new(gpus, unused(ResourceKind::Cpu), unused(ResourceKind::Memory))
+    }
+
+    /// Is a member using more than its nominal quota in some dimension its cohort governs?
+    pub fn borrowing(&self, cohort: &Cohort) -> bool {
+        let Some(n) = self.nominal else { return false };
+        ResourceKind::ALL
+            .into_iter()
+            .any(|k| cohort.capacity.limit(k).is_some() && k.of(self.charged) > n.nominal_of(k))
+    }
+
+    /// Would a member still be within its nominal quota with `extra` more, in every
+    /// dimension its cohort governs?
+    pub fn within_nominal_with(&self, cohort: &Cohort, extra: Resources) -> bool {
+        let Some(n) = self.nominal else { return false };
+        let after = self.charged.plus(extra);
+        ResourceKind::ALL.into_iter().all(|k| cohort.capacity.limit(k).is_none() || k.of(after) <= n.nominal_of(k))
     }
 
     /// The GPUs the account holds beyond its own preemptible work below `level`.
@@ -55,17 +152,21 @@ impl Account {
 
     /// Within cap, or within what the cap grandfathered.
     pub fn within_quota(&self) -> bool {
-        let Some(quota) = self.quota else { return true };
-        ResourceKind::ALL.into_iter().all(|kind| match quota.limit(kind) {
+        let level = self.level();
+        ResourceKind::ALL.into_iter().all(|kind| match self.cap(kind) {
             None => true,
-            Some(limit) => kind.of(self.charged) <= limit.max(kind.of(self.grandfathered)),
+            Some(limit) => kind.of(level) <= limit.max(kind.of(self.grandfathered)),
         })
     }
 }
 
-/// What a lowered cap grandfathered for a job's (at most two) accounts, saved before a
-/// charge moves between jobs.
-pub(crate) type Grandfathered = [Option<(AccountId, Resources)>; 2];
+/// The accounts a job is charged to: its project, its user (when another), its project's
+/// cohort (when it has one).
+pub(crate) const CHARGED_ACCOUNTS_MAX: usize = 3;
+
+/// What a lowered cap grandfathered for a job's accounts, saved before a charge moves
+/// between jobs.
+pub(crate) type Grandfathered = [Option<(AccountId, Resources)>; CHARGED_ACCOUNTS_MAX];
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Ledger {
@@ -76,9 +177,52 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// Does any account have a cap?
+    /// Does any account have a cap (or a place in a cohort)?
     pub fn any_capped(&self) -> bool {
         self.capped > 0
+    }
+
+    /// The cohort of a project, if it has a place in one.
+    pub fn cohort_of(&self, project: AccountId) -> Option<AccountId> {
+        if self.capped == 0 {
+            return None;
+        }
+        self.get(project)?.nominal.map(|n| n.cohort)
+    }
+
+    /// A cohort's members and figures (`None` if `cohort` is not one).
+    pub fn cohort(&self, cohort: AccountId) -> Option<&Cohort> {
+        self.get(cohort)?.cohort.as_ref()
+    }
+
+    /// The first dimension in which starting `extra` for `project` would take its cohort
+    /// over rule 2 (see the module doc): `(cohort, resource, level, capacity)`.
+    pub fn over_cohort(&self, project: AccountId, extra: Resources) -> Option<(AccountId, ResourceKind, u64, u64)> {
+        let member = self.get(project)?;
+        let n = member.nominal?;
+        let cohort_account = self.get(n.cohort).expect("a member's cohort is known");
+        let cohort = cohort_account.cohort.as_ref().expect("a member's cohort is a cohort");
+        let level = cohort_account.level();
+        ResourceKind::ALL.into_iter().find_map(|k| {
+            let capacity = cohort.capacity.limit(k)?;
+            // The job uses first what the project set aside unused: that part adds nothing.
+            let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.charged));
+            let after = k.of(level) + k.of(extra) - k.of(extra).min(unused_own);
+            let allowed = capacity.max(k.of(cohort_account.grandfathered));
+            (after > allowed).then_some((n.cohort, k, k.of(level), capacity))
+        })
+    }
+
+    /// What each member would give back to its cohort's level if its running work of
+    /// `taken` left, at most: `max(0, u − g)` per dimension, `u` counting `extra` more for
+    /// `project` (the preemptor's own, as if it had started). Rule 2 in victims' terms.
+    pub fn member_givable(&self, member: AccountId, project: AccountId, extra: Resources) -> Resources {
+        let Some(a) = self.get(member) else { return Resources::ZERO };
+        let Some(n) = a.nominal else { return Resources::ZERO };
+        let u = if member == project { a.charged.plus(extra) } else { a.charged };
+        let givable = |k: ResourceKind| k.of(u).saturating_sub(n.guaranteed_of(k));
+        let gpus = u32::try_from(givable(ResourceKind::Gpu)).unwrap_or(u32::MAX);
+        Resources::new(gpus, givable(ResourceKind::Cpu), givable(ResourceKind::Memory))
     }
 
     pub fn get(&self, account: AccountId) -> Option<&Account> {
@@ -98,7 +242,7 @@ impl Ledger {
 
     /// The account's GPU cap, if it has one.
     pub fn gpus_cap(&self, account: AccountId) -> Option<u32> {
-        self.get(account).and_then(|a| a.quota).and_then(|q| q.gpus_max)
+        self.get(account).and_then(|a| a.cap(ResourceKind::Gpu)).map(|cap| u32::try_from(cap).unwrap_or(u32::MAX))
     }
 
     /// What the over-quota wakes look at: the GPUs `account` holds beyond its own
@@ -114,11 +258,33 @@ impl Ledger {
     }
 
     pub fn charge(&mut self, account: AccountId, r: Resources) {
-        self.accounts.entry(account).or_default().charge(r);
+        let a = self.accounts.entry(account).or_default();
+        let unused_before = a.unused_guarantee();
+        a.charge(r);
+        self.member_changed(account, unused_before);
     }
 
     pub fn uncharge(&mut self, account: AccountId, r: Resources) {
-        self.accounts.get_mut(&account).expect("uncharging an account that was charged").uncharge(r);
+        let a = self.accounts.get_mut(&account).expect("uncharging an account that was charged");
+        let unused_before = a.unused_guarantee();
+        a.uncharge(r);
+        self.member_changed(account, unused_before);
+    }
+
+    /// A member's charge changed: its cohort's `U` follows.
+    fn member_changed(&mut self, account: AccountId, unused_before: Resources) {
+        let a = &self.accounts[&account];
+        let Some(n) = a.nominal else { return };
+        let unused_now = a.unused_guarantee();
+        if unused_now == unused_before {
+            return;
+        }
+        let cohort = self.accounts.get_mut(&n.cohort).expect("a member's cohort is known");
+        let c = cohort.cohort.as_mut().expect("a member's cohort is a cohort");
+        // What a lowered capacity grandfathered shrinks when the cohort's own charge does,
+        // which follows in the same move: a member's charge and the cohort's do not happen at
+        // once, and in between the level is not what either leaves it.
+        c.unused_guarantee = c.unused_guarantee.minus(unused_before).plus(unused_now);
     }
 
     /// Set (or with `None` clear) a cap. Whatever is charged now may stay under a lowered
@@ -131,20 +297,118 @@ impl Ledger {
         preemptible_now: impl FnOnce() -> BTreeMap<Priority, u32>,
     ) {
         let account = self.accounts.entry(id).or_default();
-        let (was_capped, capped) = (account.quota.is_some(), quota.is_some());
+        let was = account.limited();
         account.quota = quota;
-        account.grandfathered = account.charged;
-        match (was_capped, capped) {
+        account.grandfathered = account.level();
+        self.limited_changed(id, was, preemptible_now);
+    }
+
+    /// Keep the count of watched accounts and their tallies of preemptible work in step
+    /// with a change that made `id` watched or not.
+    fn limited_changed(&mut self, id: AccountId, was: bool, preemptible_now: impl FnOnce() -> BTreeMap<Priority, u32>) {
+        let account = self.accounts.get_mut(&id).expect("just set");
+        match (was, account.limited()) {
             (false, true) => {
                 self.capped += 1;
-                self.accounts.get_mut(&id).expect("just set").preemptible_gpus = preemptible_now();
+                if account.cohort.is_none() {
+                    account.preemptible_gpus = preemptible_now();
+                }
             }
             (true, false) => {
                 self.capped -= 1;
-                self.accounts.get_mut(&id).expect("just set").preemptible_gpus.clear();
+                account.preemptible_gpus.clear();
             }
             _ => {}
         }
+    }
+
+    /// Give a project a place in a cohort, or with `None` take it out of its cohort. The
+    /// cohorts concerned (before and after) get their members, capacity and `U` anew; the
+    /// caller recounts their charges (`set_cohort_charge`) when membership changed, and
+    /// whatever is used now may stay under a lowered cap, as with `set_quota`.
+    /// `preemptible_now` counts the project's running preemptible GPUs by priority.
+    pub fn set_nominal(
+        &mut self,
+        project: AccountId,
+        nominal: Option<NominalQuota>,
+        preemptible_now: impl FnOnce() -> BTreeMap<Priority, u32>,
+    ) {
+        let account = self.accounts.entry(project).or_default();
+        let was = account.limited();
+        let before = account.nominal.map(|n| n.cohort);
+        account.nominal = nominal;
+        account.grandfathered = account.level();
+        self.limited_changed(project, was, preemptible_now);
+        if let Some(cohort) = before {
+            self.accounts
+                .get_mut(&cohort)
+                .expect("a member's cohort is known")
+                .cohort
+                .as_mut()
+                .expect("a cohort")
+                .members
+                .remove(&project);
+        }
+        if let Some(n) = nominal {
+            let was = self.accounts.get(&n.cohort).is_some_and(Account::limited);
+            let cohort = self.accounts.entry(n.cohort).or_default();
+            cohort.cohort.get_or_insert_with(Cohort::default).members.insert(project);
+            self.limited_changed(n.cohort, was, BTreeMap::new);
+        }
+        for cohort in before.into_iter().chain(nominal.map(|n| n.cohort)) {
+            self.refresh_cohort(cohort);
+        }
+    }
+
+    /// A cohort's capacity and `U` from its members; a cohort left without members stops
+    /// being one (the caller has recounted its charge to nothing).
+    fn refresh_cohort(&mut self, id: AccountId) {
+        let members: Vec<AccountId> =
+            self.accounts[&id].cohort.as_ref().expect("a cohort").members.iter().copied().collect();
+        let (capacity, unused) = self.cohort_figures(&members);
+        let account = self.accounts.get_mut(&id).expect("known");
+        let c = account.cohort.as_mut().expect("a cohort");
+        c.capacity = capacity;
+        c.unused_guarantee = unused;
+        account.grandfathered = account.level();
+        if members.is_empty() {
+            account.cohort = None;
+            self.limited_changed(id, true, BTreeMap::new);
+        }
+    }
+
+    /// Capacity and `U` of a cohort of `members`, summed afresh.
+    fn cohort_figures(&self, members: &[AccountId]) -> (Quota, Resources) {
+        let mut capacity = Quota::default();
+        let mut unused = Resources::ZERO;
+        for m in members {
+            let a = &self.accounts[m];
+            let n = a.nominal.expect("a member has a nominal quota");
+            let gpus = sum_named(capacity.gpus_max.map(u64::from), n.nominal.gpus_max.map(u64::from));
+            capacity.gpus_max = gpus.map(|g| u32::try_from(g).unwrap_or(u32::MAX));
+            capacity.cpu_millis_max = sum_named(capacity.cpu_millis_max, n.nominal.cpu_millis_max);
+            capacity.memory_mib_max = sum_named(capacity.memory_mib_max, n.nominal.memory_mib_max);
+            unused = unused.plus(a.unused_guarantee());
+        }
+        (capacity, unused)
+    }
+
+    /// Set a cohort's charge to what its members' jobs add up to (after membership changed),
+    /// keeping what is there now under a lowered cap.
+    pub fn set_cohort_charge(&mut self, cohort: AccountId, charged: Resources) {
+        let Some(account) = self.accounts.get_mut(&cohort) else { return };
+        account.charged = charged;
+        account.grandfathered = account.level();
+    }
+
+    /// The members of `cohort` other than `except` borrowing now with running preemptible
+    /// work at `priority`: those a member within its nominal quota may reclaim from.
+    pub fn borrowers_at(&self, cohort: AccountId, priority: Priority, except: AccountId) -> bool {
+        let Some(c) = self.cohort(cohort) else { return false };
+        c.members.iter().filter(|m| **m != except).any(|m| {
+            let a = &self.accounts[m];
+            a.borrowing(c) && a.preemptible_gpus.contains_key(&priority)
+        })
     }
 
     /// A restored run or hold may hold more than a cap now allows: keep it, as a lowered
@@ -152,7 +416,7 @@ impl Ledger {
     pub fn grandfather_if_over(&mut self, account: AccountId) {
         let account = self.accounts.get_mut(&account).expect("charged by start or reserve");
         if !account.within_quota() {
-            account.grandfathered = account.charged;
+            account.grandfathered = account.level();
         }
     }
 
@@ -160,7 +424,7 @@ impl Ledger {
     /// (a victim to its preemptor's hold, a hold to the running job): see
     /// `keep_grandfathered`.
     pub fn grandfathered_of(&self, accounts: impl Iterator<Item = AccountId>) -> Grandfathered {
-        let mut out = [None; 2];
+        let mut out = [None; CHARGED_ACCOUNTS_MAX];
         for (slot, account) in out.iter_mut().zip(accounts) {
             *slot = self.get(account).map(|a| (account, a.grandfathered));
         }
@@ -173,7 +437,7 @@ impl Ledger {
     pub fn keep_grandfathered(&mut self, saved: Grandfathered) {
         for (account, g) in saved.into_iter().flatten() {
             let a = self.accounts.get_mut(&account).expect("saved from an account");
-            a.grandfathered = g.min_each(a.charged);
+            a.grandfathered = g.min_each(a.level());
         }
     }
 
@@ -191,7 +455,7 @@ impl Ledger {
         }
         for account in accounts {
             let account = self.accounts.get_mut(&account).expect("charged at start");
-            if account.quota.is_none() {
+            if !account.limited() || account.cohort.is_some() {
                 continue;
             }
             if running {
@@ -211,9 +475,10 @@ impl Ledger {
         self.accounts.keys().copied().collect()
     }
 
-    /// Is the account capped? (`false` for an account it does not know.)
+    /// Does the ledger tally the account's preemptible work: capped or a member of a
+    /// cohort? (`false` for an account it does not know, and for a cohort.)
     pub fn is_capped(&self, account: AccountId) -> bool {
-        self.get(account).is_some_and(|a| a.quota.is_some())
+        self.get(account).is_some_and(|a| a.limited() && a.cohort.is_none())
     }
 
     /// The ledger against what the jobs add up to: `charged` and `preemptible` per account,
@@ -226,10 +491,11 @@ impl Ledger {
             (self.accounts.len(), self.accounts.len()),
             "one figure per account"
         );
-        let capped = self.accounts.values().filter(|a| a.quota.is_some()).count();
+        let capped = self.accounts.values().filter(|a| a.limited()).count();
         if capped != self.capped {
             return Err(format!("{} accounts counted as capped, {capped} have a quota", self.capped));
         }
+        self.check_cohorts()?;
         for (((id, account), expected), own) in self.accounts.iter().zip(charged).zip(preemptible) {
             if account.charged != *expected {
                 return Err(format!("{id} charged {} but its jobs add up to {expected}", account.charged));
@@ -239,6 +505,34 @@ impl Ledger {
             }
             if !account.within_quota() {
                 return Err(format!("{id} charged {} over its quota {:?}", account.charged, account.quota));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every cohort's members are the projects that name it, and its capacity and `U` are
+    /// what they add up to now.
+    fn check_cohorts(&self) -> Result<(), String> {
+        for (id, account) in &self.accounts {
+            if let Some(n) = account.nominal {
+                let listed = self.cohort(n.cohort).is_some_and(|c| c.members.contains(id));
+                if !listed {
+                    return Err(format!("{id} names {} as its cohort, which does not list it", n.cohort));
+                }
+            }
+            let Some(c) = &account.cohort else { continue };
+            for m in &c.members {
+                if self.get(*m).and_then(|a| a.nominal).map(|n| n.cohort) != Some(*id) {
+                    return Err(format!("cohort {id} lists {m}, which is not its member"));
+                }
+            }
+            let members: Vec<AccountId> = c.members.iter().copied().collect();
+            let (capacity, unused) = self.cohort_figures(&members);
+            if (capacity, unused) != (c.capacity, c.unused_guarantee) {
+                return Err(format!(
+                    "cohort {id} records capacity {:?} and unused guarantees {}, its members add up to {capacity:?} and {unused}",
+                    c.capacity, c.unused_guarantee
+                ));
             }
         }
         Ok(())
@@ -260,8 +554,8 @@ pub(crate) fn hold_charges<L: Iterator<Item = AccountId>>(
     accounts: impl Iterator<Item = AccountId>,
     total: Resources,
     leaving: impl Iterator<Item = (L, Resources)> + Clone,
-) -> [Resources; 2] {
-    let mut charges = [Resources::ZERO; 2];
+) -> [Resources; CHARGED_ACCOUNTS_MAX] {
+    let mut charges = [Resources::ZERO; CHARGED_ACCOUNTS_MAX];
     for (k, account) in accounts.enumerate() {
         let theirs = leaving
             .clone()
@@ -270,4 +564,12 @@ pub(crate) fn hold_charges<L: Iterator<Item = AccountId>>(
         charges[k] = total.saturating_minus(theirs);
     }
     charges
+}
+
+/// The sum of two optional limits where either names one (a member that names none counts 0).
+fn sum_named(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+    }
 }

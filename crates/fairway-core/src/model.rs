@@ -15,7 +15,7 @@ pub(crate) struct Reservation {
     /// What the hold charges each of the preemptor's accounts, in `Job::accounts` order:
     /// the gang's total less what its victims still terminating hold of the same account
     /// (they stay charged until they exit; see `ledger::hold_charges`).
-    pub charged: [Resources; 2],
+    pub charged: [Resources; crate::ledger::CHARGED_ACCOUNTS_MAX],
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

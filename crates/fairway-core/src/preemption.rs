@@ -3,10 +3,20 @@
 //! # Preemption order
 //!
 //! 1. **Eligibility.** Only running jobs that are preemptible and of *strictly lower*
-//!    priority are candidates; equal or higher priority is never preempted. A job whose
-//!    `preemptionPolicy` is `Never` preempts nobody. A job over its account's quota may
+//!    priority are candidates; equal or higher priority is never preempted, but for
+//!    reclaim below. A job whose `preemptionPolicy` is `Never` preempts nobody. A job over
+//!    its account's quota (its hard cap, or its nominal quota plus borrowing limit) may
 //!    preempt only lower-priority work charged to that same account, and only if that
-//!    brings it back within the cap. **No thrashing:** a run younger than its class's
+//!    brings it back within the cap. A job whose project would borrow more than its cohort
+//!    lends (see `ledger.rs`) may preempt lower-priority work only as far as that gives
+//!    back to the cohort what it lacks. **Reclaim:** a job whose project stays within its
+//!    nominal quota with it may also preempt work *of its own priority* of the other
+//!    members of its cohort that use more than their nominal quota, to make room in the
+//!    cohort or on the nodes (Kueue's `reclaimWithinCohort`, up to equal priority: a tier
+//!    above still goes first). A cohort gets back from a member only what the member uses
+//!    beyond its guarantee. Reclaim is graceful like any preemption (notice, grace,
+//!    requeue), and it cannot thrash: the borrower it preempts is over its nominal quota,
+//!    so it may not reclaim back. **No thrashing:** a run younger than its class's
 //!    minimum run (`min_run_before_preemption_ms`) is not a candidate, nor a job preempted
 //!    its class's `preemptions_per_hour_max` times in the last hour; when that protection
 //!    ends, the job's nodes count as grown, so a waiting preemptor looks again (and
@@ -52,18 +62,20 @@
 //! every node's best set is found by `search::best_set_on_node` (a dynamic program over the GPUs freed, or, when CPU or memory must be freed too, a branch
 //! and bound of at most `search::BRANCH_STEPS_MAX` steps per node, past which it takes the
 //! candidates in rule order and drops those not needed). A gang (several replicas, on any
-//! usable nodes) and a job over its account's quota (which must also win back what the cap
-//! needs) are searched over the whole cluster by `search::best_wide_set`: the same rules,
+//! usable nodes), a job over its account's quota (which must also win back what the cap
+//! needs) and a job its cohort does not lend enough to or that reclaims are searched over
+//! the whole cluster by `search::best_wide_set`: the same rules,
 //! with rule 4 counting the GPUs left free on all usable nodes, exact within
 //! `search::WIDE_STEPS_MAX` steps of a branch and bound. Tests compare every search of the
 //! property test with a brute-force search over all sets. **Approximation, past the step
 //! bound only** (large clusters with many candidates): a gang clears whole nodes, cheapest
 //! first by rules 2 and 3 per replica gained, then drops the victims it does not need, most
-//! costly first; a job over its quota takes its account's victims in rule order until it
-//! fits within the cap and on the nodes, then drops those not needed. Both keep rules 1, 2
+//! costly first; a job over its quota, or short of its cohort, takes its candidates in
+//! rule order until it fits within the cap (or the cohort) and on the nodes, then drops
+//! those not needed. Both keep rules 1, 2
 //! and 6 and give a minimal set, but not always the one that loses the least work.
 //!
-//! Every rule has its own scenario test in `tests/scenarios/`.
+//! Every rule has its own scenario test in `tests/scenarios/` (reclaim: 91, 95, 97).
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -92,6 +104,21 @@ pub(crate) enum PreemptionScope {
     Any,
     /// Only work charged to this account (the job is over that account's quota).
     Account(AccountId),
+    /// Any lower-priority work, and with `reclaim` (the job's project stays within its
+    /// nominal quota) work of its own priority of the other members of its cohort that
+    /// borrow; the job must also come within what its cohort lends (rule 1).
+    Cohort { reclaim: bool },
+}
+
+/// What a preemptor's victims must give back to one account for the job to fit within its
+/// cap: a project's or user's (its hard quota or borrowing limit) or its cohort's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct QuotaNeed {
+    account: AccountId,
+    need: Resources,
+    /// For a cohort: its members, each with the most its victims give back (what it uses
+    /// beyond its guarantee, see `Ledger::member_givable`), by account.
+    member_caps: Vec<(AccountId, Resources)>,
 }
 
 /// The victims and where the preemptor will run once they are gone.
@@ -294,7 +321,9 @@ impl SearchView<'_> {
                 Some(VictimPlan { victims: ids, chosen })
             }
             (Exactness::StepsExhausted, PreemptionScope::Any) => self.node_by_node_set(ix, &victims),
-            (Exactness::StepsExhausted, PreemptionScope::Account(_)) => self.greedy_set(ix, scope, &victims),
+            (Exactness::StepsExhausted, PreemptionScope::Account(_) | PreemptionScope::Cohort { .. }) => {
+                self.greedy_set(ix, scope, &victims)
+            }
         }
     }
 
@@ -306,9 +335,11 @@ impl SearchView<'_> {
         // Nodes are in id order, so the usable ones are too.
         let usable: Vec<&Node> = self.nodes.iter().filter(|n| Self::usable(n, job.spec.gpu_model)).collect();
         let position = |node: NodeId| usable.binary_search_by_key(&node, |n| n.spec.id).ok();
-        let quotas = match scope {
-            PreemptionScope::Any => Vec::new(),
-            PreemptionScope::Account(_) => self.quota_needs(ix),
+        let needs = self.quota_needs(ix, scope);
+        let group = |v: &Victim| {
+            let project = self.jobs[v.ix].spec.project;
+            let members = needs.iter().find(|n| !n.member_caps.is_empty()).map(|n| &n.member_caps);
+            members.and_then(|m| m.iter().position(|(a, _)| *a == project)).unwrap_or(0)
         };
         let candidates = victims
             .iter()
@@ -318,66 +349,119 @@ impl SearchView<'_> {
                 lost_gpu_ms: v.lost_gpu_ms,
                 tenant_share: self.tenant_share(v.ix, now),
                 frees: v.frees.as_slice().iter().filter_map(|&(node, r)| Some((position(node)?, r))).collect(),
-                quota_frees: quotas
+                quota_frees: needs
                     .iter()
-                    .map(
-                        |(account, _)| {
-                            if self.jobs[v.ix].accounts().any(|a| a == *account) { v.total } else { Resources::ZERO }
-                        },
-                    )
+                    .map(|n| if self.charged_to(v.ix, n.account) { v.total } else { Resources::ZERO })
                     .collect(),
+                group: group(v),
             })
             .collect();
         WideSearch {
             available: usable.iter().map(|n| n.available()).collect(),
             per_replica: job.spec.per_replica,
             replicas: job.spec.replicas,
-            quota_needs: quotas.into_iter().map(|(_, need)| need).collect(),
+            quota_caps: needs.iter().map(|n| n.member_caps.iter().map(|(_, cap)| *cap).collect()).collect(),
+            quota_needs: needs.into_iter().map(|n| n.need).collect(),
             candidates,
             victims_max: self.config.limits.victims_per_preemption_max as usize,
         }
     }
 
-    /// For each capped account of the job: what its running work must give back for the
-    /// job to fit within the cap (every capped account, not only the one in scope: a job
-    /// over both its project's and its user's caps needs both fixed).
-    fn quota_needs(&self, ix: JobIx) -> Vec<(AccountId, Resources)> {
-        let job = &self.jobs[ix];
-        let total = job.spec.total();
-        job.accounts()
-            .filter_map(|account| {
-                let a = self.ledger.get(account)?;
-                let quota = a.quota?;
-                let need = |k: ResourceKind| {
-                    quota.limit(k).map_or(0, |limit| (k.of(a.charged) + k.of(total)).saturating_sub(limit))
-                };
-                let gpus = u32::try_from(need(ResourceKind::Gpu)).unwrap_or(u32::MAX);
-                Some((account, Resources::new(gpus, need(ResourceKind::Cpu), need(ResourceKind::Memory))))
-            })
-            .collect()
+    /// Is the job at `vix` charged to `account` (its project, its user or its cohort)?
+    fn charged_to(&self, vix: JobIx, account: AccountId) -> bool {
+        let job = &self.jobs[vix];
+        job.accounts().any(|a| a == account) || self.ledger.cohort_of(job.spec.project) == Some(account)
     }
 
-    /// Every running preemptible job below `priority`, by (priority, id): the lists of all
-    /// nodes (schedulable or not) merged, a gang once.
-    fn running_below(&self, priority: Priority) -> Vec<(Priority, JobId, JobIx)> {
+    /// What the job's victims must give back for it to fit: for a job over a cap
+    /// (`Account` scope), each capped account of the job (every one, not only the one in
+    /// scope: a job over both its project's and its user's caps needs both fixed) and its
+    /// cohort if it is short; for `Cohort` scope, its cohort if it is short.
+    fn quota_needs(&self, ix: JobIx, scope: PreemptionScope) -> Vec<QuotaNeed> {
+        let job = &self.jobs[ix];
+        let total = job.spec.total();
+        let mut needs: Vec<QuotaNeed> = Vec::new();
+        if let PreemptionScope::Account(_) = scope {
+            needs.extend(job.accounts().filter_map(|account| {
+                let a = self.ledger.get(account)?;
+                if !a.has_cap() {
+                    return None;
+                }
+                let need = resources_from(|k| {
+                    a.cap(k).map_or(0, |limit| (k.of(a.charged) + k.of(total)).saturating_sub(limit))
+                });
+                Some(QuotaNeed { account, need, member_caps: Vec::new() })
+            }));
+        }
+        if scope != PreemptionScope::Any {
+            needs.extend(self.cohort_need(ix));
+        }
+        needs
+    }
+
+    /// What the job's cohort must get back for the job to start (rule 2 of `ledger.rs`), if
+    /// it is short: what starting the job would take its level above its capacity (or what
+    /// a lowered capacity grandfathered), and what each member can give back.
+    fn cohort_need(&self, ix: JobIx) -> Option<QuotaNeed> {
+        let job = &self.jobs[ix];
+        let (project, total) = (job.spec.project, job.spec.total());
+        self.ledger.over_cohort(project, total)?;
+        let member = self.ledger.get(project).expect("a member is known");
+        let n = member.nominal.expect("a member of a cohort");
+        let cohort_account = self.ledger.get(n.cohort).expect("a member's cohort is known");
+        let cohort = cohort_account.cohort.as_ref().expect("a cohort");
+        let level = cohort_account.level();
+        let need = resources_from(|k| {
+            let Some(capacity) = cohort.capacity.limit(k) else { return 0 };
+            let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.charged));
+            let after = k.of(level) + k.of(total) - k.of(total).min(unused_own);
+            after.saturating_sub(capacity.max(k.of(cohort_account.grandfathered)))
+        });
+        let member_caps = cohort.members.iter().map(|&m| (m, self.ledger.member_givable(m, project, total))).collect();
+        Some(QuotaNeed { account: n.cohort, need, member_caps })
+    }
+
+    /// Every running preemptible job below `priority` (or at it too, with `inclusive`), by
+    /// (priority, id): the lists of all nodes (schedulable or not) merged, a gang once.
+    fn running_up_to(&self, priority: Priority, inclusive: bool) -> Vec<(Priority, JobId, JobIx)> {
+        let below = |p: Priority| p < priority || (inclusive && p == priority);
         let mut all: Vec<(Priority, JobId, JobIx)> = self
             .nodes
             .iter()
-            .flat_map(|n| n.victims.iter().take_while(|e| e.priority < priority).map(|e| (e.priority, e.id, e.ix)))
+            .flat_map(|n| n.victims.iter().take_while(|e| below(e.priority)).map(|e| (e.priority, e.id, e.ix)))
             .collect();
         all.sort_unstable();
         all.dedup();
         all
     }
 
+    fn running_below(&self, priority: Priority) -> Vec<(Priority, JobId, JobIx)> {
+        self.running_up_to(priority, false)
+    }
+
+    /// May a job of `project` reclaim from the running job at `vix`, of its own priority?
+    /// Only from another member of its cohort that borrows now.
+    fn reclaimable(&self, project: AccountId, vix: JobIx) -> bool {
+        let owner = self.jobs[vix].spec.project;
+        let Some(cohort) = self.ledger.cohort_of(project) else { return false };
+        owner != project
+            && self.ledger.cohort_of(owner) == Some(cohort)
+            && self.ledger.cohort(cohort).is_some_and(|c| self.ledger.get(owner).is_some_and(|a| a.borrowing(c)))
+    }
+
     /// Rule 1 and the candidate bound; sorted by rules 2, 3 and 5.
     fn victim_candidates(&self, ix: JobIx, scope: PreemptionScope, now: Time, waived: bool) -> Vec<Victim> {
         let job = &self.jobs[ix];
         let limit = self.config.limits.victim_candidates_max as usize;
+        let reclaim = matches!(scope, PreemptionScope::Cohort { reclaim: true });
+        let cohort = self.ledger.cohort_of(job.spec.project);
         let mut out = Vec::new();
-        for (priority, vid, vix) in self.running_below(job.spec.priority) {
+        for (priority, vid, vix) in self.running_up_to(job.spec.priority, reclaim) {
             if out.len() >= limit {
                 break;
+            }
+            if priority == job.spec.priority && !self.reclaimable(job.spec.project, vix) {
+                continue;
             }
             let victim = &self.jobs[vix];
             let JobState::Running { started_at, .. } = victim.state else { unreachable!("victims run") };
@@ -392,7 +476,12 @@ impl SearchView<'_> {
             let frees = self.frees_of(job.spec.gpu_model, vix);
             // A victim on no node the job can use frees nothing for it, unless the job
             // needs the victim's quota rather than its GPUs.
-            if frees.as_slice().is_empty() && scope == PreemptionScope::Any {
+            let gives_quota = match scope {
+                PreemptionScope::Any => false,
+                PreemptionScope::Account(_) => true,
+                PreemptionScope::Cohort { .. } => cohort.is_some_and(|c| self.charged_to(vix, c)),
+            };
+            if frees.as_slice().is_empty() && !gives_quota {
                 continue;
             }
             out.push(Victim {
@@ -830,18 +919,25 @@ impl SearchView<'_> {
         None
     }
 
-    /// Where the job would go if `gone` had left, respecting quota for a bound preemptor.
+    /// Where the job would go if `gone` had left, respecting quota (and its cohort) for a
+    /// bound preemptor.
     fn fits_without(&self, ix: JobIx, scope: PreemptionScope, gone: &[&Victim]) -> Option<Vec<(NodeId, u32)>> {
         let job = &self.jobs[ix];
-        if let PreemptionScope::Account(_) = scope {
-            for (account, need) in self.quota_needs(ix) {
-                let freed = gone
-                    .iter()
-                    .filter(|v| self.jobs[v.ix].accounts().any(|va| va == account))
-                    .fold(Resources::ZERO, |acc, v| acc.plus(v.total));
-                if !need.fits_in(freed) {
-                    return None;
-                }
+        for need in self.quota_needs(ix, scope) {
+            let of = |v: &&&Victim| self.charged_to(v.ix, need.account);
+            let freed = if need.member_caps.is_empty() {
+                gone.iter().filter(of).fold(Resources::ZERO, |acc, v| acc.plus(v.total))
+            } else {
+                need.member_caps.iter().fold(Resources::ZERO, |acc, &(member, cap)| {
+                    let taken = gone
+                        .iter()
+                        .filter(|v| self.jobs[v.ix].spec.project == member)
+                        .fold(Resources::ZERO, |t, v| t.plus(v.total));
+                    acc.plus(taken.min_each(cap))
+                })
+            };
+            if !need.need.fits_in(freed) {
+                return None;
             }
         }
         let mut freed: BTreeMap<NodeId, Resources> = BTreeMap::new();
@@ -925,4 +1021,10 @@ fn room_level(
         }
     }
     None
+}
+
+/// Resources from a figure per dimension (GPUs saturating at `u32::MAX`).
+fn resources_from(of: impl Fn(ResourceKind) -> u64) -> Resources {
+    let gpus = u32::try_from(of(ResourceKind::Gpu)).unwrap_or(u32::MAX);
+    Resources::new(gpus, of(ResourceKind::Cpu), of(ResourceKind::Memory))
 }

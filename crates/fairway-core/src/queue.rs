@@ -58,11 +58,14 @@ pub(crate) struct Verdict {
 
 impl Verdict {
     /// Under strict order (backfill off), does this failure block the jobs behind it? A job
-    /// waiting for its own quota does not, nor one that no node can ever hold (it would
+    /// waiting for its own quota (or its cohort's) does not, nor one that no node can ever hold (it would
     /// block the queue forever). Decided by the reason, so that a dormant verdict blocks
     /// exactly when a fresh one would.
     pub fn blocks_strict_order(&self) -> bool {
-        !matches!(self.reasons.first(), PendingReason::OverQuota { .. } | PendingReason::NeverFits { .. })
+        !matches!(
+            self.reasons.first(),
+            PendingReason::OverQuota { .. } | PendingReason::CohortExhausted { .. } | PendingReason::NeverFits { .. }
+        )
     }
 }
 

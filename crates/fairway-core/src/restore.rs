@@ -6,7 +6,7 @@ use crate::event::{RestoredHold, RestoredJob, RestoredStop};
 use crate::ids::JobIx;
 use crate::model::{JobState, Reservation, Termination};
 use crate::scheduler::{CoreError, Scheduler};
-use crate::types::{GpuSet, JobSpec, NodeId, Placement, Resources};
+use crate::types::{GpuSet, JobSpec, NodeId, Placement};
 
 impl Scheduler {
     /// 1. Check the placement against the nodes (before anything changes).
@@ -92,7 +92,7 @@ impl Scheduler {
             }
         }
         let waiting = leaving.len() as u32;
-        self.reserve(ix, Reservation { placement, victims: leaving, waiting, charged: [Resources::ZERO; 2] });
+        self.reserve(ix, Reservation { placement, victims: leaving, waiting, charged: Default::default() });
         // The hold was granted under the caps of its time: it keeps what it holds, as a
         // restored run does.
         self.grandfather_accounts_of(ix);
@@ -142,7 +142,7 @@ impl Scheduler {
     fn grandfather_accounts_of(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
         debug_assert!(matches!(job.state, JobState::Running { .. } | JobState::Pending { reservation: Some(_) }));
-        for account in job.accounts() {
+        for account in self.charged_accounts(ix) {
             self.ledger.grandfather_if_over(account);
         }
     }

@@ -11,12 +11,13 @@ use crate::event::{Event, ExitOutcome};
 use crate::fairshare::FairShares;
 use crate::ids::{JobIx, QueueKey};
 use crate::jobs::JobStore;
-use crate::ledger::{self, Grandfathered, Ledger};
+use crate::ledger::{self, CHARGED_ACCOUNTS_MAX, Grandfathered, Ledger};
 use crate::model::{Job, JobState, Reservation, Termination};
 use crate::preemption::SearchScratch;
 use crate::queue::{Changes, PendingQueue};
 use crate::types::{
-    AccountId, GpuSet, JobId, JobSpec, NodeId, NodeSpec, Placement, Priority, Quota, ReplicaPlacement, Resources, Time,
+    AccountId, GpuSet, JobId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, Priority, Quota, ReplicaPlacement,
+    Resources, Time,
 };
 use crate::victims::{self, VictimEntry, VictimTallies};
 
@@ -42,6 +43,8 @@ pub enum CoreError {
     QueueFull { jobs_max: u32 },
     #[error("invalid fair-share weight for {account}: {reason}")]
     InvalidWeight { account: AccountId, reason: String },
+    #[error("invalid nominal quota for {project}: {reason}")]
+    InvalidNominalQuota { project: AccountId, reason: String },
 }
 
 impl CoreError {
@@ -57,6 +60,7 @@ impl CoreError {
             CoreError::InvalidNode { .. } => "invalid_node",
             CoreError::QueueFull { .. } => "queue_full",
             CoreError::InvalidWeight { .. } => "invalid_weight",
+            CoreError::InvalidNominalQuota { .. } => "invalid_nominal_quota",
         }
     }
 }
@@ -206,6 +210,7 @@ impl Scheduler {
                 self.set_quota(account, quota);
                 Ok(())
             }
+            Event::SetNominalQuota { project, nominal } => self.set_nominal_quota(project, nominal),
             Event::SetFairShareWeight { account, weight } => {
                 if weight == 0 {
                     let reason = "weight: must be at least 1, got 0".to_string();
@@ -265,8 +270,14 @@ impl Scheduler {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 let now = self.ledger.get(account);
                 let used = now.map_or(used, |a| resource.of(a.charged));
-                let limit = now.and_then(|a| a.quota).and_then(|q| q.limit(resource)).unwrap_or(limit);
+                let limit = now.and_then(|a| a.cap(resource)).unwrap_or(limit);
                 PendingReason::OverQuota { account, resource, requested, used, limit }
+            }
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+                let now = self.ledger.get(cohort).filter(|a| a.cohort.is_some());
+                let used = now.map_or(used, |a| resource.of(a.level()));
+                let limit = now.and_then(|a| a.cap(resource)).unwrap_or(limit);
+                PendingReason::CohortExhausted { cohort, resource, requested, used, limit }
             }
             ref other => other.clone(),
         }
@@ -521,6 +532,72 @@ impl Scheduler {
         self.changes.caps.push(id);
     }
 
+    fn set_nominal_quota(&mut self, project: AccountId, nominal: Option<NominalQuota>) -> Result<(), CoreError> {
+        let invalid = |reason: String| Err(CoreError::InvalidNominalQuota { project, reason });
+        if let Some(n) = &nominal {
+            if let Some(reason) = n.invalid(project) {
+                return invalid(reason);
+            }
+            if self.ledger.cohort(project).is_some() {
+                return invalid(format!("{project} is a cohort; a cohort cannot be a member of another"));
+            }
+            if self.ledger.get(n.cohort).is_some_and(|a| a.nominal.is_some()) {
+                return invalid(format!("{} is a project in a cohort; it cannot be a cohort too", n.cohort));
+            }
+            let charged = self.jobs.iter().any(|j| j.spec.accounts().any(|a| a == n.cohort));
+            if charged {
+                return invalid(format!("{} is a project or user with jobs; it cannot be a cohort", n.cohort));
+            }
+        }
+        let before = self.ledger.cohort_of(project);
+        let (nodes, jobs) = (&self.nodes, &self.jobs);
+        self.ledger.set_nominal(project, nominal, || preemptible_gpus_of(nodes, jobs, project));
+        let after = nominal.map(|n| n.cohort);
+        if before != after {
+            self.recount_cohorts(&[before, after]);
+        }
+        self.changes.caps.extend([Some(project), before, after].into_iter().flatten());
+        Ok(())
+    }
+
+    /// After a project changed cohort: what `cohorts` are charged, summed afresh from the
+    /// jobs (running and terminating, and holds, whose charges to a cohort depend on their
+    /// victims' cohorts).
+    fn recount_cohorts(&mut self, cohorts: &[Option<AccountId>]) {
+        let mut sums: BTreeMap<AccountId, Resources> =
+            cohorts.iter().flatten().map(|c| (*c, Resources::ZERO)).collect();
+        let reserving: Vec<JobIx> = self.reserving.values().copied().collect();
+        for ix in reserving {
+            let JobState::Pending { reservation: Some(r) } = &self.jobs[ix].state else { unreachable!("reserving") };
+            let charged = self.hold_charges(ix, &r.victims);
+            let JobState::Pending { reservation: Some(r) } = &mut self.jobs[ix].state else {
+                unreachable!("read above")
+            };
+            r.charged = charged;
+            for (k, account) in self.charged_accounts(ix).enumerate() {
+                if let Some(sum) = sums.get_mut(&account) {
+                    *sum = sum.plus(charged[k]);
+                }
+            }
+        }
+        for job in self.jobs.iter() {
+            if matches!(job.state, JobState::Running { .. } | JobState::Terminating { .. })
+                && let Some(sum) = self.ledger.cohort_of(job.spec.project).and_then(|c| sums.get_mut(&c))
+            {
+                *sum = sum.plus(job.spec.total());
+            }
+        }
+        for (cohort, charged) in sums {
+            self.ledger.set_cohort_charge(cohort, charged);
+        }
+    }
+
+    /// The accounts a job is charged to: its own (`Job::accounts`) and its project's cohort.
+    pub(crate) fn charged_accounts(&self, ix: JobIx) -> impl Iterator<Item = AccountId> + use<> {
+        let spec = &self.jobs[ix].spec;
+        spec.accounts().chain(self.ledger.cohort_of(spec.project))
+    }
+
     // ---- state transitions shared by the handlers and the cycle ----------------------
 
     /// Put a pending job on its placement and charge its accounts.
@@ -534,7 +611,7 @@ impl Scheduler {
         let (id, key, per_replica) = (job.spec.id, job.key, job.spec.per_replica);
         let gix = job.queued_in.expect("a pending job is queued");
         let deadline = job.runtime_deadline(now);
-        let accounts = job.accounts();
+        let accounts = self.charged_accounts(ix);
         let total = job.spec.total();
         for replica in placement.replicas() {
             self.nodes.update(replica.node, |node| {
@@ -556,6 +633,11 @@ impl Scheduler {
             });
         }
         self.charge(accounts, total);
+        if let Some(cohort) = self.ledger.cohort_of(self.jobs[ix].spec.project) {
+            // Work charged to a cohort may be what a member waiting on it can now preempt
+            // or reclaim: its sleepers look again.
+            self.changes.caps.push(cohort);
+        }
         self.fair.change(self.jobs[ix].accounts(), total, true, now);
         self.queue.remove(&key, gix);
         if let Some(deadline) = deadline {
@@ -618,7 +700,7 @@ impl Scheduler {
         let deadline = job.runtime_deadline(started_at);
         job.runtime_done_ms += now.ms_since(started_at);
         let (id, per_replica, total) = (job.spec.id, job.spec.per_replica, job.spec.total());
-        let accounts = job.accounts();
+        let accounts = self.charged_accounts(ix);
         for replica in placement.replicas() {
             self.nodes.update(replica.node, |node| {
                 assert_eq!(node.owned.intersection(replica.gpus), replica.gpus, "releasing GPUs {id} does not own");
@@ -666,7 +748,7 @@ impl Scheduler {
         if r.waiting == 0 {
             self.ready_preemptors.insert(preemptor);
         }
-        for (k, account) in self.jobs[pix].accounts().enumerate() {
+        for (k, account) in self.charged_accounts(pix).enumerate() {
             // Holds only grow back as victims leave: `hold_charges` subtracts fewer victims.
             self.ledger.charge(account, now[k].minus(was[k]));
         }
@@ -674,7 +756,7 @@ impl Scheduler {
 
     /// What a hold for the preemptor at `ix` charges each of its accounts (see
     /// `ledger::hold_charges`): its victims in `victims` still terminating for it count.
-    pub(crate) fn hold_charges(&self, ix: JobIx, victims: &[JobId]) -> [Resources; 2] {
+    pub(crate) fn hold_charges(&self, ix: JobIx, victims: &[JobId]) -> [Resources; CHARGED_ACCOUNTS_MAX] {
         let job = &self.jobs[ix];
         let id = job.spec.id;
         let leaving = victims
@@ -683,13 +765,13 @@ impl Scheduler {
             .filter(move |v| {
                 matches!(v.state, JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } if preemptor == id)
             })
-            .map(|v| (v.accounts(), v.spec.total()));
-        ledger::hold_charges(job.accounts(), job.spec.total(), leaving)
+            .map(|v| (v.accounts().chain(self.ledger.cohort_of(v.spec.project)), v.spec.total()));
+        ledger::hold_charges(self.charged_accounts(ix), job.spec.total(), leaving)
     }
 
     /// What a lowered cap grandfathered for the job's accounts (see `Ledger::grandfathered_of`).
     pub(crate) fn grandfathered_of_job(&self, ix: JobIx) -> Grandfathered {
-        self.ledger.grandfathered_of(self.jobs[ix].accounts())
+        self.ledger.grandfathered_of(self.charged_accounts(ix))
     }
 
     /// Index a job that has just started running, if it may be preempted: tally it and list
@@ -791,7 +873,7 @@ impl Scheduler {
         reservation.charged = self.hold_charges(ix, &reservation.victims);
         let job = &self.jobs[ix];
         let (id, per_replica) = (job.spec.id, job.spec.per_replica);
-        let accounts = job.accounts();
+        let accounts = self.charged_accounts(ix);
         for replica in reservation.placement.replicas() {
             self.nodes.update(replica.node, |node| {
                 assert!(node.held.is_disjoint(replica.gpus), "GPUs {} on {} held twice", replica.gpus, replica.node);
@@ -818,7 +900,7 @@ impl Scheduler {
         let JobState::Pending { reservation } = &mut job.state else { return None };
         let reservation = reservation.take()?;
         let (id, per_replica) = (job.spec.id, job.spec.per_replica);
-        let accounts = job.accounts();
+        let accounts = self.charged_accounts(ix);
         for replica in reservation.placement.replicas() {
             self.nodes.update(replica.node, |node| {
                 debug_assert_eq!(node.held.intersection(replica.gpus), replica.gpus);

@@ -472,6 +472,9 @@ pub struct WideCandidate {
     pub frees: Vec<(usize, Resources)>,
     /// What it gives back to each quota of [`WideSearch::quota_needs`], in the same order.
     pub quota_frees: Vec<Resources>,
+    /// Its group (its project) where a need counts what a group gives back only up to a
+    /// cap (see [`WideSearch::quota_caps`]); an index into those caps.
+    pub group: usize,
     /// Its tenant's fair share (rule 2b), as [`NodeCandidate::tenant_share`].
     pub tenant_share: u64,
 }
@@ -487,6 +490,10 @@ pub struct WideSearch {
     /// For each capped account of the job, what its victims must give back so that the job
     /// fits within the cap (zero where there is no limit).
     pub quota_needs: Vec<Resources>,
+    /// Per need, in the same order: empty where every victim's `quota_frees` count in full,
+    /// else for each group the most its victims together give back to that need (a cohort
+    /// gets back from a member only what the member uses beyond its guarantee).
+    pub quota_caps: Vec<Vec<Resources>>,
     pub candidates: Vec<WideCandidate>,
     pub victims_max: usize,
 }
@@ -564,7 +571,11 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
     // A candidate that frees nothing is in no best set (without it a set still makes room
     // and ranks no lower): leaving it out keeps the branching to those that count.
     let frees_something = |c: &WideCandidate| {
-        c.frees.iter().any(|(_, r)| *r != Resources::ZERO) || c.quota_frees.iter().any(|r| *r != Resources::ZERO)
+        c.frees.iter().any(|(_, r)| *r != Resources::ZERO)
+            || c.quota_frees.iter().enumerate().any(|(k, r)| {
+                *r != Resources::ZERO
+                    && search.quota_caps.get(k).is_none_or(|caps| caps.is_empty() || caps[c.group] != Resources::ZERO)
+            })
     };
     for level in levels {
         // Rule 2b: floors of tenant share at this level, highest first (one floor, 0,
@@ -618,8 +629,12 @@ struct WideState<'a> {
     hosted_total: u64,
     /// GPUs free on all usable nodes, the victims taken gone.
     room_gpus: u64,
-    /// What the victims taken give back to each quota, in the order of the needs.
+    /// What the victims taken give back to each quota, in the order of the needs (capped
+    /// per group where the need has caps).
     quota_freed: Vec<Resources>,
+    /// Per need with caps, per group: what the victims taken of the group give back before
+    /// the cap.
+    group_freed: Vec<Vec<Resources>>,
 }
 
 impl<'a> WideState<'a> {
@@ -632,6 +647,9 @@ impl<'a> WideState<'a> {
             room_gpus: search.available.iter().map(|r| u64::from(r.gpus)).sum(),
             hosted,
             quota_freed: vec![Resources::ZERO; search.quota_needs.len()],
+            group_freed: (0..search.quota_needs.len())
+                .map(|k| vec![Resources::ZERO; search.quota_caps.get(k).map_or(0, Vec::len)])
+                .collect(),
         }
     }
 
@@ -645,9 +663,7 @@ impl<'a> WideState<'a> {
         for &(node, r) in &c.frees {
             self.set_room(node, self.room[node].plus(r));
         }
-        for (sum, freed) in self.quota_freed.iter_mut().zip(&c.quota_frees) {
-            *sum = sum.plus(*freed);
-        }
+        self.quota_move(i, true);
     }
 
     fn give_back(&mut self, i: usize) {
@@ -655,8 +671,28 @@ impl<'a> WideState<'a> {
         for &(node, r) in &c.frees {
             self.set_room(node, self.room[node].minus(r));
         }
-        for (sum, freed) in self.quota_freed.iter_mut().zip(&c.quota_frees) {
-            *sum = sum.minus(*freed);
+        self.quota_move(i, false);
+    }
+
+    /// Candidate `i`'s quota frees taken (`true`) or given back, each need counting its
+    /// group's sum only up to the group's cap where it has caps.
+    fn quota_move(&mut self, i: usize, taken: bool) {
+        let c = &self.search.candidates[i];
+        for (k, freed) in c.quota_frees.iter().enumerate() {
+            let caps = self.search.quota_caps.get(k).filter(|caps| !caps.is_empty());
+            // What the candidate's group counts for the need, before and after the move.
+            let (before, after) = match caps {
+                None if taken => (Resources::ZERO, *freed),
+                None => (*freed, Resources::ZERO),
+                Some(caps) => {
+                    let sum = &mut self.group_freed[k][c.group];
+                    let before = sum.min_each(caps[c.group]);
+                    *sum = if taken { sum.plus(*freed) } else { sum.minus(*freed) };
+                    (before, sum.min_each(caps[c.group]))
+                }
+            };
+            let total = &mut self.quota_freed[k];
+            *total = total.minus(before).plus(after);
         }
     }
 

@@ -298,6 +298,60 @@ impl Quota {
     }
 }
 
+/// A project's place in a cohort (Kueue's ClusterQueue in a cohort), per dimension: the
+/// nominal quota it is guaranteed, how far beyond it it may borrow what other members do not
+/// use, and how much of its nominal quota it lends while it does not use it.
+///
+/// A dimension the project's `nominal` leaves out counts as a nominal quota of 0 there if
+/// another member of the cohort names it (the cohort governs a dimension any member names).
+/// The rules are in `ledger.rs`; drivers check that members name the same dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NominalQuota {
+    /// The cohort, interned as an account (usage is charged to it).
+    pub cohort: AccountId,
+    pub nominal: Quota,
+    /// How far above `nominal` the project may go (`None` dimension: as far as the cohort
+    /// lends).
+    pub borrowing_limit: Quota,
+    /// How much of `nominal` the project lends to the cohort (`None` dimension: all of it);
+    /// at most `nominal`.
+    pub lending_limit: Quota,
+}
+
+impl NominalQuota {
+    /// The nominal quota in `kind` (0 where it names none).
+    pub fn nominal_of(&self, kind: ResourceKind) -> u64 {
+        self.nominal.limit(kind).unwrap_or(0)
+    }
+
+    /// What of the nominal quota no other member may use: the part not lent.
+    pub fn guaranteed_of(&self, kind: ResourceKind) -> u64 {
+        let nominal = self.nominal_of(kind);
+        nominal - self.lending_limit.limit(kind).map_or(nominal, |lent| lent.min(nominal))
+    }
+
+    /// The project's own cap from borrowing (nominal plus borrowing limit), if it has one.
+    pub fn usage_cap(&self, kind: ResourceKind) -> Option<u64> {
+        self.borrowing_limit.limit(kind).map(|b| self.nominal_of(kind).saturating_add(b))
+    }
+
+    /// The first reason this cannot be a project's place in a cohort, if there is one.
+    pub fn invalid(&self, project: AccountId) -> Option<String> {
+        if self.cohort == project {
+            return Some("a project cannot be its own cohort".into());
+        }
+        ResourceKind::ALL.into_iter().find_map(|kind| {
+            match (self.nominal.limit(kind), self.lending_limit.limit(kind)) {
+                (None, Some(_)) => Some(format!("lending_limit.{} set without a nominal quota for it", kind.name())),
+                (Some(nominal), Some(lent)) if lent > nominal => {
+                    Some(format!("lending_limit.{} {lent} is above the nominal quota {nominal}", kind.name()))
+                }
+                _ => None,
+            }
+        })
+    }
+}
+
 /// A set of GPU slots on one node, as a 64-bit mask: slot `i` is bit `i`. Nodes hold at most
 /// [`GpuSet::SLOTS_MAX`] GPUs, so a set is a plain `Copy` value and placing, freeing and
 /// checking slots are bit operations, never allocations. Iteration is in ascending order.

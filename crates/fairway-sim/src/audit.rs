@@ -13,15 +13,22 @@
 //!    driver still runs (including a victim in its grace period) occupies them; the CPU and
 //!    memory of a node's replicas stay within its capacity.
 //! 3. Usage stays within quota: what a capped account's running jobs hold never exceeds
-//!    its hard cap.
+//!    its hard cap, nor a project in a cohort its nominal quota plus borrowing limit; and
+//!    what a cohort's members hold beyond their guarantees (nominal less lending limit)
+//!    never exceeds what they lend, `Σ max(0, u − g) ≤ Σ lent` (the rule as documented,
+//!    not the core's form of it).
 //! 4. A preemption is allowed: the victim runs, is preemptible and has strictly lower
-//!    priority than the preemptor, which is pending and may preempt.
+//!    priority than the preemptor, which is pending and may preempt; or, reclaimed, the
+//!    same priority, the victim's project another member of the preemptor's cohort that
+//!    holds more than its nominal quota while the preemptor's project stays within its own.
 //!
 //! The core's own whole-state check (`Scheduler::check_invariants`) verifies its internal
 //! indexes; the engine runs it on a schedule (see `engine::CheckLevel`).
 
 use fairway_core::GpuSet;
-use fairway_core::{AccountId, JobSpec, NodeId, NodeSpec, Placement, PreemptionPolicy, Quota, Resources};
+use fairway_core::{
+    AccountId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, PreemptionPolicy, Quota, ResourceKind, Resources,
+};
 
 /// A node as the driver sees it.
 struct NodeLedger {
@@ -37,18 +44,32 @@ struct AccountLedger {
     held: Resources,
 }
 
+/// A project in a cohort, and what it holds.
+struct MemberLedger {
+    project: AccountId,
+    nominal: NominalQuota,
+    held: Resources,
+}
+
 pub(crate) struct Audit {
     /// Sorted by node id.
     nodes: Vec<NodeLedger>,
     /// Capped accounts only, sorted by id.
     accounts: Vec<AccountLedger>,
+    /// Projects in cohorts, sorted by project.
+    members: Vec<MemberLedger>,
     /// By job index: where the job runs now, as the driver was told.
     placed: Vec<Option<Placement>>,
     placed_count: usize,
 }
 
 impl Audit {
-    pub(crate) fn new(nodes: &[NodeSpec], quotas: &[(AccountId, Quota)], jobs: usize) -> Audit {
+    pub(crate) fn new(
+        nodes: &[NodeSpec],
+        quotas: &[(AccountId, Quota)],
+        nominals: &[(AccountId, NominalQuota)],
+        jobs: usize,
+    ) -> Audit {
         let mut nodes: Vec<NodeLedger> = nodes
             .iter()
             .map(|spec| NodeLedger { spec: spec.clone(), taken: GpuSet::EMPTY, used: Resources::ZERO })
@@ -65,7 +86,12 @@ impl Audit {
             }
             same
         });
-        Audit { nodes, accounts, placed: vec![None; jobs], placed_count: 0 }
+        let mut members: Vec<MemberLedger> = nominals
+            .iter()
+            .map(|&(project, nominal)| MemberLedger { project, nominal, held: Resources::ZERO })
+            .collect();
+        members.sort_by_key(|m| m.project);
+        Audit { nodes, accounts, members, placed: vec![None; jobs], placed_count: 0 }
     }
 
     /// Nodes plus jobs placed: the size of what the core's whole-state check walks.
@@ -113,6 +139,7 @@ impl Audit {
                 ));
             }
         }
+        self.check_cohort(spec)?;
         // Claim replica by replica: a gang may put several replicas on one node.
         for (k, r) in replicas.iter().enumerate() {
             let node = self.node_mut(r.node).expect("checked above");
@@ -140,6 +167,9 @@ impl Audit {
                 a.held = a.held.plus(total);
             }
         }
+        if let Some(m) = self.member_mut(spec.project) {
+            m.held = m.held.plus(total);
+        }
         self.placed[index] = Some(placement.clone());
         self.placed_count += 1;
         Ok(())
@@ -160,7 +190,7 @@ impl Audit {
         if !v.preemptible {
             return Err(format!("non-preemptible {} preempted for {}", v.id, p.id));
         }
-        if v.priority >= p.priority {
+        if v.priority > p.priority || (v.priority == p.priority && !self.reclaimable(v, p)) {
             return Err(format!("{} (priority {}) preempted for {} (priority {})", v.id, v.priority, p.id, p.priority));
         }
         if p.preemption_policy == PreemptionPolicy::Never {
@@ -183,6 +213,77 @@ impl Audit {
                 a.held = a.held.minus(total);
             }
         }
+        if let Some(m) = self.member_mut(spec.project) {
+            m.held = m.held.minus(total);
+        }
+    }
+
+    /// Rule 3 for a cohort member's start: within its nominal quota plus borrowing limit,
+    /// and its cohort's members beyond their guarantees within what they lend.
+    fn check_cohort(&self, spec: &JobSpec) -> Result<(), String> {
+        let Some(member) = self.member(spec.project) else { return Ok(()) };
+        let cohort = member.nominal.cohort;
+        let total = spec.total();
+        for kind in ResourceKind::ALL {
+            if !self.governs(cohort, kind) {
+                continue;
+            }
+            let nominal = member.nominal.nominal.limit(kind).unwrap_or(0);
+            let held = kind.of(member.held) + kind.of(total);
+            if let Some(borrow) = member.nominal.borrowing_limit.limit(kind)
+                && held > nominal + borrow
+            {
+                return Err(format!(
+                    "{} takes {} to {held} {}, over its nominal quota {nominal} plus borrowing limit {borrow}",
+                    spec.id,
+                    spec.project,
+                    kind.name()
+                ));
+            }
+            let (mut beyond, mut lent) = (0u64, 0u64);
+            for m in self.members.iter().filter(|m| m.nominal.cohort == cohort) {
+                let nominal = m.nominal.nominal.limit(kind).unwrap_or(0);
+                let lends = m.nominal.lending_limit.limit(kind).map_or(nominal, |l| l.min(nominal));
+                let extra = if m.project == spec.project { kind.of(total) } else { 0 };
+                beyond += (kind.of(m.held) + extra).saturating_sub(nominal - lends);
+                lent += lends;
+            }
+            if beyond > lent {
+                return Err(format!(
+                    "{} takes cohort {cohort}'s members to {beyond} {} beyond their guarantees, more than the {lent} they lend",
+                    spec.id,
+                    kind.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A reclaim: the victim's project is another member of the preemptor's cohort, and the
+    /// preemptor's stays within its nominal quota. (Whether the victim's project borrowed
+    /// also counts what its preemptors hold for it, which the driver does not see: the
+    /// core's oracle checks that part.)
+    fn reclaimable(&self, victim: &JobSpec, preemptor: &JobSpec) -> bool {
+        let (Some(v), Some(p)) = (self.member(victim.project), self.member(preemptor.project)) else { return false };
+        let cohort = p.nominal.cohort;
+        let held = p.held.plus(preemptor.total());
+        let within = ResourceKind::ALL
+            .into_iter()
+            .all(|k| !self.governs(cohort, k) || k.of(held) <= p.nominal.nominal.limit(k).unwrap_or(0));
+        victim.project != preemptor.project && v.nominal.cohort == cohort && within
+    }
+
+    /// Does some member of `cohort` name a nominal quota in `kind`?
+    fn governs(&self, cohort: AccountId, kind: ResourceKind) -> bool {
+        self.members.iter().any(|m| m.nominal.cohort == cohort && m.nominal.nominal.limit(kind).is_some())
+    }
+
+    fn member(&self, project: AccountId) -> Option<&MemberLedger> {
+        self.members.binary_search_by_key(&project, |m| m.project).ok().map(|i| &self.members[i])
+    }
+
+    fn member_mut(&mut self, project: AccountId) -> Option<&mut MemberLedger> {
+        self.members.binary_search_by_key(&project, |m| m.project).ok().map(|i| &mut self.members[i])
     }
 
     fn release_replicas(&mut self, spec: &JobSpec, replicas: &[fairway_core::ReplicaPlacement]) {
@@ -231,7 +332,7 @@ mod tests {
     }
 
     fn audit() -> Audit {
-        Audit::new(&[node(2, 4), node(1, 8)], &[(ALICE, Quota::gpus(6))], 8)
+        Audit::new(&[node(2, 4), node(1, 8)], &[(ALICE, Quota::gpus(6))], &[], 8)
     }
 
     #[test]

@@ -17,8 +17,8 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use fairway_core::{
-    AccountId, Config, CoreError, CycleOutcome, Decision, Event, ExitOutcome, JobId, JobSpec, NodeSpec, Quota,
-    Scheduler, Time,
+    AccountId, Config, CoreError, CycleOutcome, Decision, Event, ExitOutcome, JobId, JobSpec, NodeSpec, NominalQuota,
+    Quota, Scheduler, Time,
 };
 
 use crate::audit::Audit;
@@ -63,6 +63,8 @@ pub struct EngineConfig {
     pub horizon_ms: Option<u64>,
     /// Fair-share weights of accounts (1 for the others), set before the first event.
     pub weights: Vec<(AccountId, u32)>,
+    /// Projects' places in cohorts, likewise.
+    pub nominals: Vec<(AccountId, NominalQuota)>,
 }
 
 /// How much checking a run does. Two checks exist:
@@ -166,8 +168,11 @@ pub fn simulate(
     progress: Progress<'_>,
 ) -> Result<RunResult, SimError> {
     check_workload(jobs)?;
-    let mut sim =
-        Sim::new(jobs, config, (config.check != CheckLevel::Off).then(|| Audit::new(nodes, quotas, jobs.len())));
+    let mut sim = Sim::new(
+        jobs,
+        config,
+        (config.check != CheckLevel::Off).then(|| Audit::new(nodes, quotas, &config.nominals, jobs.len())),
+    );
     for node in nodes {
         sim.core
             .apply(Event::NodeAdded(node.clone()), Time::ZERO)
@@ -177,6 +182,11 @@ pub fn simulate(
         sim.core
             .apply(Event::SetQuota { account: *account, quota: Some(*quota) }, Time::ZERO)
             .expect("quotas always apply");
+    }
+    for &(project, nominal) in &config.nominals {
+        sim.core
+            .apply(Event::SetNominalQuota { project, nominal: Some(nominal) }, Time::ZERO)
+            .map_err(|source| SimError::Core { at: Time::ZERO, source })?;
     }
     for &(account, weight) in &config.weights {
         sim.core

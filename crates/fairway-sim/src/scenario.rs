@@ -11,7 +11,12 @@
 //!   low: { min_run_seconds: 300, preemptions_per_hour_max: 3 }
 //!   high: { overrides_protection: true }                # may preempt protected runs
 //!   medium: { preemption_delay_seconds: 60 }            # waits a minute before preempting
-//! quotas: [{ project: vision, gpus_max: 6 }]
+//! quotas: [{ project: vision, gpus_max: 6 }]            # hard caps (ResourceQuota)
+//! cohorts:                                              # nominal quotas lent within a cohort
+//!   - name: lab
+//!     members:
+//!       - { project: vision, nominal: { gpus: 4 }, borrowing_limit: { gpus: 2 } }
+//!       - { project: speech, nominal: { gpus: 4 }, lending_limit: { gpus: 1 } }
 //! workload: { source: { kind: synthetic, ... }, transforms: [...] }   # or `jobs:` (native specs)
 //! job_defaults: { checkpoint_interval_seconds: 1800, grace_seconds: 30 }
 //! cost_model: { restart_overhead_seconds: 60 }
@@ -23,6 +28,8 @@
 //!     fair_share:                                       # fair sharing inside a priority
 //!       half_life_hours: 24                             # 0: only current holdings count
 //!       weights: [{ project: vision, weight: 2 }]       # 1 unless named
+//!     nominal_quotas: hard_caps                         # cohort (default), hard_caps, ignore
+//!     cohorts: [...]                                    # this policy's own, as `cohorts:`
 //! ```
 
 use std::collections::BTreeMap;
@@ -30,11 +37,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fairway_core::{
-    AccountId, Config, FairSharing, GpuModel, JobId, JobSpec, Limits, NodeId, NodeSpec, Policy, PreemptionPolicy,
-    QueueOrder, Quota, Resources, ScoringPolicy,
+    AccountId, Config, FairSharing, GpuModel, JobId, JobSpec, Limits, NodeId, NodeSpec, NominalQuota, Policy,
+    PreemptionPolicy, QueueOrder, Quota, ResourceKind, Resources, ScoringPolicy,
 };
 use fairway_spec::{
-    AccountKind, Interner, Origin, PreemptionPolicyDoc, PriorityClassDoc, PriorityClasses, PriorityRef,
+    AccountKind, CohortDoc, Interner, Origin, PreemptionPolicyDoc, PriorityClassDoc, PriorityClasses, PriorityRef,
+    resolve_cohorts,
 };
 use serde::Deserialize;
 
@@ -63,6 +71,9 @@ pub struct ScenarioFile {
     pub quotas: Vec<QuotaSpec>,
     #[serde(default)]
     pub quotas_from_philly_vc: Option<PhillyVcQuotas>,
+    /// Nominal quotas lent within cohorts (see `docs/cohorts.md`).
+    #[serde(default)]
+    pub cohorts: Vec<CohortDoc>,
     #[serde(default)]
     pub workload: Option<WorkloadSpec>,
     /// Native job specs, each with `submit_seconds` and `duration_seconds` added.
@@ -167,6 +178,12 @@ pub struct PhillyVcQuotas {
     /// Multiply each VC's quota (e.g. 0.1 when the cluster is shrunk to a tenth).
     #[serde(default = "unit")]
     pub scale: f64,
+    /// `hard` (default): each VC's quota is a hard cap. `nominal`: a nominal quota in one
+    /// cohort of all VCs (named by `cohort`), lent while idle.
+    #[serde(default, rename = "as")]
+    pub as_: Option<String>,
+    #[serde(default)]
+    pub cohort: Option<String>,
 }
 
 fn eight() -> u32 {
@@ -248,6 +265,15 @@ pub struct CustomPolicy {
     /// Fair sharing between tenants inside one priority (needs `backfill`).
     #[serde(default)]
     pub fair_share: Option<FairShareSpec>,
+    /// Cohorts for this policy's run instead of the scenario's.
+    #[serde(default)]
+    pub cohorts: Option<Vec<CohortDoc>>,
+    /// What the scenario's nominal quotas (its cohorts) are to this policy: `cohort`
+    /// (default: lent and borrowed within each cohort), `hard_caps` (each member's nominal
+    /// quota is its hard cap, nothing is lent: the article's ResourceQuota set-aside) or
+    /// `ignore`.
+    #[serde(default)]
+    pub nominal_quotas: Option<String>,
 }
 
 /// `fair_share:` of a custom policy.
@@ -333,6 +359,8 @@ pub struct SimPolicy {
     pub quotas: Vec<(AccountId, Quota)>,
     /// Fair-share weights (accounts not named weigh 1).
     pub weights: Vec<(AccountId, u32)>,
+    /// Projects' places in cohorts.
+    pub nominals: Vec<(AccountId, NominalQuota)>,
 }
 
 /// A scenario resolved into core types, ready to simulate.
@@ -378,8 +406,8 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
     let mut names = Names::default();
     let classes = priority_classes(&file.priority_classes)?;
     let nodes = nodes(&file.cluster, base_dir, overrides.nodes.or(file.cluster.nodes_max), &mut names)?;
-    let quotas = quotas(&file, base_dir, &mut names)?;
-    let policies = policies(&file.policies, overrides.policies.as_deref(), &quotas, &mut names)?;
+    let (quotas, nominals) = quotas(&file, base_dir, &mut names)?;
+    let policies = policies(&file.policies, overrides.policies.as_deref(), &quotas, &nominals, &mut names)?;
     let trace_override = overrides.trace_path.clone().zip(file.workload.as_mut());
     if trace_override.is_some_and(|(path, workload)| !workload.source.set_path(path)) {
         return Err(invalid("--trace", "the scenario's workload is synthetic, not a trace file"));
@@ -531,16 +559,70 @@ fn nodes(
     Ok(out)
 }
 
-fn quotas(file: &ScenarioFile, base_dir: &Path, names: &mut Names) -> Result<Vec<(AccountId, Quota)>, ScenarioError> {
+/// Hard caps, and places in cohorts.
+type Quotas = (Vec<(AccountId, Quota)>, Vec<(AccountId, NominalQuota)>);
+
+fn quotas(file: &ScenarioFile, base_dir: &Path, names: &mut Names) -> Result<Quotas, ScenarioError> {
     let mut out: BTreeMap<AccountId, Quota> = BTreeMap::new();
+    let mut cohorts = file.cohorts.clone();
     if let Some(vc) = &file.quotas_from_philly_vc {
+        let nominal = match vc.as_.as_deref() {
+            None | Some("hard") => false,
+            Some("nominal") => true,
+            Some(other) => {
+                return Err(invalid("quotas_from_philly_vc.as", format!("must be hard or nominal, got {other:?}")));
+            }
+        };
+        if vc.cohort.is_some() && !nominal {
+            return Err(invalid("quotas_from_philly_vc.cohort", "only with as: nominal"));
+        }
+        let mut members = Vec::new();
         for (project, gpus) in load_philly_vc_quotas(base_dir.join(&vc.path), vc.gpus_per_node)? {
             let scaled = ((f64::from(gpus) * vc.scale).round() as u32).max(1);
-            out.insert(names.project(&project)?, Quota::gpus(scaled));
+            if nominal {
+                let gpus = fairway_spec::LimitsDoc { gpus: Some(scaled), ..Default::default() };
+                members.push(fairway_spec::MemberDoc {
+                    project,
+                    nominal: gpus,
+                    borrowing_limit: None,
+                    lending_limit: None,
+                });
+            } else {
+                out.insert(names.project(&project)?, Quota::gpus(scaled));
+            }
+        }
+        if nominal {
+            let name = vc.cohort.clone().unwrap_or_else(|| "philly".to_string());
+            cohorts.push(CohortDoc { name, members });
         }
     }
     out.extend(quota_list(&file.quotas, "quotas", names)?);
-    Ok(out.into_iter().collect())
+    let nominals = resolve_cohorts(&cohorts, "cohorts", &mut names.0).map_err(|e| invalid(e.field, e.reason))?;
+    Ok((out.into_iter().collect(), nominals))
+}
+
+/// What `nominal_quotas: hard_caps` makes of places in cohorts: each member's nominal quota
+/// as a hard cap, lower than a hard quota it has already where both name a resource.
+fn nominal_as_hard_caps(quotas: &mut Vec<(AccountId, Quota)>, nominals: &[(AccountId, NominalQuota)]) {
+    for (project, n) in nominals {
+        let cap = match quotas.iter_mut().find(|(a, _)| a == project) {
+            Some((_, q)) => q,
+            None => {
+                quotas.push((*project, Quota::default()));
+                &mut quotas.last_mut().expect("just pushed").1
+            }
+        };
+        let lower = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let of = |q: &Quota, k: ResourceKind| q.limit(k);
+        let gpus = lower(of(cap, ResourceKind::Gpu), of(&n.nominal, ResourceKind::Gpu));
+        cap.gpus_max = gpus.map(|g| u32::try_from(g).unwrap_or(u32::MAX));
+        cap.cpu_millis_max = lower(cap.cpu_millis_max, n.nominal.cpu_millis_max);
+        cap.memory_mib_max = lower(cap.memory_mib_max, n.nominal.memory_mib_max);
+    }
+    quotas.sort_by_key(|(a, _)| *a);
 }
 
 /// A custom policy's fair sharing, checked.
@@ -750,12 +832,14 @@ fn policies(
     specs: &[PolicySpec],
     only: Option<&[String]>,
     scenario_quotas: &[(AccountId, Quota)],
+    scenario_nominals: &[(AccountId, NominalQuota)],
     names: &mut Names,
 ) -> Result<Vec<SimPolicy>, ScenarioError> {
     let mut out: Vec<SimPolicy> = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         let mut quotas = scenario_quotas.to_vec();
         let mut weights = Vec::new();
+        let mut nominals = scenario_nominals.to_vec();
         let (name, policy) = match spec {
             PolicySpec::Preset(name) => match name.as_str() {
                 "fifo" => (name.clone(), Policy::fifo()),
@@ -788,6 +872,21 @@ fn policies(
                 if let Some(own) = &c.quotas {
                     quotas = quota_list(own, &format!("policies[{i}].quotas"), names)?;
                 }
+                if let Some(own) = &c.cohorts {
+                    nominals = resolve_cohorts(own, &format!("policies[{i}].cohorts"), &mut names.0)
+                        .map_err(|e| invalid(e.field, e.reason))?;
+                }
+                match c.nominal_quotas.as_deref() {
+                    None | Some("cohort") => {}
+                    Some("hard_caps") => nominal_as_hard_caps(&mut quotas, &std::mem::take(&mut nominals)),
+                    Some("ignore") => nominals.clear(),
+                    Some(other) => {
+                        return Err(invalid(
+                            format!("policies[{i}].nominal_quotas"),
+                            format!("must be cohort, hard_caps or ignore, got {other:?}"),
+                        ));
+                    }
+                }
                 let fair_share = match &c.fair_share {
                     None => None,
                     Some(f) => {
@@ -803,7 +902,7 @@ fn policies(
         if out.iter().any(|p| p.name == name) {
             return Err(invalid(format!("policies[{i}]"), format!("duplicate policy name {name:?}")));
         }
-        out.push(SimPolicy { name, policy, quotas, weights });
+        out.push(SimPolicy { name, policy, quotas, weights, nominals });
     }
     if let Some(only) = only {
         for name in only {

@@ -19,10 +19,14 @@ pub enum InternError {
 /// same name are two accounts, so that a quota on project `ads` never caps a user called
 /// `ads`. Every driver names accounts through [`Interner::account_of`], so the rule is
 /// decided here, once.
+///
+/// Cohorts (groups of projects that lend each other idle nominal quota) are a third
+/// namespace: usage is charged to them, so they are accounts to the core.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AccountKind {
     User,
     Project,
+    Cohort,
 }
 
 impl AccountKind {
@@ -30,6 +34,7 @@ impl AccountKind {
         match self {
             AccountKind::User => "user",
             AccountKind::Project => "project",
+            AccountKind::Cohort => "cohort",
         }
     }
 
@@ -37,6 +42,7 @@ impl AccountKind {
         match s {
             "user" => Some(AccountKind::User),
             "project" => Some(AccountKind::Project),
+            "cohort" => Some(AccountKind::Cohort),
             _ => None,
         }
     }

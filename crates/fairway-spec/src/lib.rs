@@ -21,6 +21,7 @@
 //! ```
 
 mod cluster;
+mod cohorts;
 mod document;
 mod envelope;
 mod error;
@@ -40,6 +41,7 @@ mod value;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use cluster::{ClusterShape, ModelShape, validate_against_cluster};
+pub use cohorts::{COHORT_MEMBERS_MAX, COHORTS_MAX, CohortDoc, CohortError, LimitsDoc, MemberDoc, resolve_cohorts};
 pub use error::{SpecError, SpecErrors, Warning};
 pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
 pub use interner::{AccountKind, InternError, Interned, Interner};

@@ -112,6 +112,7 @@ pub fn run(args: &SimBenchArgs) -> Result<()> {
             check: CheckLevel::Off,
             horizon_ms: scenario.horizon_ms,
             weights: sim_policy.weights.clone(),
+            nominals: sim_policy.nominals.clone(),
         };
         let mut seconds = Vec::new();
         let mut first = None;

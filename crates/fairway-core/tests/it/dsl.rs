@@ -139,6 +139,11 @@ impl Names {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 format!("over_quota({} {}: used {used} + {requested} > {limit})", self.a(*account), resource.name())
             }
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => format!(
+                "cohort_exhausted({} {}: used {used} + {requested} > {limit})",
+                self.a(*cohort),
+                resource.name()
+            ),
             PendingReason::NeverFits {
                 gpus_per_replica,
                 gpu_model,
@@ -405,6 +410,7 @@ impl Runner {
             "config" => self.config(&line),
             "node" => self.node(&line),
             "quota" => self.quota(&line),
+            "member" => self.member(&line),
             "weight" => {
                 line.only(&[])?;
                 let account = self.names.account(line.arg(0)?);
@@ -621,6 +627,36 @@ impl Runner {
         };
         let text = format!("quota {}", line.args.join(" "));
         self.apply(&text, Event::SetQuota { account, quota })
+    }
+
+    /// `member PROJECT cohort=C gpus=N [cpu=N] [mem=N] [borrow=N] [lend=N] [borrow-cpu=N]
+    /// [lend-cpu=N]`, or `member PROJECT none`: a project's place in a cohort.
+    fn member(&mut self, line: &Line) -> Result<(), String> {
+        line.only(&["cohort", "gpus", "cpu", "mem", "borrow", "lend", "borrow-cpu", "lend-cpu"])?;
+        let project = self.names.account(line.arg(0)?);
+        let num = |key: &str| line.get(key).map(|v| parse_num::<u64>(key, v)).transpose();
+        let gpus = |key: &str| line.get(key).map(|v| parse_num::<u32>(key, v)).transpose();
+        let nominal = if line.args.get(1) == Some(&"none") {
+            None
+        } else {
+            let cohort = self.names.account(line.get("cohort").ok_or("member: cohort= is required")?);
+            Some(NominalQuota {
+                cohort,
+                nominal: Quota { gpus_max: gpus("gpus")?, cpu_millis_max: num("cpu")?, memory_mib_max: num("mem")? },
+                borrowing_limit: Quota {
+                    gpus_max: gpus("borrow")?,
+                    cpu_millis_max: num("borrow-cpu")?,
+                    memory_mib_max: None,
+                },
+                lending_limit: Quota {
+                    gpus_max: gpus("lend")?,
+                    cpu_millis_max: num("lend-cpu")?,
+                    memory_mib_max: None,
+                },
+            })
+        };
+        let text = format!("member {}", line.args.join(" "));
+        self.apply(&text, Event::SetNominalQuota { project, nominal })
     }
 
     fn submit(&mut self, line: &Line) -> Result<(), String> {

@@ -6,12 +6,19 @@
 //! - no GPU is in two live `Start` placements (live: started and not yet released);
 //! - per node, live placements use at most the node's GPUs, CPU and memory;
 //! - per capped account, its live placements (running jobs, and jobs asked to stop until
-//!   they are gone: a ResourceQuota counts a pod in its grace period) stay within its cap,
-//!   or within what it held and had reserved when the cap was lowered, as that drains;
+//!   they are gone: a ResourceQuota counts a pod in its grace period) stay within its cap
+//!   (its hard quota, and for a project in a cohort its nominal quota plus borrowing
+//!   limit), or within what it held and had reserved when the cap was lowered, as that
+//!   drains;
+//! - per cohort, what its members' live placements use beyond their guarantees (nominal
+//!   less lending limit) stays within what they lend, `Σ max(0, u − g) ≤ Σ lent` (the
+//!   rule as the docs state it, not the core's `C + U` form), or within what it was above
+//!   that when membership or a nominal quota changed, as that drains;
 //! - a started gang has `replicas` replicas of `per_replica.gpus` GPUs each, on nodes of the
 //!   job's model; a fresh start uses schedulable nodes, a preemptor starts on its reservation;
-//! - a `Preempt` victim was running (or started earlier in the cycle), is preemptible and of strictly lower priority than its
-//!   preemptor, whose policy and the config allow preemption, and whose class's preemption
+//! - a `Preempt` victim was running (or started earlier in the cycle), is preemptible and of
+//!   strictly lower priority than its preemptor (or of the same priority, reclaimed: of
+//!   another project of the preemptor's cohort that uses more than its nominal quota), whose policy and the config allow preemption, and whose class's preemption
 //!   delay (rule 1) has passed since it last entered the queue;
 //! - every pending job has a reason, and a job waiting for preemption names victims that are
 //!   still being preempted for it;
@@ -47,6 +54,11 @@ pub struct Oracle {
     /// When each job last entered the queue (submit, or requeue), for rule 1's delay.
     queued_at: BTreeMap<JobId, Time>,
     quotas: BTreeMap<AccountId, Quota>,
+    /// Projects' places in cohorts.
+    nominals: BTreeMap<AccountId, NominalQuota>,
+    /// Per cohort, what its members used beyond what they lend when membership or a nominal
+    /// quota last changed (or a job was restored), shrinking as that drains.
+    cohort_grandfathered: BTreeMap<AccountId, Resources>,
     /// Per capped account, what it may hold above its cap: what it held and had reserved
     /// when the cap was set (or a job restored), shrinking as that drains.
     grandfathered: BTreeMap<AccountId, Resources>,
@@ -88,6 +100,7 @@ impl Oracle {
                         let g = self.grandfathered.entry(a).or_default();
                         *g = max(*g, committed);
                     }
+                    self.grandfather_cohorts(s);
                 }
             }
             Event::RestoreHold(hold) => {
@@ -98,7 +111,18 @@ impl Oracle {
                         let g = self.grandfathered.entry(a).or_default();
                         *g = max(*g, committed);
                     }
+                    self.grandfather_cohorts(s);
                 }
+            }
+            Event::SetNominalQuota { project, nominal } => {
+                match nominal {
+                    Some(n) => self.nominals.insert(*project, *n),
+                    None => self.nominals.remove(project),
+                };
+                let committed = self.committed(s, *project);
+                self.grandfathered.insert(*project, committed);
+                self.cohort_grandfathered.clear();
+                self.grandfather_cohorts(s);
             }
             Event::SetQuota { account, quota } => {
                 match quota {
@@ -165,14 +189,108 @@ impl Oracle {
             let g = self.grandfathered.get_mut(&a).expect("listed");
             *g = g.min_each(committed);
         }
+        let cohorts: Vec<AccountId> = self.cohort_grandfathered.keys().copied().collect();
+        for c in cohorts {
+            let excess = self.cohort_excess(c, |a| self.committed(s, a));
+            let g = self.cohort_grandfathered.get_mut(&c).expect("listed");
+            *g = g.min_each(excess);
+        }
+    }
+
+    /// Each cohort may stay as far beyond what its members lend as its members' committed
+    /// work takes it now.
+    fn grandfather_cohorts(&mut self, s: &Scheduler) {
+        let cohorts: BTreeSet<AccountId> = self.nominals.values().map(|n| n.cohort).collect();
+        for c in cohorts {
+            let excess = self.cohort_excess(c, |a| self.committed(s, a));
+            let g = self.cohort_grandfathered.entry(c).or_default();
+            *g = max(*g, excess);
+        }
+    }
+
+    /// How far a cohort's members, using `usage` each, go beyond what they lend:
+    /// `max(0, Σ max(0, u − g) − Σ lent)` per dimension the cohort governs (0 elsewhere).
+    fn cohort_excess(&self, cohort: AccountId, usage: impl Fn(AccountId) -> Resources) -> Resources {
+        let members: Vec<(AccountId, NominalQuota)> =
+            self.nominals.iter().filter(|(_, n)| n.cohort == cohort).map(|(p, n)| (*p, *n)).collect();
+        let excess = |k: ResourceKind| {
+            if members.iter().all(|(_, n)| n.nominal.limit(k).is_none()) {
+                return 0;
+            }
+            let (mut beyond, mut lent) = (0u64, 0u64);
+            for (project, n) in &members {
+                let nominal = n.nominal.limit(k).unwrap_or(0);
+                let lends = n.lending_limit.limit(k).map_or(nominal, |l| l.min(nominal));
+                let guaranteed = nominal - lends;
+                beyond += k.of(usage(*project)).saturating_sub(guaranteed);
+                lent += lends;
+            }
+            beyond.saturating_sub(lent)
+        };
+        Resources::new(
+            u32::try_from(excess(ResourceKind::Gpu)).expect("small"),
+            excess(ResourceKind::Cpu),
+            excess(ResourceKind::Memory),
+        )
+    }
+
+    /// An account's cap in `kind`: its hard quota and, for a project in a cohort, its
+    /// nominal quota plus borrowing limit, whichever is lower.
+    fn cap_of(&self, account: AccountId, kind: ResourceKind) -> Option<u64> {
+        let hard = self.quotas.get(&account).and_then(|q| q.limit(kind));
+        let borrowing = self
+            .nominals
+            .get(&account)
+            .and_then(|n| n.borrowing_limit.limit(kind).map(|b| n.nominal.limit(kind).unwrap_or(0) + b));
+        match (hard, borrowing) {
+            (Some(h), Some(b)) => Some(h.min(b)),
+            (h, b) => h.or(b),
+        }
+    }
+
+    /// Would starting `spec` (with `freed` uncharged per account) take its project's cohort
+    /// beyond what its members lend, by the core's figures of what each member is charged?
+    fn cohort_short(&self, s: &Scheduler, spec: &JobSpec, freed: &BTreeMap<AccountId, Resources>) -> bool {
+        let Some(n) = self.nominals.get(&spec.project) else { return false };
+        let usage = |a: AccountId| {
+            let charged = s.account_usage(a).0.saturating_minus(freed.get(&a).copied().unwrap_or_default());
+            if a == spec.project { charged.plus(spec.total()) } else { charged }
+        };
+        self.cohort_excess(n.cohort, usage) != Resources::ZERO
+    }
+
+    fn check_cohorts(&self) -> Result<(), String> {
+        let cohorts: BTreeSet<AccountId> = self.nominals.values().map(|n| n.cohort).collect();
+        for c in cohorts {
+            let excess = self.cohort_excess(c, |a| self.live_usage(a));
+            let g = self.cohort_grandfathered.get(&c).copied().unwrap_or_default();
+            if !excess.fits_in(g) {
+                return Err(format!(
+                    "cohort {c}'s members use {excess} beyond what they lend (running or leaving), grandfathered {g}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Did the project use more than its nominal quota, in a dimension its cohort governs,
+    /// counting what it holds for its preemptors (an upper bound of what the core charges)?
+    fn borrowing(&self, s: &Scheduler, project: AccountId) -> bool {
+        let Some(n) = self.nominals.get(&project) else { return false };
+        let usage = self.committed(s, project);
+        ResourceKind::ALL.into_iter().any(|k| {
+            let governed = self.nominals.values().any(|m| m.cohort == n.cohort && m.nominal.limit(k).is_some());
+            governed && k.of(usage) > n.nominal.limit(k).unwrap_or(0)
+        })
     }
 
     fn check_quotas(&self) -> Result<(), String> {
-        for (&account, quota) in &self.quotas {
+        let accounts: BTreeSet<AccountId> = self.quotas.keys().chain(self.nominals.keys()).copied().collect();
+        for account in accounts {
             let usage = self.live_usage(account);
             let g = self.grandfathered.get(&account).copied().unwrap_or_default();
             for kind in ResourceKind::ALL {
-                let Some(limit) = quota.limit(kind) else { continue };
+                let Some(limit) = self.cap_of(account, kind) else { continue };
                 if kind.of(usage) > limit.max(kind.of(g)) {
                     return Err(format!(
                         "{account}'s jobs hold {} {} (running or leaving), over its cap {limit} (grandfathered {})",
@@ -264,7 +382,15 @@ impl Oracle {
                     if p.preemption_policy == PreemptionPolicy::Never {
                         return Err(format!("{preemptor} has preemptionPolicy Never but preempted {victim}"));
                     }
-                    if v.priority >= p.priority {
+                    let reclaimed = v.priority == p.priority
+                        && v.project != p.project
+                        && self
+                            .nominals
+                            .get(&v.project)
+                            .zip(self.nominals.get(&p.project))
+                            .is_some_and(|(a, b)| a.cohort == b.cohort)
+                        && self.borrowing(s, v.project);
+                    if v.priority >= p.priority && !reclaimed {
                         return Err(format!(
                             "{preemptor} (priority {}) preempted {victim} (priority {})",
                             p.priority, v.priority
@@ -288,6 +414,7 @@ impl Oracle {
         self.refresh_live(s)?;
         self.check_capacity()?;
         self.check_quotas()?;
+        self.check_cohorts()?;
         self.drain_grandfathered(s);
         self.check_pending(s)?;
         self.check_work_conserving(s)?;
@@ -443,6 +570,7 @@ impl Oracle {
                         theirs.first(),
                         Some(
                             PendingReason::OverQuota { .. }
+                                | PendingReason::CohortExhausted { .. }
                                 | PendingReason::NeverFits { .. }
                                 | PendingReason::BlockedBehind { .. }
                         )
@@ -482,9 +610,13 @@ impl Oracle {
             if skip {
                 continue;
             }
+            // A job its cohort does not lend enough to may have to reclaim: not checked.
+            if self.cohort_short(s, spec, &BTreeMap::new()) {
+                continue;
+            }
             // Over quota: only the account's own work; else any. Lower priority, preemptible,
             // running (not already terminating).
-            let scope = over_quota(s, spec, &BTreeMap::new());
+            let scope = self.over_quota(s, spec, &BTreeMap::new());
             let victims: Vec<JobId> = self
                 .live
                 .keys()
@@ -556,7 +688,10 @@ impl Oracle {
             if useful == 0 || useful > bound as usize || seen_in_cycle > config.limits.victim_candidates_max as usize {
                 continue;
             }
-            if over_quota(s, spec, &freed_quota).is_some() || !self.fits(spec, &free, &extra) {
+            if self.over_quota(s, spec, &freed_quota).is_some()
+                || self.cohort_short(s, spec, &freed_quota)
+                || !self.fits(spec, &free, &extra)
+            {
                 continue;
             }
             return Err(format!(
@@ -630,7 +765,7 @@ impl Oracle {
                 }
                 continue;
             }
-            if over_quota(s, spec, &BTreeMap::new()).is_some() {
+            if self.over_quota(s, spec, &BTreeMap::new()).is_some() || self.cohort_short(s, spec, &BTreeMap::new()) {
                 continue;
             }
             if self.fits(spec, &free, &BTreeMap::new()) {
@@ -641,18 +776,19 @@ impl Oracle {
     }
 }
 
-/// The first of the job's accounts that starting it would take over its cap, once `freed`
-/// (per account) is uncharged.
-fn over_quota(s: &Scheduler, spec: &JobSpec, freed: &BTreeMap<AccountId, Resources>) -> Option<AccountId> {
-    spec.accounts().find(|a| {
-        let (charged, quota) = s.account_usage(*a);
-        let freed = freed.get(a).copied().unwrap_or_default();
-        quota.is_some_and(|q| {
+impl Oracle {
+    /// The first of the job's accounts that starting it would take over its cap, once
+    /// `freed` (per account) is uncharged.
+    fn over_quota(&self, s: &Scheduler, spec: &JobSpec, freed: &BTreeMap<AccountId, Resources>) -> Option<AccountId> {
+        spec.accounts().find(|a| {
+            let (charged, _) = s.account_usage(*a);
+            let freed = freed.get(a).copied().unwrap_or_default();
             ResourceKind::ALL.into_iter().any(|k| {
-                q.limit(k).is_some_and(|limit| k.of(charged).saturating_sub(k.of(freed)) + k.of(spec.total()) > limit)
+                self.cap_of(*a, k)
+                    .is_some_and(|limit| k.of(charged).saturating_sub(k.of(freed)) + k.of(spec.total()) > limit)
             })
         })
-    })
+    }
 }
 
 /// How many replicas of `per` fit in `free`.

@@ -19,6 +19,9 @@ use crate::oracle::Oracle;
 const USERS: u32 = 3;
 const PROJECT_BASE: u32 = 10;
 const PROJECTS: u32 = 2;
+/// Cohorts are `COHORT_BASE..COHORT_BASE + COHORTS`.
+const COHORT_BASE: u32 = 20;
+const COHORTS: u32 = 2;
 const MODELS: u16 = 2;
 
 #[derive(Clone, Debug)]
@@ -82,9 +85,46 @@ enum Op {
         gpus: Option<u32>,
         cpu: Option<u64>,
     },
+    /// A project's place in a cohort, or (`None`) out of it.
+    SetNominal {
+        project: u32,
+        member: Option<Member>,
+    },
     /// The driver restarts: a new scheduler rebuilt from what the old one knew (`Restore`
     /// and `RestoreHold`, as the daemon and the Kubernetes controller rebuild).
     Restart,
+}
+
+/// A project's place in a cohort, as generated: GPUs only, the lending limit at most the
+/// nominal quota.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    cohort: u32,
+    gpus: u32,
+    borrow: Option<u32>,
+    lend: Option<u32>,
+}
+
+impl Member {
+    fn nominal(self) -> NominalQuota {
+        NominalQuota {
+            cohort: AccountId(COHORT_BASE + self.cohort),
+            nominal: Quota::gpus(self.gpus),
+            borrowing_limit: Quota { gpus_max: self.borrow, ..Quota::default() },
+            lending_limit: Quota { gpus_max: self.lend.map(|l| l.min(self.gpus)), ..Quota::default() },
+        }
+    }
+}
+
+fn member() -> impl Strategy<Value = Member> {
+    (
+        // Mostly one cohort, so that members meet.
+        prop_oneof![3 => Just(0u32), 1 => 0..COHORTS],
+        0..10u32,
+        prop::option::weighted(0.4, 0..6u32),
+        prop::option::weighted(0.4, 0..8u32),
+    )
+        .prop_map(|(cohort, gpus, borrow, lend)| Member { cohort, gpus, borrow, lend })
 }
 
 #[derive(Clone, Debug)]
@@ -95,6 +135,8 @@ struct Case {
     quotas: Vec<(u32, u32)>,
     /// Fair-share weights, likewise: `(account, weight)`.
     weights: Vec<(u32, u32)>,
+    /// Projects' places in cohorts, likewise: `(project, member)`.
+    members: Vec<(u32, Member)>,
     ops: Vec<Op>,
 }
 
@@ -182,6 +224,8 @@ fn op() -> impl Strategy<Value = Op> {
             prop::option::weighted(0.2, prop_oneof![Just(4_000u64), Just(16_000)]),
         )
             .prop_map(|(account, gpus, cpu)| Op::SetQuota { account, gpus, cpu }),
+        1 => (PROJECT_BASE..PROJECT_BASE + PROJECTS, prop::option::weighted(0.8, member()))
+            .prop_map(|(project, member)| Op::SetNominal { project, member }),
         1 => Just(Op::Restart),
     ]
 }
@@ -238,9 +282,20 @@ fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(node_shape(), 1..=3),
         prop::collection::vec(quota, 0..=1),
         prop::collection::vec((prop_oneof![0..USERS, PROJECT_BASE..PROJECT_BASE + PROJECTS], 1..4u32), 0..=2),
+        prop_oneof![
+            1 => Just(Vec::new()),
+            1 => prop::collection::vec((PROJECT_BASE..PROJECT_BASE + PROJECTS, member()), 1..=2),
+        ],
         prop::collection::vec(op(), 10..=40),
     )
-        .prop_map(|(config, nodes, quotas, weights, ops)| Case { config, nodes, quotas, weights, ops })
+        .prop_map(|(config, nodes, quotas, weights, members, ops)| Case {
+            config,
+            nodes,
+            quotas,
+            weights,
+            members,
+            ops,
+        })
 }
 
 /// Drives one or two schedulers through a case and checks every cycle.
@@ -263,6 +318,7 @@ struct Driver {
     drained: BTreeSet<NodeId>,
     quotas: BTreeMap<AccountId, Quota>,
     weights: BTreeMap<AccountId, u32>,
+    nominals: BTreeMap<AccountId, NominalQuota>,
     /// The events so far as a scenario script (see `dsl.rs`), printed when a check fails.
     script: Vec<String>,
 }
@@ -286,6 +342,7 @@ impl Driver {
             drained: BTreeSet::new(),
             quotas: BTreeMap::new(),
             weights: BTreeMap::new(),
+            nominals: BTreeMap::new(),
             script: vec![script_config(config)],
         }
     }
@@ -320,6 +377,14 @@ impl Driver {
                 }
                 None => {
                     self.quotas.remove(account);
+                }
+            },
+            Event::SetNominalQuota { project, nominal } => match nominal {
+                Some(n) => {
+                    self.nominals.insert(*project, *n);
+                }
+                None => {
+                    self.nominals.remove(project);
                 }
             },
             _ => {}
@@ -514,6 +579,10 @@ impl Driver {
                 });
                 self.apply(Event::SetQuota { account: AccountId(*account), quota })
             }
+            Op::SetNominal { project, member } => {
+                let nominal = member.map(Member::nominal);
+                self.apply(Event::SetNominalQuota { project: AccountId(*project), nominal })
+            }
         }
     }
 
@@ -548,6 +617,10 @@ impl Driver {
         let weights: Vec<(AccountId, u32)> = self.weights.iter().map(|(a, w)| (*a, *w)).collect();
         for (account, weight) in weights {
             self.apply(Event::SetFairShareWeight { account, weight })?;
+        }
+        let nominals: Vec<(AccountId, NominalQuota)> = self.nominals.iter().map(|(a, n)| (*a, *n)).collect();
+        for (project, nominal) in nominals {
+            self.apply(Event::SetNominalQuota { project, nominal: Some(nominal) })?;
         }
         let mut holds = Vec::new();
         let mut restored = Vec::new();
@@ -618,6 +691,9 @@ impl Driver {
         for &(account, weight) in &case.weights {
             d.apply(Event::SetFairShareWeight { account: AccountId(account), weight })?;
         }
+        for &(project, member) in &case.members {
+            d.apply(Event::SetNominalQuota { project: AccountId(project), nominal: Some(member.nominal()) })?;
+        }
         let mut result = Ok(());
         for (i, op) in case.ops.iter().enumerate() {
             result = d.step(op).map_err(|e| format!("step {i} ({op:?}) at {}: {e}", d.now));
@@ -686,6 +762,20 @@ fn script_line(event: &Event, now: Time) -> String {
     let at = format!("at={}ms", now.millis());
     let acct = |a: AccountId| if a.0 >= PROJECT_BASE { format!("p{}", a.0) } else { format!("u{}", a.0) };
     match event {
+        Event::SetNominalQuota { project, nominal: None } => format!("member {} none {at}", acct(*project)),
+        Event::SetNominalQuota { project, nominal: Some(n) } => {
+            let mut line = format!("member {} {at} cohort=c{}", acct(*project), n.cohort.0);
+            if let Some(g) = n.nominal.gpus_max {
+                line += &format!(" gpus={g}");
+            }
+            if let Some(b) = n.borrowing_limit.gpus_max {
+                line += &format!(" borrow={b}");
+            }
+            if let Some(l) = n.lending_limit.gpus_max {
+                line += &format!(" lend={l}");
+            }
+            line
+        }
         Event::RestoreHold(h) => {
             let victims: Vec<String> = h.victims.iter().map(|v| format!("j{}", v.0)).collect();
             format!("restore-hold j{} {} victims={}", h.preemptor.0, placement_text(&h.placement), victims.join(","))

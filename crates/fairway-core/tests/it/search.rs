@@ -104,7 +104,9 @@ pub fn brute_force_record(record: &SearchRecord) -> Option<(NodeId, Vec<JobId>)>
 /// A gang's or a quota-bound job's search, by brute force: every set of at most
 /// `victims_max` candidates; a set makes room when, with its victims gone, the usable nodes
 /// hold every replica (each node as many as fit in what it would have free) and each of the
-/// job's capped accounts gets back what it needs. Ranked by the rules as written, rule 4
+/// job's capped accounts gets back what it needs (where a need caps what each group gives
+/// back, a cohort from each member, the group's victims count up to that cap). Ranked by
+/// the rules as written, rule 4
 /// counting the GPUs left free on all usable nodes. The best set, as ascending indices.
 pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
     let makes_room = |set: &[usize]| {
@@ -115,8 +117,14 @@ pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
             for &(node, r) in &c.frees {
                 room[node] = room[node].plus(r);
             }
-            for (q, r) in quota.iter_mut().zip(&c.quota_frees) {
-                *q = q.plus(*r);
+        }
+        for (k, q) in quota.iter_mut().enumerate() {
+            let caps = search.quota_caps.get(k).filter(|caps| !caps.is_empty());
+            let groups = caps.map_or(1, Vec::len);
+            for g in 0..groups {
+                let of_group = set.iter().map(|&i| &search.candidates[i]).filter(|c| caps.is_none() || c.group == g);
+                let sum = of_group.fold(Resources::ZERO, |t, c| t.plus(c.quota_frees[k]));
+                *q = q.plus(caps.map_or(sum, |caps| sum.min_each(caps[g])));
             }
         }
         let per = search.per_replica;
@@ -255,6 +263,7 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
         prop::collection::vec((0..3usize, 0..=4u32, prop::sample::select(vec![0u64, 2_000])), 1..=2),
         any::<bool>(),
         prop_oneof![1 => Just(0u64), 1 => 0..3u64],
+        0..2usize,
     );
     (
         prop::collection::vec(node, 1..=3),
@@ -263,12 +272,13 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
         prop::collection::vec(candidate, 0..=10),
         prop_oneof![1 => Just(None), 1 => (0..=6u32).prop_map(Some)],
         prop_oneof![1 => 1..=3usize, 1 => Just(32usize)],
+        prop_oneof![1 => Just(None), 1 => (0..=4u32, 0..=4u32).prop_map(Some)],
     )
-        .prop_map(|(nodes, (gpus, cpu), replicas, shapes, quota_gpus, victims_max)| {
+        .prop_map(|(nodes, (gpus, cpu), replicas, shapes, quota_gpus, victims_max, group_caps)| {
             let candidates = shapes
                 .into_iter()
                 .enumerate()
-                .map(|(i, (priority, lost, frees, charged, tenant_share))| {
+                .map(|(i, (priority, lost, frees, charged, tenant_share, group))| {
                     let mut per_node: Vec<(usize, Resources)> = Vec::new();
                     for (n, g, c) in frees {
                         let n = n % nodes.len();
@@ -290,6 +300,7 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
                             .into_iter()
                             .collect(),
                         tenant_share,
+                        group,
                     }
                 })
                 .collect();
@@ -298,6 +309,11 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
                 per_replica: Resources::new(gpus, cpu, 0),
                 replicas,
                 quota_needs: quota_gpus.map(Resources::gpus).into_iter().collect(),
+                // A need that counts each group's victims only up to a cap, as a cohort's.
+                quota_caps: quota_gpus
+                    .map(|_| group_caps.map_or(Vec::new(), |(a, b)| vec![Resources::gpus(a), Resources::gpus(b)]))
+                    .into_iter()
+                    .collect(),
                 candidates,
                 victims_max,
             }
@@ -326,12 +342,14 @@ fn a_victim_on_two_nodes_counts_its_loss_once() {
         frees,
         quota_frees: Vec::new(),
         tenant_share: 0,
+        group: 0,
     };
     let search = WideSearch {
         available: vec![Resources::ZERO, Resources::ZERO],
         per_replica: Resources::gpus(2),
         replicas: 2,
         quota_needs: Vec::new(),
+        quota_caps: Vec::new(),
         candidates: vec![
             victim(1, 8, vec![(0, Resources::gpus(2))]),
             victim(2, 8, vec![(1, Resources::gpus(2))]),

@@ -24,6 +24,7 @@ fn run_all(s: &Scenario) -> Vec<RunResult> {
                 check: CheckLevel::EveryCycle,
                 horizon_ms: s.horizon_ms,
                 weights: p.weights.clone(),
+                nominals: p.nominals.clone(),
             };
             simulate(&p.name, &s.jobs, &s.nodes, &p.quotas, &config, &mut |_, _| {}).expect("simulation runs")
         })
@@ -275,4 +276,97 @@ fn fair_share_weights_hold_over_time() {
         assert_eq!(alice + bob, 60, "{}: 6 GPUs, 10 rounds of 100 s", run.policy);
         assert!((19..=21).contains(&alice) && (39..=41).contains(&bob), "{}: alice {alice}, bob {bob}", run.policy);
     }
+}
+
+/// A scenario with one cohort of two projects on one 8-GPU node, under the given policies:
+/// vision submits eight 1-GPU jobs of 100 s at 0, speech four at 10 (all medium).
+fn cohort_scenario(policies: &str, members: &str) -> Result<Scenario, String> {
+    let dir = std::env::temp_dir().join(format!("fairway-sim-cohort-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = String::from(
+        "name: cohort\nseed: 1\ncluster:\n  nodes: [{ name: n, gpus: 8, gpu_model: A100 }]\njob_defaults: { grace_seconds: 5 }\n",
+    );
+    text += &format!("cohorts:\n  - name: lab\n    members:\n{members}");
+    text += "jobs:\n";
+    for (tenant, count, at) in [("vision", 8, 0), ("speech", 4, 10)] {
+        for i in 0..count {
+            text += &format!(
+                "  - {{ name: {tenant}-{i}, tenant: {{ project: {tenant} }}, priority: medium, resources: {{ gpus: 1 }}, \
+                 command: [train], submit_seconds: {at}, duration_seconds: 100 }}\n"
+            );
+        }
+    }
+    text += &format!("policies:\n{policies}");
+    let path = dir.join(format!("cohort-{}.yaml", text.len()));
+    std::fs::write(&path, text).unwrap();
+    scenario::load(&path, &Overrides::default()).map_err(|e| e.to_string())
+}
+
+const LAB: &str =
+    "      - { project: vision, nominal: { gpus: 4 } }\n      - { project: speech, nominal: { gpus: 4 } }\n";
+
+/// Borrowing against hard caps, hand-checked. With the cohort, vision runs all eight jobs
+/// at once (four borrowed from idle speech); speech's four jobs at 10 s are within its
+/// nominal quota, so each reclaims one of vision's borrowed jobs (5 s of grace: speech
+/// starts at 15). With the nominal quotas as hard caps (nothing lent), vision's second four
+/// wait until 100 s beside four GPUs idle for the first 10 s.
+#[test]
+fn a_cohort_lends_idle_quota_and_reclaims_it() {
+    let policies = "  - { name: lend, order: priority, preemption: true }\n  \
+                    - { name: caps, order: priority, preemption: true, nominal_quotas: hard_caps }\n";
+    let s = cohort_scenario(policies, LAB).unwrap();
+    let runs = run_all(&s);
+    let (lend, caps) = (&runs[0], &runs[1]);
+    let first_starts = |run: &RunResult, tenant: &str| {
+        let mut t: Vec<u64> = run
+            .records
+            .iter()
+            .filter(|r| r.name.starts_with(tenant))
+            .map(|r| r.first_start_ms.expect("started") / 1000)
+            .collect();
+        t.sort_unstable();
+        t
+    };
+    assert_eq!(first_starts(lend, "vision"), [0; 8]);
+    assert_eq!(first_starts(lend, "speech"), [15; 4]);
+    let preempted: Vec<&str> = lend.records.iter().filter(|r| r.preemptions > 0).map(|r| &*r.name).collect();
+    assert_eq!(preempted.len(), 4, "{preempted:?}");
+    assert!(preempted.iter().all(|n| n.starts_with("vision")), "{preempted:?}");
+    assert_eq!(first_starts(caps, "vision"), [0, 0, 0, 0, 100, 100, 100, 100]);
+    assert_eq!(first_starts(caps, "speech"), [10; 4]);
+    assert!(caps.records.iter().all(|r| r.preemptions == 0));
+}
+
+/// A lending limit keeps part of a member's quota for it: speech lends 2 of its 4 GPUs, so
+/// vision borrows only two, and speech's first two jobs start at once without reclaiming.
+#[test]
+fn a_lending_limit_keeps_quota_for_its_owner() {
+    let members = "      - { project: vision, nominal: { gpus: 4 } }\n      \
+                   - { project: speech, nominal: { gpus: 4 }, lending_limit: { gpus: 2 } }\n";
+    let s = cohort_scenario("  - { name: lend, order: priority, preemption: true }\n", members).unwrap();
+    let run = &run_all(&s)[0];
+    let vision_at_0 =
+        run.records.iter().filter(|r| r.name.starts_with("vision") && r.first_start_ms == Some(0)).count();
+    assert_eq!(vision_at_0, 6);
+    let speech_at_10 =
+        run.records.iter().filter(|r| r.name.starts_with("speech") && r.first_start_ms == Some(10_000)).count();
+    assert_eq!(speech_at_10, 2, "two on the GPUs kept for speech, two reclaimed");
+}
+
+#[test]
+fn impossible_cohorts_and_modes_name_the_field() {
+    let lend = "  - { name: lend, order: priority, preemption: true }\n";
+    let over = "      - { project: vision, nominal: { gpus: 4 }, lending_limit: { gpus: 6 } }\n";
+    let e = cohort_scenario(lend, over).unwrap_err();
+    assert!(
+        e.contains("cohorts[0].members[0].lending_limit.gpus") && e.contains("more than the nominal quota 4"),
+        "{e}"
+    );
+    let twice =
+        "      - { project: vision, nominal: { gpus: 4 } }\n      - { project: vision, nominal: { gpus: 2 } }\n";
+    let e = cohort_scenario(lend, twice).unwrap_err();
+    assert!(e.contains("cohorts[0].members[1].project") && e.contains("already a member"), "{e}");
+    let bad_mode = "  - { name: x, order: priority, preemption: true, nominal_quotas: lend }\n";
+    let e = cohort_scenario(bad_mode, LAB).unwrap_err();
+    assert!(e.contains("policies[0].nominal_quotas") && e.contains("cohort, hard_caps or ignore"), "{e}");
 }

@@ -1,0 +1,238 @@
+//! Cohorts as users write them (`cohorts:` in a simulator scenario and in the server's
+//! configuration), checked and converted to the core's [`NominalQuota`] per project.
+//!
+//! ```yaml
+//! cohorts:
+//!   - name: research
+//!     members:
+//!       - project: vision
+//!         nominal: { gpus: 16 }
+//!         borrowing_limit: { gpus: 8 }    # at most 24 GPUs in all
+//!       - project: speech
+//!         nominal: { gpus: 16 }
+//!         lending_limit: { gpus: 4 }      # lends at most 4; 12 stay speech's alone
+//! ```
+//!
+//! The rules are the core's (`ledger.rs` in `fairway-core`); see `docs/cohorts.md`.
+
+use fairway_core::{AccountId, NominalQuota, Quota, ResourceKind};
+use serde::Deserialize;
+
+use crate::interner::{AccountKind, Interner};
+
+/// Members per cohort, and cohorts, at most: a configuration is read by hand.
+pub const COHORT_MEMBERS_MAX: usize = 1_000;
+pub const COHORTS_MAX: usize = 1_000;
+
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CohortDoc {
+    pub name: String,
+    pub members: Vec<MemberDoc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberDoc {
+    pub project: String,
+    pub nominal: LimitsDoc,
+    #[serde(default)]
+    pub borrowing_limit: Option<LimitsDoc>,
+    #[serde(default)]
+    pub lending_limit: Option<LimitsDoc>,
+}
+
+/// Per resource; a resource left out is not limited by this entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsDoc {
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    #[serde(default)]
+    pub cpu_millis: Option<u64>,
+    #[serde(default)]
+    pub memory_mib: Option<u64>,
+}
+
+impl LimitsDoc {
+    fn to_core(self) -> Quota {
+        Quota { gpus_max: self.gpus, cpu_millis_max: self.cpu_millis, memory_mib_max: self.memory_mib }
+    }
+
+    fn names(self, kind: ResourceKind) -> bool {
+        self.to_core().limit(kind).is_some()
+    }
+}
+
+/// A cohort configuration that cannot hold: the field (`cohorts[0].members[1].lending_limit.gpus`)
+/// and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct CohortError {
+    pub field: String,
+    pub reason: String,
+}
+
+/// Every member's place in its cohort, checked as a whole: names not empty, a cohort
+/// once, a project in one cohort only, every member of a cohort naming the same resources
+/// in `nominal` (a cohort governs what its members name), lending limits within nominal
+/// quotas and naming only resources the nominal quota names, borrowing and lending limits
+/// naming only resources the cohort governs. `field` prefixes the error's field path.
+pub fn resolve_cohorts(
+    docs: &[CohortDoc],
+    field: &str,
+    interner: &mut Interner,
+) -> Result<Vec<(AccountId, NominalQuota)>, CohortError> {
+    let err = |field: String, reason: String| Err(CohortError { field, reason });
+    if docs.len() > COHORTS_MAX {
+        return err(field.to_string(), format!("at most {COHORTS_MAX} cohorts, got {}", docs.len()));
+    }
+    let mut out: Vec<(AccountId, NominalQuota)> = Vec::new();
+    let mut seen_cohorts: Vec<&str> = Vec::new();
+    let mut seen_projects: Vec<(&str, String)> = Vec::new();
+    for (i, c) in docs.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        if c.name.trim().is_empty() {
+            return err(format!("{at}.name"), "must not be empty".into());
+        }
+        if seen_cohorts.contains(&c.name.as_str()) {
+            return err(format!("{at}.name"), format!("cohort {:?} is named twice", c.name));
+        }
+        seen_cohorts.push(&c.name);
+        if c.members.is_empty() {
+            return err(format!("{at}.members"), "a cohort needs at least one member".into());
+        }
+        if c.members.len() > COHORT_MEMBERS_MAX {
+            return err(format!("{at}.members"), format!("at most {COHORT_MEMBERS_MAX} members"));
+        }
+        let cohort = interner
+            .account_of(AccountKind::Cohort, &c.name)
+            .map_err(|e| CohortError { field: format!("{at}.name"), reason: e.to_string() })?;
+        let governs = |kind: ResourceKind| c.members.iter().any(|m| m.nominal.names(kind));
+        for (j, m) in c.members.iter().enumerate() {
+            let at = format!("{at}.members[{j}]");
+            if m.project.trim().is_empty() {
+                return err(format!("{at}.project"), "must not be empty".into());
+            }
+            if let Some((_, other)) = seen_projects.iter().find(|(p, _)| *p == m.project) {
+                return err(format!("{at}.project"), format!("{:?} is already a member at {other}", m.project));
+            }
+            seen_projects.push((&m.project, at.clone()));
+            for kind in ResourceKind::ALL {
+                let name = doc_name(kind);
+                if governs(kind) && !m.nominal.names(kind) {
+                    return err(
+                        format!("{at}.nominal.{name}"),
+                        format!("another member of cohort {:?} names it; every member must", c.name),
+                    );
+                }
+                let lend = m.lending_limit.unwrap_or_default().to_core().limit(kind);
+                match (m.nominal.to_core().limit(kind), lend) {
+                    (None, Some(_)) => {
+                        return err(format!("{at}.lending_limit.{name}"), "no nominal quota to lend from".into());
+                    }
+                    (Some(nominal), Some(lent)) if lent > nominal => {
+                        return err(
+                            format!("{at}.lending_limit.{name}"),
+                            format!("{lent} is more than the nominal quota {nominal}"),
+                        );
+                    }
+                    _ => {}
+                }
+                if m.borrowing_limit.is_some_and(|b| b.names(kind)) && !governs(kind) {
+                    return err(
+                        format!("{at}.borrowing_limit.{name}"),
+                        format!("cohort {:?} has no nominal quota of it to borrow from", c.name),
+                    );
+                }
+            }
+            let project = interner
+                .account_of(AccountKind::Project, &m.project)
+                .map_err(|e| CohortError { field: format!("{at}.project"), reason: e.to_string() })?;
+            out.push((
+                project,
+                NominalQuota {
+                    cohort,
+                    nominal: m.nominal.to_core(),
+                    borrowing_limit: m.borrowing_limit.unwrap_or_default().to_core(),
+                    lending_limit: m.lending_limit.unwrap_or_default().to_core(),
+                },
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// A resource as the documents spell it.
+fn doc_name(kind: ResourceKind) -> &'static str {
+    match kind {
+        ResourceKind::Gpu => "gpus",
+        ResourceKind::Cpu => "cpu_millis",
+        ResourceKind::Memory => "memory_mib",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<Vec<(AccountId, NominalQuota)>, CohortError> {
+        let docs: Vec<CohortDoc> = serde_saphyr::from_str(yaml).expect("well-formed");
+        resolve_cohorts(&docs, "cohorts", &mut Interner::new())
+    }
+
+    #[test]
+    fn members_get_their_place() {
+        let out = parse(
+            "- name: lab\n  members:\n  - { project: vision, nominal: { gpus: 4 }, borrowing_limit: { gpus: 2 } }\n  - { project: speech, nominal: { gpus: 4 }, lending_limit: { gpus: 1 } }\n",
+        )
+        .unwrap();
+        assert_eq!(out.len(), 2);
+        let (vision, speech) = (out[0].1, out[1].1);
+        assert_eq!(vision.cohort, speech.cohort);
+        assert_eq!((vision.nominal.gpus_max, vision.borrowing_limit.gpus_max), (Some(4), Some(2)));
+        assert_eq!(speech.guaranteed_of(ResourceKind::Gpu), 3);
+    }
+
+    #[test]
+    fn impossible_cohorts_are_refused_with_the_field() {
+        let cases = [
+            ("- name: lab\n  members: []\n", "cohorts[0].members", "at least one member"),
+            (
+                "- name: lab\n  members:\n  - { project: a, nominal: { gpus: 4 }, lending_limit: { gpus: 5 } }\n",
+                "cohorts[0].members[0].lending_limit.gpus",
+                "more than the nominal quota 4",
+            ),
+            (
+                "- name: lab\n  members:\n  - { project: a, nominal: { gpus: 4 }, lending_limit: { cpu_millis: 5 } }\n",
+                "cohorts[0].members[0].lending_limit.cpu_millis",
+                "no nominal quota",
+            ),
+            (
+                "- name: lab\n  members:\n  - { project: a, nominal: { gpus: 4 } }\n  - { project: b, nominal: { cpu_millis: 4000 } }\n",
+                "cohorts[0].members[0].nominal.cpu_millis",
+                "every member must",
+            ),
+            (
+                "- name: lab\n  members:\n  - { project: a, nominal: { gpus: 4 } }\n- name: lab2\n  members:\n  - { project: a, nominal: { gpus: 4 } }\n",
+                "cohorts[1].members[0].project",
+                "already a member at cohorts[0].members[0]",
+            ),
+            (
+                "- name: lab\n  members:\n  - { project: a, nominal: { gpus: 4 } }\n- name: lab\n  members:\n  - { project: b, nominal: { gpus: 4 } }\n",
+                "cohorts[1].name",
+                "named twice",
+            ),
+            (
+                "- name: lab\n  members:\n  - { project: a, nominal: { gpus: 4 }, borrowing_limit: { memory_mib: 5 } }\n",
+                "cohorts[0].members[0].borrowing_limit.memory_mib",
+                "no nominal quota of it",
+            ),
+        ];
+        for (yaml, field, reason) in cases {
+            let e = parse(yaml).unwrap_err();
+            assert_eq!(e.field, field, "{yaml}");
+            assert!(e.reason.contains(reason), "{yaml}: {}", e.reason);
+        }
+    }
+}
