@@ -344,6 +344,19 @@ impl Scheduler {
         self.ledger.usage(account)
     }
 
+    /// A cohort's level (what its members use, and what their guarantees set aside unused)
+    /// and capacity (their nominal quotas); `None` if `cohort` has no members.
+    pub fn cohort_usage(&self, cohort: AccountId) -> Option<(Resources, Quota)> {
+        let account = self.ledger.get(cohort)?;
+        Some((account.level(), account.cohort.as_ref()?.capacity))
+    }
+
+    /// Does a project in a cohort use more than its nominal quota (what others may reclaim)?
+    pub fn borrowing(&self, project: AccountId) -> bool {
+        let Some(cohort) = self.ledger.cohort_of(project).and_then(|c| self.ledger.cohort(c)) else { return false };
+        self.ledger.get(project).is_some_and(|a| a.borrowing(cohort))
+    }
+
     /// The earliest time the core wants a cycle even if no event arrives: a run-time limit,
     /// a running job's protection from preemption ending (a preemptor may be waiting), a
     /// waiting job's preemption delay ending, or, 1 ms after a cycle whose preemption budget

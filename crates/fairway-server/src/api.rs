@@ -242,6 +242,44 @@ pub struct QuotaSpec {
     pub memory_mib_max: Option<u64>,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CohortList {
+    pub cohorts: Vec<CohortView>,
+}
+
+/// A cohort: its members' nominal quotas, what they use and borrow, and the cohort's level
+/// against its capacity (see `docs/cohorts.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CohortView {
+    pub name: String,
+    pub members: Vec<CohortMemberView>,
+    /// The members' nominal quotas added up, per resource they name.
+    pub capacity: fairway_spec::LimitsDoc,
+    /// What the members use, plus the guarantees (nominal less lending limit) they leave
+    /// unused: the cohort lends nothing beyond `capacity` of it.
+    pub gpus_in_use: u32,
+    pub cpu_millis_in_use: u64,
+    pub memory_mib_in_use: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CohortMemberView {
+    #[serde(flatten)]
+    pub member: fairway_spec::MemberDoc,
+    pub gpus_used: u32,
+    pub cpu_millis_used: u64,
+    pub memory_mib_used: u64,
+    /// Uses more than its nominal quota: a member within its own may reclaim from it.
+    pub borrowing: bool,
+}
+
+/// `PUT /v1/cohorts/{name}` body: the cohort's members, replacing the old list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CohortSpec {
+    pub members: Vec<fairway_spec::MemberDoc>,
+}
+
 /// `POST /v1/jobs/{id}/checkpoint` body: the job saved its progress at `at_ms` (now if absent).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -95,6 +95,9 @@ pub struct ConfigFile {
     pub retry_backoff: BackoffConfig,
     /// Fair sharing between tenants inside one priority (off unless set).
     pub fair_share: Option<FairShareConfig>,
+    /// Nominal quotas lent within cohorts (see `docs/cohorts.md`).
+    #[serde(default)]
+    pub cohorts: Vec<fairway_spec::CohortDoc>,
 }
 
 /// `fair_share:` (see the core's `fairshare.rs` for the formula).
@@ -304,6 +307,8 @@ impl ConfigFile {
                 }
             }
         }
+        fairway_spec::resolve_cohorts(&self.cohorts, "cohorts", &mut fairway_spec::Interner::new())
+            .map_err(|e| e.to_string())?;
         for (i, c) in self.priority_classes.iter().enumerate() {
             if let Some(p) = &c.preemption_policy
                 && p != "PreemptLowerPriority"
@@ -440,6 +445,11 @@ mod tests {
                 "fair_share.weights[1]",
             ),
             ("fair_share: { half_life: 60 }\n", "half_life"),
+            (
+                "cohorts: [{ name: lab, members: [{ project: a, nominal: { gpus: 2 }, lending_limit: { gpus: 3 } }] }]\n",
+                "cohorts[0].members[0].lending_limit.gpus: 3 is more than the nominal quota 2",
+            ),
+            ("cohorts: [{ name: lab, members: [{ project: a, nominal: { gpu: 2 } }] }]\n", "gpu"),
         ];
         for (text, want) in cases {
             let err = ConfigFile::parse(text).expect_err(text);

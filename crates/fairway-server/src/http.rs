@@ -44,6 +44,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/quotas"),
     ("put", "/v1/quotas/{kind}/{account}"),
     ("delete", "/v1/quotas/{kind}/{account}"),
+    ("get", "/v1/cohorts"),
+    ("put", "/v1/cohorts/{name}"),
+    ("delete", "/v1/cohorts/{name}"),
     ("get", "/v1/projects"),
     ("put", "/v1/projects/{name}"),
     ("get", "/v1/tokens"),
@@ -117,6 +120,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/priority-classes", get(classes))
         .route("/v1/quotas", get(quotas))
         .route("/v1/quotas/{kind}/{account}", put(set_quota).delete(delete_quota))
+        .route("/v1/cohorts", get(cohorts))
+        .route("/v1/cohorts/{name}", put(set_cohort).delete(delete_cohort))
         .route("/v1/projects", get(projects))
         .route("/v1/projects/{name}", put(set_project))
         .route("/v1/tokens", get(tokens).post(create_token))
@@ -572,6 +577,41 @@ async fn delete_quota(
 ) -> Result<StatusCode, ApiError> {
     admin_only(&who, "delete quotas")?;
     ask(&state, |reply| Command::SetQuota { kind, account, quota: None, reply }).await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Cohorts: an admin sees every one; anyone else those its project is a member of.
+async fn cohorts(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+) -> Result<Json<CohortList>, ApiError> {
+    let mut list = ask(&state, |reply| Command::Cohorts { reply }).await?;
+    if !who.is_admin() {
+        list.cohorts.retain(|c| c.members.iter().any(|m| m.member.project == who.project));
+    }
+    Ok(Json(list))
+}
+
+async fn set_cohort(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Result<Json<CohortView>, ApiError> {
+    admin_only(&who, "change cohorts")?;
+    let bytes = read_body(&state, request).await?;
+    let spec: CohortSpec = json_body(&bytes)?;
+    let view = ask(&state, |reply| Command::SetCohort { name, spec: Some(spec), reply }).await??;
+    view.map(Json).ok_or_else(|| ApiError::internal("cohort not set"))
+}
+
+async fn delete_cohort(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    admin_only(&who, "delete cohorts")?;
+    ask(&state, |reply| Command::SetCohort { name, spec: None, reply }).await??;
     Ok(StatusCode::NO_CONTENT)
 }
 

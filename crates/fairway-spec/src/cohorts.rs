@@ -16,7 +16,7 @@
 //! The rules are the core's (`ledger.rs` in `fairway-core`); see `docs/cohorts.md`.
 
 use fairway_core::{AccountId, NominalQuota, Quota, ResourceKind};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::interner::{AccountKind, Interner};
 
@@ -24,33 +24,33 @@ use crate::interner::{AccountKind, Interner};
 pub const COHORT_MEMBERS_MAX: usize = 1_000;
 pub const COHORTS_MAX: usize = 1_000;
 
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CohortDoc {
     pub name: String,
     pub members: Vec<MemberDoc>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemberDoc {
     pub project: String,
     pub nominal: LimitsDoc,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub borrowing_limit: Option<LimitsDoc>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lending_limit: Option<LimitsDoc>,
 }
 
 /// Per resource; a resource left out is not limited by this entry.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsDoc {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_millis: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
 }
 

@@ -21,8 +21,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 pub use migrations::SCHEMA_VERSION;
 pub use rows::{
-    EventRow, JobFilter, JobRow, JobState, NewEvent, NewJob, NewToken, PriorityClassRow, ProjectRow, QuotaRow, Role,
-    RunEnd, RunRow, StopRow, TokenRow,
+    CohortRow, EventRow, JobFilter, JobRow, JobState, NewEvent, NewJob, NewToken, PriorityClassRow, ProjectRow,
+    QuotaRow, Role, RunEnd, RunRow, StopRow, TokenRow,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +158,12 @@ impl Store {
             "SELECT account_kind, account, gpus_max, cpu_millis_max, memory_mib_max FROM quotas ORDER BY account_kind, account",
         )?;
         let rows = stmt.query_map([], rows::quota_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn cohorts(&self) -> Result<Vec<CohortRow>> {
+        let mut stmt = self.conn.prepare("SELECT name, members_json FROM cohorts ORDER BY name")?;
+        let rows = stmt.query_map([], |r| Ok(CohortRow { name: r.get(0)?, members_json: r.get(1)? }))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -360,6 +366,21 @@ impl Tx<'_> {
             .tx
             .prepare_cached("DELETE FROM quotas WHERE account_kind = ?1 AND account = ?2")?
             .execute(params![account_kind, account])?;
+        Ok(n > 0)
+    }
+
+    pub fn set_cohort(&mut self, cohort: &CohortRow) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO cohorts (name, members_json) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET members_json = ?2",
+            )?
+            .execute(params![cohort.name, cohort.members_json])?;
+        Ok(())
+    }
+
+    pub fn delete_cohort(&mut self, name: &str) -> Result<bool> {
+        let n = self.tx.prepare_cached("DELETE FROM cohorts WHERE name = ?1")?.execute(params![name])?;
         Ok(n > 0)
     }
 

@@ -110,6 +110,12 @@ const MIGRATIONS: &[&str] = &[
     //    before have none, as they had none.
     "ALTER TABLE priority_classes ADD COLUMN preemption_delay_seconds INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN preemption_delay_seconds INTEGER NOT NULL DEFAULT 0;",
+    // 5: cohorts (projects lending each other idle nominal quota): per cohort, its members
+    //    as the API and the config write them (a JSON list, checked as a whole on the way in).
+    "CREATE TABLE cohorts (
+        name TEXT PRIMARY KEY,
+        members_json TEXT NOT NULL
+    );",
 ];
 
 pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {

@@ -187,6 +187,14 @@ pub struct QuotaRow {
     pub memory_mib_max: Option<u64>,
 }
 
+/// A cohort and its members, as JSON (`fairway_spec::MemberDoc` list; the store does not
+/// read it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CohortRow {
+    pub name: String,
+    pub members_json: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PriorityClassRow {
     pub name: String,

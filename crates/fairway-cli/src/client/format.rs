@@ -276,6 +276,30 @@ pub fn quotas_table(quotas: &[QuotaView]) -> String {
     table(&["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY"], &rows)
 }
 
+/// `fairway quota cohorts`: one row per member; GPUs as used/nominal, the limits as `+N`
+/// (may borrow N) and `-N` (lends at most N), `-` where there is none.
+pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for c in cohorts {
+        let in_use = used_of(c.gpus_in_use.to_string(), c.capacity.gpus.map(|g| g.to_string()));
+        for m in &c.members {
+            let limit = |l: Option<fairway_spec::LimitsDoc>, sign: &str| {
+                l.and_then(|l| l.gpus).map_or("-".to_string(), |g| format!("{sign}{g}"))
+            };
+            rows.push(vec![
+                c.name.clone(),
+                in_use.clone(),
+                m.member.project.clone(),
+                used_of(m.gpus_used.to_string(), m.member.nominal.gpus.map(|g| g.to_string())),
+                limit(m.member.borrowing_limit, "+"),
+                limit(m.member.lending_limit, "-"),
+                if m.borrowing { "yes" } else { "no" }.to_string(),
+            ]);
+        }
+    }
+    table(&["COHORT", "COHORT GPUS", "PROJECT", "GPUS/NOMINAL", "BORROW", "LEND", "BORROWING"], &rows)
+}
+
 /// `gpus 8, cpu unlimited, memory 64Gi`.
 pub fn quota_caps(gpus_max: Option<u32>, cpu_millis_max: Option<u64>, memory_mib_max: Option<u64>) -> String {
     let or_unlimited = |v: Option<String>| v.unwrap_or_else(|| "unlimited".to_string());

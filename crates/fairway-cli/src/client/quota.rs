@@ -1,8 +1,10 @@
-//! `fairway quota`: list, set and delete per-user and per-project caps.
+//! `fairway quota`: list, set and delete per-user and per-project caps, and the cohorts in
+//! which projects lend each other idle nominal quota.
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use clap::{Subcommand, ValueEnum};
-use fairway_server::api::{QuotaList, QuotaSpec, QuotaView};
+use fairway_server::api::{CohortList, CohortSpec, CohortView, QuotaList, QuotaSpec, QuotaView};
+use fairway_spec::{LimitsDoc, MemberDoc};
 use reqwest::Method;
 
 use super::{Client, ListFormat, format, print, print_listing, read_json};
@@ -35,6 +37,29 @@ pub enum QuotaAction {
     },
     /// Remove an account's caps (it becomes unlimited).
     Delete { kind: QuotaKind, account: String },
+    /// List the cohorts: members, nominal quotas, what they use and borrow.
+    Cohorts,
+    /// Set or delete a cohort (projects lending each other idle nominal quota).
+    Cohort {
+        #[command(subcommand)]
+        action: CohortAction,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum CohortAction {
+    /// Set a cohort's members, replacing the old list.
+    Set {
+        name: String,
+        /// A member as `PROJECT:GPUS[:borrow=N][:lend=N]` (GPUs only; repeat per member).
+        #[arg(long = "member", value_name = "SPEC")]
+        members: Vec<String>,
+        /// The members as a YAML or JSON list (`docs/cohorts.md`), for CPU and memory too.
+        #[arg(long, value_name = "PATH", conflicts_with = "members")]
+        file: Option<std::path::PathBuf>,
+    },
+    /// Delete a cohort.
+    Delete { name: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -70,6 +95,71 @@ pub async fn quota(client: &Client, args: &QuotaArgs) -> Result<()> {
             let request = client.request(Method::DELETE, &["v1", "quotas", kind.as_str(), account], &[])?;
             client.send(request).await?;
             print(&format!("quota/{}/{account} deleted\n", kind.as_str()))
+        }
+        Some(QuotaAction::Cohorts) => {
+            let list: CohortList = client.get(&["v1", "cohorts"], &[]).await?;
+            print_listing(&list, args.output, |_| format::cohorts_table(&list.cohorts))
+        }
+        Some(QuotaAction::Cohort { action: CohortAction::Set { name, members, file } }) => {
+            let members = match file {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).with_context(|| format!("--file {}", path.display()))?;
+                    serde_saphyr::from_str(&text).with_context(|| format!("--file {}", path.display()))?
+                }
+                None => members.iter().map(|m| member_of(m)).collect::<Result<Vec<_>>>()?,
+            };
+            if members.is_empty() {
+                bail!("give the members with --member (one per member) or --file");
+            }
+            let spec = CohortSpec { members };
+            let request = client.request(Method::PUT, &["v1", "cohorts", name], &[])?.json(&spec);
+            let view: CohortView = read_json(client.send(request).await?).await?;
+            print(&format!("cohort/{} set\n{}", view.name, format::cohorts_table(std::slice::from_ref(&view))))
+        }
+        Some(QuotaAction::Cohort { action: CohortAction::Delete { name } }) => {
+            let request = client.request(Method::DELETE, &["v1", "cohorts", name], &[])?;
+            client.send(request).await?;
+            print(&format!("cohort/{name} deleted\n"))
+        }
+    }
+}
+
+/// `PROJECT:GPUS[:borrow=N][:lend=N]`, read strictly.
+fn member_of(spec: &str) -> Result<MemberDoc> {
+    let mut parts = spec.split(':');
+    let project = parts.next().filter(|p| !p.is_empty()).with_context(|| format!("--member {spec:?}: no project"))?;
+    let number = |what: &str, v: &str| -> Result<u32> {
+        v.parse().with_context(|| format!("--member {spec:?}: {what} must be a whole number of GPUs, got {v:?}"))
+    };
+    let gpus = number("GPUS", parts.next().with_context(|| format!("--member {spec:?}: give PROJECT:GPUS"))?)?;
+    let gpus_only = |g: u32| Some(LimitsDoc { gpus: Some(g), ..LimitsDoc::default() });
+    let mut member = MemberDoc {
+        project: project.to_string(),
+        nominal: gpus_only(gpus).expect("some"),
+        borrowing_limit: None,
+        lending_limit: None,
+    };
+    for part in parts {
+        match part.split_once('=') {
+            Some(("borrow", v)) => member.borrowing_limit = gpus_only(number("borrow", v)?),
+            Some(("lend", v)) => member.lending_limit = gpus_only(number("lend", v)?),
+            _ => bail!("--member {spec:?}: {part:?} is not borrow=N or lend=N"),
+        }
+    }
+    Ok(member)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_read_strictly() {
+        let m = member_of("vision:4:borrow=2:lend=1").unwrap();
+        assert_eq!((m.project.as_str(), m.nominal.gpus), ("vision", Some(4)));
+        assert_eq!((m.borrowing_limit.unwrap().gpus, m.lending_limit.unwrap().gpus), (Some(2), Some(1)));
+        for bad in ["", "vision", "vision:four", ":4", "vision:4:borrow", "vision:4:steal=2", "vision:4:lend=-1"] {
+            assert!(member_of(bad).is_err(), "{bad:?} was accepted");
         }
     }
 }

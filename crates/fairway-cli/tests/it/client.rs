@@ -315,6 +315,48 @@ fn quota_set_and_cancel_send_the_right_requests() {
     );
 }
 
+#[test]
+fn quota_cohort_sends_its_members_and_lists_cohorts() {
+    let view = serde_json::json!({
+        "name": "lab", "capacity": { "gpus": 8 }, "gpus_in_use": 5, "cpu_millis_in_use": 0, "memory_mib_in_use": 0,
+        "members": [
+            { "project": "vision", "nominal": { "gpus": 4 }, "borrowing_limit": { "gpus": 2 },
+              "gpus_used": 5, "cpu_millis_used": 0, "memory_mib_used": 0, "borrowing": true },
+            { "project": "speech", "nominal": { "gpus": 4 }, "lending_limit": { "gpus": 1 },
+              "gpus_used": 0, "cpu_millis_used": 0, "memory_mib_used": 0, "borrowing": false },
+        ],
+    });
+    let server = FakeServer::start(vec![
+        ("PUT /v1/cohorts/lab", Reply::json(200, view.clone())),
+        ("GET /v1/cohorts", Reply::json(200, serde_json::json!({ "cohorts": [view] }))),
+    ]);
+    let out = against(
+        &server,
+        &["quota", "cohort", "set", "lab", "--member", "vision:4:borrow=2", "--member", "speech:4:lend=1"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent: serde_json::Value = serde_json::from_slice(&server.requests()[0].body).unwrap();
+    assert_eq!(
+        sent,
+        serde_json::json!({ "members": [
+            { "project": "vision", "nominal": { "gpus": 4 }, "borrowing_limit": { "gpus": 2 } },
+            { "project": "speech", "nominal": { "gpus": 4 }, "lending_limit": { "gpus": 1 } },
+        ] })
+    );
+    let out = against(&server, &["quota", "cohorts"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = stdout(&out);
+    let vision = table.lines().find(|l| l.contains("vision")).unwrap_or_else(|| panic!("{table}"));
+    for cell in ["lab", "5/8", "5/4", "+2", "yes"] {
+        assert!(vision.split_whitespace().any(|c| c == cell), "{cell} missing: {table}");
+    }
+    // A member the CLI cannot read is refused before anything is sent.
+    let out = against(&server, &["quota", "cohort", "set", "lab", "--member", "vision:four"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("GPUS must be a whole number"), "{}", stderr(&out));
+    assert_eq!(server.requests().len(), 2);
+}
+
 fn tempdir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("fairway-cli-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

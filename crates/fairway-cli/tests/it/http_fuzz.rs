@@ -79,6 +79,8 @@ fn every_status_the_server_answers_is_in_the_openapi_document() {
         ("put", "/v1/quotas/{kind}/{account}"),
         ("delete", "/v1/quotas/{kind}/{account}"),
         ("put", "/v1/projects/{name}"),
+        ("put", "/v1/cohorts/{name}"),
+        ("delete", "/v1/cohorts/{name}"),
         ("post", "/v1/jobs"),
         ("post", "/v1/jobs/{id}/cancel"),
         ("delete", "/v1/jobs/{id}"),
@@ -95,6 +97,7 @@ fn every_status_the_server_answers_is_in_the_openapi_document() {
         ("post", "/v1/jobs/{id}/checkpoint"),
         ("put", "/v1/quotas/{kind}/{account}"),
         ("put", "/v1/projects/{name}"),
+        ("put", "/v1/cohorts/{name}"),
         ("post", "/v1/tokens"),
     ] {
         let body = Some(vec![b' '; (1 << 20) + 1]);

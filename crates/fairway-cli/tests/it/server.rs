@@ -754,6 +754,65 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
     assert!(light_started >= short_ended, "nlp's job took the GPU the short job freed");
 }
 
+/// Cohorts on the real server: vision (nominal 1 GPU) borrows speech's idle GPU from the
+/// cohort in the config; speech's job, of the same priority and within speech's nominal
+/// quota, takes it back by preempting one of vision's (graceful: SIGTERM, checkpoint,
+/// requeue). The API shows the members and what they use; a bad change is refused with the
+/// field and changes nothing; a deleted cohort lends nothing more.
+#[test]
+fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
+    let config = "cohorts:\n  - name: lab\n    members:\n      - { project: vision, nominal: { gpus: 1 } }\n      \
+                  - { project: speech, nominal: { gpus: 1 } }\n";
+    let server = InProcess::start("2", config);
+    let api = &server.api;
+    let first = api.submit(&trainer_job("v1", "vision", "medium", 1, 400, 50))[0];
+    let second = api.submit(&trainer_job("v2", "vision", "medium", 1, 400, 50))[0];
+    api.wait_state(first, JobState::Running);
+    api.wait_state(second, JobState::Running);
+    let (status, list) = api.json("GET", "/v1/cohorts", None);
+    assert_eq!(status, 200, "{list}");
+    let lab = &list["cohorts"][0];
+    assert_eq!(
+        (lab["name"].as_str(), lab["capacity"]["gpus"].as_u64(), lab["gpus_in_use"].as_u64()),
+        (Some("lab"), Some(2), Some(2))
+    );
+    let vision = lab["members"].as_array().unwrap().iter().find(|m| m["project"] == "vision").unwrap();
+    assert_eq!((vision["gpus_used"].as_u64(), vision["borrowing"].as_bool()), (Some(2), Some(true)), "{lab}");
+
+    let reclaiming = api.submit(&trainer_job("s1", "speech", "medium", 1, 5, 20))[0];
+    let done = api.wait_state(reclaiming, JobState::Succeeded);
+    assert!(done.job.wait_seconds < 20.0, "speech waited {}s for its own quota", done.job.wait_seconds);
+    let preempted: u32 = [first, second].iter().map(|&id| api.job(id).job.preemptions).sum();
+    assert_eq!(preempted, 1, "one of vision's borrowed jobs gave its GPU back");
+
+    // A bad change is refused with the field, and the cohort is as it was.
+    let bad = r#"{"members": [{"project": "vision", "nominal": {"gpus": 1}, "lending_limit": {"gpus": 2}}]}"#;
+    let (status, err) = api.json("PUT", "/v1/cohorts/lab", Some(bad));
+    assert_eq!(status, 400, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("members[0].lending_limit.gpus") && message.contains("more than the nominal quota 1"),
+        "{err}"
+    );
+    let (_, after) = api.json("GET", "/v1/cohorts", None);
+    assert_eq!(after["cohorts"][0]["members"].as_array().unwrap().len(), 2, "{after}");
+    let (status, err) =
+        api.json("PUT", "/v1/cohorts/other", Some(r#"{"members": [{"project": "vision", "nominal": {"gpus": 1}}]}"#));
+    assert_eq!(status, 400, "{err}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("already a member"), "{err}");
+
+    // A good change applies at once; deleting the cohort ends the lending.
+    let (status, view) =
+        api.json("PUT", "/v1/cohorts/lab", Some(r#"{"members": [{"project": "vision", "nominal": {"gpus": 2}}]}"#));
+    assert_eq!((status, view["capacity"]["gpus"].as_u64()), (200, Some(2)), "{view}");
+    let (status, _) = api.json("DELETE", "/v1/cohorts/lab", None);
+    assert_eq!(status, 204);
+    let (_, gone) = api.json("GET", "/v1/cohorts", None);
+    assert_eq!(gone["cohorts"].as_array().unwrap().len(), 0, "{gone}");
+    let (status, _) = api.json("DELETE", "/v1/cohorts/lab", None);
+    assert_eq!(status, 404);
+}
+
 #[test]
 fn a_bad_protection_in_the_config_names_the_field() {
     let cases = [

@@ -24,6 +24,7 @@
 //! stay out of step.
 
 mod admin;
+mod cohorts;
 mod jobdirs;
 mod recovery;
 mod runs;
@@ -46,8 +47,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 use crate::api::{
-    CancelResponse, Health, NewTokenRequest, NodeList, PreemptionView, PriorityClassList, ProjectList, ProjectSpec,
-    ProjectView, QuotaList, QuotaSpec, QuotaView, ReasonView, SubmitResponse, TokenCreated,
+    CancelResponse, CohortList, CohortSpec, CohortView, Health, NewTokenRequest, NodeList, PreemptionView,
+    PriorityClassList, ProjectList, ProjectSpec, ProjectView, QuotaList, QuotaSpec, QuotaView, ReasonView,
+    SubmitResponse, TokenCreated,
 };
 use crate::auth::{Identity, Tokens};
 use crate::config::ServerConfig;
@@ -81,6 +83,15 @@ pub enum Command {
         account: String,
         quota: Option<QuotaSpec>,
         reply: Reply<Option<QuotaView>>,
+    },
+    /// Replace a cohort's members, or (`None`) delete the cohort.
+    SetCohort {
+        name: String,
+        spec: Option<CohortSpec>,
+        reply: Reply<Option<CohortView>>,
+    },
+    Cohorts {
+        reply: oneshot::Sender<CohortList>,
     },
     /// Live facts of jobs (reasons, preemption) the store does not hold.
     Live {
@@ -293,6 +304,7 @@ impl Engine {
         engine.run_as = resolve_run_as(&engine.config)?;
         engine.bootstrap_admin_token()?;
         engine.write_config_settings()?;
+        engine.write_config_cohorts()?;
         engine.absolutize_paths()?;
         engine.load()?;
         Ok(engine)
@@ -305,6 +317,7 @@ impl Engine {
         self.load_classes()?;
         self.share_classes();
         self.load_quotas()?;
+        self.load_cohorts()?;
         self.load_weights()?;
         self.projects = self.store.projects()?.into_iter().map(|p| (p.name.clone(), p)).collect();
         self.tokens.load(&self.store.tokens()?);
@@ -443,6 +456,9 @@ impl Engine {
                 Command::SetQuota { kind, account, quota, reply } => {
                     let _ = reply.send(self.set_quota(&kind, &account, quota));
                 }
+                Command::SetCohort { name, spec, reply } => {
+                    let _ = reply.send(self.set_cohort(&name, spec));
+                }
                 Command::SetProject { name, spec, reply } => {
                     let _ = reply.send(self.set_project(&name, spec));
                 }
@@ -484,6 +500,7 @@ impl Engine {
                 Command::Cancel { reply, .. } => refuse(reply, problem),
                 Command::Checkpoint { reply, .. } => refuse(reply, problem),
                 Command::SetQuota { reply, .. } => refuse(reply, problem),
+                Command::SetCohort { reply, .. } => refuse(reply, problem),
                 Command::SetProject { reply, .. } => refuse(reply, problem),
                 Command::CreateToken { reply, .. } => refuse(reply, problem),
                 Command::RevokeToken { reply, .. } => refuse(reply, problem),

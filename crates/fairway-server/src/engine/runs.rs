@@ -585,6 +585,7 @@ impl Engine {
         quota: Option<QuotaSpec>,
     ) -> Result<Option<QuotaView>, ApiError> {
         let kind = super::AccountKind::parse(kind)
+            .filter(|k| *k != super::AccountKind::Cohort)
             .ok_or_else(|| ApiError::bad_request(format!("kind: {kind:?} is not user or project")))?;
         if account.is_empty() || account.len() > 253 || account.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(ApiError::bad_request(format!("account: {account:?} is not a valid name")));

@@ -28,6 +28,9 @@ impl Engine {
             Command::Quotas { reply } => {
                 let _ = reply.send(self.quotas_view());
             }
+            Command::Cohorts { reply } => {
+                let _ = reply.send(self.cohorts_view());
+            }
             Command::Classes { reply } => {
                 let _ = reply.send(self.classes_view());
             }
@@ -105,6 +108,16 @@ impl Engine {
                         resource.name()
                     ),
                     json!({"account_kind": kind, "account": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
+                )
+            }
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+                let (_, name) = self.account_name(*cohort);
+                (
+                    format!(
+                        "cohort {name} lends no more: {used} of its {limit} {} are in use or kept for their owners; the job asks {requested}",
+                        resource.name()
+                    ),
+                    json!({"cohort": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
                 )
             }
             PendingReason::NeverFits {

@@ -69,6 +69,7 @@ fn a_version_2_file_is_upgraded_and_its_rows_get_no_protection() {
          ALTER TABLE jobs DROP COLUMN overrides_preemption_protection;
          ALTER TABLE priority_classes DROP COLUMN preemption_delay_seconds;
          ALTER TABLE jobs DROP COLUMN preemption_delay_seconds;
+         DROP TABLE cohorts;
          PRAGMA user_version = 2;",
     )
     .unwrap();
@@ -97,6 +98,7 @@ fn a_version_3_file_is_upgraded_and_keeps_its_protection_without_a_delay() {
     conn.execute_batch(
         "ALTER TABLE priority_classes DROP COLUMN preemption_delay_seconds;
          ALTER TABLE jobs DROP COLUMN preemption_delay_seconds;
+         DROP TABLE cohorts;
          PRAGMA user_version = 3;",
     )
     .unwrap();
@@ -105,6 +107,36 @@ fn a_version_3_file_is_upgraded_and_keeps_its_protection_without_a_delay() {
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     let row = store.job(id).unwrap().expect("the job survives the upgrade");
     assert_eq!((row.min_run_before_preemption_seconds, row.preemption_delay_seconds), (60, 0));
+}
+
+#[test]
+fn a_version_4_file_is_upgraded_and_cohorts_are_kept_replaced_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fairway.db");
+    let mut store = Store::open(&path).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let id = tx.insert_job(&new_job("a", "ads", 10, 1)).unwrap();
+    tx.commit().unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE cohorts; PRAGMA user_version = 4;").unwrap();
+    drop(conn);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert!(store.job(id).unwrap().is_some(), "the job survives the upgrade");
+    assert!(store.cohorts().unwrap().is_empty());
+    let row = |name: &str, json: &str| CohortRow { name: name.into(), members_json: json.into() };
+    let mut tx = store.transaction().unwrap();
+    tx.set_cohort(&row("lab", "[1]")).unwrap();
+    tx.set_cohort(&row("ads", "[2]")).unwrap();
+    tx.set_cohort(&row("lab", "[3]")).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(store.cohorts().unwrap(), [row("ads", "[2]"), row("lab", "[3]")]);
+    let mut tx = store.transaction().unwrap();
+    assert!(tx.delete_cohort("ads").unwrap());
+    assert!(!tx.delete_cohort("ads").unwrap());
+    tx.commit().unwrap();
+    assert_eq!(store.cohorts().unwrap(), [row("lab", "[3]")]);
 }
 
 #[test]

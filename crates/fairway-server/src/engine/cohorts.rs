@@ -1,0 +1,160 @@
+//! Cohorts: projects that lend each other idle nominal quota (see `docs/cohorts.md`). The
+//! config file's cohorts win at start-up; `PUT`/`DELETE /v1/cohorts/{name}` change them
+//! otherwise, and every change is checked with all the other cohorts before anything is
+//! stored or applied: a project in two cohorts, a lending limit above a nominal quota and
+//! the like are refused with the field and the reason, and change nothing.
+
+use fairway_core::{AccountId, Event, NominalQuota, Time};
+use fairway_spec::{CohortDoc, MemberDoc, resolve_cohorts};
+use fairway_store::CohortRow;
+
+use super::{AccountKind, Engine};
+use crate::api::{CohortList, CohortMemberView, CohortSpec, CohortView};
+use crate::error::{ApiError, ServerError};
+
+impl Engine {
+    /// The config file's cohorts, written over the stored ones of the same name at start-up.
+    pub(crate) fn write_config_cohorts(&mut self) -> Result<(), ServerError> {
+        let rows: Vec<CohortRow> = self.config.file.cohorts.iter().map(row_of).collect::<Result<_, _>>()?;
+        let mut tx = self.store.transaction()?;
+        for row in &rows {
+            tx.set_cohort(row)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The stored cohorts into the core: the config's first, then each other one that holds
+    /// with those already taken (one made through the API that now conflicts with the config
+    /// is left out, with a warning).
+    pub(crate) fn load_cohorts(&mut self) -> Result<(), ServerError> {
+        let from_config: Vec<&str> = self.config.file.cohorts.iter().map(|c| c.name.as_str()).collect();
+        let mut stored = Vec::new();
+        for row in self.store.cohorts()? {
+            let members: Vec<MemberDoc> = serde_json::from_str(&row.members_json)
+                .map_err(|e| ServerError::Config(format!("stored cohort {}: {e}", row.name)))?;
+            stored.push(CohortDoc { name: row.name, members });
+        }
+        stored.sort_by_key(|c| !from_config.contains(&c.name.as_str()));
+        let mut taken: Vec<CohortDoc> = Vec::new();
+        for cohort in stored {
+            taken.push(cohort);
+            if let Err(e) = resolve_cohorts(&taken, "cohorts", &mut self.interner) {
+                let left_out = taken.pop().expect("just pushed");
+                tracing::warn!("stored cohort {} conflicts with the config and is left out: {e}", left_out.name);
+            }
+        }
+        let places =
+            resolve_cohorts(&taken, "cohorts", &mut self.interner).map_err(|e| ServerError::Config(e.to_string()))?;
+        for (project, nominal) in places {
+            self.apply_place(project, Some(nominal)).map_err(|e| ServerError::Config(e.message))?;
+        }
+        Ok(())
+    }
+
+    /// `PUT` (with `spec`) or `DELETE` `/v1/cohorts/{name}`.
+    pub(crate) fn set_cohort(&mut self, name: &str, spec: Option<CohortSpec>) -> Result<Option<CohortView>, ApiError> {
+        if name.is_empty() || name.len() > 253 || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ApiError::bad_request(format!("name: {name:?} is not a valid cohort name")));
+        }
+        let mut all = self.stored_cohorts()?;
+        let before: Vec<String> = all
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.members.iter().map(|m| m.project.clone()).collect())
+            .unwrap_or_default();
+        all.retain(|c| c.name != name);
+        if let Some(spec) = &spec {
+            all.push(CohortDoc { name: name.to_string(), members: spec.members.clone() });
+        } else if before.is_empty() {
+            return Err(ApiError::not_found_message(format!("cohort {name} does not exist")));
+        }
+        // The whole set, checked before anything changes: the field names this cohort's
+        // place in the request where the problem is there.
+        let places = resolve_cohorts(&all, "cohorts", &mut self.interner).map_err(|e| {
+            let field = e.field.replacen(&format!("cohorts[{}]", all.len() - 1), "", 1);
+            let field =
+                if spec.is_some() && field != e.field { field.trim_start_matches('.').to_string() } else { e.field };
+            ApiError::bad_request(format!("{field}: {}", e.reason))
+        })?;
+        let row = spec.as_ref().map(|s| row_of(&CohortDoc { name: name.to_string(), members: s.members.clone() }));
+        let row = row.transpose().map_err(|e| ApiError::internal(e.to_string()))?;
+        self.write("a cohort", |tx| match &row {
+            Some(row) => tx.set_cohort(row),
+            None => tx.delete_cohort(name).map(|_| ()),
+        })
+        .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        for project in &before {
+            if !spec.as_ref().is_some_and(|s| s.members.iter().any(|m| &m.project == project)) {
+                let id = self.account(AccountKind::Project, project)?;
+                self.apply_place(id, None)?;
+            }
+        }
+        let cohort = self.account(AccountKind::Cohort, name)?;
+        for (project, nominal) in places.into_iter().filter(|(_, n)| n.cohort == cohort) {
+            self.apply_place(project, Some(nominal))?;
+        }
+        self.touch();
+        Ok(spec.map(|_| self.cohort_view(&all.into_iter().find(|c| c.name == name).expect("just added"))))
+    }
+
+    fn apply_place(&mut self, project: AccountId, nominal: Option<NominalQuota>) -> Result<(), ApiError> {
+        self.core
+            .apply(Event::SetNominalQuota { project, nominal }, Time(self.now_ms()))
+            .map_err(|e| ApiError::bad_request(e.to_string()))
+    }
+
+    fn stored_cohorts(&self) -> Result<Vec<CohortDoc>, ApiError> {
+        let rows = self.store.cohorts().map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        rows.into_iter()
+            .map(|row| {
+                let members = serde_json::from_str(&row.members_json)
+                    .map_err(|e| ApiError::internal(format!("stored cohort {}: {e}", row.name)))?;
+                Ok(CohortDoc { name: row.name, members })
+            })
+            .collect()
+    }
+
+    pub(crate) fn cohorts_view(&mut self) -> CohortList {
+        let cohorts = self.stored_cohorts().unwrap_or_default();
+        CohortList { cohorts: cohorts.iter().map(|c| self.cohort_view(c)).collect() }
+    }
+
+    fn cohort_view(&mut self, cohort: &CohortDoc) -> CohortView {
+        let members = cohort
+            .members
+            .iter()
+            .map(|m| {
+                let id = self.account(AccountKind::Project, &m.project).ok();
+                let used = id.map(|id| self.core.account_usage(id).0).unwrap_or_default();
+                CohortMemberView {
+                    member: m.clone(),
+                    gpus_used: used.gpus,
+                    cpu_millis_used: used.cpu_millis,
+                    memory_mib_used: used.memory_mib,
+                    borrowing: id.is_some_and(|id| self.core.borrowing(id)),
+                }
+            })
+            .collect();
+        let usage = self.account(AccountKind::Cohort, &cohort.name).ok().and_then(|id| self.core.cohort_usage(id));
+        let (level, capacity) = usage.unwrap_or_default();
+        CohortView {
+            name: cohort.name.clone(),
+            members,
+            capacity: fairway_spec::LimitsDoc {
+                gpus: capacity.gpus_max,
+                cpu_millis: capacity.cpu_millis_max,
+                memory_mib: capacity.memory_mib_max,
+            },
+            gpus_in_use: level.gpus,
+            cpu_millis_in_use: level.cpu_millis,
+            memory_mib_in_use: level.memory_mib,
+        }
+    }
+}
+
+fn row_of(cohort: &CohortDoc) -> Result<CohortRow, ServerError> {
+    let members_json = serde_json::to_string(&cohort.members)
+        .map_err(|e| ServerError::Config(format!("cohort {}: {e}", cohort.name)))?;
+    Ok(CohortRow { name: cohort.name.clone(), members_json })
+}
