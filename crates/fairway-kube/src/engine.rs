@@ -198,6 +198,10 @@ pub struct Engine {
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Namespaces' fair-share weights other than 1 (their annotation).
     weights: BTreeMap<String, u32>,
+    /// Namespaces' places in cohorts, from their annotations (`workload::cohort_member`).
+    members: BTreeMap<String, (String, fairway_spec::MemberDoc)>,
+    /// The places given to the core (namespaces whose cohort holds together).
+    places: BTreeMap<String, fairway_core::NominalQuota>,
     listed: BTreeSet<Stream>,
     /// Objects seen during a relist, by stream, to drop the rest at its end.
     relisting: BTreeMap<Stream, BTreeSet<String>>,
@@ -280,6 +284,8 @@ impl Engine {
             quotas: BTreeMap::new(),
             namespaces: BTreeMap::new(),
             weights: BTreeMap::new(),
+            members: BTreeMap::new(),
+            places: BTreeMap::new(),
             listed: BTreeSet::new(),
             relisting: BTreeMap::new(),
             started: false,
@@ -441,6 +447,7 @@ impl Engine {
                 }
                 Stream::Namespaces => {
                     self.namespaces.remove(&key);
+                    self.set_member(&key, None, now);
                 }
             }
         }
@@ -1152,15 +1159,76 @@ impl Engine {
                     1
                 });
                 self.set_weight(&name, weight, now);
+                let member =
+                    crate::workload::cohort_member(&name, n.metadata.annotations.as_ref()).unwrap_or_else(|e| {
+                        tracing::warn!(namespace = %name, "in no cohort instead: {e}");
+                        None
+                    });
+                self.set_member(&name, member, now);
                 self.namespaces.insert(name, n.metadata.labels.unwrap_or_default());
             }
             Change::Deleted(n) => {
                 if let Some(name) = &n.metadata.name {
                     self.set_weight(name, 1, now);
+                    self.set_member(name, None, now);
                     self.namespaces.remove(name);
                 }
             }
         }
+    }
+
+    /// A namespace's place in a cohort as its annotations say, kept and (once started) the
+    /// cohorts given to the core anew.
+    fn set_member(&mut self, namespace: &str, member: Option<(String, fairway_spec::MemberDoc)>, now: u64) {
+        let changed = match member {
+            Some(m) => self.members.insert(namespace.to_owned(), m.clone()).is_none_or(|was| was != m),
+            None => self.members.remove(namespace).is_some(),
+        };
+        if self.started && changed {
+            self.push_places(now);
+        }
+    }
+
+    /// The cohorts the namespaces' annotations make, checked together: a namespace whose
+    /// place does not hold with those before it (by name; a lending limit above its nominal
+    /// quota, a resource the other members do not name) is left out with a warning. Only
+    /// the places that changed go to the core.
+    fn push_places(&mut self, now: u64) {
+        let mut docs: Vec<fairway_spec::CohortDoc> = Vec::new();
+        for (cohort, member) in self.members.values() {
+            let at = match docs.iter().position(|c| &c.name == cohort) {
+                Some(i) => i,
+                None => {
+                    docs.push(fairway_spec::CohortDoc { name: cohort.clone(), members: Vec::new() });
+                    docs.len() - 1
+                }
+            };
+            docs[at].members.push(member.clone());
+            if let Err(e) = fairway_spec::resolve_cohorts(&docs, "cohorts", &mut self.interner) {
+                tracing::warn!(namespace = %member.project, cohort = %cohort, "in no cohort instead: {e}");
+                docs[at].members.pop();
+                if docs[at].members.is_empty() {
+                    docs.remove(at);
+                }
+            }
+        }
+        let resolved = fairway_spec::resolve_cohorts(&docs, "cohorts", &mut self.interner).unwrap_or_default();
+        let mut places: BTreeMap<String, fairway_core::NominalQuota> = BTreeMap::new();
+        for (doc_member, (_, nominal)) in docs.iter().flat_map(|c| c.members.iter()).zip(resolved) {
+            places.insert(doc_member.project.clone(), nominal);
+        }
+        let before = std::mem::take(&mut self.places);
+        for ns in before.keys().filter(|ns| !places.contains_key(*ns)) {
+            let Ok(project) = self.interner.account_of(AccountKind::Project, ns) else { continue };
+            self.core_apply(Event::SetNominalQuota { project, nominal: None }, now);
+        }
+        for (ns, nominal) in &places {
+            if before.get(ns) != Some(nominal) {
+                let Ok(project) = self.interner.account_of(AccountKind::Project, ns) else { continue };
+                self.core_apply(Event::SetNominalQuota { project, nominal: Some(*nominal) }, now);
+            }
+        }
+        self.places = places;
     }
 
     /// A namespace's fair-share weight, kept and (once started) given to the core.
@@ -1206,6 +1274,7 @@ impl Engine {
         for ns in weighted {
             self.push_weight(&ns, now);
         }
+        self.push_places(now);
         // Admitted workloads where they run, and those being preempted with their deadline;
         // in creation order so that the result does not depend on hash order.
         let mut order: Vec<(u64, String)> =
@@ -1598,6 +1667,12 @@ impl Engine {
                     self.interner.account_name(*account).map_or("?", |(_, name)| name),
                 )
             }
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => format!(
+                "cohort {} lends no more: {used} of its {limit} {} are in use or kept for their owners (namespaces' {} annotations); it asks {requested}",
+                self.interner.account_name(*cohort).map_or("?", |(_, name)| name),
+                resource.name(),
+                crate::workload::COHORT
+            ),
             PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => format!(
                 "no node with {gpus_per_replica} free GPUs{} for each of its {replicas} replica(s): the most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",
                 model(*gpu_model)

@@ -49,6 +49,59 @@ pub fn fair_share_weight(annotations: Option<&BTreeMap<String, String>>) -> Resu
     }
 }
 
+/// On a Namespace: the cohort its project belongs to (see `docs/cohorts.md` and
+/// `docs/kubernetes.md`); with it, the nominal quota (`NOMINAL_GPUS` required,
+/// `NOMINAL_CPU` and `NOMINAL_MEMORY` as Kubernetes quantities) and the GPU borrowing and
+/// lending limits.
+pub const COHORT: &str = "fairway.dev/cohort";
+pub const NOMINAL_GPUS: &str = "fairway.dev/nominal-gpus";
+pub const NOMINAL_CPU: &str = "fairway.dev/nominal-cpu";
+pub const NOMINAL_MEMORY: &str = "fairway.dev/nominal-memory";
+pub const BORROWING_LIMIT_GPUS: &str = "fairway.dev/borrowing-limit-gpus";
+pub const LENDING_LIMIT_GPUS: &str = "fairway.dev/lending-limit-gpus";
+
+/// A namespace's place in a cohort from its annotations (`None` without `COHORT`), or why
+/// the annotations are not one. Whether the cohort's members agree is checked with all of
+/// them (`fairway_spec::resolve_cohorts`).
+pub fn cohort_member(
+    namespace: &str,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Result<Option<(String, fairway_spec::MemberDoc)>, String> {
+    let get = |key: &str| annotations.and_then(|a| a.get(key)).map(|v| v.trim());
+    let Some(cohort) = get(COHORT) else {
+        for key in [NOMINAL_GPUS, NOMINAL_CPU, NOMINAL_MEMORY, BORROWING_LIMIT_GPUS, LENDING_LIMIT_GPUS] {
+            if get(key).is_some() {
+                return Err(format!("{key} is set without {COHORT}"));
+            }
+        }
+        return Ok(None);
+    };
+    if cohort.is_empty() {
+        return Err(format!("{COHORT}: must name a cohort"));
+    }
+    let gpus = |key: &str| -> Result<Option<u32>, String> {
+        get(key)
+            .map(|v| v.parse::<u32>().map_err(|_| format!("{key}: must be a whole number of GPUs, got {v:?}")))
+            .transpose()
+    };
+    let quantity = |key: &str, parse: fn(&str) -> Result<u64, fairway_spec::quantity::QuantityError>| {
+        get(key).map(|v| parse(v).map_err(|e| format!("{key}: {e}"))).transpose()
+    };
+    let nominal = fairway_spec::LimitsDoc {
+        gpus: Some(gpus(NOMINAL_GPUS)?.ok_or_else(|| format!("{NOMINAL_GPUS}: required with {COHORT}"))?),
+        cpu_millis: quantity(NOMINAL_CPU, fairway_spec::quantity::cpu_millis)?,
+        memory_mib: quantity(NOMINAL_MEMORY, fairway_spec::quantity::memory_mib)?,
+    };
+    let gpus_only = |g: Option<u32>| g.map(|g| fairway_spec::LimitsDoc { gpus: Some(g), ..Default::default() });
+    let member = fairway_spec::MemberDoc {
+        project: namespace.to_owned(),
+        nominal,
+        borrowing_limit: gpus_only(gpus(BORROWING_LIMIT_GPUS)?),
+        lending_limit: gpus_only(gpus(LENDING_LIMIT_GPUS)?),
+    };
+    Ok(Some((cohort.to_owned(), member)))
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Job,

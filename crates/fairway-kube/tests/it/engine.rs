@@ -882,3 +882,82 @@ fn a_namespace_fair_share_weight_annotation_is_read_or_refused_by_name() {
         assert!(err.contains(FAIR_SHARE_WEIGHT) && err.contains(bad), "{err}");
     }
 }
+
+fn cohort_namespace(name: &str, annotations: &[(&str, &str)]) -> k8s_openapi::api::core::v1::Namespace {
+    let list: Vec<String> = annotations.iter().map(|(k, v)| format!("{k}: \"{v}\"")).collect();
+    from_yaml(&format!("metadata: {{ name: {name}, annotations: {{ {} }} }}\n", list.join(", ")))
+}
+
+/// Cohorts from Namespace annotations: vision and speech (nominal 1 GPU each, cohort lab)
+/// share 2 GPUs. Vision's two Jobs both run (one on speech's idle GPU); speech's Job, of the
+/// same class and within speech's nominal quota, reclaims it: one of vision's Jobs is
+/// suspended for it. Without the cohort, speech's Job would have to wait (same priority).
+#[test]
+fn namespace_annotations_put_projects_in_a_cohort_that_lends_and_reclaims() {
+    use fairway_kube::workload::{COHORT, NOMINAL_GPUS};
+    let run = |annotated: bool| {
+        let mut h = Harness::new();
+        let lab: &[(&str, &str)] = if annotated { &[(COHORT, "lab"), (NOMINAL_GPUS, "1")] } else { &[] };
+        for stream in Stream::ALL {
+            h.feed(Input::Listing(stream));
+        }
+        h.feed(Input::Namespace(Change::Applied(cohort_namespace("vision", lab))));
+        h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", lab))));
+        h.feed(Input::Node(Change::Applied(node("n1", 2))));
+        h.feed(Input::Class(Change::Applied(class("medium", 1000))));
+        for (name, created) in [("v1", 0), ("v2", 1)] {
+            let j = job("vision", name, "medium", 1, 1, created, None);
+            h.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
+        }
+        for stream in Stream::ALL {
+            h.feed(Input::Listed(stream));
+        }
+        assert_eq!(admitted(&h.cycle()).len(), 2, "vision borrows speech's idle GPU");
+        let j = job("speech", "s1", "medium", 1, 1, 2, None);
+        h.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
+        suspended(&h.cycle())
+    };
+    let reclaimed = run(true);
+    assert_eq!(reclaimed.len(), 1, "{reclaimed:?}");
+    assert_eq!(reclaimed[0].1.as_deref(), Some("speech/s1"));
+    assert!(run(false).is_empty(), "without the cohort nothing is preempted at the same priority");
+}
+
+#[test]
+fn cohort_annotations_are_read_or_refused_by_name() {
+    use fairway_kube::workload::{
+        BORROWING_LIMIT_GPUS, COHORT, LENDING_LIMIT_GPUS, NOMINAL_CPU, NOMINAL_GPUS, cohort_member,
+    };
+    let with = |pairs: &[(&str, &str)]| {
+        Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<std::collections::BTreeMap<_, _>>())
+    };
+    assert_eq!(cohort_member("ads", None), Ok(None));
+    let (cohort, member) = cohort_member(
+        "ads",
+        with(&[
+            (COHORT, "lab"),
+            (NOMINAL_GPUS, "4"),
+            (NOMINAL_CPU, "16"),
+            (BORROWING_LIMIT_GPUS, "2"),
+            (LENDING_LIMIT_GPUS, "1"),
+        ])
+        .as_ref(),
+    )
+    .unwrap()
+    .expect("a member");
+    assert_eq!(
+        (cohort.as_str(), member.project.as_str(), member.nominal.gpus, member.nominal.cpu_millis),
+        ("lab", "ads", Some(4), Some(16_000))
+    );
+    assert_eq!((member.borrowing_limit.unwrap().gpus, member.lending_limit.unwrap().gpus), (Some(2), Some(1)));
+    let cases: [(&[(&str, &str)], &str); 4] = [
+        (&[(NOMINAL_GPUS, "4")], COHORT),
+        (&[(COHORT, "lab")], NOMINAL_GPUS),
+        (&[(COHORT, "lab"), (NOMINAL_GPUS, "four")], NOMINAL_GPUS),
+        (&[(COHORT, "lab"), (NOMINAL_GPUS, "4"), (NOMINAL_CPU, "lots")], NOMINAL_CPU),
+    ];
+    for (pairs, named) in cases {
+        let err = cohort_member("ads", with(pairs).as_ref()).expect_err(named);
+        assert!(err.contains(named), "{pairs:?}: {err}");
+    }
+}
