@@ -184,11 +184,68 @@ impl Scheduler {
                 return Err(format!("{} reserved {} disagrees with reservations", node.spec.id, node.reserved));
             }
         }
+        self.check_moved()?;
         let fair_tracked: BTreeMap<AccountId, Resources> = self.fair.holdings().collect();
         if fair_tracked != fair_held {
             return Err(format!("fair sharing counts holdings {fair_tracked:?}, the placed jobs hold {fair_held:?}"));
         }
         self.ledger.check(&charged, &own)
+    }
+
+    /// A victim moved to a hold terminates for a preemptor of its own project's cohort, and
+    /// each project's `moving` adds up its moved victims.
+    fn check_moved(&self) -> Result<(), String> {
+        let mut shortfall: BTreeMap<AccountId, Resources> = BTreeMap::new();
+        for &ix in self.reserving.values() {
+            let job = &self.jobs[ix];
+            let JobState::Pending { reservation: Some(r) } = &job.state else { continue };
+            let s = shortfall.entry(job.spec.project).or_default();
+            *s = s.plus(job.spec.total().minus(r.charged[0]));
+        }
+        for project in self.ledger.account_ids() {
+            let expected = shortfall.get(&project).copied().unwrap_or_default();
+            if self.ledger.hold_shortfall(project) != expected {
+                return Err(format!(
+                    "{project} records {} of its holds as not charged, they add up to {expected}",
+                    self.ledger.hold_shortfall(project)
+                ));
+            }
+        }
+        let mut moving: BTreeMap<AccountId, Resources> = BTreeMap::new();
+        for job in self.jobs.iter() {
+            let Some(cohort) = job.moved_to_hold else { continue };
+            let id = job.spec.id;
+            let JobState::Terminating { why: crate::model::Termination::Preempted { preemptor, .. }, .. } = job.state
+            else {
+                return Err(format!("{id} is moved to a hold but does not terminate for a preemptor"));
+            };
+            let holder = self
+                .jobs
+                .get(preemptor)
+                .filter(|p| matches!(&p.state, JobState::Pending { reservation: Some(r) } if r.victims.contains(&id)));
+            let Some(holder) = holder else {
+                return Err(format!("{id} is moved to the hold of {preemptor}, which holds nothing for it"));
+            };
+            let same = self.ledger.cohort_of(job.spec.project) == Some(cohort)
+                && self.ledger.cohort_of(holder.spec.project) == Some(cohort);
+            if !same {
+                return Err(format!(
+                    "{id} is moved to a hold of {cohort}, which is not its and its preemptor's cohort"
+                ));
+            }
+            let m = moving.entry(job.spec.project).or_default();
+            *m = m.plus(job.spec.total());
+        }
+        for project in self.ledger.moving_projects().into_iter().chain(moving.keys().copied()) {
+            let expected = moving.get(&project).copied().unwrap_or_default();
+            if self.ledger.moving(project) != expected {
+                return Err(format!(
+                    "{project} records {} moving to holds, its moved victims add up to {expected}",
+                    self.ledger.moving(project)
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// A running job is listed as a victim on each of its nodes exactly when it is

@@ -26,10 +26,17 @@
 //!    `Σ u ≤ Σ n`: idle nominal quota is used by whoever needs it.
 //! 3. **Hard caps stay absolute**: a project's `Quota` holds whatever its cohort lends.
 //!
-//! The cohort's charge counts each job once: a preemptor's hold is charged to the cohort
-//! less what its victims from any member still hold while they leave, as for any account.
-//! A cohort's level rises only when a job starts or a hold grows, both checked against the
-//! cap; a job leaving lowers `C` by what it held and raises `U` by at most that.
+//! **Moved to a hold.** A preemptor's hold is charged to its cohort in full, and its victims
+//! of the same cohort stop counting there as they are asked to stop: their cohort charge
+//! moves to the hold, and `U` counts their project's usage without them (its *settled*
+//! usage: `moving` aside, and each of its preemptors' holds counted in full, `hold_shortfall`
+//! being what a hold is not charged to the project while the project's own victims still
+//! leave). The cohort's level is then what it will be once they are gone,
+//! which the victim search made fit: the guarantee a victim's project gets back as it
+//! leaves is already counted, so no start in the grace period can take it (a hold given up
+//! while they still terminate moves their charge back). A cohort's level rises only when a
+//! job starts or a hold is made, both checked against the cap; a job leaving lowers `C` by
+//! what it held and raises `U` by at most that.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,6 +55,12 @@ pub(crate) struct Account {
     /// Set when the account is a cohort.
     pub cohort: Option<Cohort>,
     pub charged: Resources,
+    /// For a member of a cohort: what of `charged` is terminating for a preemptor of its
+    /// cohort, its cohort charge moved to that hold (see the module doc).
+    pub moving: Resources,
+    /// What its preemptors' holds are not charged to it while its own victims still leave
+    /// (`hold_charges`): counted in its settled usage, which takes the holds in full.
+    pub hold_shortfall: Resources,
     /// Usage (for a cohort, its level) above a lowered cap that was already there when the
     /// cap changed: allowed to drain, never to grow.
     pub grandfathered: Resources,
@@ -120,10 +133,17 @@ impl Account {
         self.grandfathered = self.grandfathered.min_each(self.level());
     }
 
+    /// What is charged, less what is moving to a hold of its cohort: a member's usage as
+    /// its cohort counts it.
+    pub fn settled(&self) -> Resources {
+        self.charged.minus(self.moving).plus(self.hold_shortfall)
+    }
+
     /// A member's guarantee set aside unused, `max(0, g − u)` per dimension.
     fn unused_guarantee(&self) -> Resources {
         let Some(n) = self.nominal else { return Resources::ZERO };
-        let unused = |k: ResourceKind| n.guaranteed_of(k).saturating_sub(k.of(self.charged));
+        let settled = self.settled();
+        let unused = |k: ResourceKind| n.guaranteed_of(k).saturating_sub(k.of(settled));
         let gpus = u32::try_from(unused(ResourceKind::Gpu)).unwrap_or(u32::MAX);
         Resources::new(gpus, unused(ResourceKind::Cpu), unused(ResourceKind::Memory))
     }
@@ -133,14 +153,14 @@ impl Account {
         let Some(n) = self.nominal else { return false };
         ResourceKind::ALL
             .into_iter()
-            .any(|k| cohort.capacity.limit(k).is_some() && k.of(self.charged) > n.nominal_of(k))
+            .any(|k| cohort.capacity.limit(k).is_some() && k.of(self.settled()) > n.nominal_of(k))
     }
 
     /// Would a member still be within its nominal quota with `extra` more, in every
     /// dimension its cohort governs?
     pub fn within_nominal_with(&self, cohort: &Cohort, extra: Resources) -> bool {
         let Some(n) = self.nominal else { return false };
-        let after = self.charged.plus(extra);
+        let after = self.settled().plus(extra);
         ResourceKind::ALL.into_iter().all(|k| cohort.capacity.limit(k).is_none() || k.of(after) <= n.nominal_of(k))
     }
 
@@ -206,7 +226,7 @@ impl Ledger {
         ResourceKind::ALL.into_iter().find_map(|k| {
             let capacity = cohort.capacity.limit(k)?;
             // The job uses first what the project set aside unused: that part adds nothing.
-            let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.charged));
+            let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.settled()));
             let after = k.of(level) + k.of(extra) - k.of(extra).min(unused_own);
             let allowed = capacity.max(k.of(cohort_account.grandfathered));
             (after > allowed).then_some((n.cohort, k, k.of(level), capacity))
@@ -219,7 +239,7 @@ impl Ledger {
     pub fn member_givable(&self, member: AccountId, project: AccountId, extra: Resources) -> Resources {
         let Some(a) = self.get(member) else { return Resources::ZERO };
         let Some(n) = a.nominal else { return Resources::ZERO };
-        let u = if member == project { a.charged.plus(extra) } else { a.charged };
+        let u = if member == project { a.settled().plus(extra) } else { a.settled() };
         let givable = |k: ResourceKind| k.of(u).saturating_sub(n.guaranteed_of(k));
         let gpus = u32::try_from(givable(ResourceKind::Gpu)).unwrap_or(u32::MAX);
         Resources::new(gpus, givable(ResourceKind::Cpu), givable(ResourceKind::Memory))
@@ -269,6 +289,60 @@ impl Ledger {
         let unused_before = a.unused_guarantee();
         a.uncharge(r);
         self.member_changed(account, unused_before);
+    }
+
+    /// A victim of `project` terminating for a preemptor of `cohort` moves its cohort charge
+    /// `r` to the hold (`out`), or back from it when the hold is given up (see the module doc).
+    pub fn move_to_hold(&mut self, project: AccountId, cohort: AccountId, r: Resources, out: bool) {
+        let a = self.accounts.get_mut(&project).expect("a victim's project is charged");
+        let unused_before = a.unused_guarantee();
+        a.moving = if out { a.moving.plus(r) } else { a.moving.minus(r) };
+        self.member_changed(project, unused_before);
+        if out {
+            self.uncharge(cohort, r);
+        } else {
+            self.charge(cohort, r);
+        }
+    }
+
+    /// A moved victim of `project` has left (its project charge is uncharged by the caller).
+    pub fn settle_moved(&mut self, project: AccountId, r: Resources) {
+        let a = self.accounts.get_mut(&project).expect("a victim's project is charged");
+        let unused_before = a.unused_guarantee();
+        a.moving = a.moving.minus(r);
+        self.member_changed(project, unused_before);
+    }
+
+    /// Set a member's `moving` to what its moved victims add up to (after membership changed).
+    pub fn set_moving(&mut self, project: AccountId, r: Resources) {
+        let Some(a) = self.accounts.get_mut(&project) else { return };
+        let unused_before = a.unused_guarantee();
+        a.moving = r;
+        self.member_changed(project, unused_before);
+    }
+
+    /// What of a member's charge is moving to holds of its cohort.
+    pub fn moving(&self, project: AccountId) -> Resources {
+        self.get(project).map_or(Resources::ZERO, |a| a.moving)
+    }
+
+    /// A hold of a preemptor of `project` is charged `more` less (made, or its victims leave
+    /// more slowly) or `less` less than before: its settled usage follows.
+    pub fn shift_hold_shortfall(&mut self, project: AccountId, more: Resources, less: Resources) {
+        let a = self.accounts.entry(project).or_default();
+        let unused_before = a.unused_guarantee();
+        a.hold_shortfall = a.hold_shortfall.plus(more).minus(less);
+        self.member_changed(project, unused_before);
+    }
+
+    /// What a project's holds are not charged to it.
+    pub fn hold_shortfall(&self, project: AccountId) -> Resources {
+        self.get(project).map_or(Resources::ZERO, |a| a.hold_shortfall)
+    }
+
+    /// The accounts with something moving to a hold, in id order.
+    pub fn moving_projects(&self) -> Vec<AccountId> {
+        self.accounts.iter().filter(|(_, a)| a.moving != Resources::ZERO).map(|(id, _)| *id).collect()
     }
 
     /// A member's charge changed: its cohort's `U` follows.

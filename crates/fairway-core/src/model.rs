@@ -65,6 +65,9 @@ pub(crate) struct Job {
     /// When it last entered the queue: its submit, or its last requeue (rule 1's
     /// preemption delay counts from then).
     pub queued_at: Time,
+    /// Terminating for a preemptor of its own project's cohort: its charge to that cohort
+    /// has moved to the preemptor's hold (see `ledger.rs`, "moved to a hold").
+    pub moved_to_hold: Option<AccountId>,
 }
 
 impl Job {

@@ -413,7 +413,7 @@ impl SearchView<'_> {
         let level = cohort_account.level();
         let need = resources_from(|k| {
             let Some(capacity) = cohort.capacity.limit(k) else { return 0 };
-            let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.charged));
+            let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.settled()));
             let after = k.of(level) + k.of(total) - k.of(total).min(unused_own);
             after.saturating_sub(capacity.max(k.of(cohort_account.grandfathered)))
         });

@@ -405,6 +405,7 @@ impl Scheduler {
             preempted_at: Vec::new(),
             cancelled: false,
             queued_at: now,
+            moved_to_hold: None,
         };
         let gk = job.group_key();
         self.jobs.insert(job);
@@ -577,6 +578,42 @@ impl Scheduler {
     /// jobs (running and terminating, and holds, whose charges to a cohort depend on their
     /// victims' cohorts).
     fn recount_cohorts(&mut self, cohorts: &[Option<AccountId>]) {
+        // A victim moved to a hold of a cohort that its project or its preemptor's has left
+        // counts as any job again.
+        let preemptor_cohort = |j: &Job| match j.state {
+            JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } => {
+                self.jobs.get(preemptor).and_then(|p| self.ledger.cohort_of(p.spec.project))
+            }
+            _ => None,
+        };
+        let stale: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|j| {
+                j.moved_to_hold
+                    .is_some_and(|c| self.ledger.cohort_of(j.spec.project) != Some(c) || preemptor_cohort(j) != Some(c))
+            })
+            .map(|j| j.spec.id)
+            .collect();
+        for id in stale {
+            let ix = self.jobs.ix_of(id).expect("listed above");
+            self.jobs[ix].moved_to_hold = None;
+        }
+        let mut moving: BTreeMap<AccountId, Resources> = BTreeMap::new();
+        for job in self.jobs.iter().filter(|j| j.moved_to_hold.is_some()) {
+            let m = moving.entry(job.spec.project).or_default();
+            *m = m.plus(job.spec.total());
+        }
+        let members: Vec<AccountId> = cohorts
+            .iter()
+            .flatten()
+            .filter_map(|c| self.ledger.cohort(*c))
+            .flat_map(|c| c.members.iter().copied())
+            .collect();
+        let projects: BTreeSet<AccountId> = members.into_iter().chain(self.ledger.moving_projects()).collect();
+        for project in projects {
+            self.ledger.set_moving(project, moving.get(&project).copied().unwrap_or_default());
+        }
         let mut sums: BTreeMap<AccountId, Resources> =
             cohorts.iter().flatten().map(|c| (*c, Resources::ZERO)).collect();
         let reserving: Vec<JobIx> = self.reserving.values().copied().collect();
@@ -595,6 +632,7 @@ impl Scheduler {
         }
         for job in self.jobs.iter() {
             if matches!(job.state, JobState::Running { .. } | JobState::Terminating { .. })
+                && job.moved_to_hold.is_none()
                 && let Some(sum) = self.ledger.cohort_of(job.spec.project).and_then(|c| sums.get_mut(&c))
             {
                 *sum = sum.plus(job.spec.total());
@@ -605,10 +643,40 @@ impl Scheduler {
         }
     }
 
-    /// The accounts a job is charged to: its own (`Job::accounts`) and its project's cohort.
+    /// The accounts a job is charged to: its own (`Job::accounts`) and its project's cohort,
+    /// unless its charge to the cohort has moved to its preemptor's hold.
     pub(crate) fn charged_accounts(&self, ix: JobIx) -> impl Iterator<Item = AccountId> + use<> {
-        let spec = &self.jobs[ix].spec;
-        spec.accounts().chain(self.ledger.cohort_of(spec.project))
+        let job = &self.jobs[ix];
+        let cohort = self.ledger.cohort_of(job.spec.project).filter(|_| job.moved_to_hold.is_none());
+        job.spec.accounts().chain(cohort)
+    }
+
+    /// The victims of a preemptor's hold that are of its own cohort and still terminating
+    /// for it move their cohort charge to the hold (see `ledger.rs`).
+    fn move_victims_to_hold(&mut self, ix: JobIx) {
+        let Some(cohort) = self.ledger.cohort_of(self.jobs[ix].spec.project) else { return };
+        let JobState::Pending { reservation: Some(r) } = &self.jobs[ix].state else { return };
+        for vid in self.still_terminating(self.jobs[ix].spec.id, &r.victims) {
+            let vix = self.jobs.ix_of(vid).expect("a terminating victim is held");
+            let victim = &self.jobs[vix];
+            if victim.moved_to_hold.is_none() && self.ledger.cohort_of(victim.spec.project) == Some(cohort) {
+                self.ledger.move_to_hold(victim.spec.project, cohort, victim.spec.total(), true);
+                self.jobs[vix].moved_to_hold = Some(cohort);
+            }
+        }
+    }
+
+    /// A victim's cohort charge back from its preemptor's hold (the hold is given up while
+    /// it still terminates), or, with `exited`, the move settled as it leaves.
+    fn unmove_victim(&mut self, vix: JobIx, exited: bool) {
+        let Some(cohort) = self.jobs[vix].moved_to_hold.take() else { return };
+        let (project, total) = (self.jobs[vix].spec.project, self.jobs[vix].spec.total());
+        if exited {
+            self.ledger.settle_moved(project, total);
+        } else {
+            self.ledger.move_to_hold(project, cohort, total, false);
+            self.ledger.grandfather_if_over(cohort);
+        }
     }
 
     // ---- state transitions shared by the handlers and the cycle ----------------------
@@ -731,6 +799,7 @@ impl Scheduler {
             self.terminating.remove(&ix);
         }
         self.fair.change(self.jobs[ix].accounts(), total, false, now);
+        self.unmove_victim(ix, true);
         match preemptor {
             None => self.uncharge(accounts, total),
             // A victim's charge moves to its preemptor's hold where they share an account: a
@@ -755,6 +824,8 @@ impl Scheduler {
             return;
         }
         let (was, now) = (r.charged, self.hold_charges(pix, &r.victims));
+        let project = self.jobs[pix].spec.project;
+        self.ledger.shift_hold_shortfall(project, Resources::ZERO, now[0].minus(was[0]));
         let JobState::Pending { reservation: Some(r) } = &mut self.jobs[pix].state else { unreachable!("read above") };
         r.charged = now;
         r.waiting -= 1;
@@ -778,7 +849,9 @@ impl Scheduler {
             .filter(move |v| {
                 matches!(v.state, JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } if preemptor == id)
             })
-            .map(|v| (v.accounts().chain(self.ledger.cohort_of(v.spec.project)), v.spec.total()));
+            .map(|v| (v.accounts(), v.spec.total()));
+        // A hold is charged to the cohort in full: its victims of the same cohort move their
+        // cohort charge to it (`move_victims_to_hold`) instead of staying charged beside it.
         ledger::hold_charges(self.charged_accounts(ix), job.spec.total(), leaving)
     }
 
@@ -897,6 +970,9 @@ impl Scheduler {
         for (k, account) in accounts.enumerate() {
             self.ledger.charge(account, reservation.charged[k]);
         }
+        // The project's slot is the first.
+        let shortfall = job.spec.total().minus(reservation.charged[0]);
+        self.ledger.shift_hold_shortfall(job.spec.project, shortfall, Resources::ZERO);
         self.reserving.insert(id, ix);
         if reservation.waiting == 0 {
             self.ready_preemptors.insert(id);
@@ -905,6 +981,7 @@ impl Scheduler {
         job.state = JobState::Pending { reservation: Some(reservation) };
         let gix = job.queued_in.take().expect("a pending job is queued");
         self.queue.hold(&job.key, gix);
+        self.move_victims_to_hold(ix);
     }
 
     /// Give up a pending job's reservation, if it has one.
@@ -913,6 +990,10 @@ impl Scheduler {
         let JobState::Pending { reservation } = &mut job.state else { return None };
         let reservation = reservation.take()?;
         let (id, per_replica) = (job.spec.id, job.spec.per_replica);
+        for vid in self.still_terminating(id, &reservation.victims) {
+            let vix = self.jobs.ix_of(vid).expect("a terminating victim is held");
+            self.unmove_victim(vix, false);
+        }
         let accounts = self.charged_accounts(ix);
         for replica in reservation.placement.replicas() {
             self.nodes.update(replica.node, |node| {
@@ -925,6 +1006,8 @@ impl Scheduler {
         for (k, account) in accounts.enumerate() {
             self.uncharge(std::iter::once(account), reservation.charged[k]);
         }
+        let (project, total) = (self.jobs[ix].spec.project, self.jobs[ix].spec.total());
+        self.ledger.shift_hold_shortfall(project, Resources::ZERO, total.minus(reservation.charged[0]));
         self.reserving.remove(&id);
         self.ready_preemptors.remove(&id);
         let job = &mut self.jobs[ix];

@@ -10,10 +10,12 @@
 //!   (its hard quota, and for a project in a cohort its nominal quota plus borrowing
 //!   limit), or within what it held and had reserved when the cap was lowered, as that
 //!   drains;
-//! - per cohort, what its members' live placements use beyond their guarantees (nominal
-//!   less lending limit) stays within what they lend, `Σ max(0, u − g) ≤ Σ lent` (the
-//!   rule as the docs state it, not the core's `C + U` form), or within what it was above
-//!   that when membership or a nominal quota changed, as that drains;
+//! - per cohort, what its members use beyond their guarantees (nominal less lending limit)
+//!   stays within what they lend, `Σ max(0, u − g) ≤ Σ lent` (the rule as the docs state
+//!   it, not the core's `C + U` form), `u` counting a member's live placements, except those
+//!   being preempted for a job of its own cohort, which count as that job's hold at its full
+//!   size; or within what it was above that when membership or a nominal quota changed, as
+//!   that drains;
 //! - a started gang has `replicas` replicas of `per_replica.gpus` GPUs each, on nodes of the
 //!   job's model; a fresh start uses schedulable nodes, a preemptor starts on its reservation;
 //! - a `Preempt` victim was running (or started earlier in the cycle), is preemptible and of
@@ -191,7 +193,7 @@ impl Oracle {
         }
         let cohorts: Vec<AccountId> = self.cohort_grandfathered.keys().copied().collect();
         for c in cohorts {
-            let excess = self.cohort_excess(c, |a| self.committed(s, a));
+            let excess = self.cohort_excess(c, |a| self.cohort_usage(s, a));
             let g = self.cohort_grandfathered.get_mut(&c).expect("listed");
             *g = g.min_each(excess);
         }
@@ -202,7 +204,7 @@ impl Oracle {
     fn grandfather_cohorts(&mut self, s: &Scheduler) {
         let cohorts: BTreeSet<AccountId> = self.nominals.values().map(|n| n.cohort).collect();
         for c in cohorts {
-            let excess = self.cohort_excess(c, |a| self.committed(s, a));
+            let excess = self.cohort_excess(c, |a| self.cohort_usage(s, a));
             let g = self.cohort_grandfathered.entry(c).or_default();
             *g = max(*g, excess);
         }
@@ -259,10 +261,28 @@ impl Oracle {
         self.cohort_excess(n.cohort, usage) != Resources::ZERO
     }
 
-    fn check_cohorts(&self) -> Result<(), String> {
+    /// What a member holds as its cohort counts it: its live placements, except those being
+    /// preempted for a job of its own cohort (they count as that job's), and its jobs holding
+    /// GPUs for their victims at their full size.
+    fn cohort_usage(&self, s: &Scheduler, project: AccountId) -> Resources {
+        let cohort = self.nominals.get(&project).map(|n| n.cohort);
+        let same_cohort = |p: JobId| self.specs.get(&p).and_then(|p| self.nominals.get(&p.project)).map(|n| n.cohort);
+        self.specs
+            .values()
+            .filter(|spec| spec.project == project)
+            .filter(|spec| match s.job_status(spec.id) {
+                Some(JobStatus::Preempting { preemptor, .. }) => cohort.is_none() || same_cohort(preemptor) != cohort,
+                Some(JobStatus::Pending { reserved, .. }) => reserved.is_some(),
+                Some(_) => self.live.contains_key(&spec.id),
+                None => false,
+            })
+            .fold(Resources::ZERO, |sum, spec| sum.plus(spec.total()))
+    }
+
+    fn check_cohorts(&self, s: &Scheduler) -> Result<(), String> {
         let cohorts: BTreeSet<AccountId> = self.nominals.values().map(|n| n.cohort).collect();
         for c in cohorts {
-            let excess = self.cohort_excess(c, |a| self.live_usage(a));
+            let excess = self.cohort_excess(c, |a| self.cohort_usage(s, a));
             let g = self.cohort_grandfathered.get(&c).copied().unwrap_or_default();
             if !excess.fits_in(g) {
                 return Err(format!(
@@ -414,7 +434,7 @@ impl Oracle {
         self.refresh_live(s)?;
         self.check_capacity()?;
         self.check_quotas()?;
-        self.check_cohorts()?;
+        self.check_cohorts(s)?;
         self.drain_grandfathered(s);
         self.check_pending(s)?;
         self.check_work_conserving(s)?;
