@@ -48,6 +48,18 @@ pub struct Policy {
     /// of one priority go in submit order. Applies with backfill only: under strict order
     /// the queue's order is the submit order by definition.
     pub fair_share: Option<FairSharing>,
+    /// Reservations with backfill (see `plan.rs`); `None`: a job that cannot start reserves
+    /// nothing, and any job behind it that fits starts. Applies with backfill only.
+    pub reservations: Option<Reservations>,
+}
+
+/// Reservations for the jobs that cannot start (see `plan.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reservations {
+    /// How many pending jobs hold a reservation at once, the highest ranked (1: EASY).
+    pub count_max: u32,
+    /// How long a job without a run-time limit is expected to run (and to run on, past it).
+    pub default_runtime_ms: u64,
 }
 
 /// Fair sharing inside a priority tier.
@@ -67,6 +79,7 @@ impl Policy {
             backfill: false,
             scoring: ScoringPolicy::BestFit,
             fair_share: None,
+            reservations: None,
         }
     }
     /// Priority order with backfill, but nothing is ever preempted.
@@ -77,6 +90,7 @@ impl Policy {
             backfill: true,
             scoring: ScoringPolicy::BestFit,
             fair_share: None,
+            reservations: None,
         }
     }
     /// Priority order, backfill and graceful preemption.
@@ -87,6 +101,7 @@ impl Policy {
             backfill: true,
             scoring: ScoringPolicy::BestFit,
             fair_share: None,
+            reservations: None,
         }
     }
 }

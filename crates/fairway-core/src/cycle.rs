@@ -371,6 +371,7 @@ impl Scheduler {
         self.grown_nodes.sort_unstable();
         self.grown_nodes.dedup();
         self.grown_snapshot.take(&GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes });
+        self.refresh_plan(now);
         let ledger = &self.ledger;
         let base = |account: AccountId, level: Priority| ledger.base_gpus(account, level);
         self.queue.wake_for(now, &mut self.changes, &self.grown_snapshot, &base);
@@ -659,7 +660,7 @@ impl Scheduler {
                     Searched::OverBudget => wake = self.defer_for_budget(&mut reasons, now),
                     // Anything charged to or uncharged from the cohort, or room growing (a
                     // victim's protection ending), may let the same search succeed.
-                    Searched::NoSet => wake = Wake::On(WakeOn { quota, room: RoomWake::Any, at: None }),
+                    Searched::NoSet => wake = Wake::On(WakeOn { quota, room: RoomWake::Any, ..WakeOn::default() }),
                 }
             }
             return Considered::Failed(Verdict { reasons, wake });
@@ -695,7 +696,11 @@ impl Scheduler {
                     if self.ledger.base_gpus(account, quota.level) <= quota.base_gpus_max {
                         let any = |account| QuotaWake { account, level: Priority::MIN, base_gpus_max: i64::MAX };
                         let user = (gk.user != gk.project).then(|| any(gk.user));
-                        wake = Wake::On(WakeOn { quota: [Some(any(gk.project)), user], room: RoomWake::Any, at: None });
+                        wake = Wake::On(WakeOn {
+                            quota: [Some(any(gk.project)), user],
+                            room: RoomWake::Any,
+                            ..WakeOn::default()
+                        });
                     }
                 } else {
                     wake = self.defer_for_budget(&mut reasons, now);
@@ -704,6 +709,14 @@ impl Scheduler {
             return Considered::Failed(Verdict { reasons, wake });
         }
         // e.
+        if !self.plan.is_empty() && memo.no_fit.get(&shape).is_none() {
+            match self.start_around_plan(ix, shape, now, out) {
+                Some(considered) => return considered,
+                None => {
+                    memo.no_fit.insert(shape, ());
+                }
+            }
+        }
         if memo.no_fit.get(&shape).is_none() {
             let gpus = shape.per_replica.gpus;
             let placement = match shape.replicas {
@@ -754,7 +767,7 @@ impl Scheduler {
                             reasons.push(PendingReason::NoPreemptionCandidates);
                             let cohort = self.ledger.cohort_of(gk.project).expect("a member may reclaim");
                             let quota = [Some(any_uncharge(cohort)), None];
-                            wake = Wake::On(WakeOn { quota, room: RoomWake::Any, at: None });
+                            wake = Wake::On(WakeOn { quota, room: RoomWake::Any, ..WakeOn::default() });
                         }
                     }
                 }
@@ -774,7 +787,40 @@ impl Scheduler {
             }
         }
         // g.
+        if self.config.policy.reservations.is_some() && self.config.policy.backfill {
+            self.maybe_reserve(ix, now);
+        }
         Considered::Failed(Verdict { reasons, wake })
+    }
+
+    /// Step e with reservations (see `plan.rs`): start on free room that delays no
+    /// reservation ranked above the job (`Started`), or say that one holds it back
+    /// (`Failed`); `None` when there is no free room for it at all.
+    fn start_around_plan(&mut self, ix: JobIx, shape: Shape, now: Time, out: &mut CycleOutcome) -> Option<Considered> {
+        let free = self.free_room();
+        let mut chosen = match shape.replicas {
+            1 => free.place_one(shape.model, shape.per_replica).map(|node| vec![(node, 1)]),
+            _ => free.place(shape.model, shape.per_replica, shape.replicas),
+        }?;
+        if let Some(p) = self.delays_reservation(ix, &chosen, now) {
+            let (job, at) = (p.id, p.at);
+            match self.place_around_plan(ix, now) {
+                Some(other) => chosen = other,
+                None => {
+                    let reasons = Reasons::one(PendingReason::HeldForReservation { job, at });
+                    // Room elsewhere, the reservation's start, or the plan changing.
+                    let wake = Wake::On(WakeOn { room: RoomWake::Fits, at: Some(at), plan: true, ..WakeOn::default() });
+                    return Some(Considered::Failed(Verdict { reasons, wake }));
+                }
+            }
+        }
+        let placement = self.assign_slots(&chosen, shape.per_replica.gpus);
+        let id = self.jobs[ix].spec.id;
+        self.plan_started(ix, &chosen);
+        self.start(ix, placement.clone(), now);
+        out.decisions.push(Decision::Start { job: id, placement });
+        out.stats.started += 1;
+        Some(Considered::Started)
     }
 
     /// A victim search in `scope` within the cycle's budget (rule 7), carried out if it

@@ -82,6 +82,10 @@ pub enum PendingReason {
     PreemptionBudgetExhausted,
     /// Submitted since the last cycle, or not reached by it (start limit).
     NotYetConsidered,
+    /// It would fit now, but starting it would delay the reservation of `job`, ranked above
+    /// it, expected to start by `at` (see `plan.rs`: it would run past then on the room the
+    /// reservation needs).
+    HeldForReservation { job: JobId, at: Time },
 }
 
 impl PendingReason {
@@ -100,6 +104,7 @@ impl PendingReason {
             PendingReason::BlockedBehind { .. } => "blocked_behind_higher_priority",
             PendingReason::PreemptionBudgetExhausted => "preemption_budget_exhausted",
             PendingReason::NotYetConsidered => "not_yet_considered",
+            PendingReason::HeldForReservation { .. } => "held_for_reservation",
         }
     }
 }
@@ -173,6 +178,9 @@ impl fmt::Display for PendingReason {
             }
             PendingReason::PreemptionBudgetExhausted => write!(f, "preemption budget of this cycle spent"),
             PendingReason::NotYetConsidered => write!(f, "not yet considered by a scheduling cycle"),
+            PendingReason::HeldForReservation { job, at } => {
+                write!(f, "held for a reservation: it would delay {job}, ranked above it, expected to start by {at}")
+            }
         }
     }
 }

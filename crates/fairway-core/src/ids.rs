@@ -34,6 +34,8 @@ pub(crate) struct GroupKey {
     pub user: AccountId,
     pub project: AccountId,
     pub may_preempt: bool,
+    /// A run-time limit and its grace, when the job has a limit (see `Job::group_key`).
+    pub run_limit_ms: Option<u64>,
 }
 
 /// A pending job's place in the queue. Ordering: rank (negated priority, or 0 under FIFO),

@@ -111,8 +111,11 @@ pub(crate) struct WakeOn {
     /// job's project and user).
     pub quota: [Option<QuotaWake>; 2],
     pub room: RoomWake,
-    /// A time: the group's head may preempt from then on (rule 1's preemption delay).
+    /// A time: the group's head may preempt from then on (rule 1's preemption delay), or a
+    /// reservation that holds it back is expected to start.
     pub at: Option<Time>,
+    /// The reservations change (see `plan.rs`): a group a reservation held back.
+    pub plan: bool,
 }
 
 /// When a group over `account`'s cap may fit under it: once the GPUs the account holds,
@@ -188,6 +191,8 @@ pub(crate) struct Changes {
     pub nodes_changed: bool,
     /// A node was removed or drained: its victims are gone from every search.
     pub nodes_lost: bool,
+    /// The reservations changed.
+    pub plan_changed: bool,
     /// Scratch for `wake_for`, kept between cycles.
     woken: Vec<GroupIx>,
 }
@@ -222,6 +227,8 @@ pub(crate) struct PendingQueue {
     by_reclaim: BTreeSet<(Priority, u32, GroupIx)>,
     by_nodes: BTreeSet<GroupIx>,
     by_room_any: BTreeSet<GroupIx>,
+    /// `WakeOn::plan`.
+    by_plan: BTreeSet<GroupIx>,
     /// `WakeOn::at`, by time.
     by_time: BTreeSet<(Time, GroupIx)>,
     /// Preemptors holding GPUs while their victims terminate. They leave their group (the
@@ -402,6 +409,9 @@ impl PendingQueue {
         if let Some(at) = on.at {
             self.by_time.insert((at, gix));
         }
+        if on.plan {
+            self.by_plan.insert(gix);
+        }
         match on.room {
             RoomWake::Never => {}
             RoomWake::Fits => {
@@ -432,6 +442,9 @@ impl PendingQueue {
         }
         if let Some(at) = on.at {
             self.by_time.remove(&(at, gix));
+        }
+        if on.plan {
+            self.by_plan.remove(&gix);
         }
         match on.room {
             RoomWake::Never => {}
@@ -479,6 +492,9 @@ impl PendingQueue {
         woken.extend(self.by_time.range(..=(now, GroupIx(u32::MAX))).map(|(_, gix)| *gix));
         if std::mem::take(&mut changes.nodes_changed) {
             woken.extend(self.by_nodes.iter().copied());
+        }
+        if std::mem::take(&mut changes.plan_changed) {
+            woken.extend(self.by_plan.iter().copied());
         }
         // A victim search is exact about room but takes victims in an order and within
         // bounds: with a node's victims gone, a search that failed may find another set.
@@ -619,7 +635,8 @@ impl PendingQueue {
                 || (on.room == RoomWake::Fits && self.by_room_fits.contains(&(gk.per_replica.gpus, gix)))
                 || (on.room == RoomWake::Reclaim && self.by_reclaim.contains(&(gk.priority, gk.per_replica.gpus, gix)))
                 || (on.room == RoomWake::Nodes && self.by_nodes.contains(&gix))
-                || (on.room == RoomWake::Any && self.by_room_any.contains(&gix));
+                || (on.room == RoomWake::Any && self.by_room_any.contains(&gix))
+                || (on.plan && self.by_plan.contains(&gix));
             if !indexed {
                 return Err(format!("group of {} asleep but nothing wakes it", head.id));
             }
@@ -648,7 +665,8 @@ impl PendingQueue {
             || self.by_room_fits.iter().any(|(_, g)| !asleep(g))
             || self.by_reclaim.iter().any(|(_, _, g)| !asleep(g))
             || self.by_nodes.iter().any(|g| !asleep(g))
-            || self.by_room_any.iter().any(|g| !asleep(g));
+            || self.by_room_any.iter().any(|g| !asleep(g))
+            || self.by_plan.iter().any(|g| !asleep(g));
         if stale {
             return Err("a wake index names a group that is not asleep".into());
         }

@@ -65,6 +65,16 @@ impl CoreError {
     }
 }
 
+/// A pending job's reservation (see `Scheduler::reservations`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedStart {
+    pub job: JobId,
+    /// When the GPUs it needs are expected to be free.
+    pub at: Time,
+    /// What it reserves on each node it would start on.
+    pub nodes: Vec<(NodeId, Resources)>,
+}
+
 /// A job's state as the outside world sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobStatus<'a> {
@@ -131,6 +141,8 @@ pub struct Scheduler {
     /// When the last cycle left a preemptor waiting for a per-cycle budget (searches or
     /// victims, rule 7): it wants the next cycle soon, not at the next event.
     pub(crate) budget_spent_at: Option<Time>,
+    /// Reservations of pending jobs that cannot start, in queue order (see `plan.rs`).
+    pub(crate) plan: Vec<crate::plan::Planned>,
 }
 
 impl Scheduler {
@@ -143,6 +155,7 @@ impl Scheduler {
             queue: PendingQueue::default(),
             tallies: VictimTallies::default(),
             search_scratch: SearchScratch::default(),
+            plan: Vec::new(),
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
             grown_snapshot: Default::default(),
@@ -301,6 +314,16 @@ impl Scheduler {
     /// Pending jobs in the order the next cycle considers them.
     pub fn pending(&self) -> impl Iterator<Item = JobId> + '_ {
         self.queue.in_order()
+    }
+
+    /// The reservations of jobs that cannot start (see `plan.rs`), in queue order, as the
+    /// last cycle left them: each job, when it is expected to start, and what it reserves on
+    /// which nodes.
+    pub fn reservations(&self) -> Vec<PlannedStart> {
+        self.plan
+            .iter()
+            .map(|p| PlannedStart { job: p.id, at: p.at, nodes: p.nodes.iter().map(|&(n, r, _)| (n, r)).collect() })
+            .collect()
     }
 
     pub fn pending_count(&self) -> usize {
@@ -578,26 +601,32 @@ impl Scheduler {
     /// jobs (running and terminating, and holds, whose charges to a cohort depend on their
     /// victims' cohorts).
     fn recount_cohorts(&mut self, cohorts: &[Option<AccountId>]) {
-        // A victim moved to a hold of a cohort that its project or its preemptor's has left
-        // counts as any job again.
-        let preemptor_cohort = |j: &Job| match j.state {
-            JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } => {
-                self.jobs.get(preemptor).and_then(|p| self.ledger.cohort_of(p.spec.project))
-            }
+        // Which victims are moved to a hold now: those of a preemptor holding GPUs for them
+        // whose project shares their project's cohort (see `move_victims_to_hold`).
+        let holding_for = |j: &Job| {
+            match j.state {
+            JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } => self
+                .jobs
+                .get(preemptor)
+                .filter(|p| matches!(&p.state, JobState::Pending { reservation: Some(r) } if r.victims.contains(&j.spec.id))),
             _ => None,
+        }
         };
-        let stale: Vec<JobId> = self
+        let moved: Vec<(JobId, Option<AccountId>)> = self
             .jobs
             .iter()
-            .filter(|j| {
-                j.moved_to_hold
-                    .is_some_and(|c| self.ledger.cohort_of(j.spec.project) != Some(c) || preemptor_cohort(j) != Some(c))
+            .map(|j| {
+                let cohort = self.ledger.cohort_of(j.spec.project);
+                let same =
+                    holding_for(j).is_some_and(|p| cohort.is_some() && self.ledger.cohort_of(p.spec.project) == cohort);
+                (j.spec.id, j.moved_to_hold, cohort.filter(|_| same))
             })
-            .map(|j| j.spec.id)
+            .filter(|(_, was, now)| was != now)
+            .map(|(id, _, now)| (id, now))
             .collect();
-        for id in stale {
+        for (id, m) in moved {
             let ix = self.jobs.ix_of(id).expect("listed above");
-            self.jobs[ix].moved_to_hold = None;
+            self.jobs[ix].moved_to_hold = m;
         }
         let mut moving: BTreeMap<AccountId, Resources> = BTreeMap::new();
         for job in self.jobs.iter().filter(|j| j.moved_to_hold.is_some()) {
@@ -982,6 +1011,11 @@ impl Scheduler {
         let gix = job.queued_in.take().expect("a pending job is queued");
         self.queue.hold(&job.key, gix);
         self.move_victims_to_hold(ix);
+        // A reservation's job that holds GPUs now waits for its victims instead.
+        if let Some(at) = self.plan.iter().position(|p| p.ix == ix) {
+            self.plan.remove(at);
+            self.changes.plan_changed = true;
+        }
     }
 
     /// Give up a pending job's reservation, if it has one.

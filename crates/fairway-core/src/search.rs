@@ -600,9 +600,12 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
             if !all_make_room {
                 continue;
             }
+            // Those that give back to a quota first (then least lost work): a branch without
+            // them ends as soon as what is left cannot meet the need (`quota_suffix`).
             admitted.sort_unstable_by_key(|&i| {
                 let c = &search.candidates[i];
-                (c.lost_gpu_ms, std::cmp::Reverse(c.id))
+                let gives_nothing = c.quota_frees.iter().all(|r| *r == Resources::ZERO);
+                (gives_nothing, c.lost_gpu_ms, std::cmp::Reverse(c.id))
             });
             let mut branch = WideBranch::new(search, &admitted, &mut state, &mut steps);
             branch.start();
@@ -728,6 +731,9 @@ struct WideBranch<'s, 'a> {
     /// search moves. The bound needs the least of them at every step, so they sit in a
     /// tree of minimums.
     next_replica_loss: MinTree,
+    /// Per position in `order`, per quota need: what the candidates from there on give back
+    /// at most (before caps): a branch that cannot meet a need even with all of them ends.
+    quota_suffix: Vec<Vec<Resources>>,
     state: &'s mut WideState<'a>,
     steps: &'s mut u32,
     set: Vec<usize>,
@@ -752,11 +758,21 @@ impl<'s, 'a> WideBranch<'s, 'a> {
                 (u128::from(a.2) * u128::from(b.1)).cmp(&(u128::from(b.2) * u128::from(a.1))).then(a.0.cmp(&b.0))
             });
         }
+        let needs = search.quota_needs.len();
+        let mut quota_suffix = vec![vec![Resources::ZERO; needs]; order.len() + 1];
+        for position in (0..order.len()).rev() {
+            let c = &search.candidates[order[position]];
+            let after = quota_suffix[position + 1].clone();
+            for ((sum, later), freed) in quota_suffix[position].iter_mut().zip(after).zip(&c.quota_frees) {
+                *sum = later.plus(*freed);
+            }
+        }
         WideBranch {
             search,
             order,
             by_node,
             next_replica_loss: MinTree::default(),
+            quota_suffix,
             state,
             steps,
             set: Vec::new(),
@@ -837,7 +853,13 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             }
             return;
         }
-        if position == self.order.len() || self.set.len() == self.search.victims_max {
+        let reachable = self
+            .search
+            .quota_needs
+            .iter()
+            .enumerate()
+            .all(|(k, need)| need.fits_in(self.state.quota_freed[k].plus(self.quota_suffix[position][k])));
+        if !reachable || position == self.order.len() || self.set.len() == self.search.victims_max {
             return;
         }
         // Bounds: at least one more victim, the GPUs the replicas still need, and the least

@@ -1684,6 +1684,14 @@ impl Engine {
             PendingReason::BlockedBehind { job, priority } => {
                 format!("behind higher priority: {} (priority {priority}) waits for GPUs first", name(*job))
             }
+            PendingReason::HeldForReservation { job, at } => {
+                let at = jiff::Timestamp::from_millisecond(at.millis() as i64)
+                    .map_or_else(|_| at.to_string(), |t| t.to_string());
+                format!(
+                    "held for the reservation of {}, expected to start by {at}: it would run past then on the GPUs it needs",
+                    name(*job)
+                )
+            }
             PendingReason::VictimsProtected { until } => {
                 let at = jiff::Timestamp::from_millisecond(until.millis() as i64)
                     .map_or_else(|_| until.to_string(), |t| t.to_string());
@@ -1807,5 +1815,6 @@ fn policy_of(settings: &Settings) -> fairway_core::Policy {
         .fair_share
         .as_ref()
         .map(|f| fairway_core::FairSharing { half_life_ms: f.half_life_seconds.saturating_mul(1000) });
+    policy.reservations = settings.reservations.and_then(|r| r.to_core("reservations").ok());
     policy
 }

@@ -46,6 +46,9 @@ pub struct Settings {
     /// Fair sharing between namespaces (projects) inside one priority; `None`: off. A
     /// namespace's weight is its `fairway.dev/fair-share-weight` annotation (1 without).
     pub fair_share: Option<FairShareSettings>,
+    /// Reservations with backfill for Jobs that cannot be admitted (the core's `plan.rs`);
+    /// `None`: off.
+    pub reservations: Option<fairway_spec::ReservationsDoc>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -144,6 +147,7 @@ impl Default for Settings {
             writes_in_flight_max: 64,
             status_writes_per_second_max: 100,
             fair_share: None,
+            reservations: None,
         }
     }
 }
@@ -198,6 +202,9 @@ impl Settings {
                 "fair_share.half_life_seconds: at most {HALF_LIFE_SECONDS_MAX} (ten years), got {}",
                 f.half_life_seconds
             ));
+        }
+        if let Some(r) = self.reservations {
+            r.to_core("reservations").map_err(|e| e.to_string())?;
         }
         Ok(())
     }

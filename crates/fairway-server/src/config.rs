@@ -98,6 +98,9 @@ pub struct ConfigFile {
     /// Nominal quotas lent within cohorts (see `docs/cohorts.md`).
     #[serde(default)]
     pub cohorts: Vec<fairway_spec::CohortDoc>,
+    /// Reservations with backfill for jobs that cannot start (the core's `plan.rs`).
+    #[serde(default)]
+    pub reservations: Option<fairway_spec::ReservationsDoc>,
 }
 
 /// `fair_share:` (see the core's `fairshare.rs` for the formula).
@@ -309,6 +312,9 @@ impl ConfigFile {
         }
         fairway_spec::resolve_cohorts(&self.cohorts, "cohorts", &mut fairway_spec::Interner::new())
             .map_err(|e| e.to_string())?;
+        if let Some(r) = self.reservations {
+            r.to_core("reservations").map_err(|e| e.to_string())?;
+        }
         for (i, c) in self.priority_classes.iter().enumerate() {
             if let Some(p) = &c.preemption_policy
                 && p != "PreemptLowerPriority"
@@ -450,6 +456,8 @@ mod tests {
                 "cohorts[0].members[0].lending_limit.gpus: 3 is more than the nominal quota 2",
             ),
             ("cohorts: [{ name: lab, members: [{ project: a, nominal: { gpu: 2 } }] }]\n", "gpu"),
+            ("reservations: { count: 0, default_runtime_seconds: 60 }\n", "reservations.count: must be from 1"),
+            ("reservations: { default_runtime_seconds: 0 }\n", "reservations.default_runtime_seconds"),
         ];
         for (text, want) in cases {
             let err = ConfigFile::parse(text).expect_err(text);

@@ -30,6 +30,7 @@
 //!       weights: [{ project: vision, weight: 2 }]       # 1 unless named
 //!     nominal_quotas: hard_caps                         # cohort (default), hard_caps, ignore
 //!     cohorts: [...]                                    # this policy's own, as `cohorts:`
+//!     reservations: { count: 1, default_runtime_hours: 4 }   # EASY backfill (plan.rs)
 //! ```
 
 use std::collections::BTreeMap;
@@ -268,6 +269,10 @@ pub struct CustomPolicy {
     /// Cohorts for this policy's run instead of the scenario's.
     #[serde(default)]
     pub cohorts: Option<Vec<CohortDoc>>,
+    /// Reservations with backfill (needs `backfill`): the highest-ranked jobs that cannot
+    /// start reserve the GPUs they need (see the core's `plan.rs`).
+    #[serde(default)]
+    pub reservations: Option<ReservationsSpec>,
     /// What the scenario's nominal quotas (its cohorts) are to this policy: `cohort`
     /// (default: lent and borrowed within each cohort), `hard_caps` (each member's nominal
     /// quota is its hard cap, nothing is lent: the article's ResourceQuota set-aside) or
@@ -275,6 +280,21 @@ pub struct CustomPolicy {
     #[serde(default)]
     pub nominal_quotas: Option<String>,
 }
+
+/// `reservations:` of a custom policy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReservationsSpec {
+    /// How many jobs hold a reservation at once (1: EASY backfill).
+    #[serde(default = "one")]
+    pub count: u32,
+    /// How long a job without a run-time limit is expected to run.
+    pub default_runtime_hours: f64,
+}
+
+/// The most reservations at once, and the longest default estimate.
+pub const RESERVATIONS_MAX: u32 = 64;
+pub const DEFAULT_RUNTIME_HOURS_MAX: f64 = 24.0 * 365.0;
 
 /// `fair_share:` of a custom policy.
 #[derive(Clone, Debug, Deserialize)]
@@ -625,6 +645,31 @@ fn nominal_as_hard_caps(quotas: &mut Vec<(AccountId, Quota)>, nominals: &[(Accou
     quotas.sort_by_key(|(a, _)| *a);
 }
 
+/// A custom policy's reservations, checked.
+fn reservations(
+    spec: &ReservationsSpec,
+    backfill: bool,
+    field: &str,
+) -> Result<fairway_core::Reservations, ScenarioError> {
+    if !(1..=RESERVATIONS_MAX).contains(&spec.count) {
+        return Err(invalid(
+            format!("{field}.count"),
+            format!("must be from 1 to {RESERVATIONS_MAX}, got {}", spec.count),
+        ));
+    }
+    let hours = spec.default_runtime_hours;
+    if !hours.is_finite() || hours <= 0.0 || hours > DEFAULT_RUNTIME_HOURS_MAX {
+        return Err(invalid(
+            format!("{field}.default_runtime_hours"),
+            format!("must be more than 0 and at most {DEFAULT_RUNTIME_HOURS_MAX}, got {hours}"),
+        ));
+    }
+    if !backfill {
+        return Err(invalid(field, "needs backfill: true (under strict order nothing passes a waiting job anyway)"));
+    }
+    Ok(fairway_core::Reservations { count_max: spec.count, default_runtime_ms: (hours * 3_600_000.0).round() as u64 })
+}
+
 /// A custom policy's fair sharing, checked.
 fn fair_sharing(spec: &FairShareSpec, backfill: bool, field: &str) -> Result<FairSharing, ScenarioError> {
     let hours = spec.half_life_hours;
@@ -895,7 +940,12 @@ fn policies(
                         Some(fair_sharing(f, c.backfill, &field)?)
                     }
                 };
-                let policy = Policy { order, preemption: c.preemption, backfill: c.backfill, scoring, fair_share };
+                let reservations = match &c.reservations {
+                    None => None,
+                    Some(r) => Some(reservations(r, c.backfill, &format!("policies[{i}].reservations"))?),
+                };
+                let policy =
+                    Policy { order, preemption: c.preemption, backfill: c.backfill, scoring, fair_share, reservations };
                 (c.name.clone(), policy)
             }
         };

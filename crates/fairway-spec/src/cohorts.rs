@@ -236,3 +236,47 @@ mod tests {
         }
     }
 }
+
+/// `reservations:` in the server's configuration and the controller's settings: how many
+/// pending jobs that cannot start reserve the GPUs they need (1: EASY backfill), and how
+/// long a job without a run-time limit is expected to run (see the core's `plan.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReservationsDoc {
+    #[serde(default = "one_reservation")]
+    pub count: u32,
+    pub default_runtime_seconds: u64,
+}
+
+fn one_reservation() -> u32 {
+    1
+}
+
+/// The most reservations at once, and the longest default estimate (a year).
+pub const RESERVATIONS_MAX: u32 = 64;
+pub const DEFAULT_RUNTIME_SECONDS_MAX: u64 = 365 * 24 * 3600;
+
+impl ReservationsDoc {
+    /// Checked, as the core's; the error names the field under `field`.
+    pub fn to_core(self, field: &str) -> Result<fairway_core::Reservations, CohortError> {
+        if !(1..=RESERVATIONS_MAX).contains(&self.count) {
+            return Err(CohortError {
+                field: format!("{field}.count"),
+                reason: format!("must be from 1 to {RESERVATIONS_MAX}, got {}", self.count),
+            });
+        }
+        if !(1..=DEFAULT_RUNTIME_SECONDS_MAX).contains(&self.default_runtime_seconds) {
+            return Err(CohortError {
+                field: format!("{field}.default_runtime_seconds"),
+                reason: format!(
+                    "must be from 1 to {DEFAULT_RUNTIME_SECONDS_MAX}, got {}",
+                    self.default_runtime_seconds
+                ),
+            });
+        }
+        Ok(fairway_core::Reservations {
+            count_max: self.count,
+            default_runtime_ms: self.default_runtime_seconds * 1000,
+        })
+    }
+}

@@ -41,7 +41,10 @@ mod value;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use cluster::{ClusterShape, ModelShape, validate_against_cluster};
-pub use cohorts::{COHORT_MEMBERS_MAX, COHORTS_MAX, CohortDoc, CohortError, LimitsDoc, MemberDoc, resolve_cohorts};
+pub use cohorts::{
+    COHORT_MEMBERS_MAX, COHORTS_MAX, CohortDoc, CohortError, DEFAULT_RUNTIME_SECONDS_MAX, LimitsDoc, MemberDoc,
+    RESERVATIONS_MAX, ReservationsDoc, resolve_cohorts,
+};
 pub use error::{SpecError, SpecErrors, Warning};
 pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
 pub use interner::{AccountKind, InternError, Interned, Interner};

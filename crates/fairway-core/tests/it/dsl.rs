@@ -9,7 +9,8 @@
 //! ```text
 //! config policy=fifo|priority|fairway backfill=on|off preemption=on|off scoring=best-fit|spread
 //!        order=fifo|priority victims-max=N candidates-max=N attempts-max=N starts-max=N
-//!        nodes-scored-max=N fair-half-life=TIME|off           (before any other command)
+//!        nodes-scored-max=N fair-half-life=TIME|off reservations=N|off default-runtime=TIME
+//!                                                            (before any other command)
 //! node [add] N gpus=8 model=A100 cpu=64000 mem=512000        (these are the defaults)
 //! node remove|drain|uncordon N
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
@@ -174,6 +175,7 @@ impl Names {
             }
             PendingReason::VictimsProtected { until } => format!("victims_protected(until {until})"),
             PendingReason::PreemptionDelayed { until } => format!("preemption_delayed(until {until})"),
+            PendingReason::HeldForReservation { job, at } => format!("held_for_reservation({} at {at})", self.j(*job)),
             PendingReason::NoPreemptionCandidates
             | PendingReason::PreemptionDisabled
             | PendingReason::PreemptionBudgetExhausted
@@ -541,6 +543,8 @@ impl Runner {
             "starts-max",
             "nodes-scored-max",
             "fair-half-life",
+            "reservations",
+            "default-runtime",
         ])?;
         // The preset first, so that later keys refine it.
         if let Some(p) = line.get("policy") {
@@ -578,6 +582,17 @@ impl Runner {
                         "off" => None,
                         _ => Some(FairSharing { half_life_ms: parse_time(v)? }),
                     }
+                }
+                "reservations" => {
+                    self.config.policy.reservations = match v {
+                        "off" => None,
+                        _ => Some(Reservations { count_max: parse_num(k, v)?, default_runtime_ms: 3_600_000 }),
+                    }
+                }
+                "default-runtime" => {
+                    let r =
+                        self.config.policy.reservations.as_mut().ok_or("default-runtime needs reservations=N first")?;
+                    r.default_runtime_ms = parse_time(v)?;
                 }
                 _ => unreachable!("checked by only()"),
             }

@@ -28,6 +28,14 @@
 //!   quotas and not blocked behind another fits in the free room (a group left dormant when
 //!   its wait was over would show up here), and a job said to never fit indeed fits no node;
 //! - a job blocked behind another (strict order) names a pending job that does block;
+//! - no start ranked below a reservation delays it: after every cycle in which no job
+//!   ranked above a reservation started and none began preempting (a preemptor follows
+//!   the preemption order, not the plan), the reservation's job still
+//!   fits at its time on the nodes of its model, counting as free there what live jobs
+//!   expected to end by then (by the documented rule, computed here: a run-time limit plus
+//!   grace, else the default estimate extended by whole estimates as a run overruns it; a
+//!   preemption's deadline) will have freed, less what preemptors hold and earlier
+//!   reservations reserve;
 //! - preemption liveness: a pending job that could obviously preempt (taking every eligible
 //!   lower-priority victim, within the victim bound, would make it fit and keep all its
 //!   accounts within their caps) has not been left without trying.
@@ -56,6 +64,11 @@ pub struct Oracle {
     /// When each job last entered the queue (submit, or requeue), for rule 1's delay.
     queued_at: BTreeMap<JobId, Time>,
     quotas: BTreeMap<AccountId, Quota>,
+    /// Each job's place in the queue: when it was first submitted.
+    submitted: BTreeMap<JobId, Time>,
+    /// Jobs started, and preemptors that began holding, in the cycle being checked.
+    started_now: BTreeSet<JobId>,
+    preempting_now: BTreeSet<JobId>,
     /// Projects' places in cohorts.
     nominals: BTreeMap<AccountId, NominalQuota>,
     /// Per cohort, what its members used beyond what they lend when membership or a nominal
@@ -85,10 +98,12 @@ impl Oracle {
     pub fn applied(&mut self, s: &Scheduler, event: &Event, now: Time) -> Result<(), String> {
         match event {
             Event::Submit(spec) => {
+                self.submitted.insert(spec.id, now);
                 self.specs.insert(spec.id, spec.clone());
                 self.queued_at.insert(spec.id, now);
             }
             Event::Restore(job) => {
+                self.submitted.insert(job.spec.id, job.submitted_at);
                 self.specs.insert(job.spec.id, job.spec.clone());
                 // A job preempted before re-entered the queue when last chosen as a victim.
                 let last_preempted = job.preempted_at.iter().copied().max();
@@ -254,9 +269,12 @@ impl Oracle {
     /// beyond what its members lend, by the core's figures of what each member is charged?
     fn cohort_short(&self, s: &Scheduler, spec: &JobSpec, freed: &BTreeMap<AccountId, Resources>) -> bool {
         let Some(n) = self.nominals.get(&spec.project) else { return false };
+        // What each member holds as its cohort counts it, as the core may count it: the
+        // larger of what is charged to it and what it holds once preemptions complete.
         let usage = |a: AccountId| {
-            let charged = s.account_usage(a).0.saturating_minus(freed.get(&a).copied().unwrap_or_default());
-            if a == spec.project { charged.plus(spec.total()) } else { charged }
+            let held = max(s.account_usage(a).0, self.cohort_usage(s, a));
+            let held = held.saturating_minus(freed.get(&a).copied().unwrap_or_default());
+            if a == spec.project { held.plus(spec.total()) } else { held }
         };
         self.cohort_excess(n.cohort, usage) != Resources::ZERO
     }
@@ -378,6 +396,14 @@ impl Oracle {
             return Err(format!("{victims} victims in one cycle, above victims_per_cycle_max"));
         }
         let mut started_now: BTreeSet<JobId> = BTreeSet::new();
+        self.preempting_now = out
+            .decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Preempt { preemptor, .. } => Some(*preemptor),
+                _ => None,
+            })
+            .collect();
         for d in &out.decisions {
             match d {
                 Decision::Start { job, placement } => {
@@ -431,6 +457,7 @@ impl Oracle {
                 Decision::Stop { .. } | Decision::Requeued { .. } => {}
             }
         }
+        self.started_now = started_now.into_iter().filter(|id| !self.reserved_before.contains_key(id)).collect();
         self.refresh_live(s)?;
         self.check_capacity()?;
         self.check_quotas()?;
@@ -439,6 +466,7 @@ impl Oracle {
         self.check_pending(s)?;
         self.check_work_conserving(s)?;
         self.check_blockers(s)?;
+        self.check_reservations(s)?;
         self.check_preemption_liveness(s)?;
         Ok(())
     }
@@ -603,6 +631,117 @@ impl Oracle {
         Ok(())
     }
 
+    /// When a live job is expected to end, by the documented rule (`None` when the rule
+    /// needs what the oracle does not know: a limit on the total run time).
+    fn expected_end(&self, s: &Scheduler, id: JobId) -> Option<Time> {
+        let spec = &self.specs[&id];
+        let default = s.config().policy.reservations?.default_runtime_ms.max(1);
+        match s.job_status(id)? {
+            JobStatus::Running { started_at, .. } => {
+                if spec.max_total_runtime_ms.is_some() {
+                    return None;
+                }
+                Some(match spec.max_runtime_ms {
+                    Some(limit) => started_at.plus_ms(limit + spec.grace_ms).max(self.now),
+                    None => {
+                        let ran = self.now.ms_since(started_at);
+                        started_at.plus_ms((ran / default + 1) * default)
+                    }
+                })
+            }
+            JobStatus::Preempting { deadline, .. } => Some(deadline.max(self.now)),
+            JobStatus::Stopping { .. } => Some(self.now),
+            JobStatus::Pending { .. } => None,
+        }
+    }
+
+    /// A job's place in the queue: (rank, first submit, id), as the queue orders.
+    fn queue_key(&self, s: &Scheduler, id: JobId) -> (std::cmp::Reverse<Priority>, Time, JobId) {
+        let rank = match s.config().policy.order {
+            QueueOrder::Priority => self.specs[&id].priority,
+            QueueOrder::Fifo => 0,
+        };
+        (std::cmp::Reverse(rank), self.submitted[&id], id)
+    }
+
+    /// See the module doc: each reservation still fits at its time.
+    fn check_reservations(&self, s: &Scheduler) -> Result<(), String> {
+        let plan = s.reservations();
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let first_displaced = plan.iter().position(|p| {
+            let key = self.queue_key(s, p.job);
+            self.started_now.iter().any(|k| self.queue_key(s, *k) < key) || !self.preempting_now.is_empty()
+        });
+        // A reservation displaced, and those after it (they were placed around it), are
+        // not checked this cycle.
+        let plan = &plan[..first_displaced.unwrap_or(plan.len())];
+        let mut ends: BTreeMap<JobId, Time> = BTreeMap::new();
+        for &id in self.live.keys() {
+            match self.expected_end(s, id) {
+                Some(end) => {
+                    ends.insert(id, end);
+                }
+                None => return Ok(()), // The rule is not checkable here.
+            }
+        }
+        let mut earlier: BTreeMap<NodeId, Resources> = BTreeMap::new();
+        for p in plan {
+            let spec = &self.specs[&p.job];
+            let mut free: BTreeMap<NodeId, Resources> = self
+                .nodes
+                .iter()
+                .filter(|(id, n)| !self.drained.contains(id) && spec.gpu_model.is_none_or(|m| m == n.gpu_model))
+                .map(|(id, n)| (*id, n.capacity))
+                .collect();
+            // GPUs by slot (a hold takes its victims' slots: one slot counts once); CPU and
+            // memory by sum (a hold's count apart from its victims', as the core books them).
+            let mut slots: BTreeMap<NodeId, BTreeSet<u32>> = BTreeMap::new();
+            let mut take = |node: NodeId, r: Resources, gpus: &fairway_core::GpuSet| {
+                if let Some(f) = free.get_mut(&node) {
+                    *f = f.saturating_minus(Resources { gpus: 0, ..r });
+                    slots.entry(node).or_default().extend(gpus.iter());
+                }
+            };
+            for (id, placement) in &self.live {
+                if ends[id] > p.at {
+                    for r in placement.replicas() {
+                        take(r.node, self.specs[id].per_replica, &r.gpus);
+                    }
+                }
+            }
+            for (id, other) in &self.specs {
+                if let Some(JobStatus::Pending { reserved: Some(held), .. }) = s.job_status(*id) {
+                    for r in held.replicas() {
+                        take(r.node, other.per_replica, &r.gpus);
+                    }
+                }
+            }
+            for (node, f) in free.iter_mut() {
+                f.gpus = f.gpus.saturating_sub(slots.get(node).map_or(0, |s| s.len() as u32));
+            }
+            for (node, r) in &earlier {
+                if let Some(f) = free.get_mut(node) {
+                    *f = f.saturating_minus(*r);
+                }
+            }
+            let hosted: u64 =
+                free.values().map(|f| replicas_fitting(*f, spec.per_replica).min(u64::from(spec.replicas))).sum();
+            if hosted < u64::from(spec.replicas) {
+                return Err(format!(
+                    "the reservation of {} at {} no longer fits: the nodes hold {hosted} of its {} replicas then",
+                    p.job, p.at, spec.replicas
+                ));
+            }
+            for (node, r) in &p.nodes {
+                let e = earlier.entry(*node).or_default();
+                *e = e.plus(*r);
+            }
+        }
+        Ok(())
+    }
+
     /// See the module doc. Only a sufficient condition for success is checked, so a miss here
     /// is a real miss: the victim search takes candidates in order until the job fits, and
     /// taking all of them makes it fit.
@@ -625,6 +764,7 @@ impl Oracle {
                         PendingReason::BlockedBehind { .. }
                             | PendingReason::PreemptionBudgetExhausted
                             | PendingReason::NeverFits { .. }
+                            | PendingReason::HeldForReservation { .. }
                     )
                 });
             if skip {
@@ -786,6 +926,26 @@ impl Oracle {
                 continue;
             }
             if self.over_quota(s, spec, &BTreeMap::new()).is_some() || self.cohort_short(s, spec, &BTreeMap::new()) {
+                continue;
+            }
+            // Held back for a reservation: the reservation's job is pending and, in priority
+            // order, ranks at least as high (what it would delay is the plan's, see `plan.rs`).
+            if let Some(PendingReason::HeldForReservation { job, .. }) =
+                reasons.iter().find(|r| matches!(r, PendingReason::HeldForReservation { .. }))
+            {
+                let holder = self.specs.get(job).ok_or(format!("{id} held for unknown {job}"))?;
+                // (With fair sharing the walk may meet it before the reservation's job, which
+                // may then start in the same cycle: the next cycle looks at it again.)
+                let pending_or_just_started = match s.job_status(*job) {
+                    Some(JobStatus::Pending { reserved: None, .. }) => true,
+                    Some(JobStatus::Running { started_at, .. }) => started_at == self.now,
+                    _ => false,
+                };
+                if !pending_or_just_started
+                    || (s.config().policy.order == QueueOrder::Priority && holder.priority < spec.priority)
+                {
+                    return Err(format!("{id} is held for {job}, which is not a pending job ranked above it"));
+                }
                 continue;
             }
             if self.fits(spec, &free, &BTreeMap::new()) {

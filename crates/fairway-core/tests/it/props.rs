@@ -243,6 +243,11 @@ fn config() -> impl Strategy<Value = Config> {
             prop_oneof![3 => Just(Limits::default().starts_per_cycle_max), 1 => 1..3u32],
             prop_oneof![3 => Just(Limits::default().victims_per_cycle_max), 1 => 1..4u32],
             prop_oneof![2 => Just(None), 1 => (0..3u64).prop_map(|h| Some(FairSharing { half_life_ms: h * 60_000 }))],
+            prop_oneof![
+                2 => Just(None),
+                1 => (1..3u32, 1..60u64)
+                    .prop_map(|(count_max, s)| Some(Reservations { count_max, default_runtime_ms: s * 1000 })),
+            ],
         ),
     )
         .prop_map(
@@ -252,7 +257,7 @@ fn config() -> impl Strategy<Value = Config> {
                 spread,
                 victims_max,
                 attempts_max,
-                (candidates, scored, starts, cycle_victims, fair_share),
+                (candidates, scored, starts, cycle_victims, fair_share, reservations),
             )| {
                 if flip_backfill {
                     policy.backfill = !policy.backfill;
@@ -261,6 +266,7 @@ fn config() -> impl Strategy<Value = Config> {
                     policy.scoring = ScoringPolicy::Spread;
                 }
                 policy.fair_share = fair_share;
+                policy.reservations = reservations;
                 let limits = Limits {
                     victims_per_preemption_max: victims_max,
                     preemption_attempts_per_cycle_max: attempts_max,
@@ -742,7 +748,7 @@ fn script_config(c: &Config) -> String {
     let on = |b: bool| if b { "on" } else { "off" };
     format!(
         "config order={order} preemption={} backfill={} scoring={} victims-max={} attempts-max={} \
-         candidates-max={} starts-max={} nodes-scored-max={} cycle-victims-max={} fair-half-life={}",
+         candidates-max={} starts-max={} nodes-scored-max={} cycle-victims-max={} fair-half-life={}{}",
         on(c.policy.preemption),
         on(c.policy.backfill),
         c.policy.scoring.name(),
@@ -753,6 +759,10 @@ fn script_config(c: &Config) -> String {
         c.limits.candidate_nodes_scored_max,
         c.limits.victims_per_cycle_max,
         c.policy.fair_share.map_or("off".to_string(), |f| format!("{}ms", f.half_life_ms)),
+        c.policy.reservations.map_or(String::new(), |r| format!(
+            " reservations={} default-runtime={}ms",
+            r.count_max, r.default_runtime_ms
+        )),
     )
 }
 

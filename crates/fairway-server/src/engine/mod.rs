@@ -584,6 +584,7 @@ fn new_core(config: &ServerConfig) -> Scheduler {
         .fair_share
         .as_ref()
         .map(|f| fairway_core::FairSharing { half_life_ms: f.half_life_seconds.saturating_mul(1000) });
+    policy.reservations = config.file.reservations.and_then(|r| r.to_core("reservations").ok());
     Scheduler::new(Config { policy, limits })
 }
 

@@ -171,6 +171,14 @@ impl Engine {
                     json!({"victims": ids}),
                 )
             }
+            PendingReason::HeldForReservation { job, at } => (
+                format!(
+                    "held for the reservation of {}, ranked above it and expected to start at {} (Unix ms): this job would run past then on the GPUs it needs",
+                    self.name_of(job.0 as i64),
+                    at.millis()
+                ),
+                json!({"job": job.0, "at_ms": at.millis()}),
+            ),
             PendingReason::BlockedBehind { job, priority } => (
                 format!(
                     "blocked behind {} (priority {priority}), which is waiting for GPUs",
