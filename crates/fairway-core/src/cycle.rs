@@ -269,8 +269,9 @@ impl Scheduler {
     /// 1. Hand out decisions that events produced since the last cycle (stops, requeues).
     /// 2. Stop running jobs whose run-time limit has passed.
     /// 3. Start preemptors whose victims have all exited, on the GPUs held for them.
-    /// 4. Walk the pending queue in order (priority, then submit time, then id), asking each
-    ///    equivalence group once per failure (see `queue.rs`); for each job:
+    /// 4. With reservations, bring them up to date (see `plan.rs`). Walk the pending queue in
+    ///    order (priority, then submit time, then id), asking each equivalence group once per
+    ///    failure (see `queue.rs`); for each job:
     ///    a. groups that failed before and whose wait cannot be over stay dormant (those
     ///    that room on a grown node may concern get a second look when reached); with
     ///    backfill off, the first job that cannot start blocks every job behind it;
@@ -282,12 +283,14 @@ impl Scheduler {
     ///    project would borrow more than its cohort lends waits, unless it can preempt
     ///    lower-priority work (and, within its nominal quota, borrowers of its own
     ///    priority) that gives back enough to the cohort (see `ledger.rs`);
-    ///    e. place on free GPUs if possible and start;
+    ///    e. place on free GPUs if possible and start, unless it would delay a reservation
+    ///    ranked above it (then elsewhere, or it is held back);
     ///    f. otherwise, if the policy and the job allow, preempt lower-priority work
     ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job; failing
     ///    that, a job within its project's nominal quota reclaims from the members of its
     ///    cohort that borrow, its own priority included;
-    ///    g. otherwise record why it is pending.
+    ///    g. otherwise record why it is pending, and with reservations let it reserve if it
+    ///    ranks among the first that cannot start.
     /// 5. Check the invariants (debug builds; the simulator checks them in every build).
     pub fn cycle(&mut self, now: Time) -> CycleOutcome {
         let mut out = CycleOutcome::default();

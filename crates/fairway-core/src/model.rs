@@ -90,7 +90,7 @@ impl Job {
             // What a reservation's backfill test reads of the job: how long it may run (a
             // requeued job under a total limit may have less left than its group's head; it
             // then waits with the head, which delays no reservation).
-            run_limit_ms: match (spec.max_runtime_ms, spec.max_total_runtime_ms) {
+            run_limit_ms: match (spec.max_runtime_ms.or(spec.runtime_estimate_ms), spec.max_total_runtime_ms) {
                 (None, None) => None,
                 (a, b) => Some(a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)).saturating_add(spec.grace_ms)),
             },

@@ -10,9 +10,10 @@
 //! behind a stream of small jobs.
 //!
 //! **Expected ends.** A running job ends at its run-time limit if it has one (the core
-//! stops it there, and it has its grace period to exit); otherwise after
-//! `Reservations::default_runtime_ms`, and a job past that is expected to run one more such
-//! period at a time (corrected as it overruns). A job being stopped ends at its grace
+//! stops it there, and it has its grace period to exit); otherwise after the estimate its
+//! driver gives (`JobSpec::runtime_estimate_ms`: a Kubernetes Job's `activeDeadlineSeconds`)
+//! or `Reservations::default_runtime_ms`, and a job past that is expected to run one more
+//! such period at a time (corrected as it overruns). A job being stopped ends at its grace
 //! deadline. A pending job's own run is estimated the same way (its limit and grace, or the
 //! default).
 //!
@@ -52,7 +53,7 @@ impl Scheduler {
             JobState::Running { started_at, .. } => match job.runtime_deadline(*started_at) {
                 Some(deadline) => deadline.plus_ms(job.spec.grace_ms).max(now),
                 None => {
-                    let estimate = self.default_runtime_ms().max(1);
+                    let estimate = job.spec.runtime_estimate_ms.unwrap_or(self.default_runtime_ms()).max(1);
                     let ran = now.ms_since(*started_at);
                     // Past its estimate: one more estimate at a time.
                     started_at.plus_ms((ran / estimate + 1) * estimate)
@@ -68,7 +69,10 @@ impl Scheduler {
     /// limit and the grace period of the stop there, or the default.
     pub(crate) fn expected_run_ms(&self, ix: JobIx) -> u64 {
         let job = &self.jobs[ix];
-        job.runtime_deadline(Time::ZERO).map_or(self.default_runtime_ms(), |d| d.millis() + job.spec.grace_ms)
+        match job.runtime_deadline(Time::ZERO) {
+            Some(d) => d.millis() + job.spec.grace_ms,
+            None => job.spec.runtime_estimate_ms.unwrap_or(self.default_runtime_ms()),
+        }
     }
 
     fn default_runtime_ms(&self) -> u64 {

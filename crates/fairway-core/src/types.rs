@@ -207,6 +207,10 @@ pub struct JobSpec {
     pub max_runtime_ms: Option<u64>,
     /// Run-time limit summed over all of the job's runs; the run that reaches it is stopped.
     pub max_total_runtime_ms: Option<u64>,
+    /// How long a run is expected to last when a limit exists that the core does not
+    /// enforce itself (Kubernetes enforces a Job's `activeDeadlineSeconds`): what
+    /// reservations count on (see `plan.rs`); unused when `max_runtime_ms` is set.
+    pub runtime_estimate_ms: Option<u64>,
     /// How often the job checkpoints; the core uses it to estimate work lost by preemption
     /// when the job reports no checkpoints itself.
     pub checkpoint_interval_ms: Option<u64>,
@@ -245,6 +249,7 @@ impl JobSpec {
             grace_ms: 30_000,
             max_runtime_ms: None,
             max_total_runtime_ms: None,
+            runtime_estimate_ms: None,
             checkpoint_interval_ms: None,
             min_run_before_preemption_ms: 0,
             preemptions_per_hour_max: None,

@@ -1084,8 +1084,9 @@ impl Engine {
         let preemption_policy = doc.preemption_policy.map_or(policy, PreemptionPolicy::from);
         let resolved = ResolvedJob { doc, priority, priority_class: class, preemption_policy, protection };
         let mut spec = resolved.to_core(id, &mut self.interner).map_err(|e| format!("{}: {}", e.path, e.reason))?;
-        // Kubernetes enforces activeDeadlineSeconds itself.
-        spec.max_runtime_ms = None;
+        // Kubernetes enforces activeDeadlineSeconds itself: to the core it is what a run is
+        // expected to last at most (reservations count on it).
+        spec.runtime_estimate_ms = spec.max_runtime_ms.take();
         // The project is the namespace: its ResourceQuota is its cap.
         spec.project = self.interner.account_of(AccountKind::Project, &w.namespace).map_err(|e| e.to_string())?;
         if let Some(user) = resolved_user(&resolved) {

@@ -828,6 +828,7 @@ fn sim_jobs(
             grace_ms: defaults.grace_seconds * 1000,
             max_runtime_ms: None,
             max_total_runtime_ms: None,
+            runtime_estimate_ms: None,
             checkpoint_interval_ms: t.checkpoint_interval_ms.or(defaults.checkpoint_interval_seconds.map(|s| s * 1000)),
             min_run_before_preemption_ms: rule_1.min_run_seconds * 1000,
             preemptions_per_hour_max: rule_1.preemptions_per_hour_max,

@@ -94,6 +94,7 @@ impl ResolvedJob {
             grace_ms: secs_to_ms(doc.preemption_grace_seconds),
             max_runtime_ms: doc.max_runtime_seconds.map(secs_to_ms),
             max_total_runtime_ms: doc.max_total_runtime_seconds.map(secs_to_ms),
+            runtime_estimate_ms: None,
             min_run_before_preemption_ms: secs_to_ms(self.protection.min_run_seconds),
             preemptions_per_hour_max: self.protection.preemptions_per_hour_max,
             overrides_protection: self.protection.overrides_protection,

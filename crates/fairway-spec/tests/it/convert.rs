@@ -28,6 +28,7 @@ fn a_native_job_converts_field_by_field() {
             grace_ms: 30_000,
             max_runtime_ms: Some(7_200_000),
             max_total_runtime_ms: Some(36_000_000),
+            runtime_estimate_ms: None,
             checkpoint_interval_ms: Some(600_000),
             min_run_before_preemption_ms: 0,
             preemptions_per_hour_max: None,
