@@ -278,26 +278,28 @@ impl Ledger {
     }
 
     pub fn charge(&mut self, account: AccountId, r: Resources) {
-        let a = self.accounts.entry(account).or_default();
-        let unused_before = a.unused_guarantee();
-        a.charge(r);
-        self.member_changed(account, unused_before);
+        self.accounts.entry(account).or_default();
+        self.change_member(account, |a| a.charge(r));
     }
 
     pub fn uncharge(&mut self, account: AccountId, r: Resources) {
-        let a = self.accounts.get_mut(&account).expect("uncharging an account that was charged");
+        assert!(self.accounts.contains_key(&account), "uncharging an account that was charged");
+        self.change_member(account, |a| a.uncharge(r));
+    }
+
+    /// Change a known account; if it is a member of a cohort, its cohort's `U` follows.
+    fn change_member(&mut self, account: AccountId, change: impl FnOnce(&mut Account)) {
+        let a = self.accounts.get_mut(&account).expect("a known account");
         let unused_before = a.unused_guarantee();
-        a.uncharge(r);
+        change(a);
         self.member_changed(account, unused_before);
     }
 
     /// A victim of `project` terminating for a preemptor of `cohort` moves its cohort charge
     /// `r` to the hold (`out`), or back from it when the hold is given up (see the module doc).
     pub fn move_to_hold(&mut self, project: AccountId, cohort: AccountId, r: Resources, out: bool) {
-        let a = self.accounts.get_mut(&project).expect("a victim's project is charged");
-        let unused_before = a.unused_guarantee();
-        a.moving = if out { a.moving.plus(r) } else { a.moving.minus(r) };
-        self.member_changed(project, unused_before);
+        assert!(self.accounts.contains_key(&project), "a victim's project is charged");
+        self.change_member(project, |a| a.moving = if out { a.moving.plus(r) } else { a.moving.minus(r) });
         if out {
             self.uncharge(cohort, r);
         } else {
@@ -307,18 +309,15 @@ impl Ledger {
 
     /// A moved victim of `project` has left (its project charge is uncharged by the caller).
     pub fn settle_moved(&mut self, project: AccountId, r: Resources) {
-        let a = self.accounts.get_mut(&project).expect("a victim's project is charged");
-        let unused_before = a.unused_guarantee();
-        a.moving = a.moving.minus(r);
-        self.member_changed(project, unused_before);
+        assert!(self.accounts.contains_key(&project), "a victim's project is charged");
+        self.change_member(project, |a| a.moving = a.moving.minus(r));
     }
 
     /// Set a member's `moving` to what its moved victims add up to (after membership changed).
     pub fn set_moving(&mut self, project: AccountId, r: Resources) {
-        let Some(a) = self.accounts.get_mut(&project) else { return };
-        let unused_before = a.unused_guarantee();
-        a.moving = r;
-        self.member_changed(project, unused_before);
+        if self.accounts.contains_key(&project) {
+            self.change_member(project, |a| a.moving = r);
+        }
     }
 
     /// What of a member's charge is moving to holds of its cohort.
@@ -329,10 +328,8 @@ impl Ledger {
     /// A hold of a preemptor of `project` is charged `more` less (made, or its victims leave
     /// more slowly) or `less` less than before: its settled usage follows.
     pub fn shift_hold_shortfall(&mut self, project: AccountId, more: Resources, less: Resources) {
-        let a = self.accounts.entry(project).or_default();
-        let unused_before = a.unused_guarantee();
-        a.hold_shortfall = a.hold_shortfall.plus(more).minus(less);
-        self.member_changed(project, unused_before);
+        self.accounts.entry(project).or_default();
+        self.change_member(project, |a| a.hold_shortfall = a.hold_shortfall.plus(more).minus(less));
     }
 
     /// What a project's holds are not charged to it.
