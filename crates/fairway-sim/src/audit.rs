@@ -19,8 +19,7 @@
 //!    not the core's form of it).
 //! 4. A preemption is allowed: the victim runs, is preemptible and has strictly lower
 //!    priority than the preemptor, which is pending and may preempt; or, reclaimed, the
-//!    same priority, the victim's project another member of the preemptor's cohort that
-//!    holds more than its nominal quota while the preemptor's project stays within its own.
+//!    same priority, the victim's project another member of the preemptor's cohort.
 //!
 //! The core's own whole-state check (`Scheduler::check_invariants`) verifies its internal
 //! indexes; the engine runs it on a schedule (see `engine::CheckLevel`).
@@ -259,18 +258,13 @@ impl Audit {
         Ok(())
     }
 
-    /// A reclaim: the victim's project is another member of the preemptor's cohort, and the
-    /// preemptor's stays within its nominal quota. (Whether the victim's project borrowed
-    /// also counts what its preemptors hold for it, which the driver does not see: the
-    /// core's oracle checks that part.)
+    /// A reclaim: the victim's project is another member of the preemptor's cohort. (Whether
+    /// the victim's project borrowed and the preemptor's stays within its nominal quota
+    /// count what preemptors hold and what their victims give back as they leave, which the
+    /// driver does not see: the core's oracle checks those parts.)
     fn reclaimable(&self, victim: &JobSpec, preemptor: &JobSpec) -> bool {
         let (Some(v), Some(p)) = (self.member(victim.project), self.member(preemptor.project)) else { return false };
-        let cohort = p.nominal.cohort;
-        let held = p.held.plus(preemptor.total());
-        let within = ResourceKind::ALL
-            .into_iter()
-            .all(|k| !self.governs(cohort, k) || k.of(held) <= p.nominal.nominal.limit(k).unwrap_or(0));
-        victim.project != preemptor.project && v.nominal.cohort == cohort && within
+        victim.project != preemptor.project && v.nominal.cohort == p.nominal.cohort
     }
 
     /// Does some member of `cohort` name a nominal quota in `kind`?
