@@ -155,6 +155,10 @@ pub struct SimArgs {
     /// Same as `--check off`.
     #[arg(long, conflicts_with = "check")]
     pub no_check: bool,
+    /// For each policy with cohorts, run each member alone on a private cluster of its
+    /// nominal quota and report its sharing anomaly (its mean wait shared less alone).
+    #[arg(long, conflicts_with = "seeds")]
+    pub sharing_anomaly: bool,
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,

@@ -18,8 +18,14 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
     }
     let (scenario, runs) = run_scenario(args, args.seed)?;
     let report = SimReport::from_runs(&scenario.name, scenario.seed, &runs);
+    let anomalies = if args.sharing_anomaly { sharing_anomalies(args, &scenario, &runs)? } else { Vec::new() };
     let mut stdout = std::io::stdout().lock();
     match args.output {
+        Output::Json if args.sharing_anomaly => {
+            let mut doc: serde_json::Value = serde_json::from_str(&report.to_json()).context("the report as JSON")?;
+            doc["sharing_anomaly"] = anomaly_json(&anomalies);
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&doc)?)?;
+        }
         Output::Table => {
             writeln!(
                 stdout,
@@ -33,6 +39,9 @@ pub fn run(args: &SimArgs) -> anyhow::Result<()> {
             write!(stdout, "{}", render_table(&report))?;
         }
         Output::Json => write!(stdout, "{}", report.to_json())?,
+    }
+    if args.sharing_anomaly && args.output == Output::Table {
+        write!(stdout, "{}", anomaly_table(&anomalies))?;
     }
     if let Some(dir) = &args.report {
         let files = write_report(dir, &report, &runs).with_context(|| format!("report in {}", dir.display()))?;
@@ -87,14 +96,7 @@ fn run_scenario(args: &SimArgs, seed: Option<u64>) -> anyhow::Result<(scenario::
     let mut runs: Vec<RunResult> = Vec::new();
     for sim_policy in &scenario.policies {
         let name = &sim_policy.name;
-        let config = EngineConfig {
-            core: scenario.config_for(&sim_policy.policy),
-            cost: scenario.cost,
-            check: check_level(args),
-            horizon_ms: scenario.horizon_ms,
-            weights: sim_policy.weights.clone(),
-            nominals: sim_policy.nominals.clone(),
-        };
+        let config = engine_config(args, &scenario, sim_policy);
         let bar = progress_bar(show_progress, name, scenario.jobs.len());
         let mut tick = |done: usize, _total: usize| bar.set_position(done as u64);
         let run = simulate(name, &scenario.jobs, &scenario.nodes, &sim_policy.quotas, &config, &mut tick)
@@ -103,6 +105,78 @@ fn run_scenario(args: &SimArgs, seed: Option<u64>) -> anyhow::Result<(scenario::
         runs.push(run);
     }
     Ok((scenario, runs))
+}
+
+/// Per policy with cohorts, each member's sharing anomaly (`fairway_sim::anomaly`).
+fn sharing_anomalies(
+    args: &SimArgs,
+    scenario: &scenario::Scenario,
+    runs: &[RunResult],
+) -> anyhow::Result<Vec<(String, Vec<fairway_sim::anomaly::Anomaly>)>> {
+    let mut out = Vec::new();
+    for (sim_policy, run) in scenario.policies.iter().zip(runs).filter(|(p, _)| !p.nominals.is_empty()) {
+        let config = engine_config(args, scenario, sim_policy);
+        let anomalies = fairway_sim::anomaly::sharing_anomaly(scenario, sim_policy, run, &config)
+            .with_context(|| format!("policy {}: runs alone", sim_policy.name))?;
+        out.push((sim_policy.name.clone(), anomalies));
+    }
+    Ok(out)
+}
+
+fn anomaly_table(all: &[(String, Vec<fairway_sim::anomaly::Anomaly>)]) -> String {
+    let mut text = String::from(
+        "\nSharing anomaly (mean wait in minutes: shared, alone on a private cluster of its nominal quota)\n",
+    );
+    text += &format!(
+        "{:<16} {:<16} {:>8} {:>6} {:>10} {:>10} {:>10}\n",
+        "policy", "tenant", "nominal", "jobs", "shared", "alone", "anomaly"
+    );
+    for (policy, anomalies) in all {
+        for a in anomalies {
+            text += &format!(
+                "{policy:<16} {:<16} {:>8} {:>6} {:>10.2} {:>10.2} {:>10.2}\n",
+                a.tenant,
+                a.nominal_gpus,
+                a.jobs,
+                a.shared_wait_mean_s / 60.0,
+                a.alone_wait_mean_s / 60.0,
+                a.anomaly_s() / 60.0
+            );
+        }
+    }
+    text
+}
+
+fn anomaly_json(all: &[(String, Vec<fairway_sim::anomaly::Anomaly>)]) -> serde_json::Value {
+    let round = |v: f64| (v * 1000.0).round() / 1000.0;
+    serde_json::Value::Array(
+        all.iter()
+            .map(|(policy, anomalies)| {
+                serde_json::json!({
+                    "policy": policy,
+                    "tenants": anomalies.iter().map(|a| serde_json::json!({
+                        "tenant": a.tenant,
+                        "nominal_gpus": a.nominal_gpus,
+                        "jobs": a.jobs,
+                        "shared_wait_seconds_mean": round(a.shared_wait_mean_s),
+                        "alone_wait_seconds_mean": round(a.alone_wait_mean_s),
+                        "anomaly_seconds": round(a.anomaly_s()),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+fn engine_config(args: &SimArgs, scenario: &scenario::Scenario, sim_policy: &scenario::SimPolicy) -> EngineConfig {
+    EngineConfig {
+        core: scenario.config_for(&sim_policy.policy),
+        cost: scenario.cost,
+        check: check_level(args),
+        horizon_ms: scenario.horizon_ms,
+        weights: sim_policy.weights.clone(),
+        nominals: sim_policy.nominals.clone(),
+    }
 }
 
 fn check_level(args: &SimArgs) -> CheckLevel {

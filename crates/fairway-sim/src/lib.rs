@@ -2,6 +2,7 @@
 //!
 //! A discrete-event simulator that drives `fairway-core` with a virtual clock.
 
+pub mod anomaly;
 mod audit;
 pub mod engine;
 pub mod metrics;

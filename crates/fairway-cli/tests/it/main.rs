@@ -131,3 +131,32 @@ mod kube;
 mod lifecycle;
 mod security;
 mod server;
+
+/// `--sharing-anomaly` adds each cohort member's run alone to the document.
+#[test]
+fn sim_sharing_anomaly_reports_each_member() {
+    let dir = std::env::temp_dir().join(format!("fairway-cli-anomaly-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("anomaly.yaml");
+    let mut text = String::from(
+        "name: anomaly\nseed: 1\ncluster:\n  nodes: [{ name: n, gpus: 8, gpu_model: A100 }]\njob_defaults: { grace_seconds: 0 }\n\
+         cohorts:\n  - name: lab\n    members:\n      - { project: vision, nominal: { gpus: 4 } }\n      - { project: speech, nominal: { gpus: 4 } }\njobs:\n",
+    );
+    for i in 0..6 {
+        text += &format!(
+            "  - {{ name: speech-{i}, tenant: {{ project: speech }}, resources: {{ gpus: 1 }}, command: [x], submit_seconds: 0, duration_seconds: 100 }}\n"
+        );
+    }
+    text += "policies: [fairway]\n";
+    std::fs::write(&path, text).unwrap();
+    let out = fairway(&["sim", path.to_str().unwrap(), "-o", "json", "--no-progress", "--sharing-anomaly"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let speech = &doc["sharing_anomaly"][0]["tenants"][0];
+    assert_eq!(speech["tenant"], "speech");
+    // Alone on 4 GPUs, 2 of its 6 jobs wait 100 s (33.3 s on average); shared, it borrows
+    // vision's idle GPUs and none waits.
+    assert_eq!(speech["shared_wait_seconds_mean"], 0.0);
+    assert_eq!(speech["alone_wait_seconds_mean"], 33.333);
+    assert_eq!(speech["anomaly_seconds"], -33.333);
+}
