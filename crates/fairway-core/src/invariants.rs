@@ -185,11 +185,47 @@ impl Scheduler {
             }
         }
         self.check_moved()?;
+        self.check_plan()?;
         let fair_tracked: BTreeMap<AccountId, Resources> = self.fair.holdings().collect();
         if fair_tracked != fair_held {
             return Err(format!("fair sharing counts holdings {fair_tracked:?}, the placed jobs hold {fair_held:?}"));
         }
         self.ledger.check(&charged, &own)
+    }
+
+    /// Reservations (see `plan.rs`): at most the configured number, in queue order, each of
+    /// a distinct job that is still queued without a hold, on known nodes of its model.
+    fn check_plan(&self) -> Result<(), String> {
+        let count_max = self.config.policy.reservations.map_or(0, |r| r.count_max as usize);
+        if self.plan.len() > count_max {
+            return Err(format!("{} reservations, at most {count_max} allowed", self.plan.len()));
+        }
+        if !self.plan.windows(2).all(|w| w[0].key < w[1].key) {
+            return Err("reservations are not in queue order".into());
+        }
+        for p in &self.plan {
+            let job = self
+                .jobs
+                .get_slot(p.ix)
+                .filter(|j| j.spec.id == p.id)
+                .ok_or(format!("reservation of gone {}", p.id))?;
+            if !matches!(job.state, JobState::Pending { reservation: None })
+                || job.queued_in.is_none()
+                || job.key != p.key
+            {
+                return Err(format!("{} holds a reservation but is not queued without a hold", p.id));
+            }
+            for (node, reserved, spare) in &p.nodes {
+                let n = self.nodes.get(*node).ok_or(format!("{} reserves on unknown {node}", p.id))?;
+                if job.spec.gpu_model.is_some_and(|m| m != n.spec.gpu_model) || !reserved.fits_in(n.spec.capacity) {
+                    return Err(format!("{} reserves {reserved} on {node}, which cannot hold it", p.id));
+                }
+                if !spare.fits_in(n.spec.capacity) {
+                    return Err(format!("{} counts {spare} spare on {node}, more than it has", p.id));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A victim moved to a hold terminates for a preemptor of its own project's cohort, and
