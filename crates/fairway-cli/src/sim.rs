@@ -169,14 +169,7 @@ fn anomaly_json(all: &[(String, Vec<fairway_sim::anomaly::Anomaly>)]) -> serde_j
 }
 
 fn engine_config(args: &SimArgs, scenario: &scenario::Scenario, sim_policy: &scenario::SimPolicy) -> EngineConfig {
-    EngineConfig {
-        core: scenario.config_for(&sim_policy.policy),
-        cost: scenario.cost,
-        check: check_level(args),
-        horizon_ms: scenario.horizon_ms,
-        weights: sim_policy.weights.clone(),
-        nominals: sim_policy.nominals.clone(),
-    }
+    scenario.engine_config(sim_policy, check_level(args))
 }
 
 fn check_level(args: &SimArgs) -> CheckLevel {

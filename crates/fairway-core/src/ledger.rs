@@ -143,9 +143,7 @@ impl Account {
     fn unused_guarantee(&self) -> Resources {
         let Some(n) = self.nominal else { return Resources::ZERO };
         let settled = self.settled();
-        let unused = |k: ResourceKind| n.guaranteed_of(k).saturating_sub(k.of(settled));
-        let gpus = u32::try_from(unused(ResourceKind::Gpu)).unwrap_or(u32::MAX);
-        Resources::new(gpus, unused(ResourceKind::Cpu), unused(ResourceKind::Memory))
+        Resources::from_fn(|k| n.guaranteed_of(k).saturating_sub(k.of(settled)))
     }
 
     /// Is a member using more than its nominal quota in some dimension its cohort governs?
@@ -218,19 +216,30 @@ impl Ledger {
     /// The first dimension in which starting `extra` for `project` would take its cohort
     /// over rule 2 (see the module doc): `(cohort, resource, level, capacity)`.
     pub fn over_cohort(&self, project: AccountId, extra: Resources) -> Option<(AccountId, ResourceKind, u64, u64)> {
+        let (cohort, short) = self.cohort_shortage(project, extra)?;
+        let kind = ResourceKind::ALL.into_iter().find(|&k| k.of(short) > 0)?;
+        let account = self.get(cohort).expect("a member's cohort is known");
+        let capacity = account.cap(kind).expect("a cohort is short only where it has a capacity");
+        Some((cohort, kind, kind.of(account.level()), capacity))
+    }
+
+    /// For a member of a cohort: its cohort, and by how much starting `extra` for `project`
+    /// would take the cohort's level above its capacity (or what a lowered capacity
+    /// grandfathered), per dimension (0 where it stays within). `None` for a non-member.
+    pub fn cohort_shortage(&self, project: AccountId, extra: Resources) -> Option<(AccountId, Resources)> {
         let member = self.get(project)?;
         let n = member.nominal?;
         let cohort_account = self.get(n.cohort).expect("a member's cohort is known");
         let cohort = cohort_account.cohort.as_ref().expect("a member's cohort is a cohort");
         let level = cohort_account.level();
-        ResourceKind::ALL.into_iter().find_map(|k| {
-            let capacity = cohort.capacity.limit(k)?;
+        let short = Resources::from_fn(|k| {
+            let Some(capacity) = cohort.capacity.limit(k) else { return 0 };
             // The job uses first what the project set aside unused: that part adds nothing.
             let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.settled()));
             let after = k.of(level) + k.of(extra) - k.of(extra).min(unused_own);
-            let allowed = capacity.max(k.of(cohort_account.grandfathered));
-            (after > allowed).then_some((n.cohort, k, k.of(level), capacity))
-        })
+            after.saturating_sub(capacity.max(k.of(cohort_account.grandfathered)))
+        });
+        Some((n.cohort, short))
     }
 
     /// What each member would give back to its cohort's level if its running work of
@@ -240,9 +249,7 @@ impl Ledger {
         let Some(a) = self.get(member) else { return Resources::ZERO };
         let Some(n) = a.nominal else { return Resources::ZERO };
         let u = if member == project { a.settled().plus(extra) } else { a.settled() };
-        let givable = |k: ResourceKind| k.of(u).saturating_sub(n.guaranteed_of(k));
-        let gpus = u32::try_from(givable(ResourceKind::Gpu)).unwrap_or(u32::MAX);
-        Resources::new(gpus, givable(ResourceKind::Cpu), givable(ResourceKind::Memory))
+        Resources::from_fn(|k| k.of(u).saturating_sub(n.guaranteed_of(k)))
     }
 
     pub fn get(&self, account: AccountId) -> Option<&Account> {

@@ -93,7 +93,7 @@ use crate::search::{
     Buffers, Exactness, NodeCandidate, SearchRecord, SetCost, WideCandidate, WideSearch, WideSearchRecord,
     best_set_on_node_with, best_wide_set,
 };
-use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, ResourceKind, Resources, Time};
+use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, Resources, Time};
 use crate::victims::VictimEntry;
 use crate::victims::VictimTallies;
 
@@ -387,7 +387,7 @@ impl SearchView<'_> {
                 if !a.has_cap() {
                     return None;
                 }
-                let need = resources_from(|k| {
+                let need = Resources::from_fn(|k| {
                     a.cap(k).map_or(0, |limit| (k.of(a.charged) + k.of(total)).saturating_sub(limit))
                 });
                 Some(QuotaNeed { account, need, member_caps: Vec::new() })
@@ -405,20 +405,11 @@ impl SearchView<'_> {
     fn cohort_need(&self, ix: JobIx) -> Option<QuotaNeed> {
         let job = &self.jobs[ix];
         let (project, total) = (job.spec.project, job.spec.total());
-        self.ledger.over_cohort(project, total)?;
-        let member = self.ledger.get(project).expect("a member is known");
-        let n = member.nominal.expect("a member of a cohort");
-        let cohort_account = self.ledger.get(n.cohort).expect("a member's cohort is known");
-        let cohort = cohort_account.cohort.as_ref().expect("a cohort");
-        let level = cohort_account.level();
-        let need = resources_from(|k| {
-            let Some(capacity) = cohort.capacity.limit(k) else { return 0 };
-            let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.settled()));
-            let after = k.of(level) + k.of(total) - k.of(total).min(unused_own);
-            after.saturating_sub(capacity.max(k.of(cohort_account.grandfathered)))
-        });
-        let member_caps = cohort.members.iter().map(|&m| (m, self.ledger.member_givable(m, project, total))).collect();
-        Some(QuotaNeed { account: n.cohort, need, member_caps })
+        let (cohort, need) =
+            self.ledger.cohort_shortage(project, total).filter(|(_, need)| *need != Resources::ZERO)?;
+        let members = &self.ledger.cohort(cohort).expect("a member's cohort").members;
+        let member_caps = members.iter().map(|&m| (m, self.ledger.member_givable(m, project, total))).collect();
+        Some(QuotaNeed { account: cohort, need, member_caps })
     }
 
     /// Every running preemptible job below `priority` (or at it too, with `inclusive`), by
@@ -1021,10 +1012,4 @@ fn room_level(
         }
     }
     None
-}
-
-/// Resources from a figure per dimension (GPUs saturating at `u32::MAX`).
-fn resources_from(of: impl Fn(ResourceKind) -> u64) -> Resources {
-    let gpus = u32::try_from(of(ResourceKind::Gpu)).unwrap_or(u32::MAX);
-    Resources::new(gpus, of(ResourceKind::Cpu), of(ResourceKind::Memory))
 }

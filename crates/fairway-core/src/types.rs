@@ -92,6 +92,11 @@ impl Resources {
     pub fn gpus(gpus: u32) -> Resources {
         Resources { gpus, ..Resources::ZERO }
     }
+    /// From a figure per dimension (GPUs saturating at `u32::MAX`).
+    pub fn from_fn(of: impl Fn(ResourceKind) -> u64) -> Resources {
+        let gpus = u32::try_from(of(ResourceKind::Gpu)).unwrap_or(u32::MAX);
+        Resources::new(gpus, of(ResourceKind::Cpu), of(ResourceKind::Memory))
+    }
     pub fn times(self, n: u32) -> Resources {
         Resources {
             gpus: self.gpus * n,

@@ -47,7 +47,7 @@ use fairway_spec::{
 };
 use serde::Deserialize;
 
-use crate::engine::{CostModel, SimJob};
+use crate::engine::{CheckLevel, CostModel, EngineConfig, SimJob};
 use crate::workload::{LoadReport, TraceJob, WorkloadSpec, load_openb_nodes, load_philly_vc_quotas};
 
 /// Largest scenario file read, in bytes.
@@ -401,6 +401,19 @@ pub struct Scenario {
 impl Scenario {
     pub fn config_for(&self, policy: &Policy) -> Config {
         Config { policy: policy.clone(), limits: self.limits.clone() }
+    }
+
+    /// How the engine runs one of the scenario's policies: its core config, the cost
+    /// model and horizon, and the policy's weights and places in cohorts.
+    pub fn engine_config(&self, policy: &SimPolicy, check: CheckLevel) -> EngineConfig {
+        EngineConfig {
+            core: self.config_for(&policy.policy),
+            cost: self.cost,
+            check,
+            horizon_ms: self.horizon_ms,
+            weights: policy.weights.clone(),
+            nominals: policy.nominals.clone(),
+        }
     }
     pub fn capacity_gpus(&self) -> u32 {
         self.nodes.iter().map(|n| n.capacity.gpus).sum()

@@ -106,14 +106,7 @@ pub fn run(args: &SimBenchArgs) -> Result<()> {
     let mut policies = Vec::new();
     for sim_policy in &scenario.policies {
         let name = &sim_policy.name;
-        let config = EngineConfig {
-            core: scenario.config_for(&sim_policy.policy),
-            cost: scenario.cost,
-            check: CheckLevel::Off,
-            horizon_ms: scenario.horizon_ms,
-            weights: sim_policy.weights.clone(),
-            nominals: sim_policy.nominals.clone(),
-        };
+        let config = scenario.engine_config(sim_policy, CheckLevel::Off);
         let mut seconds = Vec::new();
         let mut first = None;
         for _ in 0..args.repeat {

@@ -14,7 +14,7 @@ use crate::server::{Api, InProcess, processes_with};
 const FAIRWAY: &str = env!("CARGO_BIN_EXE_fairway");
 
 /// A token made by the admin.
-fn token(api: &Api, user: &str, project: &str, role: &str) -> String {
+pub(crate) fn token(api: &Api, user: &str, project: &str, role: &str) -> String {
     let body = json!({"user": user, "project": project, "role": role}).to_string();
     let (status, answer) = api.json("POST", "/v1/tokens", Some(&body));
     assert_eq!(status, 201, "{answer}");

@@ -778,6 +778,13 @@ fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
     );
     let vision = lab["members"].as_array().unwrap().iter().find(|m| m["project"] == "vision").unwrap();
     assert_eq!((vision["gpus_used"].as_u64(), vision["borrowing"].as_bool()), (Some(2), Some(true)), "{lab}");
+    // A tenant sees the cohorts its project is in, and may not change them.
+    let member = api.as_token(&crate::security::token(api, "sue", "speech", "submitter"));
+    let outsider = api.as_token(&crate::security::token(api, "oz", "ops", "submitter"));
+    assert_eq!(member.json("GET", "/v1/cohorts", None).1["cohorts"].as_array().unwrap().len(), 1);
+    assert_eq!(outsider.json("GET", "/v1/cohorts", None).1["cohorts"].as_array().unwrap().len(), 0);
+    let (status, err) = member.json("PUT", "/v1/cohorts/lab", Some(r#"{"members": []}"#));
+    assert_eq!((status, err["error"]["code"].as_str()), (403, Some("forbidden")), "{err}");
 
     let reclaiming = api.submit(&trainer_job("s1", "speech", "medium", 1, 5, 20))[0];
     let done = api.wait_state(reclaiming, JobState::Succeeded);

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fairway_sim::engine::{CheckLevel, EngineConfig, simulate};
+use fairway_sim::engine::{CheckLevel, simulate};
 use fairway_sim::metrics::{JobRecord, RunResult, SimReport};
 use fairway_sim::scenario::{self, Overrides, Scenario};
 
@@ -18,14 +18,7 @@ fn run_all(s: &Scenario) -> Vec<RunResult> {
     s.policies
         .iter()
         .map(|p| {
-            let config = EngineConfig {
-                core: s.config_for(&p.policy),
-                cost: s.cost,
-                check: CheckLevel::EveryCycle,
-                horizon_ms: s.horizon_ms,
-                weights: p.weights.clone(),
-                nominals: p.nominals.clone(),
-            };
+            let config = s.engine_config(p, CheckLevel::EveryCycle);
             simulate(&p.name, &s.jobs, &s.nodes, &p.quotas, &config, &mut |_, _| {}).expect("simulation runs")
         })
         .collect()
@@ -471,14 +464,7 @@ fn the_sharing_anomaly_compares_each_member_with_its_private_cluster() {
     let s = inline_scenario("anomaly", &text).unwrap();
     let shared = &run_all(&s)[0];
     let p = &s.policies[0];
-    let config = EngineConfig {
-        core: s.config_for(&p.policy),
-        cost: s.cost,
-        check: CheckLevel::EveryCycle,
-        horizon_ms: s.horizon_ms,
-        weights: p.weights.clone(),
-        nominals: p.nominals.clone(),
-    };
+    let config = s.engine_config(p, CheckLevel::EveryCycle);
     let anomalies = fairway_sim::anomaly::sharing_anomaly(&s, p, shared, &config).unwrap();
     let got: Vec<(String, u32, usize, f64, f64)> = anomalies
         .iter()
