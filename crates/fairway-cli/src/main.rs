@@ -159,6 +159,11 @@ pub struct SimArgs {
     /// nominal quota and report its sharing anomaly (its mean wait shared less alone).
     #[arg(long, conflicts_with = "seeds")]
     pub sharing_anomaly: bool,
+    /// Measure start-time estimates: each job gets the core's forecast when submitted, and
+    /// the table, JSON and report compare it with when the job started (slower: one
+    /// forecast per submit time).
+    #[arg(long)]
+    pub eta: bool,
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,

@@ -169,7 +169,11 @@ fn anomaly_json(all: &[(String, Vec<fairway_sim::anomaly::Anomaly>)]) -> serde_j
 }
 
 fn engine_config(args: &SimArgs, scenario: &scenario::Scenario, sim_policy: &scenario::SimPolicy) -> EngineConfig {
-    scenario.engine_config(sim_policy, check_level(args))
+    let mut config = scenario.engine_config(sim_policy, check_level(args));
+    if args.eta {
+        config.eta_jobs_max = fairway_sim::engine::ETA_JOBS_MAX;
+    }
+    config
 }
 
 fn check_level(args: &SimArgs) -> CheckLevel {

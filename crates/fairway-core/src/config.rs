@@ -51,6 +51,27 @@ pub struct Policy {
     /// Reservations with backfill (see `plan.rs`); `None`: a job that cannot start reserves
     /// nothing, and any job behind it that fits starts. Applies with backfill only.
     pub reservations: Option<Reservations>,
+    /// How long runs are expected to last, for reservations and start-time estimates (see
+    /// `estimate.rs`).
+    pub estimates: RuntimeEstimates,
+}
+
+/// How the core expects a run to last when the job has no limit of its own (see
+/// `estimate.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeEstimates {
+    /// Expected run time of a job with no limit, no estimate of its own and no history to
+    /// learn from (and how much longer it runs, each time it runs past that).
+    pub default_runtime_ms: u64,
+    /// Completed runs remembered per project and per user, to learn run times from (0: none;
+    /// every estimate is then the job's own or the default).
+    pub history_runs_max: u32,
+}
+
+impl Default for RuntimeEstimates {
+    fn default() -> RuntimeEstimates {
+        RuntimeEstimates { default_runtime_ms: 3_600_000, history_runs_max: 64 }
+    }
 }
 
 /// Reservations for the jobs that cannot start (see `plan.rs`).
@@ -58,8 +79,6 @@ pub struct Policy {
 pub struct Reservations {
     /// How many pending jobs hold a reservation at once, the highest ranked (1: EASY).
     pub count_max: u32,
-    /// How long a job without a run-time limit is expected to run (and to run on, past it).
-    pub default_runtime_ms: u64,
 }
 
 /// Fair sharing inside a priority tier.
@@ -80,6 +99,7 @@ impl Policy {
             scoring: ScoringPolicy::BestFit,
             fair_share: None,
             reservations: None,
+            estimates: RuntimeEstimates::default(),
         }
     }
     /// Priority order with backfill, but nothing is ever preempted.
@@ -91,6 +111,7 @@ impl Policy {
             scoring: ScoringPolicy::BestFit,
             fair_share: None,
             reservations: None,
+            estimates: RuntimeEstimates::default(),
         }
     }
     /// Priority order, backfill and graceful preemption.
@@ -102,6 +123,7 @@ impl Policy {
             scoring: ScoringPolicy::BestFit,
             fair_share: None,
             reservations: None,
+            estimates: RuntimeEstimates::default(),
         }
     }
 }

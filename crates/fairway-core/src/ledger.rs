@@ -257,7 +257,6 @@ impl Ledger {
     }
 
     /// Accounts in id order.
-    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = (AccountId, &Account)> {
         self.accounts.iter().map(|(id, a)| (*id, a))
     }

@@ -9,13 +9,9 @@
 //! then ("spare" room; other nodes are not constrained). Big gangs then no longer starve
 //! behind a stream of small jobs.
 //!
-//! **Expected ends.** A running job ends at its run-time limit if it has one (the core
-//! stops it there, and it has its grace period to exit); otherwise after the estimate its
-//! driver gives (`JobSpec::runtime_estimate_ms`: a Kubernetes Job's `activeDeadlineSeconds`)
-//! or `Reservations::default_runtime_ms`, and a job past that is expected to run one more
-//! such period at a time (corrected as it overruns). A job being stopped ends at its grace
-//! deadline. A pending job's own run is estimated the same way (its limit and grace, or the
-//! default).
+//! **Expected ends.** A running job is expected to end as `estimate.rs` says (its run-time
+//! limit and grace, its own estimate, its tenant's history, or the default); a job being
+//! stopped ends at its grace deadline. A pending job's own run is estimated the same way.
 //!
 //! **The plan** (`Scheduler::plan`) is recomputed at the start of every cycle that has one,
 //! from the running jobs' expected ends, earlier reservations taking their nodes first; a
@@ -27,7 +23,7 @@
 //! may preempt does so before it reserves.
 
 use crate::ids::{JobIx, QueueKey};
-use crate::model::{JobState, Termination};
+use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
 use crate::types::{JobId, NodeId, Resources, Time};
@@ -46,39 +42,6 @@ pub(crate) struct Planned {
 }
 
 impl Scheduler {
-    /// When a running or terminating job is expected to end, as of `now` (module doc).
-    pub(crate) fn expected_end(&self, ix: JobIx, now: Time) -> Time {
-        let job = &self.jobs[ix];
-        match &job.state {
-            JobState::Running { started_at, .. } => match job.runtime_deadline(*started_at) {
-                Some(deadline) => deadline.plus_ms(job.spec.grace_ms).max(now),
-                None => {
-                    let estimate = job.spec.runtime_estimate_ms.unwrap_or(self.default_runtime_ms()).max(1);
-                    let ran = now.ms_since(*started_at);
-                    // Past its estimate: one more estimate at a time.
-                    started_at.plus_ms((ran / estimate + 1) * estimate)
-                }
-            },
-            JobState::Terminating { why: Termination::Preempted { deadline, .. }, .. } => (*deadline).max(now),
-            JobState::Terminating { started_at, .. } => now.max(*started_at),
-            JobState::Pending { .. } => now,
-        }
-    }
-
-    /// How long a pending job is expected to hold its GPUs once started: up to its run-time
-    /// limit and the grace period of the stop there, or the default.
-    pub(crate) fn expected_run_ms(&self, ix: JobIx) -> u64 {
-        let job = &self.jobs[ix];
-        match job.runtime_deadline(Time::ZERO) {
-            Some(d) => d.millis() + job.spec.grace_ms,
-            None => job.spec.runtime_estimate_ms.unwrap_or(self.default_runtime_ms()),
-        }
-    }
-
-    fn default_runtime_ms(&self) -> u64 {
-        self.config.policy.reservations.map_or(u64::MAX / 4, |r| r.default_runtime_ms)
-    }
-
     /// Where and when the pending job at `ix` could start once running jobs end as
     /// expected, earlier reservations (`taken`) keeping their nodes: `None` if it could not
     /// even then (nodes drained or gone, a gang larger than what may free up).

@@ -143,6 +143,8 @@ pub struct Scheduler {
     pub(crate) budget_spent_at: Option<Time>,
     /// Reservations of pending jobs that cannot start, in queue order (see `plan.rs`).
     pub(crate) plan: Vec<crate::plan::Planned>,
+    /// Completed run times per tenant, to estimate run times from (see `estimate.rs`).
+    pub(crate) history: crate::estimate::RunHistory,
 }
 
 impl Scheduler {
@@ -156,6 +158,7 @@ impl Scheduler {
             tallies: VictimTallies::default(),
             search_scratch: SearchScratch::default(),
             plan: Vec::new(),
+            history: Default::default(),
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
             grown_snapshot: Default::default(),
@@ -488,6 +491,9 @@ impl Scheduler {
             }
             self.requeue(ix, now);
         } else {
+            if outcome == ExitOutcome::Succeeded {
+                self.learn_run_time(ix);
+            }
             self.jobs.remove(ix);
             self.counters.finished += 1;
         }

@@ -1816,6 +1816,10 @@ fn policy_of(settings: &Settings) -> fairway_core::Policy {
         .fair_share
         .as_ref()
         .map(|f| fairway_core::FairSharing { half_life_ms: f.half_life_seconds.saturating_mul(1000) });
-    policy.reservations = settings.reservations.and_then(|r| r.to_core("reservations").ok());
+    if let Some((reservations, default_runtime_ms)) = settings.reservations.and_then(|r| r.to_core("reservations").ok())
+    {
+        policy.reservations = Some(reservations);
+        policy.estimates.default_runtime_ms = default_runtime_ms;
+    }
     policy
 }

@@ -7,13 +7,15 @@
 //! 3. run one core cycle at `t`;
 //! 4. carry out its decisions: a start schedules the job's finish (plus restart overhead
 //!    when it resumes), a preemption schedules the victim's exit at its deadline;
-//! 5. check the invariants (see [`CheckLevel`]) and record GPU use.
+//! 5. when start-time estimates are measured, forecast the jobs submitted at `t` that still
+//!    wait (`EngineConfig::eta_jobs_max`);
+//! 6. check the invariants (see [`CheckLevel`]) and record GPU use.
 //!
 //! Cost of a preemption: the victim holds its GPUs for the grace period, loses the work
 //! done since its last checkpoint, and pays `restart_overhead` when it resumes.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use fairway_core::{
@@ -22,7 +24,7 @@ use fairway_core::{
 };
 
 use crate::audit::Audit;
-use crate::metrics::{JobRecord, RunResult, UtilSample};
+use crate::metrics::{JobRecord, RunResult, SubmitEta, UtilSample};
 
 /// One job as the simulator plays it.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,7 +67,14 @@ pub struct EngineConfig {
     pub weights: Vec<(AccountId, u32)>,
     /// Projects' places in cohorts, likewise.
     pub nominals: Vec<(AccountId, NominalQuota)>,
+    /// Measure start-time estimates: after each cycle, the jobs submitted at its time that
+    /// still wait get the core's forecast (`Scheduler::forecast_jobs`), over at most this
+    /// many queued jobs; 0: not measured.
+    pub eta_jobs_max: usize,
 }
+
+/// Queued jobs the simulator's forecasts cover by default (see `EngineConfig::eta_jobs_max`).
+pub const ETA_JOBS_MAX: usize = 2_000;
 
 /// How much checking a run does. Two checks exist:
 ///
@@ -142,6 +151,8 @@ struct Live {
     queued_since_ms: u64,
     /// Every finished pending interval: the first wait and each re-wait.
     queued_ms: u64,
+    /// The start-time estimate it got when submitted.
+    eta: SubmitEta,
 }
 
 /// Timed events; at equal times finishes come before victims' exits, so a victim that
@@ -203,6 +214,7 @@ pub fn simulate(
         }
         let now = Time(t);
         // 1.
+        let arrived_from = next_arrival;
         while next_arrival < jobs.len() && jobs[next_arrival].submit_ms == t {
             sim.submit(next_arrival, now)?;
             next_arrival += 1;
@@ -217,6 +229,10 @@ pub fn simulate(
             sim.carry_out(decision, t).map_err(|what| SimError::Decision { at: now, what })?;
         }
         // 5.
+        if config.eta_jobs_max > 0 {
+            sim.estimate_starts(arrived_from..next_arrival, now, config.eta_jobs_max);
+        }
+        // 6.
         if sim.whole_check_due() {
             sim.check_whole(now)?;
         }
@@ -283,6 +299,7 @@ impl<'a> Sim<'a> {
                 gpus: j.spec.total().gpus,
                 queued_since_ms: 0,
                 queued_ms: 0,
+                eta: SubmitEta::NotMeasured,
             })
             .collect();
         Sim {
@@ -463,6 +480,29 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// The estimates of the jobs just submitted: a job the cycle started got its start; the
+    /// others, what the forecast says.
+    fn estimate_starts(&mut self, arrived: std::ops::Range<usize>, now: Time, jobs_max: usize) {
+        let mut waiting = BTreeSet::new();
+        for index in arrived {
+            match self.live[index].first_start_ms {
+                Some(t) => self.live[index].eta = SubmitEta::At(t),
+                None => {
+                    waiting.insert(JobId(index as u64));
+                }
+            }
+        }
+        if waiting.is_empty() {
+            return;
+        }
+        for e in self.core.forecast_jobs(now, &waiting, jobs_max) {
+            self.live[e.job.0 as usize].eta = match e.start.at() {
+                Some(t) => SubmitEta::At(t.millis()),
+                None => SubmitEta::Unknown,
+            };
+        }
+    }
+
     fn record_util(&mut self, t: u64) {
         let last = self.util.last().expect("starts with a sample");
         if last.gpus_allocated == self.gpus_allocated {
@@ -517,6 +557,7 @@ impl<'a> Sim<'a> {
                 work_ms: job.work_ms,
                 preemptions: live.preemptions,
                 lost_gpu_ms: live.lost_gpu_ms,
+                eta_at_submit: live.eta,
                 queued_ms: match live.phase {
                     Phase::Queued => live.queued_ms + end_ms.saturating_sub(live.queued_since_ms),
                     _ => live.queued_ms,

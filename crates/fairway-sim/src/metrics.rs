@@ -52,6 +52,20 @@ pub struct JobRecord {
     /// Every pending interval: the first wait and each re-wait after a preemption, up to
     /// the end of the run for a job still waiting then.
     pub queued_ms: u64,
+    /// The start-time estimate it got when submitted.
+    pub eta_at_submit: SubmitEta,
+}
+
+/// A job's start-time estimate at submit, as the simulator measured it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SubmitEta {
+    /// The run did not measure estimates.
+    #[default]
+    NotMeasured,
+    /// The forecast gave no time (not placeable, or beyond its limits).
+    Unknown,
+    /// Expected to start then (a job started by the cycle of its submit: its start).
+    At(u64),
 }
 
 /// GPUs allocated from `t_ms` until the next sample (a step function, sorted by `t_ms`).
@@ -169,6 +183,39 @@ pub struct SlowdownStats {
     pub p95: Option<f64>,
 }
 
+/// p50 and p90 of a figure; `None` over an empty set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct P50P90 {
+    #[serde(serialize_with = "ser_opt")]
+    pub p50: Option<f64>,
+    #[serde(serialize_with = "ser_opt")]
+    pub p90: Option<f64>,
+}
+
+/// How close the start-time estimates given at submit came to the actual first starts,
+/// over the jobs that started (all zero and `null` when the run did not measure them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EtaStats {
+    /// Jobs measured that started.
+    pub jobs: u64,
+    /// Of them, those the forecast gave no time (not placeable, or beyond its limits).
+    pub without_estimate: u64,
+    /// |estimate − first start| in seconds, over the jobs with an estimate.
+    pub error_seconds: P50P90,
+    /// Jobs with an estimate that waited at least [`ETA_WAIT_COUNTED_MS`].
+    pub waited: u64,
+    /// |estimate − first start| / (first start − submit), over those.
+    pub error_of_wait: P50P90,
+    /// Mean of estimate − first start in seconds, over the jobs with an estimate: above 0
+    /// the estimates were late (the jobs started earlier than said), below 0 early.
+    #[serde(serialize_with = "ser_opt")]
+    pub bias_seconds_mean: Option<f64>,
+}
+
+/// The least wait for which an estimate's error is also counted against the wait: below a
+/// minute, nobody reads an estimate.
+pub const ETA_WAIT_COUNTED_MS: u64 = 60_000;
+
 /// Statistics of one group of jobs (all jobs, one tier or one tenant).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct GroupSummary {
@@ -194,6 +241,8 @@ pub struct GroupSummary {
     /// GPU-hours wasted by preemption, summed over the group's jobs.
     #[serde(serialize_with = "ser_f64")]
     pub gpu_hours_lost: f64,
+    /// Start-time estimates given at submit against the actual starts.
+    pub eta: EtaStats,
 }
 
 /// Cluster-wide figures of one run.
@@ -348,6 +397,11 @@ struct Acc {
     slowdowns: Vec<f64>,
     preemptions: u64,
     lost_gpu_ms: u128,
+    eta_measured: u64,
+    eta_unknown: u64,
+    eta_errors_ms: Vec<u64>,
+    eta_errors_of_wait: Vec<f64>,
+    eta_bias_ms: i128,
 }
 
 impl Acc {
@@ -365,13 +419,50 @@ impl Acc {
                 self.slowdowns.push(jct as f64 / r.work_ms as f64);
             }
         }
+        if let Some(start) = r.first_start_ms {
+            self.add_eta(r.eta_at_submit, start, start.saturating_sub(r.submit_ms));
+        }
         self.queued_ms.push(r.queued_ms);
         self.preemptions_per_job.push(r.preemptions);
         self.preemptions += u64::from(r.preemptions);
         self.lost_gpu_ms += u128::from(r.lost_gpu_ms);
     }
 
+    fn add_eta(&mut self, eta: SubmitEta, start_ms: u64, wait_ms: u64) {
+        match eta {
+            SubmitEta::NotMeasured => {}
+            SubmitEta::Unknown => {
+                self.eta_measured += 1;
+                self.eta_unknown += 1;
+            }
+            SubmitEta::At(eta_ms) => {
+                self.eta_measured += 1;
+                let error = eta_ms.abs_diff(start_ms);
+                self.eta_errors_ms.push(error);
+                self.eta_bias_ms += i128::from(eta_ms) - i128::from(start_ms);
+                if wait_ms >= ETA_WAIT_COUNTED_MS {
+                    self.eta_errors_of_wait.push(error as f64 / wait_ms as f64);
+                }
+            }
+        }
+    }
+
+    fn eta(&mut self) -> EtaStats {
+        self.eta_errors_ms.sort_unstable();
+        self.eta_errors_of_wait.sort_unstable_by(f64::total_cmp);
+        let (e, w) = (&self.eta_errors_ms, &self.eta_errors_of_wait);
+        EtaStats {
+            jobs: self.eta_measured,
+            without_estimate: self.eta_unknown,
+            error_seconds: P50P90 { p50: ms_to_seconds(nearest_rank(e, 50)), p90: ms_to_seconds(nearest_rank(e, 90)) },
+            waited: w.len() as u64,
+            error_of_wait: P50P90 { p50: nearest_rank(w, 50), p90: nearest_rank(w, 90) },
+            bias_seconds_mean: (!e.is_empty()).then(|| self.eta_bias_ms as f64 / e.len() as f64 / MS_PER_SECOND),
+        }
+    }
+
     fn finish(mut self) -> GroupSummary {
+        let eta = self.eta();
         self.waits_ms.sort_unstable();
         self.queued_ms.sort_unstable();
         self.preemptions_per_job.sort_unstable();
@@ -409,6 +500,7 @@ impl Acc {
             slowdown: SlowdownStats { mean: slowdown_mean, p50: nearest_rank(s, 50), p95: nearest_rank(s, 95) },
             preemptions: self.preemptions,
             gpu_hours_lost: self.lost_gpu_ms as f64 / MS_PER_HOUR,
+            eta,
         }
     }
 }

@@ -413,6 +413,7 @@ impl Scenario {
             horizon_ms: self.horizon_ms,
             weights: policy.weights.clone(),
             nominals: policy.nominals.clone(),
+            eta_jobs_max: 0,
         }
     }
     pub fn capacity_gpus(&self) -> u32 {
@@ -663,7 +664,7 @@ fn reservations(
     spec: &ReservationsSpec,
     backfill: bool,
     field: &str,
-) -> Result<fairway_core::Reservations, ScenarioError> {
+) -> Result<(fairway_core::Reservations, u64), ScenarioError> {
     if !(1..=RESERVATIONS_MAX).contains(&spec.count) {
         return Err(invalid(
             format!("{field}.count"),
@@ -680,7 +681,7 @@ fn reservations(
     if !backfill {
         return Err(invalid(field, "needs backfill: true (under strict order nothing passes a waiting job anyway)"));
     }
-    Ok(fairway_core::Reservations { count_max: spec.count, default_runtime_ms: (hours * 3_600_000.0).round() as u64 })
+    Ok((fairway_core::Reservations { count_max: spec.count }, (hours * 3_600_000.0).round() as u64))
 }
 
 /// A custom policy's fair sharing, checked.
@@ -954,12 +955,25 @@ fn policies(
                         Some(fair_sharing(f, c.backfill, &field)?)
                     }
                 };
+                let mut estimates = fairway_core::RuntimeEstimates::default();
                 let reservations = match &c.reservations {
                     None => None,
-                    Some(r) => Some(reservations(r, c.backfill, &format!("policies[{i}].reservations"))?),
+                    Some(r) => {
+                        let (r, default_runtime_ms) =
+                            reservations(r, c.backfill, &format!("policies[{i}].reservations"))?;
+                        estimates.default_runtime_ms = default_runtime_ms;
+                        Some(r)
+                    }
                 };
-                let policy =
-                    Policy { order, preemption: c.preemption, backfill: c.backfill, scoring, fair_share, reservations };
+                let policy = Policy {
+                    order,
+                    preemption: c.preemption,
+                    backfill: c.backfill,
+                    scoring,
+                    fair_share,
+                    reservations,
+                    estimates,
+                };
                 (c.name.clone(), policy)
             }
         };

@@ -257,8 +257,9 @@ pub const RESERVATIONS_MAX: u32 = 64;
 pub const DEFAULT_RUNTIME_SECONDS_MAX: u64 = 365 * 24 * 3600;
 
 impl ReservationsDoc {
-    /// Checked, as the core's; the error names the field under `field`.
-    pub fn to_core(self, field: &str) -> Result<fairway_core::Reservations, CohortError> {
+    /// Checked, as the core's, and with the default run-time estimate it sets (in ms); the
+    /// error names the field under `field`.
+    pub fn to_core(self, field: &str) -> Result<(fairway_core::Reservations, u64), CohortError> {
         if !(1..=RESERVATIONS_MAX).contains(&self.count) {
             return Err(CohortError {
                 field: format!("{field}.count"),
@@ -274,9 +275,6 @@ impl ReservationsDoc {
                 ),
             });
         }
-        Ok(fairway_core::Reservations {
-            count_max: self.count,
-            default_runtime_ms: self.default_runtime_seconds * 1000,
-        })
+        Ok((fairway_core::Reservations { count_max: self.count }, self.default_runtime_seconds * 1000))
     }
 }

@@ -10,18 +10,19 @@
 //! config policy=fifo|priority|fairway backfill=on|off preemption=on|off scoring=best-fit|spread
 //!        order=fifo|priority victims-max=N candidates-max=N attempts-max=N starts-max=N
 //!        nodes-scored-max=N fair-half-life=TIME|off reservations=N|off default-runtime=TIME
-//!                                                            (before any other command)
+//!        history=N                                           (before any other command)
 //! node [add] N gpus=8 model=A100 cpu=64000 mem=512000        (these are the defaults)
 //! node remove|drain|uncordon N
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
 //! weight ACCOUNT N                                           (fair-share weight)
 //! submit J prio=0 gpus=1 replicas=1 model=M cpu=0 mem=0 user=default project=default
-//!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS min-run=SECS
+//!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS estimate=SECS min-run=SECS
 //!        preemptions-per-hour=N overrides-protection=yes|no preemption-delay=SECS id=N
 //! cancel J | exit J outcome=succeeded|failed|requeue | checkpoint J   (checkpoint time = at)
 //! cycle                 run a cycle; prints its decisions, then every pending job's reasons
 //! why J...              the human sentences of `Scheduler::why` (or the job's state)
 //! status [J...]         each job's state (all jobs when none is named)
+//! forecast [jobs-max=N] every pending job's position and expected start (`Scheduler::forecast`)
 //! wakeup                when the core next wants a cycle without an event (`next_wakeup`)
 //! usage ACCOUNT         what is charged to the account, and its quota
 //! work                  the core's counters so far: jobs considered, victim searches (what a
@@ -267,6 +268,7 @@ const SUBMIT_KEYS: &[&str] = &[
     "ckpt",
     "max-runtime",
     "max-total-runtime",
+    "estimate",
     "min-run",
     "preemptions-per-hour",
     "overrides-protection",
@@ -485,6 +487,23 @@ impl Runner {
                 }
                 Ok(())
             }
+            "forecast" => {
+                line.only(&["jobs-max"])?;
+                let jobs_max = line.get("jobs-max").map_or(Ok(usize::MAX), |v| parse_num("jobs-max", v))?;
+                let now = self.now;
+                let estimates = self.sched().forecast(now, jobs_max);
+                for e in estimates {
+                    let start = match e.start {
+                        StartEstimate::At(t) => format!("at {t}"),
+                        StartEstimate::NotBefore(t) => format!("not before {t}"),
+                        StartEstimate::NotPlaceable => "not placeable".to_owned(),
+                        StartEstimate::NotForecast => "not forecast".to_owned(),
+                    };
+                    let name = self.names.rename(&e.job.to_string());
+                    let _ = writeln!(self.out, "forecast #{} {name}: {start}", e.position);
+                }
+                Ok(())
+            }
             "wakeup" => {
                 line.only(&[])?;
                 let next = self.sched().next_wakeup();
@@ -545,6 +564,7 @@ impl Runner {
             "fair-half-life",
             "reservations",
             "default-runtime",
+            "history",
         ])?;
         // The preset first, so that later keys refine it.
         if let Some(p) = line.get("policy") {
@@ -586,14 +606,11 @@ impl Runner {
                 "reservations" => {
                     self.config.policy.reservations = match v {
                         "off" => None,
-                        _ => Some(Reservations { count_max: parse_num(k, v)?, default_runtime_ms: 3_600_000 }),
+                        _ => Some(Reservations { count_max: parse_num(k, v)? }),
                     }
                 }
-                "default-runtime" => {
-                    let r =
-                        self.config.policy.reservations.as_mut().ok_or("default-runtime needs reservations=N first")?;
-                    r.default_runtime_ms = parse_time(v)?;
-                }
+                "default-runtime" => self.config.policy.estimates.default_runtime_ms = parse_time(v)?,
+                "history" => self.config.policy.estimates.history_runs_max = parse_num(k, v)?,
                 _ => unreachable!("checked by only()"),
             }
         }
@@ -782,6 +799,7 @@ impl Runner {
         spec.checkpoint_interval_ms = line.get("ckpt").map(parse_time).transpose()?;
         spec.max_runtime_ms = line.get("max-runtime").map(parse_time).transpose()?;
         spec.max_total_runtime_ms = line.get("max-total-runtime").map(parse_time).transpose()?;
+        spec.runtime_estimate_ms = line.get("estimate").map(parse_time).transpose()?;
         spec.min_run_before_preemption_ms = line.get("min-run").map_or(Ok(0), parse_time)?;
         spec.preemptions_per_hour_max =
             line.get("preemptions-per-hour").map(|v| parse_num("preemptions-per-hour", v)).transpose()?;

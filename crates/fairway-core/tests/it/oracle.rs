@@ -468,6 +468,79 @@ impl Oracle {
         self.check_blockers(s)?;
         self.check_reservations(s)?;
         self.check_preemption_liveness(s)?;
+        self.check_forecast(s)?;
+        Ok(())
+    }
+
+    /// The forecast (`forecast.rs`): every pending job once, in queue order, numbered from
+    /// 1; no start in the past; a preemptor waiting for victims starts at the last victim's
+    /// grace deadline (even on a node drained since: a hold stays); a reservation's holder
+    /// at its reservation's time; any other job no set of nodes could hold is not placeable; and asking for some jobs gives what asking for all
+    /// gives them.
+    fn check_forecast(&self, s: &Scheduler) -> Result<(), String> {
+        let all = s.forecast(self.now, usize::MAX);
+        let pending: Vec<JobId> = s.pending().collect();
+        let listed: Vec<JobId> = all.iter().map(|e| e.job).collect();
+        if listed != pending {
+            return Err(format!("forecast lists {listed:?}, the queue is {pending:?}"));
+        }
+        let plan: BTreeMap<JobId, Time> = s.reservations().iter().map(|p| (p.job, p.at)).collect();
+        for (i, e) in all.iter().enumerate() {
+            if e.position as usize != i + 1 {
+                return Err(format!("{} at position {} in place {}", e.job, e.position, i + 1));
+            }
+            if let StartEstimate::At(t) = e.start
+                && t < self.now
+            {
+                return Err(format!("{} forecast to start at {t}, before now {}", e.job, self.now));
+            }
+            let victims_gone = self
+                .live
+                .keys()
+                .filter_map(|v| match s.job_status(*v) {
+                    Some(JobStatus::Preempting { preemptor, deadline, .. }) if preemptor == e.job => Some(deadline),
+                    _ => None,
+                })
+                .fold(self.now, Time::max);
+            let expected = match s.job_status(e.job) {
+                Some(JobStatus::Pending { reserved: Some(_), .. }) => Some(victims_gone),
+                _ => plan.get(&e.job).copied(),
+            };
+            if let Some(at) = expected
+                && e.start != StartEstimate::At(at)
+            {
+                return Err(format!("{} forecast {:?}, expected at {at}", e.job, e.start));
+            }
+            let spec = &self.specs[&e.job];
+            let empty: BTreeMap<NodeId, Resources> = self
+                .nodes
+                .iter()
+                .filter(|(id, _)| !self.drained.contains(id))
+                .map(|(id, n)| (*id, n.capacity))
+                .collect();
+            let holds = matches!(s.job_status(e.job), Some(JobStatus::Pending { reserved: Some(_), .. }));
+            if !holds && !self.fits(spec, &empty, &BTreeMap::new()) && e.start != StartEstimate::NotPlaceable {
+                return Err(format!("{} fits on no set of nodes, yet is forecast {:?}", e.job, e.start));
+            }
+        }
+        let some: BTreeSet<JobId> = pending.iter().step_by(2).copied().collect();
+        let part = s.forecast_jobs(self.now, &some, usize::MAX);
+        let expected: Vec<Estimate> = all.iter().filter(|e| some.contains(&e.job)).copied().collect();
+        if part != expected {
+            return Err(format!("forecast of some jobs {part:?} differs from the full forecast's {expected:?}"));
+        }
+        // With a limit, the jobs beyond it are left out and the others keep their estimates.
+        let limited = s.forecast(self.now, 2);
+        for (e, full) in limited.iter().zip(&all) {
+            let expected = if e.position <= 2 { full.start } else { StartEstimate::NotForecast };
+            if e.job != full.job || e.start != expected && e.position > 2 {
+                return Err(format!("forecast limited to 2 gives {e:?} for {full:?}"));
+            }
+        }
+        let part = s.forecast_jobs(self.now, &some, 2);
+        if part.iter().any(|e| e.position > 2) {
+            return Err(format!("forecast of some jobs limited to 2 lists {part:?}"));
+        }
         Ok(())
     }
 
@@ -602,7 +675,7 @@ impl Oracle {
             .iter()
             .filter(|(node, _)| spec.gpu_model.is_none_or(|m| m == self.nodes[node].gpu_model))
             .map(|(node, f)| replicas_fitting(f.plus(extra.get(node).copied().unwrap_or_default()), spec.per_replica))
-            .sum();
+            .fold(0u64, u64::saturating_add);
         fitting >= u64::from(spec.replicas)
     }
 
@@ -635,7 +708,8 @@ impl Oracle {
     /// needs what the oracle does not know: a limit on the total run time).
     fn expected_end(&self, s: &Scheduler, id: JobId) -> Option<Time> {
         let spec = &self.specs[&id];
-        let default = s.config().policy.reservations?.default_runtime_ms.max(1);
+        s.config().policy.reservations?;
+        let default = s.config().policy.estimates.default_runtime_ms.max(1);
         match s.job_status(id)? {
             JobStatus::Running { started_at, .. } => {
                 if spec.max_total_runtime_ms.is_some() {

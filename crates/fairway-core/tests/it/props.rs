@@ -246,7 +246,7 @@ fn config() -> impl Strategy<Value = Config> {
             prop_oneof![
                 2 => Just(None),
                 1 => (1..3u32, 1..60u64)
-                    .prop_map(|(count_max, s)| Some(Reservations { count_max, default_runtime_ms: s * 1000 })),
+                    .prop_map(|(count_max, s)| Some((Reservations { count_max }, s * 1000))),
             ],
         ),
     )
@@ -266,7 +266,13 @@ fn config() -> impl Strategy<Value = Config> {
                     policy.scoring = ScoringPolicy::Spread;
                 }
                 policy.fair_share = fair_share;
-                policy.reservations = reservations;
+                policy.reservations = reservations.map(|(r, _)| r);
+                // The oracle's expected ends follow rules 1, 2 and 4 of `estimate.rs`: no
+                // history (rule 3 has its own tests).
+                policy.estimates = RuntimeEstimates {
+                    default_runtime_ms: reservations.map_or(3_600_000, |(_, ms)| ms),
+                    history_runs_max: 0,
+                };
                 let limits = Limits {
                     victims_per_preemption_max: victims_max,
                     preemption_attempts_per_cycle_max: attempts_max,
@@ -748,7 +754,8 @@ fn script_config(c: &Config) -> String {
     let on = |b: bool| if b { "on" } else { "off" };
     format!(
         "config order={order} preemption={} backfill={} scoring={} victims-max={} attempts-max={} \
-         candidates-max={} starts-max={} nodes-scored-max={} cycle-victims-max={} fair-half-life={}{}",
+         candidates-max={} starts-max={} nodes-scored-max={} cycle-victims-max={} fair-half-life={}{} \
+         default-runtime={}ms history={}",
         on(c.policy.preemption),
         on(c.policy.backfill),
         c.policy.scoring.name(),
@@ -759,10 +766,9 @@ fn script_config(c: &Config) -> String {
         c.limits.candidate_nodes_scored_max,
         c.limits.victims_per_cycle_max,
         c.policy.fair_share.map_or("off".to_string(), |f| format!("{}ms", f.half_life_ms)),
-        c.policy.reservations.map_or(String::new(), |r| format!(
-            " reservations={} default-runtime={}ms",
-            r.count_max, r.default_runtime_ms
-        )),
+        c.policy.reservations.map_or(String::new(), |r| format!(" reservations={}", r.count_max)),
+        c.policy.estimates.default_runtime_ms,
+        c.policy.estimates.history_runs_max,
     )
 }
 

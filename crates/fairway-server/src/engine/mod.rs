@@ -584,7 +584,12 @@ fn new_core(config: &ServerConfig) -> Scheduler {
         .fair_share
         .as_ref()
         .map(|f| fairway_core::FairSharing { half_life_ms: f.half_life_seconds.saturating_mul(1000) });
-    policy.reservations = config.file.reservations.and_then(|r| r.to_core("reservations").ok());
+    if let Some((reservations, default_runtime_ms)) =
+        config.file.reservations.and_then(|r| r.to_core("reservations").ok())
+    {
+        policy.reservations = Some(reservations);
+        policy.estimates.default_runtime_ms = default_runtime_ms;
+    }
     Scheduler::new(Config { policy, limits })
 }
 

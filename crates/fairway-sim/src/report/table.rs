@@ -202,5 +202,47 @@ pub(super) fn blocks(report: &SimReport) -> Vec<Block> {
         });
     }
     out.push(Block { title: "Cluster".to_owned(), table: cluster_table(policies) });
+    if policies.iter().any(|p| p.all.eta.jobs > 0) {
+        out.push(Block {
+            title: "Start-time estimates at submit against the actual start (error in minutes)".to_owned(),
+            table: eta_table(report),
+        });
+    }
     out
+}
+
+/// Per policy and tier: how far the estimates given at submit were from the starts.
+fn eta_table(report: &SimReport) -> Table {
+    let header = [
+        "policy",
+        "tier",
+        "jobs",
+        "no estimate",
+        "error p50",
+        "error p90",
+        "waited ≥1 min",
+        "error/wait p50",
+        "error/wait p90",
+        "bias mean",
+    ];
+    let mut rows = Vec::new();
+    for p in &report.policies {
+        let groups = std::iter::once(("all", &p.all)).chain(p.tiers.iter().map(|(t, g)| (t.as_str(), g)));
+        for (tier, g) in groups {
+            let e = &g.eta;
+            rows.push(vec![
+                p.policy.clone(),
+                tier.to_owned(),
+                e.jobs.to_string(),
+                e.without_estimate.to_string(),
+                minutes(e.error_seconds.p50),
+                minutes(e.error_seconds.p90),
+                e.waited.to_string(),
+                ratio(e.error_of_wait.p50),
+                ratio(e.error_of_wait.p90),
+                minutes(e.bias_seconds_mean),
+            ]);
+        }
+    }
+    Table { header: header.iter().map(|h| (*h).to_owned()).collect(), rows }
 }

@@ -473,3 +473,41 @@ fn the_sharing_anomaly_compares_each_member_with_its_private_cluster() {
     assert_eq!(got, [("speech".to_string(), 4, 10, 20.0, 80.0), ("vision".to_string(), 4, 2, 0.0, 0.0)]);
     assert_eq!(anomalies[0].anomaly_s(), -60.0);
 }
+
+/// Start-time estimates at submit, hand-checked: one node of 2 GPUs, six jobs of 1 GPU and
+/// 100 s of one tenant. At 0, a0 and a1 start and a2 waits: nothing is known of the tenant's
+/// run times, so a0 and a1 are expected to run the default hour and a2 to start at 3,600 s;
+/// it starts at 100 s (3,500 s off). At 300 s the tenant has three runs of 100 s behind it:
+/// b0 and b1 start, and b2 is expected to start when they have run 100 s, at 400 s, which
+/// is when it starts. The four that started at once were told so exactly.
+#[test]
+fn start_time_estimates_are_measured_against_the_starts() {
+    let mut text =
+        String::from("name: eta\nseed: 1\ncluster:\n  nodes: [{ name: n, gpus: 2, gpu_model: A100 }]\njobs:\n");
+    for (prefix, at) in [("a", 0), ("b", 300)] {
+        for i in 0..3 {
+            text += &format!(
+                "  - {{ name: {prefix}{i}, tenant: {{ project: vision }}, priority: medium, resources: {{ gpus: 1 }}, \
+                 command: [train], submit_seconds: {at}, duration_seconds: 100 }}\n"
+            );
+        }
+    }
+    text += "policies: [priority]\n";
+    let s = inline_scenario("eta", &text).unwrap();
+    let p = &s.policies[0];
+    let mut config = s.engine_config(p, CheckLevel::EveryCycle);
+    config.eta_jobs_max = fairway_sim::engine::ETA_JOBS_MAX;
+    let run = simulate(&p.name, &s.jobs, &s.nodes, &p.quotas, &config, &mut |_, _| {}).unwrap();
+    let etas: Vec<(String, fairway_sim::metrics::SubmitEta)> =
+        run.records.iter().map(|r| (r.name.to_string(), r.eta_at_submit)).collect();
+    use fairway_sim::metrics::SubmitEta::At;
+    let expected = [("a0", 0), ("a1", 0), ("a2", 3_600_000), ("b0", 300_000), ("b1", 300_000), ("b2", 400_000)];
+    assert_eq!(etas, expected.map(|(n, t)| (n.to_string(), At(t))));
+    let e = &SimReport::from_runs("eta", 1, std::slice::from_ref(&run)).policies[0].all.eta;
+    assert_eq!((e.jobs, e.without_estimate, e.waited), (6, 0, 2));
+    assert_eq!((e.error_seconds.p50, e.error_seconds.p90), (Some(0.0), Some(3_500.0)));
+    assert_eq!((e.error_of_wait.p50, e.error_of_wait.p90), (Some(0.0), Some(35.0)));
+    // Without the measurement, nothing is recorded.
+    let plain = &run_all(&s)[0];
+    assert!(plain.records.iter().all(|r| r.eta_at_submit == fairway_sim::metrics::SubmitEta::NotMeasured));
+}

@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use fairway_sim::metrics::{JobRecord, RunResult, SCHEMA_VERSION, SimReport, UtilSample, nearest_rank, summarize};
+use fairway_sim::metrics::{
+    JobRecord, RunResult, SCHEMA_VERSION, SimReport, SubmitEta, UtilSample, nearest_rank, summarize,
+};
 use fairway_sim::report::{MAX_PLOT_POINTS, render_table, write_report};
 
 const MS_PER_HOUR: f64 = 3_600_000.0;
@@ -30,6 +32,7 @@ fn job(
         preemptions: 0,
         lost_gpu_ms: 0,
         queued_ms: first_start_ms.unwrap_or(100_000).saturating_sub(submit_ms),
+        eta_at_submit: SubmitEta::NotMeasured,
     }
 }
 
@@ -191,6 +194,40 @@ fn empty_groups_give_null_statistics() {
     assert!(json.contains(r#""gpu_hours_lost":0.0"#));
 }
 
+/// Four jobs of one tier: estimates 30 s late (waited 2 min), exact (started at once), 60 s
+/// early (waited 10 min), and none; a fifth not measured; a sixth never started.
+#[test]
+fn eta_errors_against_the_starts() {
+    let mut late = job("late", "high", "a", 1, 0, Some(120_000), Some(200_000), 80_000);
+    late.eta_at_submit = SubmitEta::At(150_000);
+    let mut exact = job("exact", "high", "a", 1, 0, Some(0), Some(10_000), 10_000);
+    exact.eta_at_submit = SubmitEta::At(0);
+    let mut early = job("early", "high", "a", 1, 0, Some(600_000), Some(700_000), 100_000);
+    early.eta_at_submit = SubmitEta::At(540_000);
+    let mut none = job("none", "high", "a", 1, 0, Some(5_000), Some(6_000), 1_000);
+    none.eta_at_submit = SubmitEta::Unknown;
+    let unmeasured = job("unmeasured", "high", "a", 1, 0, Some(5_000), Some(6_000), 1_000);
+    let mut never = job("never", "high", "a", 1, 0, None, None, 1_000);
+    never.eta_at_submit = SubmitEta::At(50_000);
+    let s = summarize(&run("p", 4, vec![late, exact, early, none, unmeasured, never], &[(0, 0)]));
+    let e = &s.tiers["high"].eta;
+    assert_eq!((e.jobs, e.without_estimate, e.waited), (4, 1, 2));
+    // Errors 0, 30, 60 s: nearest-rank p50 is 30, p90 60.
+    assert_eq!((e.error_seconds.p50, e.error_seconds.p90), (Some(30.0), Some(60.0)));
+    // Against the waits of those that waited a minute or more: 30/120 and 60/600.
+    assert_eq!((e.error_of_wait.p50, e.error_of_wait.p90), (Some(0.1), Some(0.25)));
+    // (+30 + 0 − 60) / 3.
+    assert_eq!(e.bias_seconds_mean, Some(-10.0));
+    let table = render_table(&SimReport::from_runs("s", 1, &[run("p", 4, s_records(), &[(0, 0)])]));
+    assert!(table.contains("Start-time estimates"), "{table}");
+}
+
+fn s_records() -> Vec<JobRecord> {
+    let mut j = job("j", "high", "a", 1, 0, Some(0), Some(1), 1);
+    j.eta_at_submit = SubmitEta::At(0);
+    vec![j]
+}
+
 #[test]
 fn groups_by_tenant() {
     let mut records = vec![
@@ -265,7 +302,21 @@ const TINY_JSON: &str = r#"{
           "p95": 1.017
         },
         "preemptions": 1,
-        "gpu_hours_lost": 0.5
+        "gpu_hours_lost": 0.5,
+        "eta": {
+          "jobs": 0,
+          "without_estimate": 0,
+          "error_seconds": {
+            "p50": null,
+            "p90": null
+          },
+          "waited": 0,
+          "error_of_wait": {
+            "p50": null,
+            "p90": null
+          },
+          "bias_seconds_mean": null
+        }
       },
       "tiers": {
         "high": {
@@ -304,7 +355,21 @@ const TINY_JSON: &str = r#"{
             "p95": 1.017
           },
           "preemptions": 0,
-          "gpu_hours_lost": 0.0
+          "gpu_hours_lost": 0.0,
+          "eta": {
+            "jobs": 0,
+            "without_estimate": 0,
+            "error_seconds": {
+              "p50": null,
+              "p90": null
+            },
+            "waited": 0,
+            "error_of_wait": {
+              "p50": null,
+              "p90": null
+            },
+            "bias_seconds_mean": null
+          }
         },
         "low": {
           "jobs": 1,
@@ -342,7 +407,21 @@ const TINY_JSON: &str = r#"{
             "p95": null
           },
           "preemptions": 1,
-          "gpu_hours_lost": 0.5
+          "gpu_hours_lost": 0.5,
+          "eta": {
+            "jobs": 0,
+            "without_estimate": 0,
+            "error_seconds": {
+              "p50": null,
+              "p90": null
+            },
+            "waited": 0,
+            "error_of_wait": {
+              "p50": null,
+              "p90": null
+            },
+            "bias_seconds_mean": null
+          }
         }
       },
       "tenants": {
@@ -382,7 +461,21 @@ const TINY_JSON: &str = r#"{
             "p95": 1.017
           },
           "preemptions": 0,
-          "gpu_hours_lost": 0.0
+          "gpu_hours_lost": 0.0,
+          "eta": {
+            "jobs": 0,
+            "without_estimate": 0,
+            "error_seconds": {
+              "p50": null,
+              "p90": null
+            },
+            "waited": 0,
+            "error_of_wait": {
+              "p50": null,
+              "p90": null
+            },
+            "bias_seconds_mean": null
+          }
         },
         "b": {
           "jobs": 1,
@@ -420,7 +513,21 @@ const TINY_JSON: &str = r#"{
             "p95": null
           },
           "preemptions": 1,
-          "gpu_hours_lost": 0.5
+          "gpu_hours_lost": 0.5,
+          "eta": {
+            "jobs": 0,
+            "without_estimate": 0,
+            "error_seconds": {
+              "p50": null,
+              "p90": null
+            },
+            "waited": 0,
+            "error_of_wait": {
+              "p50": null,
+              "p90": null
+            },
+            "bias_seconds_mean": null
+          }
         }
       },
       "cluster": {

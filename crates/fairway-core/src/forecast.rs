@@ -1,0 +1,722 @@
+//! Start-time estimates: when each pending job is expected to start, and its place in the
+//! queue (`Scheduler::forecast`).
+//!
+//! The forecast plays the queue forward from `now`, as the scheduler would if nothing new
+//! arrived and every run lasted as expected (`estimate.rs`):
+//! 1. **Room.** Each schedulable node has its free room now, and gets back what each job
+//!    running or terminating on it holds when that job is expected to end; GPUs held for a
+//!    preemptor go to it, not back to the free room.
+//! 2. **Usage.** Each account with a cap (a hard quota, a borrowing limit, a cohort's
+//!    capacity) has what is charged to it now, and is uncharged when each job charged to it
+//!    is expected to end.
+//! 3. **Holds.** A job waiting for its victims starts when the last of them is expected to
+//!    be gone, and then keeps its GPUs for its expected run.
+//! 4. **Reservations.** A job holding a reservation (`plan.rs`) starts at its reservation's
+//!    time, on its nodes.
+//! 5. **Everyone else** is played forward as the cycle treats it. From `now`, at each time
+//!    room frees or usage falls, the jobs not yet started are taken in queue order, and
+//!    each one starts if its replicas fit in the room left for its whole expected run
+//!    (placed as the policy places them; a reservation's room is left to it) and every
+//!    capped account it is charged to stays within its cap. A job that does not fit but
+//!    may preempt takes the room of jobs started before it in the forecast at a lower
+//!    priority (the most recently started of the lowest priority first, at most
+//!    `Limits::victims_per_preemption_max`); they go back to waiting. Under strict order
+//!    (no backfill) a job that does not fit stops the walk at that time, as it stops the
+//!    cycle. A job's estimate is the first time it starts.
+//! 6. **Position**: a job's rank in the order the next cycle considers the queue, 1 for the
+//!    first; jobs waiting for their victims count.
+//!
+//! What it cannot know, and so does not claim:
+//! - jobs yet to arrive: a higher-priority job submitted later goes ahead;
+//! - preemptions to come: a job that will preempt once a run's protection or its own
+//!   preemption delay ends is forecast to wait for that run to end;
+//! - fair sharing's order among tenants of one tier: the forecast takes a tier in submit
+//!   order;
+//! - a cohort's guarantees: its capacity is compared with what its members use, not with
+//!   the guarantees idle members set aside, so a borrower's estimate may be early.
+//!
+//! Limits: `jobs_max` jobs forecast per call (the rest get their position only), and
+//! [`FORECAST_TIMES_MAX`] times played forward per call (a job not started by the last one
+//! is "not before" it).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound::{Excluded, Unbounded};
+
+use crate::ids::{GroupKey, JobIx};
+use crate::model::JobState;
+use crate::placement::{Candidate, choose_nodes};
+use crate::scheduler::Scheduler;
+use crate::types::{AccountId, GpuModel, JobId, NodeId, PreemptionPolicy, Priority, ResourceKind, Resources, Time};
+
+/// Times a forecast plays forward: every time room frees or usage falls is one.
+pub const FORECAST_TIMES_MAX: usize = 4_096;
+
+/// When a pending job is expected to start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StartEstimate {
+    /// At this time (`now`: it starts at the next cycle, or waits only for its victims).
+    At(Time),
+    /// Not before this time: the forecast stopped looking there (`FORECAST_TIMES_MAX`).
+    NotBefore(Time),
+    /// At no time the forecast sees: no node it may use holds it, or it asks more than a cap
+    /// of its accounts allows, even once everything running has ended.
+    NotPlaceable,
+    /// Not forecast: ranked beyond the jobs a call forecasts (`jobs_max`).
+    NotForecast,
+}
+
+impl StartEstimate {
+    /// The time, for `At`.
+    pub fn at(self) -> Option<Time> {
+        match self {
+            StartEstimate::At(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// A pending job's place in the queue and expected start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    pub job: JobId,
+    /// 1 for the job the next cycle considers first.
+    pub position: u32,
+    pub start: StartEstimate,
+}
+
+impl Scheduler {
+    /// Every pending job's position and expected start, in queue order; the first
+    /// `jobs_max` are forecast (module doc).
+    pub fn forecast(&self, now: Time, jobs_max: usize) -> Vec<Estimate> {
+        self.forecast_where(now, jobs_max, None)
+    }
+
+    /// The estimates of the `wanted` jobs among the first `jobs_max` pending, in queue
+    /// order: the same as `forecast` gives them, played forward only until they have all
+    /// started (wanted jobs ranked further are left out).
+    pub fn forecast_jobs(&self, now: Time, wanted: &BTreeSet<JobId>, jobs_max: usize) -> Vec<Estimate> {
+        self.forecast_where(now, jobs_max, Some(wanted))
+    }
+
+    fn forecast_where(&self, now: Time, jobs_max: usize, wanted: Option<&BTreeSet<JobId>>) -> Vec<Estimate> {
+        // Step 6: positions. Every job forecast counts, wanted or not: a job ranked lower
+        // may start first and delay one ranked higher.
+        let in_order = self.queue.in_order().map(|id| (id, self.jobs.ix_of(id).expect("a queued job exists")));
+        let order: Vec<(JobId, JobIx)> = match wanted {
+            None => in_order.collect(),
+            Some(_) => in_order.take(jobs_max).collect(),
+        };
+        let mut world = World::new(self, now);
+        let may_preempt = |ix: JobIx| {
+            self.config.policy.preemption
+                && self.jobs[ix].spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority
+        };
+        let jobs: Vec<Queued> = order
+            .iter()
+            .take(jobs_max)
+            .map(|&(_, ix)| {
+                let run_ms = self.expected_run_ms(ix).max(1);
+                Queued {
+                    ix,
+                    run_ms,
+                    key: (self.jobs[ix].group_key(), run_ms),
+                    gpus: i64::from(self.jobs[ix].spec.total().gpus),
+                    may_preempt: may_preempt(ix),
+                }
+            })
+            .collect();
+        let mut starts: Vec<StartEstimate> = vec![StartEstimate::NotForecast; order.len()];
+        let mut waiting = Waiting::default();
+        // Jobs wanted that have not started yet in the forecast: it ends when none is left.
+        let mut wanted_left = 0usize;
+        for (rank, &(id, ix)) in order.iter().enumerate().take(jobs_max) {
+            starts[rank] = match world.fixed.get(&id).copied() {
+                Some(at) => StartEstimate::At(at),
+                None if !world.could_ever_start(self, ix) => StartEstimate::NotPlaceable,
+                None => {
+                    waiting.insert(rank, jobs[rank].gpus);
+                    if wanted.is_none_or(|w| w.contains(&id)) {
+                        wanted_left += 1;
+                    }
+                    StartEstimate::NotPlaceable
+                }
+            };
+        }
+        let first_starts = |starts: &mut [StartEstimate], ranks: &[usize], t: Time, left: &mut usize| {
+            for &rank in ranks {
+                if starts[rank] == StartEstimate::NotPlaceable {
+                    starts[rank] = StartEstimate::At(t);
+                    if wanted.is_none_or(|w| w.contains(&order[rank].0)) {
+                        *left -= 1;
+                    }
+                }
+            }
+        };
+        // Step 5, one time after another.
+        let mut t = now;
+        let mut times = 0;
+        let mut started = Vec::new();
+        while wanted_left > 0 {
+            world.walk(self, t, &jobs, &mut waiting, &mut started);
+            first_starts(&mut starts, &started, t, &mut wanted_left);
+            started.clear();
+            times += 1;
+            let next = world.times.range((Excluded(t), Unbounded)).next().copied();
+            match next {
+                Some(next) if times < FORECAST_TIMES_MAX => t = next,
+                Some(next) => {
+                    for rank in waiting.iter() {
+                        if starts[rank] == StartEstimate::NotPlaceable {
+                            starts[rank] = StartEstimate::NotBefore(next);
+                        }
+                    }
+                    break;
+                }
+                None => break,
+            }
+        }
+        order
+            .iter()
+            .zip(starts)
+            .enumerate()
+            .filter(|(_, ((id, _), _))| wanted.is_none_or(|w| w.contains(id)))
+            .map(|(rank, (&(job, _), start))| Estimate {
+                job,
+                position: u32::try_from(rank + 1).unwrap_or(u32::MAX),
+                start,
+            })
+            .collect()
+    }
+}
+
+/// The jobs not started in the forecast, by rank, and by the GPUs they need (a handful of
+/// distinct sizes): a walk looks only at those that may fit in what is free.
+#[derive(Default)]
+struct Waiting {
+    by_gpus: BTreeMap<i64, BTreeSet<usize>>,
+}
+
+impl Waiting {
+    fn insert(&mut self, rank: usize, gpus: i64) {
+        self.by_gpus.entry(gpus).or_default().insert(rank);
+    }
+
+    fn remove(&mut self, rank: usize, gpus: i64) {
+        if let Some(ranks) = self.by_gpus.get_mut(&gpus) {
+            ranks.remove(&rank);
+            if ranks.is_empty() {
+                self.by_gpus.remove(&gpus);
+            }
+        }
+    }
+
+    /// The first rank after `after` of a job needing at most `gpus_max` GPUs.
+    fn next_after(&self, after: Option<usize>, gpus_max: i64) -> Option<usize> {
+        let from = after.map_or(0, |r| r + 1);
+        self.by_gpus.range(..=gpus_max).filter_map(|(_, ranks)| ranks.range(from..).next().copied()).min()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_gpus.values().flatten().copied()
+    }
+}
+
+/// A queued job as the forecast reads it, computed once per forecast.
+struct Queued {
+    ix: JobIx,
+    run_ms: u64,
+    key: (GroupKey, u64),
+    gpus: i64,
+    may_preempt: bool,
+}
+
+/// Far enough to mean "for good".
+const FOREVER: Time = Time(u64::MAX);
+
+/// GPUs, CPU and memory, signed: a node's CPU may be over-booked while victims leave.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Amount([i64; 3]);
+
+impl Amount {
+    fn of(r: Resources) -> Amount {
+        Amount([i64::from(r.gpus), r.cpu_millis as i64, r.memory_mib as i64])
+    }
+
+    fn negated(self) -> Amount {
+        Amount(self.0.map(|v| -v))
+    }
+
+    fn plus(self, other: Amount) -> Amount {
+        Amount(std::array::from_fn(|k| self.0[k] + other.0[k]))
+    }
+
+    fn min_each(self, other: Amount) -> Amount {
+        Amount(std::array::from_fn(|k| self.0[k].min(other.0[k])))
+    }
+
+    fn max_each(self, other: Amount) -> Amount {
+        Amount(std::array::from_fn(|k| self.0[k].max(other.0[k])))
+    }
+
+    /// As resources, what is below zero counting as none.
+    fn clamped(self) -> Resources {
+        let [g, c, m] = self.0.map(|v| v.max(0) as u64);
+        Resources::new(u32::try_from(g).unwrap_or(u32::MAX), c, m)
+    }
+}
+
+/// A step function of time from `now` on: `value[k]` holds from `at[k]` until `at[k + 1]`.
+#[derive(Clone, Debug)]
+struct Steps {
+    at: Vec<Time>,
+    value: Vec<Amount>,
+}
+
+impl Steps {
+    fn new(now: Time, value: Amount) -> Steps {
+        Steps { at: vec![now], value: vec![value] }
+    }
+
+    /// The step in force at `t` (not before the first).
+    fn index(&self, t: Time) -> usize {
+        self.at.partition_point(|&a| a <= t).saturating_sub(1)
+    }
+
+    /// The step that begins at `t`, made if need be.
+    fn split(&mut self, t: Time) -> usize {
+        let k = self.index(t);
+        if self.at[k] >= t {
+            return k;
+        }
+        self.at.insert(k + 1, t);
+        self.value.insert(k + 1, self.value[k]);
+        k + 1
+    }
+
+    /// Add `d` over `[from, until)`.
+    fn add(&mut self, from: Time, until: Time, d: Amount) {
+        if from >= until {
+            return;
+        }
+        let first = self.split(from);
+        let end = if until == FOREVER { self.at.len() } else { self.split(until) };
+        for v in &mut self.value[first..end] {
+            *v = v.plus(d);
+        }
+    }
+
+    /// The GPUs at `t`.
+    fn value_at(&self, t: Time) -> i64 {
+        self.value[self.index(t)].0[0]
+    }
+
+    /// The least of each dimension over `[from, until)`.
+    fn min_over(&self, from: Time, until: Time) -> Amount {
+        self.fold_over(from, until, Amount::min_each)
+    }
+
+    /// The most of each dimension over `[from, until)`.
+    fn max_over(&self, from: Time, until: Time) -> Amount {
+        self.fold_over(from, until, Amount::max_each)
+    }
+
+    fn fold_over(&self, from: Time, until: Time, f: fn(Amount, Amount) -> Amount) -> Amount {
+        let k = self.index(from);
+        let mut out = self.value[k];
+        for j in k + 1..self.at.len() {
+            if self.at[j] >= until {
+                break;
+            }
+            out = f(out, self.value[j]);
+        }
+        out
+    }
+}
+
+/// A capped account in the forecast.
+struct Usage {
+    steps: Steps,
+    cap: [Option<u64>; 3],
+}
+
+/// The room and usage the forecast plays forward.
+struct World {
+    /// Schedulable nodes, in id order.
+    nodes: Vec<NodeId>,
+    room: Vec<Steps>,
+    /// The GPUs of all of them together: a job needing more over a window fits nowhere.
+    gpus_total: Steps,
+    accounts: BTreeMap<AccountId, Usage>,
+    /// When room may grow or usage fall: the candidate start times.
+    times: BTreeSet<Time>,
+    /// Starts known before the walk: jobs waiting for their victims, and reservations.
+    fixed: BTreeMap<JobId, Time>,
+    /// Jobs started in the forecast and not preempted in it, by rank: what a later
+    /// preemptor may take back.
+    started: BTreeMap<usize, Started>,
+    /// GPUs those of them that may be preempted hold, by priority.
+    preemptible_gpus: BTreeMap<Priority, i64>,
+    /// Where the last job started took its room (scratch).
+    last_room: Vec<(usize, Resources)>,
+    /// The nodes a job could start on (scratch).
+    candidates: Vec<Candidate>,
+    /// Shapes (model, replica, replicas) some set of the nodes holds, as found.
+    placeable: BTreeMap<(Option<GpuModel>, Resources, u32), bool>,
+    /// Within one walk, the shapes that found no room, with the shortest run that did not
+    /// (cleared when room grows: at each time, and when a preemption gives some back).
+    no_room: BTreeMap<(Option<GpuModel>, Resources, u32), u64>,
+}
+
+/// A job started in the forecast.
+struct Started {
+    ix: JobIx,
+    from: Time,
+    until: Time,
+    /// (node position, what it holds there).
+    room: Vec<(usize, Resources)>,
+}
+
+impl World {
+    /// Steps 1 to 4 of the module doc.
+    fn new(s: &Scheduler, now: Time) -> World {
+        let usable: Vec<&crate::cluster::Node> = s.nodes.iter().filter(|n| n.schedulable).collect();
+        let mut world = World {
+            nodes: usable.iter().map(|n| n.spec.id).collect(),
+            room: Vec::with_capacity(usable.len()),
+            gpus_total: Steps::new(now, Amount::default()),
+            accounts: BTreeMap::new(),
+            times: BTreeSet::new(),
+            fixed: BTreeMap::new(),
+            started: BTreeMap::new(),
+            preemptible_gpus: BTreeMap::new(),
+            last_room: Vec::new(),
+            candidates: Vec::new(),
+            placeable: BTreeMap::new(),
+            no_room: BTreeMap::new(),
+        };
+        // 2. Capped accounts with what is charged now.
+        for (id, account) in s.ledger.iter() {
+            if account.has_cap() {
+                let cap = ResourceKind::ALL.map(|kind| account.cap(kind));
+                world.accounts.insert(id, Usage { steps: Steps::new(now, Amount::of(account.charged)), cap });
+            }
+        }
+        // 1. Free room now, and what each job there gives back when it ends.
+        let mut ended: BTreeMap<JobIx, Time> = BTreeMap::new();
+        for node in &usable {
+            let cap = node.spec.capacity;
+            let free = Amount([
+                i64::from(node.available_gpus()),
+                cap.cpu_millis as i64 - (node.used.cpu_millis + node.reserved.cpu_millis) as i64,
+                cap.memory_mib as i64 - (node.used.memory_mib + node.reserved.memory_mib) as i64,
+            ]);
+            let mut steps = Steps::new(now, free);
+            world.gpus_total.add(now, FOREVER, Amount([free.0[0], 0, 0]));
+            for &ix in &node.placed {
+                let job = &s.jobs[ix];
+                let (JobState::Running { placement, .. } | JobState::Terminating { placement, .. }) = &job.state else {
+                    continue;
+                };
+                let end = *ended.entry(ix).or_insert_with(|| s.expected_end(ix, now));
+                let (mut here, mut slots) = (0u32, crate::types::GpuSet::EMPTY);
+                for r in placement.replicas().iter().filter(|r| r.node == node.spec.id) {
+                    here += 1;
+                    slots = slots.union(r.gpus);
+                }
+                let mut freed = job.spec.per_replica.times(here);
+                freed.gpus = slots.minus(node.held).len();
+                steps.add(end, FOREVER, Amount::of(freed));
+                world.gpus_total.add(end, FOREVER, Amount([i64::from(freed.gpus), 0, 0]));
+                world.times.insert(end);
+            }
+            world.room.push(steps);
+        }
+        // 2 (cont.). Each running job's charges end with it.
+        for (&ix, &end) in &ended {
+            world.charge(s, ix, end, FOREVER, true);
+        }
+        // 3. Jobs waiting for their victims.
+        for &ix in s.reserving.values() {
+            let job = &s.jobs[ix];
+            let JobState::Pending { reservation: Some(r) } = &job.state else { continue };
+            let start = s
+                .still_terminating(job.spec.id, &r.victims)
+                .iter()
+                .filter_map(|v| s.jobs.ix_of(*v))
+                .map(|v| ended.get(&v).copied().unwrap_or_else(|| s.expected_end(v, now)))
+                .fold(now, Time::max);
+            let until = start.plus_ms(s.expected_run_ms(ix));
+            for (node, count) in crate::scheduler::replicas_per_node(&r.placement) {
+                if let Some(i) = world.node_index(node) {
+                    let held = Amount::of(job.spec.per_replica.times(count));
+                    world.room[i].add(until, FOREVER, held);
+                    world.gpus_total.add(until, FOREVER, Amount([held.0[0], 0, 0]));
+                }
+            }
+            // Its hold is charged now; its run ends the charge.
+            world.charge(s, ix, until, FOREVER, true);
+            world.times.insert(until);
+            world.fixed.insert(job.spec.id, start);
+        }
+        // 4. Reservations, in plan order.
+        for p in &s.plan {
+            let until = p.at.plus_ms(s.expected_run_ms(p.ix));
+            for &(node, reserved, _) in &p.nodes {
+                if let Some(i) = world.node_index(node) {
+                    world.take_room(i, p.at, until, reserved);
+                }
+            }
+            world.charge(s, p.ix, p.at, until, false);
+            world.times.insert(until);
+            world.fixed.insert(p.id, p.at);
+        }
+        world
+    }
+
+    fn node_index(&self, node: NodeId) -> Option<usize> {
+        self.nodes.binary_search(&node).ok()
+    }
+
+    /// Charge (or, `uncharge`, give back) the job's total to its capped accounts over
+    /// `[from, until)`.
+    fn charge(&mut self, s: &Scheduler, ix: JobIx, from: Time, until: Time, uncharge: bool) {
+        let total = Amount::of(s.jobs[ix].spec.total());
+        let d = if uncharge { total.negated() } else { total };
+        for account in s.charged_accounts(ix) {
+            if let Some(usage) = self.accounts.get_mut(&account) {
+                usage.steps.add(from, until, d);
+            }
+        }
+    }
+
+    fn take_room(&mut self, i: usize, from: Time, until: Time, r: Resources) {
+        let d = Amount::of(r).negated();
+        self.room[i].add(from, until, d);
+        self.gpus_total.add(from, until, Amount([d.0[0], 0, 0]));
+    }
+
+    /// Could the job start at all, once everything running has ended: a node set of its
+    /// model that holds it, and no cap below what it asks?
+    fn could_ever_start(&mut self, s: &Scheduler, ix: JobIx) -> bool {
+        let spec = &s.jobs[ix].spec;
+        let asks = Amount::of(spec.total());
+        let capped = s.charged_accounts(ix).filter_map(|a| self.accounts.get(&a));
+        if capped.into_iter().any(|u| (0..3).any(|k| u.cap[k].is_some_and(|cap| asks.0[k] > cap as i64))) {
+            return false;
+        }
+        let shape = (spec.gpu_model, spec.per_replica, spec.replicas);
+        if let Some(&known) = self.placeable.get(&shape) {
+            return known;
+        }
+        let candidates: Vec<Candidate> = self
+            .nodes
+            .iter()
+            .map(|&id| s.nodes.get(id).expect("a schedulable node"))
+            .filter(|n| spec.gpu_model.is_none_or(|m| m == n.spec.gpu_model))
+            .map(|n| Candidate { node: n.spec.id, available: n.spec.capacity, capacity: n.spec.capacity })
+            .collect();
+        let placeable = choose_nodes(&candidates, spec.per_replica, spec.replicas, s.config.policy.scoring).is_some();
+        self.placeable.insert(shape, placeable);
+        placeable
+    }
+
+    /// Step 5 at time `t`: the waiting jobs in queue order, each started if it fits; the
+    /// ranks of those started go to `started`.
+    fn walk(&mut self, s: &Scheduler, t: Time, jobs: &[Queued], waiting: &mut Waiting, started: &mut Vec<usize>) {
+        let strict = !s.config.policy.backfill;
+        let ended: Vec<usize> = self.started.iter().filter(|(_, v)| v.until <= t).map(|(&rank, _)| rank).collect();
+        for rank in ended {
+            self.remove_started(s, rank);
+        }
+        self.no_room.clear();
+        // Jobs alike in everything the forecast reads fail alike at one time.
+        let mut failed: BTreeSet<(GroupKey, u64)> = BTreeSet::new();
+        // In priority order, the jobs after one rank no higher: they may preempt no more.
+        let by_priority = s.config.policy.order == crate::config::QueueOrder::Priority;
+        let mut after = None;
+        let mut reclaimable_after: i64 = self.preemptible_gpus.values().sum();
+        loop {
+            // Room at `t` bounds the room over a run: only jobs that need no more GPUs than
+            // are free then, with what they may preempt, can start (under strict order the
+            // next job, whatever it needs: if it cannot start, nothing behind it does).
+            let free = self.gpus_total.value_at(t);
+            let gpus_max = if strict { i64::MAX } else { free + reclaimable_after };
+            let Some(rank) = waiting.next_after(after, gpus_max) else { break };
+            after = Some(rank);
+            let job = &jobs[rank];
+            let priority = s.jobs[job.ix].spec.priority;
+            let reclaimable: i64 = match job.may_preempt {
+                true => self.preemptible_gpus.range(..priority).map(|(_, g)| g).sum(),
+                false => 0,
+            };
+            reclaimable_after = match by_priority {
+                true => reclaimable,
+                false => self.preemptible_gpus.values().sum(),
+            };
+            if failed.contains(&job.key) {
+                continue;
+            }
+            let until = t.plus_ms(job.run_ms);
+            let fits = job.gpus <= free + reclaimable
+                && (self.start_if_fits(s, job.ix, t, until)
+                    || (job.may_preempt && reclaimable > 0 && self.preempt_for(s, job.ix, t, until, waiting, jobs)));
+            if fits {
+                let room = std::mem::take(&mut self.last_room);
+                self.add_started(s, rank, Started { ix: job.ix, from: t, until, room });
+                waiting.remove(rank, job.gpus);
+                started.push(rank);
+            } else {
+                failed.insert(job.key);
+                if strict {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Start the job at `t` if it fits for its whole run; its room in `last_room`.
+    fn start_if_fits(&mut self, s: &Scheduler, ix: JobIx, t: Time, until: Time) -> bool {
+        let spec = &s.jobs[ix].spec;
+        let (per_replica, replicas, total) = (spec.per_replica, spec.replicas, spec.total());
+        let asks = Amount::of(total);
+        let quota_ok = s.charged_accounts(ix).all(|a| {
+            self.accounts.get(&a).is_none_or(|u| {
+                let level = u.steps.max_over(t, until);
+                (0..3).all(|k| u.cap[k].is_none_or(|cap| level.0[k] + asks.0[k] <= cap as i64))
+            })
+        });
+        if !quota_ok {
+            return false;
+        }
+        let shape = (spec.gpu_model, per_replica, replicas);
+        let run_ms = until.ms_since(t);
+        // Room only shrinks while a walk starts jobs: a shape that found none for a run
+        // finds none for a run as long or longer.
+        if self.no_room.get(&shape).is_some_and(|&shortest| shortest <= run_ms)
+            || i64::from(total.gpus) > self.gpus_total.min_over(t, until).0[0]
+        {
+            return false;
+        }
+        let mut candidates = std::mem::take(&mut self.candidates);
+        candidates.clear();
+        let asks_one = Amount::of(per_replica);
+        for (i, &id) in self.nodes.iter().enumerate() {
+            // Room at `t` bounds the room over the run.
+            let now = self.room[i].value[self.room[i].index(t)];
+            if (0..3).any(|k| now.0[k] < asks_one.0[k]) {
+                continue;
+            }
+            let node = s.nodes.get(id).expect("a schedulable node");
+            if spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model) {
+                continue;
+            }
+            let available = self.room[i].min_over(t, until).clamped();
+            if per_replica.fits_in(available) {
+                candidates.push(Candidate { node: id, available, capacity: node.spec.capacity });
+            }
+        }
+        let chosen = choose_nodes(&candidates, per_replica, replicas, s.config.policy.scoring);
+        self.candidates = candidates;
+        let Some(chosen) = chosen else {
+            let shortest = self.no_room.entry(shape).or_insert(run_ms);
+            *shortest = (*shortest).min(run_ms);
+            return false;
+        };
+        self.last_room.clear();
+        for (node, count) in chosen {
+            let i = self.node_index(node).expect("chosen among them");
+            let r = per_replica.times(count);
+            self.take_room(i, t, until, r);
+            self.last_room.push((i, r));
+        }
+        self.charge(s, ix, t, until, false);
+        if until != FOREVER {
+            self.times.insert(until);
+        }
+        true
+    }
+
+    /// A job that does not fit at `t` and may preempt: take back, one at a time, what jobs
+    /// started in the forecast at a lower priority hold (the lowest priority, the most
+    /// recently started first) until it fits; they wait again. Nothing changes if it does
+    /// not fit even then.
+    fn preempt_for(
+        &mut self,
+        s: &Scheduler,
+        ix: JobIx,
+        t: Time,
+        until: Time,
+        waiting: &mut Waiting,
+        jobs: &[Queued],
+    ) -> bool {
+        let job = &s.jobs[ix].spec;
+        let mut victims: Vec<usize> = self
+            .started
+            .iter()
+            .filter(|(_, v)| {
+                let spec = &s.jobs[v.ix].spec;
+                spec.preemptible && spec.priority < job.priority && v.until > t
+            })
+            .map(|(&rank, _)| rank)
+            .collect();
+        victims.sort_by_key(|&rank| {
+            let v = &self.started[&rank];
+            (s.jobs[v.ix].spec.priority, std::cmp::Reverse(v.from), rank)
+        });
+        victims.truncate(s.config.limits.victims_per_preemption_max as usize);
+        let mut taken = Vec::new();
+        for rank in victims {
+            let v = self.remove_started(s, rank);
+            self.give_back(s, &v, t, false);
+            self.no_room.clear();
+            taken.push((rank, v));
+            if self.start_if_fits(s, ix, t, until) {
+                for (rank, _) in &taken {
+                    waiting.insert(*rank, jobs[*rank].gpus);
+                }
+                return true;
+            }
+        }
+        for (rank, v) in taken {
+            self.give_back(s, &v, t, true);
+            self.add_started(s, rank, v);
+        }
+        false
+    }
+
+    fn add_started(&mut self, s: &Scheduler, rank: usize, v: Started) {
+        let spec = &s.jobs[v.ix].spec;
+        if spec.preemptible {
+            *self.preemptible_gpus.entry(spec.priority).or_default() += i64::from(spec.total().gpus);
+        }
+        self.started.insert(rank, v);
+    }
+
+    fn remove_started(&mut self, s: &Scheduler, rank: usize) -> Started {
+        let v = self.started.remove(&rank).expect("a started job");
+        let spec = &s.jobs[v.ix].spec;
+        if spec.preemptible
+            && let Some(gpus) = self.preemptible_gpus.get_mut(&spec.priority)
+        {
+            *gpus -= i64::from(spec.total().gpus);
+            if *gpus == 0 {
+                self.preemptible_gpus.remove(&spec.priority);
+            }
+        }
+        v
+    }
+
+    /// A job started in the forecast leaves at `t` (or, `undo`, comes back).
+    fn give_back(&mut self, s: &Scheduler, v: &Started, t: Time, undo: bool) {
+        let from = t.max(v.from);
+        for &(i, r) in &v.room {
+            if undo {
+                self.take_room(i, from, v.until, r);
+            } else {
+                self.room[i].add(from, v.until, Amount::of(r));
+                self.gpus_total.add(from, v.until, Amount([i64::from(r.gpus), 0, 0]));
+            }
+        }
+        self.charge(s, v.ix, from, v.until, !undo);
+    }
+}
