@@ -37,8 +37,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fairway_core::{
-    Config, Decision, Event, ExitOutcome, GpuSet, JobId, JobSpec, JobStatus, Limits, NodeId, NodeSpec, PendingReason,
-    Placement, PreemptionPolicy, Quota, ReplicaPlacement, RestoredJob, RestoredRun, RestoredStop, Scheduler, Time,
+    Config, Decision, Estimate, Event, ExitOutcome, GpuSet, JobId, JobSpec, JobStatus, Limits, NodeId, NodeSpec,
+    PendingReason, Placement, PreemptionPolicy, Quota, ReplicaPlacement, RestoredJob, RestoredRun, RestoredStop,
+    Scheduler, StartEstimate, Time,
 };
 use fairway_spec::{AccountKind, Interner, ParseLimits, ParseOptions, PreemptionProtection, PriorityRef, ResolvedJob};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
@@ -155,6 +156,31 @@ struct Tracked {
 /// The window of rule 1's cap on preemptions an hour.
 const HOUR_MS: u64 = 3_600_000;
 
+/// Pending jobs whose start is forecast, in queue order; those ranked further get their
+/// position only. The forecast's cost grows with this (times the moments it plays forward).
+pub const FORECAST_JOBS_MAX: usize = 1_000;
+
+/// What was last said about a workload, to say it again only when it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Said {
+    /// Whether admitted, the reason and its message without the estimate: an Event is
+    /// written only when this changes. The position and the expected start move with every
+    /// job that starts ahead, and an Event each time would bury the ones that explain.
+    reason: String,
+    /// All of it, the estimate included: the condition is written when this changes.
+    condition: String,
+}
+
+impl Said {
+    /// From a `FairwayAdmitted` condition as written (an earlier leader's, say).
+    fn of(admitted: bool, reason: &str, message: &str) -> Said {
+        Said {
+            reason: format!("{admitted}|{reason}|{}", without_estimate(message)),
+            condition: format!("{admitted}|{reason}|{message}"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Slot {
     node: String,
@@ -209,8 +235,8 @@ pub struct Engine {
     started: bool,
     dirty: bool,
     actions: Vec<Action>,
-    /// The last reason published per workload uid.
-    published: HashMap<String, String>,
+    /// What was last published per workload uid.
+    published: HashMap<String, Said>,
     /// Workloads whose status may have changed since the last publication.
     touched: BTreeSet<String>,
     /// When every workload's status was last looked at (reasons' figures change without
@@ -782,7 +808,7 @@ impl Engine {
             None => {
                 // What an earlier leader said is not said again (unless it changes).
                 if let Some(c) = &w.admitted_condition {
-                    self.published.entry(uid.clone()).or_insert_with(|| said_key(c.admitted, &c.reason, &c.message));
+                    self.published.entry(uid.clone()).or_insert_with(|| Said::of(c.admitted, &c.reason, &c.message));
                 }
                 let id = Engine::job_id_of_uid(&uid);
                 let preempted_at_ms = w.preempted_at_ms();
@@ -1584,7 +1610,9 @@ impl Engine {
     const SWEEP_MS: u64 = 10_000;
 
     /// Conditions and Events for workloads whose reason changed since it was last said:
-    /// those touched since the last call, and every one once per [`Self::SWEEP_MS`].
+    /// those touched since the last call, and every one once per [`Self::SWEEP_MS`]. A
+    /// pending workload's condition also gives its place in the queue and when it is
+    /// expected to start, from one forecast per call.
     pub fn publish_status(&mut self, now: u64) {
         let mut out = Vec::new();
         let uids: Vec<String> = if now.saturating_sub(self.swept_ms) >= Self::SWEEP_MS {
@@ -1594,6 +1622,17 @@ impl Engine {
         } else {
             std::mem::take(&mut self.touched).into_iter().collect()
         };
+        // What to say of each, and the pending jobs among them: their estimates come from
+        // one forecast once all are known.
+        struct Saying {
+            uid: String,
+            admitted: bool,
+            reason: String,
+            message: String,
+            /// A pending job: its estimate goes in the condition.
+            pending: Option<JobId>,
+        }
+        let mut sayings: Vec<Saying> = Vec::new();
         for uid in uids {
             let Some(t) = self.workloads.get(&uid) else { continue };
             if !t.in_core {
@@ -1602,45 +1641,87 @@ impl Engine {
                         "paused (annotation {}); remove it to queue the job again at its place",
                         crate::workload::PAUSED
                     );
-                    self.say(&uid, &mut out, false, "Paused", message);
+                    sayings.push(Saying { uid, admitted: false, reason: "Paused".to_owned(), message, pending: None });
                 }
                 continue;
             }
-            let (admitted, reason, message) = match self.core.job_status(t.id) {
+            let (admitted, reason, message, pending) = match self.core.job_status(t.id) {
                 Some(JobStatus::Pending { reasons, reserved }) => {
                     if reserved.is_some() || reasons.is_empty() {
                         let first = reasons.first().map(|r| self.reason_text(r)).unwrap_or_default();
-                        (false, "WaitingForPreemption".to_owned(), first)
+                        (false, "WaitingForPreemption".to_owned(), first, Some(t.id))
                     } else {
                         let text: Vec<String> = reasons.iter().map(|r| self.reason_text(r)).collect();
-                        (false, camel(reasons[0].label()), text.join("; "))
+                        (false, camel(reasons[0].label()), text.join("; "), Some(t.id))
                     }
                 }
                 Some(JobStatus::Running { .. }) => {
                     let nodes: Vec<&str> = t.slots.iter().map(|s| s.node.as_str()).collect();
-                    (true, "Admitted".to_owned(), format!("admitted by Fairway; runs on {}", nodes.join(", ")))
+                    (true, "Admitted".to_owned(), format!("admitted by Fairway; runs on {}", nodes.join(", ")), None)
                 }
                 _ => continue,
             };
-            self.say(&uid, &mut out, admitted, &reason, message);
+            sayings.push(Saying { uid, admitted, reason, message, pending });
+        }
+        let wanted: BTreeSet<JobId> = sayings.iter().filter_map(|s| s.pending).collect();
+        let estimates = if wanted.is_empty() { BTreeMap::new() } else { self.start_estimates(now, Some(&wanted)) };
+        for s in sayings {
+            let estimate = s.pending.and_then(|id| estimates.get(&id)).map(|e| estimate_text(e, now));
+            self.say(&s.uid, &mut out, s.admitted, &s.reason, s.message, estimate);
         }
         self.actions.extend(out);
     }
 
-    /// The condition and an Event, unless that is what was said last.
-    fn say(&mut self, uid: &str, out: &mut Vec<Action>, admitted: bool, reason: &str, message: String) {
-        let said = said_key(admitted, reason, &message);
-        if self.published.get(uid) == Some(&said) {
+    /// Pending jobs' places in the queue and expected starts, by job, from one forecast:
+    /// of every pending job (`wanted: None`), or of those wanted. Jobs ranked beyond
+    /// [`FORECAST_JOBS_MAX`] have their position and [`StartEstimate::NotForecast`].
+    pub fn start_estimates(&self, now: u64, wanted: Option<&BTreeSet<JobId>>) -> BTreeMap<JobId, Estimate> {
+        let Some(wanted) = wanted else {
+            return self.core.forecast(Time(now), FORECAST_JOBS_MAX).into_iter().map(|e| (e.job, e)).collect();
+        };
+        // Only as far as the wanted jobs need: cheaper than the whole queue's forecast
+        // when few are wanted, and the same estimates for them.
+        let mut found: BTreeMap<JobId, Estimate> =
+            self.core.forecast_jobs(Time(now), wanted, FORECAST_JOBS_MAX).into_iter().map(|e| (e.job, e)).collect();
+        if found.len() < wanted.len() {
+            // Some rank beyond those forecast (or are not pending): their position only.
+            for (rank, id) in self.core.pending().enumerate().skip(FORECAST_JOBS_MAX) {
+                if wanted.contains(&id) {
+                    let position = u32::try_from(rank + 1).unwrap_or(u32::MAX);
+                    found.insert(id, Estimate { job: id, position, start: StartEstimate::NotForecast });
+                }
+            }
+        }
+        found
+    }
+
+    /// The condition, unless that is what was said last, and an Event, unless its reason
+    /// is what was said last. `estimate` (`estimate_text`) is in the condition only: an
+    /// Event records a reason as it changed, and the estimate would go stale in it.
+    fn say(
+        &mut self,
+        uid: &str,
+        out: &mut Vec<Action>,
+        admitted: bool,
+        reason: &str,
+        message: String,
+        estimate: Option<String>,
+    ) {
+        let condition = match estimate {
+            Some(e) if message.is_empty() => e,
+            Some(e) => format!("{message}; {e}"),
+            None => message.clone(),
+        };
+        let said = Said::of(admitted, reason, &condition);
+        let before = self.published.insert(uid.to_owned(), said.clone());
+        if before.as_ref() == Some(&said) {
             return;
         }
-        self.published.insert(uid.to_owned(), said);
         let target = target_of(&self.workloads[uid].w);
-        out.push(Action::Condition {
-            target: target.clone(),
-            admitted,
-            reason: reason.to_owned(),
-            message: message.clone(),
-        });
+        out.push(Action::Condition { target: target.clone(), admitted, reason: reason.to_owned(), message: condition });
+        if before.is_some_and(|b| b.reason == said.reason) {
+            return;
+        }
         let event_reason = match (admitted, reason) {
             (true, _) => "Admitted",
             (false, "Paused") => "Paused",
@@ -1779,9 +1860,55 @@ pub fn placement_constraints(as_job: &Value, gpu_model_labels: &[String]) -> Res
     Ok(out)
 }
 
-/// What was published about a workload, to say it only when it changes.
-fn said_key(admitted: bool, reason: &str, message: &str) -> String {
-    format!("{admitted}|{reason}|{message}")
+/// A pending workload's place in the queue and expected start, as its condition says them.
+/// Times are to the minute (UTC), so that the condition is written again only when the
+/// estimate moves by a minute or more, not at every forecast.
+fn estimate_text(e: &Estimate, now: u64) -> String {
+    const MINUTE_MS: u64 = 60_000;
+    let place = format!("{ESTIMATE_MARK}{} in the queue", e.position);
+    match e.start {
+        // The forecast says `now` for a job it expects at the next cycle (or once victims
+        // already past their deadline are gone): a time would then move with the clock.
+        StartEstimate::At(t) if t.millis() < now.saturating_add(MINUTE_MS) => {
+            format!("{place}, expected to start shortly")
+        }
+        StartEstimate::At(t) => {
+            let nearest = t.millis().saturating_add(MINUTE_MS / 2) / MINUTE_MS * MINUTE_MS;
+            format!("{place}, expected to start at {}", minute_text(nearest))
+        }
+        // Rounded down: "not before" stays true.
+        StartEstimate::NotBefore(t) => {
+            format!("{place}, expected to start not before {}", minute_text(t.millis() / MINUTE_MS * MINUTE_MS))
+        }
+        StartEstimate::NotPlaceable => {
+            format!("{place}; no start can be estimated: it could not start even once everything running now has ended")
+        }
+        StartEstimate::NotForecast => {
+            format!("{place}; no start is estimated for jobs beyond the first {FORECAST_JOBS_MAX} in the queue")
+        }
+    }
+}
+
+/// Where the estimate begins in a message (`estimate_text`); no reason's text has it.
+const ESTIMATE_MARK: &str = "position ";
+
+/// A condition's message without its estimate.
+fn without_estimate(message: &str) -> &str {
+    if message.starts_with(ESTIMATE_MARK) {
+        return "";
+    }
+    match message.rfind(&format!("; {ESTIMATE_MARK}")) {
+        Some(at) => &message[..at],
+        None => message,
+    }
+}
+
+/// Unix ms, a whole minute, as RFC 3339 to the minute: `2026-12-03T10:40Z`.
+fn minute_text(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(|| format!("{ms} ms"), |t| t.strftime("%Y-%m-%dT%H:%MZ").to_string())
 }
 
 pub fn target_of(w: &Workload) -> Target {
@@ -1822,4 +1949,48 @@ fn policy_of(settings: &Settings) -> fairway_core::Policy {
         policy.estimates.default_runtime_ms = default_runtime_ms;
     }
     policy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2027-01-15T09:10:00Z.
+    const T: u64 = 1_800_004_200_000;
+    const NOW: u64 = T - 3_600_000;
+
+    fn said(position: u32, start: StartEstimate) -> String {
+        estimate_text(&Estimate { job: JobId(1), position, start }, NOW)
+    }
+
+    #[test]
+    fn an_expected_start_is_to_the_nearest_minute_and_not_before_to_the_minute_below() {
+        let at = |ms| said(3, StartEstimate::At(Time(ms)));
+        assert_eq!(at(T), "position 3 in the queue, expected to start at 2027-01-15T09:10Z");
+        assert_eq!(at(T + 29_999), at(T));
+        assert_eq!(at(T - 30_000), at(T));
+        assert_eq!(at(T + 30_000), "position 3 in the queue, expected to start at 2027-01-15T09:11Z");
+        assert_eq!(
+            said(3, StartEstimate::NotBefore(Time(T + 59_999))),
+            "position 3 in the queue, expected to start not before 2027-01-15T09:10Z"
+        );
+    }
+
+    #[test]
+    fn a_start_within_the_minute_is_shortly_so_it_does_not_move_with_the_clock() {
+        assert_eq!(said(1, StartEstimate::At(Time(NOW))), "position 1 in the queue, expected to start shortly");
+        assert_eq!(said(1, StartEstimate::At(Time(NOW + 59_999))), said(1, StartEstimate::At(Time(NOW))));
+        assert!(said(1, StartEstimate::At(Time(NOW + 60_000))).ends_with("at 2027-01-15T08:11Z"));
+    }
+
+    #[test]
+    fn the_estimate_comes_off_a_message_whole() {
+        let reason = "no node with 8 free GPUs for each of its 1 replica(s)";
+        for start in [StartEstimate::At(Time(T)), StartEstimate::NotPlaceable, StartEstimate::NotForecast] {
+            let message = format!("{reason}; {}", said(1_234, start));
+            assert_eq!(without_estimate(&message), reason);
+            assert_eq!(without_estimate(&said(1_234, start)), "");
+        }
+        assert_eq!(without_estimate(reason), reason);
+    }
 }

@@ -16,7 +16,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use fairway_core::{JobId, JobStatus};
+use fairway_core::{Estimate, JobId, JobStatus};
 use fairway_server::api::*;
 use fairway_server::metrics::Metrics;
 use serde::Deserialize;
@@ -160,10 +160,11 @@ async fn list_jobs(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> Re
         q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()).map(str::to_owned).collect();
     let engine = state.engine.lock().expect("not poisoned");
     let now = now_ms();
-    let positions = queue_positions(&engine);
+    // One forecast for the whole list: every pending job's position and expected start.
+    let estimates = engine.start_estimates(now, None);
     let mut jobs: Vec<JobView> = engine
         .workloads()
-        .map(|(id, _, _)| view(&engine, id, now, &positions))
+        .map(|(id, _, _)| view(&engine, id, now, &estimates))
         .filter(|j| states.is_empty() || states.iter().any(|s| s == j.state.as_str()))
         .filter(|j| q.project.as_ref().is_none_or(|p| *p == j.project))
         .filter(|j| q.user.as_ref().is_none_or(|u| *u == j.user))
@@ -179,11 +180,6 @@ async fn list_jobs(State(state): State<ApiState>, RawQuery(raw): RawQuery) -> Re
     Json(JobList { jobs, total, next_cursor }).into_response()
 }
 
-/// Each pending workload's place in the core's order.
-fn queue_positions(engine: &Engine) -> BTreeMap<JobId, u64> {
-    engine.core().pending().enumerate().map(|(i, id)| (id, i as u64 + 1)).collect()
-}
-
 fn job_id(text: &str) -> Option<JobId> {
     text.parse::<u64>().ok().map(JobId)
 }
@@ -194,8 +190,13 @@ async fn get_job(State(state): State<ApiState>, Path(id): Path<String>) -> Respo
         return error(StatusCode::NOT_FOUND, "not_found", &format!("no workload with id {id}"));
     };
     let w = engine.workload(id).expect("checked");
-    let positions = queue_positions(&engine);
-    Json(JobDetail { job: view(&engine, id, now_ms(), &positions), spec: w.as_job.clone(), events: Vec::new() })
+    let now = now_ms();
+    // The forecast only when it has something to say: it is for pending jobs.
+    let estimates = match engine.core().job_status(id) {
+        Some(JobStatus::Pending { .. }) => engine.start_estimates(now, Some(&BTreeSet::from([id]))),
+        _ => BTreeMap::new(),
+    };
+    Json(JobDetail { job: view(&engine, id, now, &estimates), spec: w.as_job.clone(), events: Vec::new() })
         .into_response()
 }
 
@@ -217,8 +218,9 @@ async fn events(State(state): State<ApiState>, Path(id): Path<String>) -> Respon
     Json(EventList { events: Vec::new() }).into_response()
 }
 
-/// A workload as the standalone server shows a job.
-fn view(engine: &Engine, id: JobId, now: u64, positions: &BTreeMap<JobId, u64>) -> JobView {
+/// A workload as the standalone server shows a job; `estimates` (`Engine::start_estimates`)
+/// give pending ones their position and expected start.
+fn view(engine: &Engine, id: JobId, now: u64, estimates: &BTreeMap<JobId, Estimate>) -> JobView {
     let w = engine.workload(id).expect("asked for a known workload");
     let spec = engine.core().job_spec(id);
     let status = engine.core().job_status(id);
@@ -293,7 +295,8 @@ fn view(engine: &Engine, id: JobId, now: u64, positions: &BTreeMap<JobId, u64>) 
         placement,
         reasons,
         preemption,
-        queue_position: positions.get(&id).copied(),
+        queue_position: estimates.get(&id).map(|e| u64::from(e.position)),
+        start_estimate: estimates.get(&id).map(|e| StartEstimateView::of(e.start)),
     }
 }
 

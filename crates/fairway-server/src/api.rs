@@ -94,6 +94,33 @@ pub struct JobView {
     /// Its place in the scheduling order among pending jobs (1 goes first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<u64>,
+    /// When it is expected to start (pending jobs), from the core's forecast.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_estimate: Option<StartEstimateView>,
+}
+
+/// A pending job's expected start (see the core's `forecast.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartEstimateView {
+    /// `at`: expected to start at `at_ms`; `not_before`: not before `at_ms` (the forecast
+    /// stopped looking there); `not_placeable`: no node it may use can hold it, or it asks
+    /// more than a cap allows; `not_forecast`: ranked beyond the jobs forecast.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
+}
+
+impl StartEstimateView {
+    pub fn of(start: fairway_core::StartEstimate) -> StartEstimateView {
+        use fairway_core::StartEstimate::*;
+        let (kind, at_ms) = match start {
+            At(t) => ("at", Some(t.millis())),
+            NotBefore(t) => ("not_before", Some(t.millis())),
+            NotPlaceable => ("not_placeable", None),
+            NotForecast => ("not_forecast", None),
+        };
+        StartEstimateView { kind: kind.to_owned(), at_ms }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

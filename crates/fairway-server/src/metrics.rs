@@ -34,6 +34,8 @@ pub struct Metrics {
     pub starts: Counter,
     pub submissions: Counter,
     pub cycle_seconds: Histogram,
+    /// Seconds until the first pending job of each tier is expected to start.
+    pub head_start_estimate: Family<TierLabels, Gauge>,
 }
 
 /// Wait buckets: from a second to a day, the range "why is my job pending" lives in.
@@ -57,6 +59,7 @@ impl Metrics {
             starts: Counter::default(),
             submissions: Counter::default(),
             cycle_seconds: cycle_seconds.clone(),
+            head_start_estimate: Family::default(),
             registry: Registry::default(),
         };
         registry.register("jobs", "Unfinished jobs by priority tier and state", jobs);
@@ -68,6 +71,11 @@ impl Metrics {
         registry.register("job_starts", "Runs started", m.starts.clone());
         registry.register("submissions", "Jobs accepted", m.submissions.clone());
         registry.register("scheduling_cycle_seconds", "Duration of one scheduling cycle", cycle_seconds);
+        registry.register(
+            "queue_head_start_estimate_seconds",
+            "Seconds until the first pending job of each priority tier is expected to start (refreshed at most every second)",
+            m.head_start_estimate.clone(),
+        );
         Metrics { registry, ..m }
     }
 

@@ -488,6 +488,9 @@ impl<'a> Sim<'a> {
             match self.live[index].first_start_ms {
                 Some(t) => self.live[index].eta = SubmitEta::At(t),
                 None => {
+                    // Unless the forecast says otherwise (it leaves out jobs ranked beyond
+                    // its limit).
+                    self.live[index].eta = SubmitEta::Unknown;
                     waiting.insert(JobId(index as u64));
                 }
             }

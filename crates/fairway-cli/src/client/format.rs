@@ -154,6 +154,32 @@ fn reason_cell(job: &JobView, wide: bool) -> String {
     }
 }
 
+/// The ETA column: when a pending job is expected to start, from now (`now`: at the next
+/// cycle, or as soon as its victims are gone; `>2h`: not before then; `?`: no estimate).
+fn eta_cell(job: &JobView, now_ms: u64) -> String {
+    let Some(e) = job.start_estimate.as_ref().filter(|_| job.state == JobState::Pending) else {
+        return NONE.to_string();
+    };
+    let in_s = |at_ms: u64| at_ms.saturating_sub(now_ms) / 1000;
+    match (e.kind.as_str(), e.at_ms) {
+        ("at", Some(at)) if in_s(at) == 0 => "now".to_string(),
+        ("at", Some(at)) => duration(in_s(at)),
+        ("not_before", Some(at)) => format!(">{}", duration(in_s(at))),
+        _ => "?".to_string(),
+    }
+}
+
+/// The expected start in words, for `describe`.
+fn start_estimate_text(job: &JobView, now_ms: u64) -> Option<String> {
+    let e = job.start_estimate.as_ref()?;
+    Some(match (e.kind.as_str(), e.at_ms) {
+        ("at", Some(at)) => timestamp_relative(at, now_ms),
+        ("not_before", Some(at)) => format!("not before {}", timestamp_relative(at, now_ms)),
+        ("not_placeable", _) => "none: no node it may use can hold it, or it asks more than a quota allows".to_string(),
+        _ => "not estimated: it is ranked beyond the jobs forecast".to_string(),
+    })
+}
+
 /// `exit code 1` or `signal 9`, if the job has exited.
 fn exit_text(job: &JobView) -> Option<String> {
     match (job.exit_code, job.exit_signal) {
@@ -182,6 +208,7 @@ pub fn jobs_table(jobs: &[JobView], now_ms: u64, wide: bool) -> String {
             }
             row.push(age(job.submitted_at_ms, now_ms));
             row.push(duration(job.wait_seconds.max(0.0) as u64));
+            row.push(eta_cell(job, now_ms));
             if wide {
                 row.push(job.restart_count.to_string());
                 row.push(job.preemptions.to_string());
@@ -203,6 +230,7 @@ pub fn jobs_table(jobs: &[JobView], now_ms: u64, wide: bool) -> String {
             "MODEL",
             "AGE",
             "WAIT",
+            "ETA",
             "RESTARTS",
             "PREEMPTIONS",
             "PLACEMENT",
@@ -210,7 +238,7 @@ pub fn jobs_table(jobs: &[JobView], now_ms: u64, wide: bool) -> String {
         ];
         table(&headers, &rows)
     } else {
-        table(&["ID", "NAME", "PROJECT", "USER", "PRIORITY", "STATE", "GPUS", "AGE", "WAIT", "REASON"], &rows)
+        table(&["ID", "NAME", "PROJECT", "USER", "PRIORITY", "STATE", "GPUS", "AGE", "WAIT", "ETA", "REASON"], &rows)
     }
 }
 
@@ -509,6 +537,12 @@ fn describe_fields(out: &mut String, job: &JobView, now_ms: u64) {
         }
     }
     field(out, "Wait", duration(job.wait_seconds.max(0.0) as u64));
+    if let Some(position) = job.queue_position {
+        field(out, "Queue position", position);
+    }
+    if let Some(start) = start_estimate_text(job, now_ms).filter(|_| job.state == JobState::Pending) {
+        field(out, "Expected start", start);
+    }
     field(out, "Restarts", job.restart_count);
     field(out, "Preemptions", job.preemptions);
     field(out, "Failures", format!("{} (retries allowed: {})", job.failures, job.retries));
@@ -541,7 +575,7 @@ fn events_block(out: &mut String, events: &[EventView], now_ms: u64) {
 mod tests {
     use std::collections::BTreeMap;
 
-    use fairway_server::api::{FieldError, PreemptionView, SubmittedJob};
+    use fairway_server::api::{FieldError, PreemptionView, StartEstimateView, SubmittedJob};
 
     use super::*;
 
@@ -576,6 +610,7 @@ mod tests {
             reasons: vec![],
             preemption: None,
             queue_position: None,
+            start_estimate: None,
         }
     }
 
@@ -598,6 +633,9 @@ mod tests {
             reason("over_quota", "project research would hold 12 of its 8 GPUs"),
             reason("no_fit", "no node has 4 free GPUs"),
         ];
+        pending.queue_position = Some(2);
+        pending.start_estimate =
+            Some(StartEstimateView { kind: "at".to_string(), at_ms: Some(NOW + 25 * 60_000 + 500) });
         let mut running = job(12, "ctr-model", JobState::Running);
         running.started_at_ms = Some(T0 + 5_000);
         running.first_started_at_ms = Some(T0 + 5_000);
@@ -672,11 +710,11 @@ mod tests {
     fn jobs_table_narrow() {
         let got = jobs_table(&sample_jobs(), NOW, false);
         let want = "\
-ID   NAME        PROJECT    USER    PRIORITY   STATE        GPUS   AGE   WAIT   REASON
-14   big-train   research   bob     500        pending      2x4    10m   10m    over_quota: project research would hold 12 of its 8 GPUs (+1 more)
-12   ctr-model   ads        alice   high       running      2      1h    5s     -
-9    sweep-3     ads        alice   low        preempting   2      3d    0s     preempted for job 14
-3    oom         ads        alice   high       failed       2      1h    0s     signal 9
+ID   NAME        PROJECT    USER    PRIORITY   STATE        GPUS   AGE   WAIT   ETA   REASON
+14   big-train   research   bob     500        pending      2x4    10m   10m    25m   over_quota: project research would hold 12 of its 8 GPUs (+1 more)
+12   ctr-model   ads        alice   high       running      2      1h    5s     -     -
+9    sweep-3     ads        alice   low        preempting   2      3d    0s     -     preempted for job 14
+3    oom         ads        alice   high       failed       2      1h    0s     -     signal 9
 ";
         assert_eq!(got, want);
     }
@@ -685,9 +723,9 @@ ID   NAME        PROJECT    USER    PRIORITY   STATE        GPUS   AGE   WAIT   
     fn jobs_table_wide() {
         let got = jobs_table(&sample_jobs()[1..3], NOW, true);
         let want = "\
-ID   NAME        PROJECT   USER    PRIORITY   STATE        GPUS   MODEL   AGE   WAIT   RESTARTS   PREEMPTIONS   PLACEMENT             REASON
-12   ctr-model   ads       alice   high       running      2      A100    1h    5s     1          1             node-a[0,1]           -
-9    sweep-3     ads       alice   low        preempting   2      A100    3d    0s     0          0             node-a[2],node-b[0]   preempted for job 14
+ID   NAME        PROJECT   USER    PRIORITY   STATE        GPUS   MODEL   AGE   WAIT   ETA   RESTARTS   PREEMPTIONS   PLACEMENT             REASON
+12   ctr-model   ads       alice   high       running      2      A100    1h    5s     -     1          1             node-a[0,1]           -
+9    sweep-3     ads       alice   low        preempting   2      A100    3d    0s     -     0          0             node-a[2],node-b[0]   preempted for job 14
 ";
         assert_eq!(got, want);
     }
@@ -706,7 +744,7 @@ ID   NAME        PROJECT   USER    PRIORITY   STATE        GPUS   MODEL   AGE   
     fn empty_tables_have_headers_only() {
         assert_eq!(
             jobs_table(&[], NOW, false),
-            "ID   NAME   PROJECT   USER   PRIORITY   STATE   GPUS   AGE   WAIT   REASON\n"
+            "ID   NAME   PROJECT   USER   PRIORITY   STATE   GPUS   AGE   WAIT   ETA   REASON\n"
         );
         assert_eq!(quotas_table(&[]), "KIND   ACCOUNT   GPUS   CPU   MEMORY\n");
     }
@@ -880,6 +918,8 @@ State:           pending
 GPUs:            8 (2 replicas x 4, any model)
 Submitted:       2026-01-01T00:50:00Z (10m ago)
 Wait:            10m
+Queue position:  2
+Expected start:  2026-01-01T01:25:00Z (in 25m)
 Restarts:        0
 Preemptions:     0
 Failures:        0 (retries allowed: 0)

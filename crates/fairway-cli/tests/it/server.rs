@@ -378,6 +378,28 @@ fn metrics_openapi_nodes_and_health() {
     ] {
         assert!(metrics.contains(needle), "{needle} missing from\n{metrics}");
     }
+    // Two more 4-GPU jobs: one fills the other node, the last waits for m (100 s) or the
+    // second, and its tier's head-of-queue estimate is a metric.
+    let second = api.submit(&trainer_job("m2", "p", "medium", 4, 100, 50))[0];
+    api.wait_state(second, JobState::Running);
+    let waiting = api.submit(&trainer_job("m3", "p", "medium", 4, 100, 50))[0];
+    let estimate = api.job(waiting).job.start_estimate.expect("a pending job has an estimate");
+    assert_eq!(estimate.kind, "at");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let gauge = loop {
+        let (_, metrics) = api.request("GET", "/metrics", None);
+        let metrics = String::from_utf8(metrics).unwrap();
+        let line =
+            metrics.lines().find(|l| l.starts_with("fairway_queue_head_start_estimate_seconds{tier=\"medium\"}"));
+        if let Some(line) = line {
+            break line.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
+        }
+        assert!(Instant::now() < deadline, "no head-of-queue estimate in\n{metrics}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(gauge <= 3_600, "the medium head is expected within the default hour, got {gauge} s");
+    api.json("POST", &format!("/v1/jobs/{second}/cancel"), None);
+    api.json("POST", &format!("/v1/jobs/{waiting}/cancel"), None);
     let (status, spec) = api.request("GET", "/openapi.yaml", None);
     assert_eq!(status, 200);
     let spec = String::from_utf8(spec).unwrap();
@@ -462,6 +484,18 @@ fn kill_9_loses_no_acknowledged_job_and_readopts_running_ones() {
         positioned.into_iter().map(|(_, id)| id).collect::<Vec<_>>()
     };
     assert_eq!(queue_order(&api), [p2, p1, p3]);
+    // Each has an expected start, in queue order: a job ranked lower never goes first in
+    // the forecast when all three need what the long runs hold.
+    let expected_starts: Vec<u64> = [p2, p1, p3]
+        .iter()
+        .map(|&id| {
+            let e = api.job(id).job.start_estimate.expect("a pending job has an estimate");
+            assert_eq!(e.kind, "at", "{e:?}");
+            e.at_ms.expect("a time")
+        })
+        .collect();
+    assert!(expected_starts.is_sorted(), "{expected_starts:?}");
+    assert!(before.iter().all(|j| j.start_estimate.is_none()), "running jobs have no estimate");
 
     // Submissions in flight while the server dies: every one answered 201 must survive.
     let base = first.base.clone();

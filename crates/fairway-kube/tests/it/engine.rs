@@ -700,15 +700,20 @@ fn a_new_leader_does_not_repeat_what_the_condition_already_says() {
             .collect::<Vec<String>>()
     };
     let over_4 = "over quota: namespace ads uses 0 of its 4 nvidia.com/gpu (ResourceQuota); it asks 8";
-    // The first leader says it, as a condition and an Event.
-    assert_eq!(said_about(None, 4), [format!("condition: {over_4}"), format!("event: {over_4}")]);
+    let estimate = "; position 1 in the queue; no start can be estimated: \
+                    it could not start even once everything running now has ended";
+    // The first leader says it, as a condition (with the estimate) and an Event.
+    assert_eq!(said_about(None, 4), [format!("condition: {over_4}{estimate}"), format!("event: {over_4}")]);
     // The next one finds it said.
-    assert!(said_about(Some(("OverQuota", over_4)), 4).is_empty());
+    assert!(said_about(Some(("OverQuota", &format!("{over_4}{estimate}"))), 4).is_empty());
+    // A condition without the estimate (written before there were estimates) gets it, with
+    // no Event: the reason is the same.
+    assert_eq!(said_about(Some(("OverQuota", over_4)), 4), [format!("condition: {over_4}{estimate}")]);
     // Unless it changed meanwhile (the quota went down to 2).
     let over_2 = "over quota: namespace ads uses 0 of its 2 nvidia.com/gpu (ResourceQuota); it asks 8";
     assert_eq!(
-        said_about(Some(("OverQuota", over_4)), 2),
-        [format!("condition: {over_2}"), format!("event: {over_2}")]
+        said_about(Some(("OverQuota", &format!("{over_4}{estimate}"))), 2),
+        [format!("condition: {over_2}{estimate}"), format!("event: {over_2}")]
     );
 }
 
@@ -960,4 +965,85 @@ fn cohort_annotations_are_read_or_refused_by_name() {
         let err = cohort_member("ads", with(pairs).as_ref()).expect_err(named);
         assert!(err.contains(named), "{pairs:?}: {err}");
     }
+}
+
+/// The condition messages said about `name`, oldest first.
+fn condition_messages(said: &[Action], name: &str) -> Vec<String> {
+    said.iter()
+        .filter_map(|a| match a {
+            Action::Condition { target, message, .. } if target.name == name => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn with_deadline(mut j: Job, seconds: i64) -> Job {
+    j.spec.as_mut().unwrap().active_deadline_seconds = Some(seconds);
+    j
+}
+
+/// A pending Job's condition says where it is in the queue and when it is expected to
+/// start: `train` holds the only node from 08:10 for at most its activeDeadlineSeconds (an
+/// hour), so `eval`, first in line, is expected at 09:10, and `report` behind it once
+/// `eval`'s half hour is over, at 09:40. Nothing is written again while the estimates hold;
+/// when `eval` leaves, `report` moves up, in its condition only (its reason is the same, so
+/// no Event).
+#[test]
+fn a_pending_jobs_condition_gives_its_place_in_the_queue_and_its_expected_start() {
+    let mut h = Harness::new();
+    // The first cycle runs at 2027-01-15T08:10:00Z.
+    h.now = 1_800_000_600_000 - 100;
+    let train = with_deadline(job("ml", "train", "low", 8, 1, 0, None), 3600);
+    h.start(vec![node("n1", 8)], vec![class("low", 1000)], vec![train], vec![], vec![]);
+    assert_eq!(admitted(&h.cycle()), [("train".to_owned(), vec!["n1".to_owned()])]);
+    assert_eq!(condition_messages(&h.background(), "train"), ["admitted by Fairway; runs on n1"]);
+
+    let eval = with_deadline(job("ml", "eval", "low", 8, 1, 10, None), 1800);
+    h.feed(workload(&eval));
+    h.feed(workload(&job("ml", "report", "low", 8, 1, 20, None)));
+    assert!(admitted(&h.cycle()).is_empty(), "train holds the node");
+    let said = h.background();
+    let eval_said = condition_messages(&said, "eval");
+    assert_eq!(eval_said.len(), 1, "{said:?}");
+    assert!(
+        eval_said[0].ends_with("; position 1 in the queue, expected to start at 2027-01-15T09:10Z"),
+        "{eval_said:?}"
+    );
+    let report_said = condition_messages(&said, "report");
+    assert_eq!(report_said.len(), 1, "{said:?}");
+    assert!(
+        report_said[0].ends_with("; position 2 in the queue, expected to start at 2027-01-15T09:40Z"),
+        "{report_said:?}"
+    );
+    // The Events say the reasons, without the estimates.
+    let events: Vec<&String> = said
+        .iter()
+        .filter_map(|a| match a {
+            Action::Event { target, message, .. } if target.name != "train" => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events.len(), 2, "{said:?}");
+    assert!(events.iter().all(|m| !m.contains("position")), "{events:?}");
+
+    // A sweep later, the same estimates: nothing is written.
+    h.now += 20_000;
+    h.cycle();
+    assert_eq!(h.background(), [], "nothing changed");
+
+    // `eval` is deleted: at the next sweep `report` is first, expected when `train` ends.
+    h.feed(Input::Workload(Change::Deleted(Workload::from_job(&eval).unwrap())));
+    h.now += 20_000;
+    h.cycle();
+    let said = h.background();
+    let report_said = condition_messages(&said, "report");
+    assert_eq!(report_said.len(), 1, "{said:?}");
+    assert!(
+        report_said[0].ends_with("; position 1 in the queue, expected to start at 2027-01-15T09:10Z"),
+        "{report_said:?}"
+    );
+    assert!(
+        !said.iter().any(|a| matches!(a, Action::Event { target, .. } if target.name == "report")),
+        "the same reason: no Event ({said:?})"
+    );
 }

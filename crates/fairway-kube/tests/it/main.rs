@@ -2,4 +2,5 @@
 
 mod e2e;
 mod engine;
+mod http;
 mod manifests;

@@ -39,6 +39,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::metrics::TierLabels;
 use fairway_core::{AccountId, Config, Event, JobId, Limits, NodeId, NodeSpec, Resources, Scheduler, Time};
 use fairway_exec::{ContainerRuntime, GpuLayout, GpuSource};
 use fairway_spec::{ClusterShape, Interner, ModelShape, PriorityClasses, ResolvedJob};
@@ -159,6 +160,7 @@ pub struct LiveView {
     pub reasons: Vec<ReasonView>,
     pub preemption: Option<PreemptionView>,
     pub queue_position: Option<u64>,
+    pub start_estimate: Option<crate::api::StartEstimateView>,
 }
 
 /// A job the engine still schedules (not finished).
@@ -252,7 +254,13 @@ pub struct Engine {
     /// Something changed since the last cycle.
     dirty: bool,
     last_tick: Instant,
+    /// When the head-of-queue start estimates were last refreshed (ms).
+    head_estimates_at_ms: Option<u64>,
 }
+
+/// How often, at most, the metric of each tier's head-of-queue expected start is
+/// refreshed: each refresh forecasts the queue (its first `FORECAST_JOBS_MAX` jobs).
+const HEAD_ESTIMATES_EVERY_MS: u64 = 1_000;
 
 /// Everything the engine needs to start.
 pub struct EngineParts {
@@ -297,6 +305,7 @@ impl Engine {
             degraded: None,
             dirty: true,
             last_tick: Instant::now(),
+            head_estimates_at_ms: None,
         };
         // A store that cannot be written is refused now, before anything is restored.
         let now = engine.now_ms();
@@ -483,6 +492,10 @@ impl Engine {
             let (_, allocated) = self.core.gpu_totals();
             self.metrics.gpus_allocated.set(i64::from(allocated));
         }
+        if self.degraded.is_none() && self.head_estimates_at_ms.is_none_or(|at| now >= at + HEAD_ESTIMATES_EVERY_MS) {
+            self.head_estimates_at_ms = Some(now);
+            self.refresh_head_estimates(now);
+        }
         for query in queries {
             self.answer(query);
         }
@@ -516,6 +529,23 @@ impl Engine {
         self.metrics.cycle_seconds.observe(started.elapsed().as_secs_f64());
         if !outcome.decisions.is_empty() {
             self.carry_out(outcome.decisions, now);
+        }
+    }
+
+    /// The metric of each tier's first pending job's expected start, in seconds from now
+    /// (tiers whose head has no estimate are left out).
+    fn refresh_head_estimates(&mut self, now: u64) {
+        let mut heads: BTreeMap<String, Option<u64>> = BTreeMap::new();
+        for e in self.core.forecast(Time(now), views::FORECAST_JOBS_MAX) {
+            let Some(job) = self.jobs.get(&(e.job.0 as i64)) else { continue };
+            heads.entry(tier_label(&job.resolved)).or_insert(e.start.at().map(|t| t.millis()));
+        }
+        self.metrics.head_start_estimate.clear();
+        for (tier, at) in heads {
+            if let Some(at) = at {
+                let seconds = at.saturating_sub(now) / 1000;
+                self.metrics.head_start_estimate.get_or_create(&TierLabels { tier }).set(seconds as i64);
+            }
         }
     }
 

@@ -10,7 +10,12 @@ use serde_json::json;
 use super::{AccountKind, Command, Engine, LiveView, core_id};
 use crate::api::{
     GpuView, Health, NodeList, NodeView, PreemptionView, PriorityClassList, PriorityClassView, QuotaList, ReasonView,
+    StartEstimateView,
 };
+
+/// Pending jobs a query's forecast covers (`Scheduler::forecast_jobs`): jobs ranked further
+/// get their position only. The forecast replays the queue, so its cost grows with this.
+pub const FORECAST_JOBS_MAX: usize = 1_000;
 
 impl Engine {
     /// Step 7 of the loop.
@@ -60,18 +65,33 @@ impl Engine {
         }
     }
 
-    /// Positions in the core's pending order; walks the queue only as far as the last
-    /// pending job asked about.
+    /// Positions in the core's pending order and expected starts: the forecast of the
+    /// first [`FORECAST_JOBS_MAX`] pending jobs, then the queue walked only as far as the
+    /// last pending job asked about.
     fn fill_queue_positions(&self, views: &mut BTreeMap<i64, LiveView>) {
-        let mut wanted = views.iter().filter(|(id, _)| self.jobs.get(id).is_some_and(|j| !j.in_flight)).count();
-        if wanted == 0 {
+        let wanted: BTreeSet<fairway_core::JobId> =
+            views.keys().filter(|id| self.jobs.get(id).is_some_and(|j| !j.in_flight)).map(|&id| core_id(id)).collect();
+        if wanted.is_empty() {
             return;
         }
-        for (i, job) in self.core.pending().enumerate() {
+        let now = fairway_core::Time(self.now_ms());
+        let mut left = wanted.len();
+        for e in self.core.forecast_jobs(now, &wanted, FORECAST_JOBS_MAX) {
+            if let Some(view) = views.get_mut(&(e.job.0 as i64)) {
+                view.queue_position = Some(u64::from(e.position));
+                view.start_estimate = Some(StartEstimateView::of(e.start));
+                left -= 1;
+            }
+        }
+        if left == 0 {
+            return;
+        }
+        for (i, job) in self.core.pending().enumerate().skip(FORECAST_JOBS_MAX) {
             if let Some(view) = views.get_mut(&(job.0 as i64)) {
                 view.queue_position = Some(i as u64 + 1);
-                wanted -= 1;
-                if wanted == 0 {
+                view.start_estimate = Some(StartEstimateView::of(fairway_core::StartEstimate::NotForecast));
+                left -= 1;
+                if left == 0 {
                     break;
                 }
             }
