@@ -68,6 +68,29 @@ fn full_cluster_with_backlog() -> (Scheduler, Vec<JobId>) {
     (s, running)
 }
 
+/// The start-time estimates a server's job list asks for: the forecast of the first 1,000
+/// of 100,000 pending jobs (`forecast.rs`), on a full cluster whose 8,000 runs end at 97
+/// different times (their run-time limits), so that the forecast plays many times forward.
+#[divan::bench(sample_count = 10)]
+fn forecast_1000_of_100k_pending(bencher: Bencher) {
+    let mut s = cluster(NODES);
+    for i in 0..u64::from(NODES) * 8 {
+        let mut spec = JobSpec::new(JobId(i), 5_000_000, Resources::new(1, 1_000, 1_024));
+        spec.max_runtime_ms = Some((i % 97 + 1) * 60_000);
+        s.apply(Event::Submit(spec), Time::ZERO).unwrap();
+    }
+    s.cycle(Time::ZERO);
+    for i in 0..PENDING {
+        s.apply(Event::Submit(job(1_000_000 + i, 0)), Time(1)).unwrap();
+    }
+    s.cycle(Time(1));
+    bencher.bench_local(|| {
+        let estimates = s.forecast(Time(2), 1_000);
+        assert_eq!(estimates.len() as u64, PENDING);
+        estimates
+    });
+}
+
 /// One cycle after one running job exits: the woken groups are asked again.
 #[divan::bench(sample_count = 20)]
 fn cycle_after_exit_100k_pending(bencher: Bencher) {

@@ -223,11 +223,11 @@ fn ls_asks_for_unfinished_jobs_and_prints_a_table() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert_eq!(rows[0], ["ID", "NAME", "PROJECT", "USER", "PRIORITY", "STATE", "GPUS", "AGE", "WAIT", "REASON"]);
+    assert_eq!(rows[0], ["ID", "NAME", "PROJECT", "USER", "PRIORITY", "STATE", "GPUS", "AGE", "WAIT", "ETA", "REASON"]);
     // The age depends on today's date.
     assert_eq!(
         [&rows[1][..7], &rows[1][8..]].concat(),
-        ["5", "train", "ads", "alice", "high", "running", "2", "1s", "-"]
+        ["5", "train", "ads", "alice", "high", "running", "2", "1s", "-", "-"]
     );
     assert_eq!(server.requests().len(), 1);
 
