@@ -705,7 +705,8 @@ impl Oracle {
     }
 
     /// When a live job is expected to end, by the documented rule (`None` when the rule
-    /// needs what the oracle does not know: a limit on the total run time).
+    /// needs what the oracle does not know: a limit on the total run time, or the tenants'
+    /// history of run times for a job without a limit).
     fn expected_end(&self, s: &Scheduler, id: JobId) -> Option<Time> {
         let spec = &self.specs[&id];
         s.config().policy.reservations?;
@@ -715,8 +716,10 @@ impl Oracle {
                 if spec.max_total_runtime_ms.is_some() {
                     return None;
                 }
+                let learns = s.config().policy.estimates.history_runs_max > 0;
                 Some(match spec.max_runtime_ms {
                     Some(limit) => started_at.plus_ms(limit + spec.grace_ms).max(self.now),
+                    None if learns => return None,
                     None => {
                         let ran = self.now.ms_since(started_at);
                         started_at.plus_ms((ran / default + 1) * default)

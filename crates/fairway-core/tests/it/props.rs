@@ -248,6 +248,7 @@ fn config() -> impl Strategy<Value = Config> {
                 1 => (1..3u32, 1..60u64)
                     .prop_map(|(count_max, s)| Some((Reservations { count_max }, s * 1000))),
             ],
+            prop_oneof![3 => Just(0u32), 1 => Just(4u32)],
         ),
     )
         .prop_map(
@@ -257,7 +258,7 @@ fn config() -> impl Strategy<Value = Config> {
                 spread,
                 victims_max,
                 attempts_max,
-                (candidates, scored, starts, cycle_victims, fair_share, reservations),
+                (candidates, scored, starts, cycle_victims, fair_share, reservations, history_runs_max),
             )| {
                 if flip_backfill {
                     policy.backfill = !policy.backfill;
@@ -267,11 +268,12 @@ fn config() -> impl Strategy<Value = Config> {
                 }
                 policy.fair_share = fair_share;
                 policy.reservations = reservations.map(|(r, _)| r);
-                // The oracle's expected ends follow rules 1, 2 and 4 of `estimate.rs`: no
-                // history (rule 3 has its own tests).
+                // The oracle's expected ends follow rules 1, 2 and 4 of `estimate.rs`; with
+                // a history (rule 3, which has its own tests) it checks reservations only
+                // while every running job has a limit.
                 policy.estimates = RuntimeEstimates {
                     default_runtime_ms: reservations.map_or(3_600_000, |(_, ms)| ms),
-                    history_runs_max: 0,
+                    history_runs_max,
                 };
                 let limits = Limits {
                     victims_per_preemption_max: victims_max,
