@@ -8,6 +8,11 @@ pub enum QueueOrder {
     Fifo,
     /// Priority (higher first), then submit time, then id.
     Priority,
+    /// Priority (higher first), then the shortest expected run first (the job's run-time
+    /// limit or its own estimate; a job with neither goes after those with one), then
+    /// submit time, then id. With true durations as estimates this is the shortest-job-first
+    /// oracle the simulator compares policies with.
+    PriorityShortestFirst,
 }
 
 /// How a node is chosen among the feasible ones. Add a variant and its `score` arm in

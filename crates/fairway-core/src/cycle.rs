@@ -574,7 +574,7 @@ impl Scheduler {
             None => true,
             Some(done) => rank > done,
         };
-        let lowest_key = |rank| QueueKey { rank, submitted_at: Time(0), id: JobId(0), ix: JobIx(0) };
+        let lowest_key = |rank| QueueKey { rank, expected_ms: 0, submitted_at: Time(0), id: JobId(0), ix: JobIx(0) };
         let first_head = match level.rank {
             None => self.queue.awake.first().copied(),
             Some(Reverse(p)) => {

@@ -532,7 +532,7 @@ impl World {
         // Jobs alike in everything the forecast reads fail alike at one time.
         let mut failed: BTreeSet<(GroupKey, u64)> = BTreeSet::new();
         // In priority order, the jobs after one rank no higher: they may preempt no more.
-        let by_priority = s.config.policy.order == crate::config::QueueOrder::Priority;
+        let by_priority = s.config.policy.order != crate::config::QueueOrder::Fifo;
         let mut after = None;
         let mut reclaimable_after: i64 = self.preemptible_gpus.values().sum();
         loop {

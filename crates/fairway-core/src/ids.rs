@@ -39,12 +39,14 @@ pub(crate) struct GroupKey {
 }
 
 /// A pending job's place in the queue. Ordering: rank (negated priority, or 0 under FIFO),
-/// then submit time, then id. A requeued job keeps its key, so it returns to its place.
+/// then the expected run under shortest-first order (0 otherwise), then submit time, then
+/// id. A requeued job keeps its key, so it returns to its place.
 /// The key also carries the job's slot, so that whoever holds a key reaches the job without
 /// a search; ids are unique, so the slot never decides an order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct QueueKey {
     pub rank: Reverse<Priority>,
+    pub expected_ms: u64,
     pub submitted_at: Time,
     pub id: JobId,
     pub ix: JobIx,

@@ -414,12 +414,15 @@ impl Scheduler {
         if spec.per_replica.gpus > self.gpus_per_node_max() {
             return invalid(format!("{} GPUs per replica above the per-node limit", spec.per_replica.gpus));
         }
-        let rank = match self.config.policy.order {
-            QueueOrder::Fifo => Reverse(0),
-            QueueOrder::Priority => Reverse(spec.priority),
+        let (rank, expected_ms) = match self.config.policy.order {
+            QueueOrder::Fifo => (Reverse(0), 0),
+            QueueOrder::Priority => (Reverse(spec.priority), 0),
+            QueueOrder::PriorityShortestFirst => {
+                (Reverse(spec.priority), spec.max_runtime_ms.or(spec.runtime_estimate_ms).unwrap_or(u64::MAX))
+            }
         };
         let ix = self.jobs.next_ix();
-        let key = QueueKey { rank, submitted_at: now, id: spec.id, ix };
+        let key = QueueKey { rank, expected_ms, submitted_at: now, id: spec.id, ix };
         let job = Job {
             spec,
             key,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use fairway_core::{
     AccountId, Config, CoreError, CycleOutcome, Decision, Event, ExitOutcome, JobId, JobSpec, NodeSpec, NominalQuota,
-    Quota, Scheduler, Time,
+    QueueOrder, Quota, Scheduler, Time,
 };
 
 use crate::audit::Audit;
@@ -350,9 +350,12 @@ impl<'a> Sim<'a> {
         self.events += 1;
         self.live[index].phase = Phase::Queued;
         self.live[index].queued_since_ms = now.millis();
-        self.core
-            .apply(Event::Submit(self.jobs[index].spec.clone()), now)
-            .map_err(|source| SimError::Core { at: now, source })
+        let mut spec = self.jobs[index].spec.clone();
+        if self.core.config().policy.order == QueueOrder::PriorityShortestFirst {
+            // The shortest-job-first oracle: it knows each job's true duration.
+            spec.runtime_estimate_ms = Some(self.jobs[index].work_ms);
+        }
+        self.core.apply(Event::Submit(spec), now).map_err(|source| SimError::Core { at: now, source })
     }
 
     fn report_exits_due(&mut self, t: u64) -> Result<(), SimError> {

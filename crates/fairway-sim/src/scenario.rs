@@ -23,7 +23,8 @@
 //! policies:
 //!   - fairway                                           # a preset: fifo, priority, fairway
 //!   - name: fair                                        # or a custom policy
-//!     order: priority
+//!     order: priority                                   # fifo, priority, or sjf-oracle: priority,
+//!                                                       # then the shortest true duration first
 //!     preemption: true
 //!     fair_share:                                       # fair sharing inside a priority
 //!       half_life_hours: 24                             # 0: only current holdings count
@@ -916,10 +917,11 @@ fn policies(
                 let order = match c.order.as_str() {
                     "fifo" => QueueOrder::Fifo,
                     "priority" => QueueOrder::Priority,
+                    "sjf-oracle" => QueueOrder::PriorityShortestFirst,
                     other => {
                         return Err(invalid(
                             format!("policies[{i}].order"),
-                            format!("must be fifo or priority, got {other:?}"),
+                            format!("must be fifo, priority or sjf-oracle, got {other:?}"),
                         ));
                     }
                 };

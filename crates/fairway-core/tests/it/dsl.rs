@@ -588,6 +588,7 @@ impl Runner {
                     self.config.policy.order = match v {
                         "fifo" => QueueOrder::Fifo,
                         "priority" => QueueOrder::Priority,
+                        "priority-shortest-first" => QueueOrder::PriorityShortestFirst,
                         other => return Err(format!("unknown order {other}")),
                     }
                 }

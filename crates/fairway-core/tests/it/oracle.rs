@@ -732,13 +732,18 @@ impl Oracle {
         }
     }
 
-    /// A job's place in the queue: (rank, first submit, id), as the queue orders.
-    fn queue_key(&self, s: &Scheduler, id: JobId) -> (std::cmp::Reverse<Priority>, Time, JobId) {
-        let rank = match s.config().policy.order {
-            QueueOrder::Priority => self.specs[&id].priority,
-            QueueOrder::Fifo => 0,
+    /// A job's place in the queue: (rank, expected run under shortest-first order, first
+    /// submit, id), as the queue orders.
+    fn queue_key(&self, s: &Scheduler, id: JobId) -> (std::cmp::Reverse<Priority>, u64, Time, JobId) {
+        let spec = &self.specs[&id];
+        let (rank, expected) = match s.config().policy.order {
+            QueueOrder::Priority => (spec.priority, 0),
+            QueueOrder::PriorityShortestFirst => {
+                (spec.priority, spec.max_runtime_ms.or(spec.runtime_estimate_ms).unwrap_or(u64::MAX))
+            }
+            QueueOrder::Fifo => (0, 0),
         };
-        (std::cmp::Reverse(rank), self.submitted[&id], id)
+        (std::cmp::Reverse(rank), expected, self.submitted[&id], id)
     }
 
     /// See the module doc: each reservation still fits at its time.
@@ -1012,9 +1017,13 @@ impl Oracle {
             {
                 let holder = self.specs.get(job).ok_or(format!("{id} held for unknown {job}"))?;
                 // (With fair sharing the walk may meet it before the reservation's job, which
-                // may then start in the same cycle: the next cycle looks at it again.)
+                // may then start in the same cycle; and a job asleep behind a reservation is
+                // not asked again in the cycle whose walk makes the reservation's job
+                // preempt instead. The next cycle looks at it again: the plan changed, and
+                // a preemption always brings an exit.)
                 let pending_or_just_started = match s.job_status(*job) {
                     Some(JobStatus::Pending { reserved: None, .. }) => true,
+                    Some(JobStatus::Pending { reserved: Some(_), .. }) => self.preempting_now.contains(job),
                     Some(JobStatus::Running { started_at, .. }) => started_at == self.now,
                     _ => false,
                 };

@@ -752,6 +752,7 @@ fn script_config(c: &Config) -> String {
     let order = match c.policy.order {
         QueueOrder::Fifo => "fifo",
         QueueOrder::Priority => "priority",
+        QueueOrder::PriorityShortestFirst => "priority-shortest-first",
     };
     let on = |b: bool| if b { "on" } else { "off" };
     format!(

@@ -511,3 +511,30 @@ fn start_time_estimates_are_measured_against_the_starts() {
     let plain = &run_all(&s)[0];
     assert!(plain.records.iter().all(|r| r.eta_at_submit == fairway_sim::metrics::SubmitEta::NotMeasured));
 }
+
+/// The shortest-job-first oracle, hand-checked: one GPU, `first` runs 0–100 s; at 10 s three
+/// jobs of one priority arrive, 300, 100 and 200 s long (`a-300`, `b-100`, `c-200`: jobs of
+/// one submit time are ordered by name). Priority order starts them by name, at 100, 400 and
+/// 500 s; the oracle knows their durations and starts the shortest first: `b-100` at 100 s,
+/// `c-200` at 200 s, `a-300` at 400 s.
+#[test]
+fn the_sjf_oracle_starts_the_shortest_true_duration_first() {
+    let mut text =
+        String::from("name: sjf\nseed: 1\ncluster:\n  nodes: [{ name: n, gpus: 1, gpu_model: A100 }]\njobs:\n");
+    for (name, at, seconds) in [("first", 0, 100), ("a-300", 10, 300), ("b-100", 10, 100), ("c-200", 10, 200)] {
+        text += &format!(
+            "  - {{ name: {name}, tenant: {{ project: p }}, priority: medium, resources: {{ gpus: 1 }}, \
+             command: [train], submit_seconds: {at}, duration_seconds: {seconds} }}\n"
+        );
+    }
+    text += "policies: [priority, { name: oracle, order: sjf-oracle, preemption: true }]\n";
+    let s = inline_scenario("sjf", &text).unwrap();
+    let runs = run_all(&s);
+    let starts = |run: &RunResult| -> Vec<u64> {
+        ["a-300", "b-100", "c-200"].iter().map(|n| record(run, n).first_start_ms.unwrap() / 1000).collect()
+    };
+    assert_eq!(starts(&runs[0]), [100, 400, 500]);
+    assert_eq!(starts(&runs[1]), [400, 100, 200]);
+    let e = inline_scenario("sjf-bad", &text.replace("order: sjf-oracle", "order: shortest")).unwrap_err();
+    assert!(e.contains("policies[1].order") && e.contains("sjf-oracle"), "{e}");
+}
