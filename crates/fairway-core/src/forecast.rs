@@ -46,7 +46,7 @@ use crate::ids::{GroupKey, JobIx};
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
-use crate::types::{AccountId, GpuModel, JobId, NodeId, PreemptionPolicy, Priority, ResourceKind, Resources, Time};
+use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, ResourceKind, Resources, Time};
 
 /// Times a forecast plays forward: every time room frees or usage falls is one.
 pub const FORECAST_TIMES_MAX: usize = 4_096;
@@ -91,9 +91,9 @@ impl Scheduler {
         self.forecast_where(now, jobs_max, None)
     }
 
-    /// The estimates of the `wanted` jobs among the first `jobs_max` pending, in queue
-    /// order: the same as `forecast` gives them, played forward only until they have all
-    /// started (wanted jobs ranked further are left out).
+    /// The estimates of the `wanted` jobs that are pending, in queue order: the same as
+    /// `forecast` gives them, played forward only until they have all started; the queue
+    /// beyond the first `jobs_max` is read only as far as the last wanted job.
     pub fn forecast_jobs(&self, now: Time, wanted: &BTreeSet<JobId>, jobs_max: usize) -> Vec<Estimate> {
         self.forecast_where(now, jobs_max, Some(wanted))
     }
@@ -101,27 +101,33 @@ impl Scheduler {
     fn forecast_where(&self, now: Time, jobs_max: usize, wanted: Option<&BTreeSet<JobId>>) -> Vec<Estimate> {
         // Step 6: positions. Every job forecast counts, wanted or not: a job ranked lower
         // may start first and delay one ranked higher.
-        let in_order = self.queue.in_order().map(|id| (id, self.jobs.ix_of(id).expect("a queued job exists")));
-        let order: Vec<(JobId, JobIx)> = match wanted {
-            None => in_order.collect(),
-            Some(_) => in_order.take(jobs_max).collect(),
-        };
+        let mut wanted_unseen = wanted.map_or(usize::MAX, BTreeSet::len);
+        let order: Vec<(JobId, JobIx)> = self
+            .queue
+            .in_order()
+            .enumerate()
+            .take_while(|&(rank, id)| {
+                let more = rank < jobs_max || wanted_unseen > 0;
+                if wanted.is_some_and(|w| w.contains(&id)) {
+                    wanted_unseen -= 1;
+                }
+                more
+            })
+            .map(|(_, id)| (id, self.jobs.ix_of(id).expect("a queued job exists")))
+            .collect();
         let mut world = World::new(self, now);
-        let may_preempt = |ix: JobIx| {
-            self.config.policy.preemption
-                && self.jobs[ix].spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority
-        };
         let jobs: Vec<Queued> = order
             .iter()
             .take(jobs_max)
             .map(|&(_, ix)| {
                 let run_ms = self.expected_run_ms(ix).max(1);
+                let group = self.jobs[ix].group_key();
                 Queued {
                     ix,
                     run_ms,
-                    key: (self.jobs[ix].group_key(), run_ms),
+                    may_preempt: self.config.policy.preemption && group.may_preempt,
+                    key: (group, run_ms),
                     gpus: i64::from(self.jobs[ix].spec.total().gpus),
-                    may_preempt: may_preempt(ix),
                 }
             })
             .collect();
@@ -305,9 +311,9 @@ impl Steps {
         }
     }
 
-    /// The GPUs at `t`.
-    fn value_at(&self, t: Time) -> i64 {
-        self.value[self.index(t)].0[0]
+    /// The value at `t`.
+    fn at(&self, t: Time) -> Amount {
+        self.value[self.index(t)]
     }
 
     /// The least of each dimension over `[from, until)`.
@@ -539,7 +545,7 @@ impl World {
             // Room at `t` bounds the room over a run: only jobs that need no more GPUs than
             // are free then, with what they may preempt, can start (under strict order the
             // next job, whatever it needs: if it cannot start, nothing behind it does).
-            let free = self.gpus_total.value_at(t);
+            let free = self.gpus_total.at(t).0[0];
             let gpus_max = if strict { i64::MAX } else { free + reclaimable_after };
             let Some(rank) = waiting.next_after(after, gpus_max) else { break };
             after = Some(rank);
@@ -602,7 +608,7 @@ impl World {
         let asks_one = Amount::of(per_replica);
         for (i, &id) in self.nodes.iter().enumerate() {
             // Room at `t` bounds the room over the run.
-            let now = self.room[i].value[self.room[i].index(t)];
+            let now = self.room[i].at(t);
             if (0..3).any(|k| now.0[k] < asks_one.0[k]) {
                 continue;
             }

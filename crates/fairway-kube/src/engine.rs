@@ -1676,23 +1676,13 @@ impl Engine {
     /// of every pending job (`wanted: None`), or of those wanted. Jobs ranked beyond
     /// [`FORECAST_JOBS_MAX`] have their position and [`StartEstimate::NotForecast`].
     pub fn start_estimates(&self, now: u64, wanted: Option<&BTreeSet<JobId>>) -> BTreeMap<JobId, Estimate> {
-        let Some(wanted) = wanted else {
-            return self.core.forecast(Time(now), FORECAST_JOBS_MAX).into_iter().map(|e| (e.job, e)).collect();
-        };
         // Only as far as the wanted jobs need: cheaper than the whole queue's forecast
         // when few are wanted, and the same estimates for them.
-        let mut found: BTreeMap<JobId, Estimate> =
-            self.core.forecast_jobs(Time(now), wanted, FORECAST_JOBS_MAX).into_iter().map(|e| (e.job, e)).collect();
-        if found.len() < wanted.len() {
-            // Some rank beyond those forecast (or are not pending): their position only.
-            for (rank, id) in self.core.pending().enumerate().skip(FORECAST_JOBS_MAX) {
-                if wanted.contains(&id) {
-                    let position = u32::try_from(rank + 1).unwrap_or(u32::MAX);
-                    found.insert(id, Estimate { job: id, position, start: StartEstimate::NotForecast });
-                }
-            }
-        }
-        found
+        let estimates = match wanted {
+            None => self.core.forecast(Time(now), FORECAST_JOBS_MAX),
+            Some(wanted) => self.core.forecast_jobs(Time(now), wanted, FORECAST_JOBS_MAX),
+        };
+        estimates.into_iter().map(|e| (e.job, e)).collect()
     }
 
     /// The condition, unless that is what was said last, and an Event, unless its reason

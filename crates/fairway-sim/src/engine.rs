@@ -491,8 +491,7 @@ impl<'a> Sim<'a> {
             match self.live[index].first_start_ms {
                 Some(t) => self.live[index].eta = SubmitEta::At(t),
                 None => {
-                    // Unless the forecast says otherwise (it leaves out jobs ranked beyond
-                    // its limit).
+                    // Unless the forecast gives a time (not for jobs ranked beyond its limit).
                     self.live[index].eta = SubmitEta::Unknown;
                     waiting.insert(JobId(index as u64));
                 }

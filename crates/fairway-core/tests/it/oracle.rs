@@ -529,17 +529,22 @@ impl Oracle {
         if part != expected {
             return Err(format!("forecast of some jobs {part:?} differs from the full forecast's {expected:?}"));
         }
-        // With a limit, the jobs beyond it are left out and the others keep their estimates.
+        // With a limit, every job keeps its position and those beyond it are not forecast.
         let limited = s.forecast(self.now, 2);
         for (e, full) in limited.iter().zip(&all) {
-            let expected = if e.position <= 2 { full.start } else { StartEstimate::NotForecast };
-            if e.job != full.job || e.start != expected && e.position > 2 {
+            if (e.job, e.position) != (full.job, full.position)
+                || (e.position > 2 && e.start != StartEstimate::NotForecast)
+            {
                 return Err(format!("forecast limited to 2 gives {e:?} for {full:?}"));
             }
         }
+        // Asked for some jobs with a limit, those beyond it have their position only.
         let part = s.forecast_jobs(self.now, &some, 2);
-        if part.iter().any(|e| e.position > 2) {
-            return Err(format!("forecast of some jobs limited to 2 lists {part:?}"));
+        let listed: Vec<(JobId, u32)> = part.iter().map(|e| (e.job, e.position)).collect();
+        let expected: Vec<(JobId, u32)> =
+            all.iter().filter(|e| some.contains(&e.job)).map(|e| (e.job, e.position)).collect();
+        if listed != expected || part.iter().any(|e| e.position > 2 && e.start != StartEstimate::NotForecast) {
+            return Err(format!("forecast of some jobs limited to 2 gives {part:?}"));
         }
         Ok(())
     }

@@ -65,9 +65,9 @@ impl Engine {
         }
     }
 
-    /// Positions in the core's pending order and expected starts: the forecast of the
-    /// first [`FORECAST_JOBS_MAX`] pending jobs, then the queue walked only as far as the
-    /// last pending job asked about.
+    /// Positions in the core's pending order and expected starts, from one forecast of the
+    /// first [`FORECAST_JOBS_MAX`] pending jobs (the queue read no further than the last
+    /// pending job asked about).
     fn fill_queue_positions(&self, views: &mut BTreeMap<i64, LiveView>) {
         let wanted: BTreeSet<fairway_core::JobId> =
             views.keys().filter(|id| self.jobs.get(id).is_some_and(|j| !j.in_flight)).map(|&id| core_id(id)).collect();
@@ -75,25 +75,10 @@ impl Engine {
             return;
         }
         let now = fairway_core::Time(self.now_ms());
-        let mut left = wanted.len();
         for e in self.core.forecast_jobs(now, &wanted, FORECAST_JOBS_MAX) {
             if let Some(view) = views.get_mut(&(e.job.0 as i64)) {
                 view.queue_position = Some(u64::from(e.position));
                 view.start_estimate = Some(StartEstimateView::of(e.start));
-                left -= 1;
-            }
-        }
-        if left == 0 {
-            return;
-        }
-        for (i, job) in self.core.pending().enumerate().skip(FORECAST_JOBS_MAX) {
-            if let Some(view) = views.get_mut(&(job.0 as i64)) {
-                view.queue_position = Some(i as u64 + 1);
-                view.start_estimate = Some(StartEstimateView::of(fairway_core::StartEstimate::NotForecast));
-                left -= 1;
-                if left == 0 {
-                    break;
-                }
             }
         }
     }
