@@ -4,13 +4,16 @@
 //! - `cycle_*`: one scheduling cycle on 1,000 nodes x 8 GPUs with 100,000 pending jobs;
 //!   `cycle_preemption_searches_*` is the hard path: every pending job outranks the running
 //!   work, so the cycle runs as many victim searches as its budget allows.
+//! - `*_all_on`: the same with everything issue 13 added switched on: fair sharing inside
+//!   a tier, the 11 projects in one cohort with nominal quotas (borrowing, lending,
+//!   reclaim), and 4 reservations with backfill.
 //! - `place_*`: placements per second onto an empty cluster.
 //! - `submit_100k`: submitting 100,000 jobs; the allocation profile gives bytes per job.
 
 use divan::{AllocProfiler, Bencher, black_box};
 use fairway_core::{
-    AccountId, Config, Decision, Event, ExitOutcome, GpuModel, JobId, JobSpec, NodeId, NodeSpec, Resources, Scheduler,
-    Time,
+    AccountId, Config, Decision, Event, ExitOutcome, FairSharing, GpuModel, JobId, JobSpec, NodeId, NodeSpec,
+    NominalQuota, Quota, Reservations, Resources, Scheduler, Time,
 };
 
 #[global_allocator]
@@ -24,7 +27,35 @@ const NODES: u32 = 1_000;
 const PENDING: u64 = 100_000;
 
 fn cluster(nodes: u32) -> Scheduler {
-    let mut s = Scheduler::new(Config::default());
+    cluster_with(nodes, Config::default())
+}
+
+/// Projects of the benchmark's jobs (`job`): 0 to 10.
+const PROJECTS: u32 = 11;
+
+/// Everything on: fair sharing (a day's half-life), 4 reservations, and every project in
+/// one cohort with a nominal quota of an eighth of the cluster (the cohort's nominal total,
+/// 11/8 of the cluster, is over-subscribed, as shared clusters' quotas often are: the
+/// cluster's room, not the cohort's, is what runs out).
+fn all_on(nodes: u32) -> Scheduler {
+    let mut config = Config::default();
+    config.policy.fair_share = Some(FairSharing { half_life_ms: 24 * 3_600_000 });
+    config.policy.reservations = Some(Reservations { count_max: 4 });
+    let mut s = cluster_with(nodes, config);
+    for project in 0..PROJECTS {
+        let nominal = NominalQuota {
+            cohort: AccountId(1_000),
+            nominal: Quota::gpus(nodes),
+            borrowing_limit: Quota::default(),
+            lending_limit: Quota::default(),
+        };
+        s.apply(Event::SetNominalQuota { project: AccountId(project), nominal: Some(nominal) }, Time::ZERO).unwrap();
+    }
+    s
+}
+
+fn cluster_with(nodes: u32, config: Config) -> Scheduler {
+    let mut s = Scheduler::new(config);
     for i in 0..nodes {
         let spec = NodeSpec {
             id: NodeId(i),
@@ -54,7 +85,10 @@ fn job(id: u64, base_priority: i32) -> JobSpec {
 /// backlog may preempt it) and `PENDING` jobs waiting, after one cycle has given every
 /// group its verdict.
 fn full_cluster_with_backlog() -> (Scheduler, Vec<JobId>) {
-    let mut s = cluster(NODES);
+    full_cluster_with_backlog_on(cluster(NODES))
+}
+
+fn full_cluster_with_backlog_on(mut s: Scheduler) -> (Scheduler, Vec<JobId>) {
     let mut running = Vec::new();
     for i in 0..u64::from(NODES) * 8 {
         s.apply(Event::Submit(JobSpec::new(JobId(i), 5_000_000, Resources::new(1, 1_000, 1_024))), Time::ZERO).unwrap();
@@ -126,7 +160,10 @@ fn cycle_with_preemption_100k_pending(bencher: Bencher) {
 /// A full cluster of preemptible low-priority work in mixed sizes (4, 2, 1 and 1 GPUs per
 /// node), each job with its own last checkpoint, and `PENDING` jobs that all outrank it.
 fn full_cluster_of_victims() -> Scheduler {
-    let mut s = cluster(NODES);
+    full_cluster_of_victims_on(cluster(NODES))
+}
+
+fn full_cluster_of_victims_on(mut s: Scheduler) -> Scheduler {
     let mut id = 0;
     for _ in 0..NODES {
         for gpus in [4, 2, 1, 1] {
@@ -154,6 +191,33 @@ fn full_cluster_of_victims() -> Scheduler {
 #[divan::bench(sample_count = 10)]
 fn cycle_preemption_searches_100k_pending(bencher: Bencher) {
     bencher.with_inputs(full_cluster_of_victims).bench_local_values(|mut s| {
+        let out = s.cycle(Time::from_secs(3_600));
+        assert!(out.stats.preemption_searches >= 32, "searches {}", out.stats.preemption_searches);
+        assert!(out.decisions.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count() >= 32);
+        (s, out)
+    });
+}
+
+/// `cycle_after_exit_100k_pending` with everything on (`all_on`).
+#[divan::bench(sample_count = 20)]
+fn cycle_after_exit_100k_pending_all_on(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            let (mut s, running) = full_cluster_with_backlog_on(all_on(NODES));
+            s.apply(Event::Exited { job: running[4_321], outcome: ExitOutcome::Succeeded }, Time(2)).unwrap();
+            s
+        })
+        .bench_local_values(|mut s| {
+            let out = s.cycle(Time(2));
+            assert!(!s.reservations().is_empty(), "the backlog's head holds a reservation");
+            (s, out)
+        });
+}
+
+/// `cycle_preemption_searches_100k_pending` with everything on (`all_on`).
+#[divan::bench(sample_count = 10)]
+fn cycle_preemption_searches_100k_pending_all_on(bencher: Bencher) {
+    bencher.with_inputs(|| full_cluster_of_victims_on(all_on(NODES))).bench_local_values(|mut s| {
         let out = s.cycle(Time::from_secs(3_600));
         assert!(out.stats.preemption_searches >= 32, "searches {}", out.stats.preemption_searches);
         assert!(out.decisions.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count() >= 32);

@@ -7,7 +7,7 @@
 //! names nodes by [`NodeId`].
 
 use crate::ids::{JobIx, NodeIx};
-use crate::types::{GpuModel, GpuSet, NodeId, NodeSpec, Resources};
+use crate::types::{GpuModel, GpuSet, NodeId, NodeSpec, Resources, Time};
 use crate::victims::VictimEntry;
 
 /// One node's live state.
@@ -31,6 +31,21 @@ pub(crate) struct Node {
     /// Running preemptible jobs with a replica here, in (priority, id) order: the victim
     /// search's view of the node (see `victims.rs`). Empty when the policy never preempts.
     pub victims: Vec<VictimEntry>,
+    /// With reservations on, each placed job's expected end (its key in
+    /// `Scheduler::run_ends`) and what it holds here, in no order: what a reservation reads
+    /// of the node without looking at the jobs.
+    pub ends: Vec<PlacedEnd>,
+}
+
+/// A placed job's expected end and what it holds on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PlacedEnd {
+    pub job: JobIx,
+    pub end: Time,
+    /// Its slots here.
+    pub slots: GpuSet,
+    /// What its replicas here take (GPUs included).
+    pub room: Resources,
 }
 
 impl Node {
@@ -45,6 +60,7 @@ impl Node {
             reserved: Resources::ZERO,
             placed: Vec::new(),
             victims: Vec::new(),
+            ends: Vec::new(),
         }
     }
 
@@ -93,9 +109,16 @@ impl Node {
 pub(crate) struct Nodes {
     nodes: Vec<Node>,
     pub index: FreeIndex,
+    /// Bumped by every change to a node other than its victim list: what a reservation's
+    /// plan reads of the nodes is as it was while this stays the same.
+    version: u64,
 }
 
 impl Nodes {
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     pub fn ix_of(&self, id: NodeId) -> Option<NodeIx> {
         self.nodes.binary_search_by_key(&id, |n| n.spec.id).ok().map(|i| NodeIx(i as u32))
     }
@@ -117,6 +140,12 @@ impl Nodes {
         &mut self.nodes[ix.0 as usize]
     }
 
+    /// A node's list of expected ends (changing it leaves the free index as it is).
+    pub fn ends_mut(&mut self, id: NodeId) -> &mut Vec<PlacedEnd> {
+        let ix = self.ix_of(id).expect("placement names a known node");
+        &mut self.nodes[ix.0 as usize].ends
+    }
+
     /// A node's victim list (changing it leaves the free index as it is).
     pub fn victims_mut(&mut self, id: NodeId) -> &mut Vec<VictimEntry> {
         let ix = self.ix_of(id).expect("placement names a known node");
@@ -135,6 +164,7 @@ impl Nodes {
     /// Add a node. Nodes usually come in id order: then no position moves and the index
     /// takes the node as it is (its bit sets grow by doubling); otherwise it is rebuilt.
     pub fn add(&mut self, node: Node) {
+        self.version += 1;
         let at = self.nodes.partition_point(|n| n.spec.id < node.spec.id);
         let (model, gpus, level, schedulable) =
             (node.spec.gpu_model, node.spec.capacity.gpus, node.available_gpus(), node.schedulable);
@@ -152,6 +182,7 @@ impl Nodes {
 
     pub fn remove(&mut self, id: NodeId) -> Option<Node> {
         let ix = self.ix_of(id)?;
+        self.version += 1;
         let node = self.nodes.remove(ix.0 as usize);
         self.rebuild_index();
         Some(node)
@@ -160,6 +191,7 @@ impl Nodes {
     /// Change a node and keep the free index in step.
     pub fn update<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> R {
         let ix = self.ix_of(id).expect("placement names a known node");
+        self.version += 1;
         let node = &mut self.nodes[ix.0 as usize];
         let (before, was_schedulable) = (node.available_gpus(), node.schedulable);
         let out = f(node);

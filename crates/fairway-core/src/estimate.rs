@@ -17,6 +17,12 @@
 //! Rule 3 conditions on what is known: a job that has run 5 hours is not expected to end
 //! at the tenant's median of 1 hour, but at the median of the runs that went past 5 hours.
 //! The history lives in the core's memory: a driver that restarts the core starts it empty.
+//!
+//! A running job keeps the end these rules gave it when it started (`Job::expected_end`)
+//! until it runs past it; from then on it is expected to end where the rules place it as
+//! of the moment asked, and reservations store that as its new end (`plan.rs`). An end
+//! that moves only when passed lets reservations keep running jobs sorted by it instead of
+//! weighing every one of them again at each cycle.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -80,10 +86,13 @@ impl RunHistory {
 }
 
 impl Scheduler {
-    /// When a running or terminating job is expected to end, as of `now` (module doc).
+    /// When a running or terminating job is expected to end, as of `now` (module doc): a
+    /// running job when it was expected to at its start, until it runs past that; then as
+    /// the rules say of it at `now`.
     pub(crate) fn expected_end(&self, ix: JobIx, now: Time) -> Time {
         let job = &self.jobs[ix];
         match &job.state {
+            JobState::Running { .. } if job.expected_end > now => job.expected_end,
             JobState::Running { started_at, .. } => match job.runtime_deadline(*started_at) {
                 Some(deadline) => deadline.plus_ms(job.spec.grace_ms).max(now),
                 None => {

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::PlacedEnd;
 use crate::ids::JobIx;
 use crate::model::JobState;
 use crate::scheduler::{Scheduler, replicas_per_node};
@@ -25,7 +26,7 @@ impl Scheduler {
     /// - Reserved GPUs belong to exactly one preemptor, which is pending, lists them, sits in
     ///   the holding set and counts the victims it still waits for (ready exactly at zero).
     /// - The victim index (each node's list, the per-priority tally, each capped account's
-    ///   preemptible GPUs), the terminating set, the count of capped accounts and the free
+    ///   preemptible GPUs), the index of placed jobs by expected end, the terminating set, the count of capped accounts and the free
     ///   index say what the jobs and nodes say.
     /// - The pending queue's indexes agree with its groups (every sleeping group is
     ///   indexed under what wakes it).
@@ -43,6 +44,8 @@ impl Scheduler {
             Ok::<(), String>(())
         };
         let mut terminating = 0usize;
+        // Placed jobs with their keys in `run_ends`, counted once each.
+        let mut run_ends_seen = 0usize;
         let mut tallies = VictimTallies::default();
         // What each account's placed jobs hold, as fair sharing must count it.
         let mut fair_held: BTreeMap<AccountId, Resources> = BTreeMap::new();
@@ -62,23 +65,37 @@ impl Scheduler {
                     JobState::Terminating { placement, .. } => (placement, false),
                     JobState::Pending { .. } => return Err(format!("{id} listed as placed on {node_id} but pending")),
                 };
-                let mut here = 0;
+                let (mut here, mut slots_here) = (0, GpuSet::EMPTY);
                 for r in placement.replicas().iter().filter(|r| r.node == node_id) {
                     if !owned.is_disjoint(r.gpus) {
                         return Err(format!("GPUs {} on {node_id} are listed twice", owned.intersection(r.gpus)));
                     }
                     owned = owned.union(r.gpus);
+                    slots_here = slots_here.union(r.gpus);
                     used = used.plus(job.spec.per_replica);
                     here += 1;
                 }
                 if here == 0 {
                     return Err(format!("{node_id} lists {id}, which has no replica there"));
                 }
+                if self.tracks_run_ends() {
+                    let end = Scheduler::run_end_key(job);
+                    let entry = PlacedEnd { job: ix, end, slots: slots_here, room: job.spec.per_replica.times(here) };
+                    if node.ends.iter().filter(|e| **e == entry).count() != 1 {
+                        return Err(format!("{node_id} does not list {id} once by its expected end {end}"));
+                    }
+                }
                 // Whole-job checks once, at the node of the job's first replica.
                 if placement.replicas()[0].node != node_id {
                     continue;
                 }
                 check_gang(id, &job.spec, placement, "placed")?;
+                if self.tracks_run_ends() {
+                    if !self.run_ends.contains(&(Scheduler::run_end_key(job), id, ix)) {
+                        return Err(format!("{id} is placed but not indexed by its expected end"));
+                    }
+                    run_ends_seen += 1;
+                }
                 for r in placement.replicas() {
                     let listed = self.nodes.get(r.node).is_some_and(|n| n.placed.contains(&ix));
                     if !listed {
@@ -112,6 +129,10 @@ impl Scheduler {
                     }
                 }
             }
+            let ends_listed = if self.tracks_run_ends() { node.placed.len() } else { 0 };
+            if node.ends.len() != ends_listed {
+                return Err(format!("{node_id} lists {} expected ends for {ends_listed} jobs", node.ends.len()));
+            }
             if owned != node.owned {
                 return Err(format!("{node_id} records GPUs {} as owned, its jobs own {owned}", node.owned));
             }
@@ -123,6 +144,9 @@ impl Scheduler {
             {
                 return Err(format!("{node_id} over GPU capacity"));
             }
+        }
+        if run_ends_seen != self.run_ends.len() {
+            return Err(format!("{} jobs indexed by expected end, {run_ends_seen} placed", self.run_ends.len()));
         }
         if terminating != self.terminating.len() {
             return Err(format!("{} jobs in the terminating set, {terminating} terminating", self.terminating.len()));

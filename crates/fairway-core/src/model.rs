@@ -68,6 +68,9 @@ pub(crate) struct Job {
     /// Terminating for a preemptor of its own project's cohort: its charge to that cohort
     /// has moved to the preemptor's hold (see `ledger.rs`, "moved to a hold").
     pub moved_to_hold: Option<AccountId>,
+    /// While running: when its run is expected to end, as `estimate.rs` said at its start
+    /// or when it last ran past that (see `Scheduler::expected_end`).
+    pub expected_end: Time,
 }
 
 impl Job {

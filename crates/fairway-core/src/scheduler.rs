@@ -145,6 +145,15 @@ pub struct Scheduler {
     pub(crate) plan: Vec<crate::plan::Planned>,
     /// Completed run times per tenant, to estimate run times from (see `estimate.rs`).
     pub(crate) history: crate::estimate::RunHistory,
+    /// Placed jobs by when their runs are expected to end (see `plan.rs`): a running job
+    /// at `Job::expected_end`, one preempted at its grace deadline, one stopped at its
+    /// start. Kept only when the policy makes reservations (`tracks_run_ends`), with each
+    /// node's list of the same (`Node::ends`).
+    pub(crate) run_ends: BTreeSet<(Time, JobId, JobIx)>,
+    /// Bumped by every change to `run_ends`.
+    pub(crate) run_ends_version: u64,
+    /// The (`Nodes::version`, `run_ends_version`) the plan was last computed from.
+    pub(crate) plan_read: Option<(u64, u64)>,
 }
 
 impl Scheduler {
@@ -159,6 +168,9 @@ impl Scheduler {
             search_scratch: SearchScratch::default(),
             plan: Vec::new(),
             history: Default::default(),
+            run_ends: BTreeSet::new(),
+            run_ends_version: 0,
+            plan_read: None,
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
             grown_snapshot: Default::default(),
@@ -435,6 +447,7 @@ impl Scheduler {
             cancelled: false,
             queued_at: now,
             moved_to_hold: None,
+            expected_end: Time::ZERO,
         };
         let gk = job.group_key();
         self.jobs.insert(job);
@@ -762,9 +775,14 @@ impl Scheduler {
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id, ix));
         }
+        let expected_end = now.plus_ms(self.expected_run_ms(ix));
         let job = &mut self.jobs[ix];
         job.queued_in = None;
         job.state = JobState::Running { placement, started_at: now };
+        job.expected_end = expected_end;
+        if self.tracks_run_ends() {
+            self.index_run_end(ix);
+        }
         if self.tracks_victims() {
             self.index_victim(ix);
         }
@@ -776,11 +794,30 @@ impl Scheduler {
         self.config.policy.preemption
     }
 
+    /// Whether the policy makes reservations, and so placed jobs are indexed by expected
+    /// end (`run_ends`).
+    pub(crate) fn tracks_run_ends(&self) -> bool {
+        self.config.policy.reservations.is_some()
+    }
+
+    /// A placed job's key in `run_ends` (see there).
+    pub(crate) fn run_end_key(job: &Job) -> Time {
+        match &job.state {
+            JobState::Running { .. } => job.expected_end,
+            JobState::Terminating { why: Termination::Preempted { deadline, .. }, .. } => *deadline,
+            JobState::Terminating { started_at, .. } => *started_at,
+            JobState::Pending { .. } => unreachable!("a pending job is not placed"),
+        }
+    }
+
     /// Move a running job to terminating: it stops being a victim candidate, but keeps its
     /// GPUs, and its charge, until it exits.
     pub(crate) fn begin_termination(&mut self, ix: JobIx, why: Termination) {
         if self.tracks_victims() {
             self.unindex_victim(ix);
+        }
+        if self.tracks_run_ends() {
+            self.unindex_run_end(ix);
         }
         let job = &mut self.jobs[ix];
         let JobState::Running { placement, started_at } =
@@ -794,6 +831,9 @@ impl Scheduler {
         if let Some(deadline) = deadline {
             self.runtime_deadlines.remove(&(deadline, id, ix));
         }
+        if self.tracks_run_ends() {
+            self.index_run_end(ix);
+        }
         self.terminating.insert(ix);
     }
 
@@ -802,6 +842,9 @@ impl Scheduler {
     pub(crate) fn release(&mut self, ix: JobIx, now: Time) {
         if self.tracks_victims() && matches!(self.jobs[ix].state, JobState::Running { .. }) {
             self.unindex_victim(ix);
+        }
+        if self.tracks_run_ends() {
+            self.unindex_run_end(ix);
         }
         let job = &mut self.jobs[ix];
         let state = std::mem::replace(&mut job.state, JobState::Pending { reservation: None });

@@ -814,7 +814,7 @@ impl Runner {
         let now = self.now;
         self.sched();
         let s = self.sched.as_mut().expect("created");
-        self.oracle.before_cycle(s, now);
+        self.oracle.before_cycle(s, now)?;
         let outcome = s.cycle(now);
         let _ = writeln!(self.out, "cycle {now}");
         for d in &outcome.decisions {

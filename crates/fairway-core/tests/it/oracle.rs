@@ -69,6 +69,9 @@ pub struct Oracle {
     /// Jobs started, and preemptors that began holding, in the cycle being checked.
     started_now: BTreeSet<JobId>,
     preempting_now: BTreeSet<JobId>,
+    /// Each preemptor's victims as of its latest hold, made by a cycle or restored (a hold
+    /// made again has the victims of the cycle that made it).
+    hold_victims: BTreeMap<JobId, BTreeSet<JobId>>,
     /// Projects' places in cohorts.
     nominals: BTreeMap<AccountId, NominalQuota>,
     /// Per cohort, what its members used beyond what they lend when membership or a nominal
@@ -121,6 +124,7 @@ impl Oracle {
                 }
             }
             Event::RestoreHold(hold) => {
+                self.hold_victims.insert(hold.preemptor, hold.victims.iter().copied().collect());
                 // A restored hold keeps what it reserves, above a cap too, as a restored run does.
                 if let Some(spec) = self.specs.get(&hold.preemptor).cloned() {
                     for a in spec.accounts() {
@@ -366,8 +370,11 @@ impl Oracle {
         Ok(())
     }
 
-    /// Snapshot what the checks of the next cycle need. Call right before `cycle`.
-    pub fn before_cycle(&mut self, s: &Scheduler, now: Time) {
+    /// Snapshot what the checks of the next cycle need, and check that a plan of
+    /// reservations the cycle would keep is what a fresh one would be. Call right before
+    /// `cycle`.
+    pub fn before_cycle(&mut self, s: &Scheduler, now: Time) -> Result<(), String> {
+        s.check_kept_plan(now)?;
         self.now = now;
         self.reserved_before.clear();
         self.running_before.clear();
@@ -384,6 +391,7 @@ impl Oracle {
                 _ => {}
             }
         }
+        Ok(())
     }
 
     /// Check a cycle's outcome. Call right after `cycle`.
@@ -404,6 +412,14 @@ impl Oracle {
                 _ => None,
             })
             .collect();
+        for preemptor in &self.preempting_now {
+            self.hold_victims.remove(preemptor);
+        }
+        for d in &out.decisions {
+            if let Decision::Preempt { victim, preemptor, .. } = d {
+                self.hold_victims.entry(*preemptor).or_default().insert(*victim);
+            }
+        }
         for d in &out.decisions {
             match d {
                 Decision::Start { job, placement } => {
@@ -495,8 +511,10 @@ impl Oracle {
                 return Err(format!("{} forecast to start at {t}, before now {}", e.job, self.now));
             }
             let victims_gone = self
-                .live
-                .keys()
+                .hold_victims
+                .get(&e.job)
+                .into_iter()
+                .flatten()
                 .filter_map(|v| match s.job_status(*v) {
                     Some(JobStatus::Preempting { preemptor, deadline, .. }) if preemptor == e.job => Some(deadline),
                     _ => None,

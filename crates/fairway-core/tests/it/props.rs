@@ -445,7 +445,7 @@ impl Driver {
 
     fn cycle(&mut self) -> Result<(), String> {
         self.script.push(format!("cycle at={}ms", self.now.millis()));
-        self.oracle.before_cycle(&self.s, self.now);
+        self.oracle.before_cycle(&self.s, self.now)?;
         // The core asserts its invariants in debug builds: a panic becomes a failure that
         // prints the script.
         let now = self.now;
