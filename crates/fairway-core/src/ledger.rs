@@ -284,21 +284,34 @@ impl Ledger {
     }
 
     pub fn charge(&mut self, account: AccountId, r: Resources) {
-        self.accounts.entry(account).or_default();
-        self.change_member(account, |a| a.charge(r));
+        let a = self.accounts.entry(account).or_default();
+        let change = Self::change_account(a, |a| a.charge(r));
+        self.cohort_follows(change);
     }
 
     pub fn uncharge(&mut self, account: AccountId, r: Resources) {
-        assert!(self.accounts.contains_key(&account), "uncharging an account that was charged");
-        self.change_member(account, |a| a.uncharge(r));
+        let a = self.accounts.get_mut(&account).expect("uncharging an account that was charged");
+        let change = Self::change_account(a, |a| a.uncharge(r));
+        self.cohort_follows(change);
     }
 
     /// Change a known account; if it is a member of a cohort, its cohort's `U` follows.
     fn change_member(&mut self, account: AccountId, change: impl FnOnce(&mut Account)) {
         let a = self.accounts.get_mut(&account).expect("a known account");
+        let change = Self::change_account(a, change);
+        self.cohort_follows(change);
+    }
+
+    /// Change an account; for a member of a cohort, (its cohort, its unused guarantee
+    /// before, after).
+    fn change_account(a: &mut Account, change: impl FnOnce(&mut Account)) -> Option<(AccountId, Resources, Resources)> {
+        let Some(n) = a.nominal else {
+            change(a);
+            return None;
+        };
         let unused_before = a.unused_guarantee();
         change(a);
-        self.member_changed(account, unused_before);
+        Some((n.cohort, unused_before, a.unused_guarantee()))
     }
 
     /// A victim of `project` terminating for a preemptor of `cohort` moves its cohort charge
@@ -348,15 +361,13 @@ impl Ledger {
         self.accounts.iter().filter(|(_, a)| a.moving != Resources::ZERO).map(|(id, _)| *id).collect()
     }
 
-    /// A member's charge changed: its cohort's `U` follows.
-    fn member_changed(&mut self, account: AccountId, unused_before: Resources) {
-        let a = &self.accounts[&account];
-        let Some(n) = a.nominal else { return };
-        let unused_now = a.unused_guarantee();
+    /// A member's charge changed (`change_account`): its cohort's `U` follows.
+    fn cohort_follows(&mut self, change: Option<(AccountId, Resources, Resources)>) {
+        let Some((cohort, unused_before, unused_now)) = change else { return };
         if unused_now == unused_before {
             return;
         }
-        let cohort = self.accounts.get_mut(&n.cohort).expect("a member's cohort is known");
+        let cohort = self.accounts.get_mut(&cohort).expect("a member's cohort is known");
         let c = cohort.cohort.as_mut().expect("a member's cohort is a cohort");
         // What a lowered capacity grandfathered shrinks when the cohort's own charge does,
         // which follows in the same move: a member's charge and the cohort's do not happen at

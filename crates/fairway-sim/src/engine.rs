@@ -73,6 +73,18 @@ pub struct EngineConfig {
     pub eta_jobs_max: usize,
 }
 
+/// The core's configuration for a run: as given, except that a run in which nothing reads
+/// run-time estimates (no reservations, no start-time estimates measured) keeps no history
+/// of run times, which only estimates read (`fairway_core::RuntimeEstimates`); the
+/// decisions are the same either way.
+fn core_config(config: &EngineConfig) -> Config {
+    let mut core = config.core.clone();
+    if core.policy.reservations.is_none() && config.eta_jobs_max == 0 {
+        core.policy.estimates.history_runs_max = 0;
+    }
+    core
+}
+
 /// Queued jobs the simulator's forecasts cover by default (see `EngineConfig::eta_jobs_max`).
 pub const ETA_JOBS_MAX: usize = 2_000;
 
@@ -305,7 +317,7 @@ impl<'a> Sim<'a> {
         Sim {
             jobs,
             cost: config.cost,
-            core: Scheduler::new(config.core.clone()),
+            core: Scheduler::new(core_config(config)),
             live,
             timers: BinaryHeap::new(),
             gpus_allocated: 0,
