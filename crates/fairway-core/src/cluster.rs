@@ -35,6 +35,9 @@ pub(crate) struct Node {
     /// `Scheduler::run_ends`) and what it holds here, in no order: what a reservation reads
     /// of the node without looking at the jobs.
     pub ends: Vec<PlacedEnd>,
+    /// `Nodes::version` at its last change other than to its victim list: unique to this
+    /// state of this node.
+    pub version: u64,
 }
 
 /// A placed job's expected end and what it holds on one node.
@@ -61,6 +64,7 @@ impl Node {
             placed: Vec::new(),
             victims: Vec::new(),
             ends: Vec::new(),
+            version: 0,
         }
     }
 
@@ -109,8 +113,9 @@ impl Node {
 pub(crate) struct Nodes {
     nodes: Vec<Node>,
     pub index: FreeIndex,
-    /// Bumped by every change to a node other than its victim list: what a reservation's
-    /// plan reads of the nodes is as it was while this stays the same.
+    /// Bumped by every change to a node other than its victim list (its list of ends
+    /// included): what a reservation's plan reads of the nodes is as it was while this
+    /// stays the same.
     version: u64,
 }
 
@@ -143,7 +148,10 @@ impl Nodes {
     /// A node's list of expected ends (changing it leaves the free index as it is).
     pub fn ends_mut(&mut self, id: NodeId) -> &mut Vec<PlacedEnd> {
         let ix = self.ix_of(id).expect("placement names a known node");
-        &mut self.nodes[ix.0 as usize].ends
+        self.version += 1;
+        let node = &mut self.nodes[ix.0 as usize];
+        node.version = self.version;
+        &mut node.ends
     }
 
     /// A node's victim list (changing it leaves the free index as it is).
@@ -163,8 +171,9 @@ impl Nodes {
 
     /// Add a node. Nodes usually come in id order: then no position moves and the index
     /// takes the node as it is (its bit sets grow by doubling); otherwise it is rebuilt.
-    pub fn add(&mut self, node: Node) {
+    pub fn add(&mut self, mut node: Node) {
         self.version += 1;
+        node.version = self.version;
         let at = self.nodes.partition_point(|n| n.spec.id < node.spec.id);
         let (model, gpus, level, schedulable) =
             (node.spec.gpu_model, node.spec.capacity.gpus, node.available_gpus(), node.schedulable);
@@ -193,6 +202,7 @@ impl Nodes {
         let ix = self.ix_of(id).expect("placement names a known node");
         self.version += 1;
         let node = &mut self.nodes[ix.0 as usize];
+        node.version = self.version;
         let (before, was_schedulable) = (node.available_gpus(), node.schedulable);
         let out = f(node);
         let (after, schedulable) = (node.available_gpus(), node.schedulable);

@@ -21,7 +21,9 @@
 //! from the running jobs' expected ends, earlier reservations taking their nodes first; a
 //! reservation whose job started, left or can no longer be placed is dropped. A cycle keeps
 //! the plan as it is when nothing it reads changed since it was made (no node changed, no
-//! expected end moved, every reservation still held and still in the future). Within a
+//! expected end moved, every reservation still held and still in the future); otherwise
+//! each reservation is computed again, reusing what its last computation learnt of each
+//! node that has not changed since (`NodeHosting`). Within a
 //! cycle, a job started on a reservation's spare room uses it up.
 //!
 //! **Limits.** Reservations constrain starts on free room. A preemptor takes its victims by
@@ -48,18 +50,91 @@ pub(crate) struct Planned {
     pub nodes: Vec<(NodeId, Resources, Resources)>,
 }
 
-/// A usable node as `Scheduler::shadow` weighs it.
-struct NodeRoom<'a> {
-    node: &'a crate::cluster::Node,
-    /// What a new job may take there now.
-    now_free: Resources,
+/// What `Scheduler::shadow` learns of one usable node for one reservation's job: reused
+/// by the next computation of the same reservation while the node and what earlier
+/// reservations take of it are as they were (`Node::version`, `debt`).
+#[derive(Clone, Debug)]
+pub(crate) struct NodeHosting {
+    node: NodeId,
+    /// `Node::version` when computed.
+    version: u64,
+    capacity: Resources,
     /// What earlier reservations and over-booking take of what frees up there.
     debt: Resources,
+    /// What a new job may take there now.
+    now_free: Resources,
     /// Replicas it could host now (at most the job's).
     hosted_now: u32,
-    /// Its placed jobs' (expected end, what they give back), in order of end, in the
-    /// shadow's list of ends (only as far as needed to host every replica).
-    ends: std::ops::Range<usize>,
+    /// Its placed jobs' expected ends (`PlacedEnd::end`, not yet brought up to `now`), in
+    /// order, each with the node's free room once that job and those before it have left.
+    free_after: Vec<(Time, Resources)>,
+    /// The ends (as above) at which it could host one more replica, up to the job's.
+    steps: Vec<Time>,
+}
+
+/// What one reservation's computations keep: what was learnt of each usable node, in id
+/// order, and the scratch of one computation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Hosting {
+    nodes: Vec<NodeHosting>,
+    steps: Vec<Time>,
+    free: Vec<Resources>,
+    candidates: Vec<Candidate>,
+}
+
+impl NodeHosting {
+    /// Nothing learnt yet: `compute` fills it.
+    fn empty() -> NodeHosting {
+        NodeHosting {
+            node: NodeId(0),
+            version: 0,
+            capacity: Resources::ZERO,
+            debt: Resources::ZERO,
+            now_free: Resources::ZERO,
+            hosted_now: 0,
+            free_after: Vec::new(),
+            steps: Vec::new(),
+        }
+    }
+
+    fn compute(&mut self, node: &crate::cluster::Node, debt: Resources, per_replica: Resources, replicas: u32) {
+        let hosts = |free: Resources| free.saturating_minus(debt).count_fitting(per_replica).min(replicas);
+        self.node = node.spec.id;
+        self.version = node.version;
+        self.capacity = node.spec.capacity;
+        self.debt = debt;
+        self.now_free = node.available();
+        self.hosted_now = hosts(self.now_free);
+        self.free_after.clear();
+        self.steps.clear();
+        if self.hosted_now == replicas {
+            return;
+        }
+        // A victim's slots held for its preemptor go to the preemptor, not back to the free
+        // room (its CPU and memory do: a hold counts its own apart).
+        self.free_after.extend(node.ends.iter().map(|e| {
+            let mut room = e.room;
+            room.gpus = e.slots.minus(node.held).len();
+            (e.end, room)
+        }));
+        self.free_after.sort_unstable_by_key(|e| e.0);
+        let (mut free, mut hosted) = (self.now_free, self.hosted_now);
+        for (end, room) in &mut self.free_after {
+            free = free.plus(*room);
+            *room = free;
+            let more = hosts(free);
+            self.steps.extend(std::iter::repeat_n(*end, (more - hosted) as usize));
+            hosted = more;
+        }
+    }
+
+    /// Its free room at `at` (not before `now`): every job expected to end by then has left.
+    fn free_at(&self, at: Time) -> Resources {
+        match self.free_after.partition_point(|e| e.0 <= at) {
+            0 => self.now_free,
+            k => self.free_after[k - 1].1,
+        }
+    }
 }
 
 impl Scheduler {
@@ -69,8 +144,9 @@ impl Scheduler {
     ///
     /// Each usable node's placed jobs, in order of expected end, tell when it could host
     /// one more replica; the earliest time at which the nodes together host them all is the
-    /// `replicas`-th of those times.
-    fn shadow(&self, ix: JobIx, taken: &[Planned], now: Time) -> Option<Planned> {
+    /// `replicas`-th of those times. `learnt` is what the last computation for the same job
+    /// learnt of each node (empty: none); it is brought up to date.
+    fn shadow(&self, ix: JobIx, taken: &[Planned], now: Time, learnt: &mut Hosting) -> Option<Planned> {
         let job = &self.jobs[ix];
         let (model, per_replica, replicas) = (job.spec.gpu_model, job.spec.per_replica, job.spec.replicas);
         let reserved_by_earlier = |node: NodeId| {
@@ -91,73 +167,52 @@ impl Scheduler {
                 booked.memory_mib.saturating_sub(cap.memory_mib),
             )
         };
-        let mut rooms: Vec<NodeRoom> = Vec::new();
-        // What each node's placed jobs give back there, and when: `rooms[i].ends` indexes it.
-        let mut ends: Vec<(Time, Resources)> = Vec::new();
-        // One entry per replica a node could host, at the time it could.
-        let mut steps: Vec<Time> = Vec::new();
-        for node in self.nodes.iter().filter(|n| n.schedulable && model.is_none_or(|m| m == n.spec.gpu_model)) {
-            let now_free = node.available();
-            // What earlier reservations will take of the node: room freed here goes to
-            // them first.
+        // The usable nodes in id order, each reusing what was learnt of it if it is as it was
+        // (in place: the usable nodes rarely change).
+        let Hosting { nodes: hosting, steps, free, candidates } = learnt;
+        let usable = || self.nodes.iter().filter(|n| n.schedulable && model.is_none_or(|m| m == n.spec.gpu_model));
+        if !usable().map(|n| n.spec.id).eq(hosting.iter().map(|h| h.node)) {
+            hosting.clear();
+            hosting.extend(usable().map(|_| NodeHosting::empty()));
+        }
+        for (node, h) in usable().zip(hosting.iter_mut()) {
             let debt = reserved_by_earlier(node.spec.id).plus(over(node));
-            let hosts = |free: Resources| free.saturating_minus(debt).count_fitting(per_replica).min(replicas);
-            let first = ends.len();
-            let hosted_now = hosts(now_free);
-            let mut hosted = hosted_now;
-            steps.extend(std::iter::repeat_n(now, hosted as usize));
-            if hosted < replicas {
-                // A victim's slots held for its preemptor go to the preemptor, not back to
-                // the free room (its CPU and memory do: a hold counts its own apart).
-                ends.extend(node.ends.iter().map(|e| {
-                    let mut room = e.room;
-                    room.gpus = e.slots.minus(node.held).len();
-                    (e.end.max(now), room)
-                }));
-                ends[first..].sort_unstable_by_key(|e| e.0);
-                let mut free = now_free;
-                for &(end, freed) in &ends[first..] {
-                    free = free.plus(freed);
-                    let more = hosts(free);
-                    steps.extend(std::iter::repeat_n(end, (more - hosted) as usize));
-                    hosted = more;
-                    if hosted == replicas {
-                        break;
-                    }
-                }
+            if h.node != node.spec.id || h.version != node.version || h.debt != debt {
+                h.compute(node, debt, per_replica, replicas);
             }
-            rooms.push(NodeRoom { node, now_free, debt, hosted_now, ends: first..ends.len() });
         }
         let nth = (replicas as usize).checked_sub(1)?;
-        if steps.len() <= nth {
-            return None;
-        }
-        let room_now = rooms.iter().map(|r| r.hosted_now as usize).sum::<usize>() > nth;
-        let at = *steps.select_nth_unstable(nth).1;
-        // Each node's room at `at`: every job expected to end by then has left, unless the
-        // room there is now (then it is counted as it is).
-        let free_at = |room: &NodeRoom| match room_now {
-            true => room.now_free,
-            false => ends[room.ends.clone()].iter().take_while(|e| e.0 <= at).fold(room.now_free, |f, e| f.plus(e.1)),
+        let hosted_now: usize = hosting.iter().map(|h| h.hosted_now as usize).sum();
+        let room_now = hosted_now > nth;
+        let at = if room_now {
+            now
+        } else {
+            steps.clear();
+            steps.extend(hosting.iter().flat_map(|h| h.steps.iter().map(|t| (*t).max(now))));
+            let nth_later = nth - hosted_now;
+            if steps.len() <= nth_later {
+                return None;
+            }
+            *steps.select_nth_unstable(nth_later).1
         };
-        let free: Vec<Resources> = rooms.iter().map(free_at).collect();
-        let candidates: Vec<Candidate> = rooms
-            .iter()
-            .zip(&free)
-            .map(|(r, f)| Candidate {
-                node: r.node.spec.id,
-                available: f.saturating_minus(r.debt),
-                capacity: r.node.spec.capacity,
-            })
-            .collect();
-        let chosen = choose_nodes(&candidates, per_replica, replicas, self.config.policy.scoring)?;
+        // Each node's room at `at`, unless the room is there now (then it is counted as it
+        // is).
+        free.clear();
+        free.extend(hosting.iter().map(|h| if room_now { h.now_free } else { h.free_at(at) }));
+        candidates.clear();
+        candidates.extend(hosting.iter().zip(free.iter()).map(|(h, f)| Candidate {
+            node: h.node,
+            available: f.saturating_minus(h.debt),
+            capacity: h.capacity,
+        }));
+        let chosen = choose_nodes(candidates, per_replica, replicas, self.config.policy.scoring)?;
         let nodes = chosen
             .into_iter()
             .map(|(node, count)| {
-                let i = rooms.iter().position(|r| r.node.spec.id == node).expect("chosen among them");
+                let i = hosting.iter().position(|h| h.node == node).expect("chosen among them");
                 let reserved = per_replica.times(count);
                 let spare =
-                    rooms[i].now_free.min_each(free[i].saturating_minus(rooms[i].debt).saturating_minus(reserved));
+                    hosting[i].now_free.min_each(free[i].saturating_minus(hosting[i].debt).saturating_minus(reserved));
                 (node, reserved, spare)
             })
             .collect();
@@ -233,10 +288,15 @@ impl Scheduler {
             return;
         }
         let before = std::mem::take(&mut self.plan);
+        // What the last computation of each reservation learnt of the nodes; kept for those
+        // still planned.
+        let mut hosting_before = std::mem::take(&mut self.hosting);
         let mut plan: Vec<Planned> = Vec::with_capacity(before.len());
         for p in &before {
-            if let Some(fresh) = still_holds(p).then(|| self.shadow(p.ix, &plan, now)).flatten() {
+            let mut hosting = hosting_before.remove(&p.id).unwrap_or_default();
+            if let Some(fresh) = still_holds(p).then(|| self.shadow(p.ix, &plan, now, &mut hosting)).flatten() {
                 plan.push(fresh);
+                self.hosting.insert(p.id, hosting);
             }
         }
         if plan != before {
@@ -246,11 +306,27 @@ impl Scheduler {
         self.plan_read = Some(read);
     }
 
-    /// A check for the tests: when the next cycle at `now` would keep the plan as it is
-    /// (`refresh_plan`: nothing it reads changed), the plan must be what computing it afresh
-    /// gives. `Err` names the first reservation that differs.
+    /// A check for the tests, before a cycle at `now`: a reservation computed from what its
+    /// last computation learnt of the nodes (`hosting`) is what computing it from nothing
+    /// gives; and when the cycle would keep the plan as it is (`refresh_plan`: nothing it
+    /// reads changed), the plan is what computing it afresh gives. `Err` names the first
+    /// reservation that differs.
     #[doc(hidden)]
     pub fn check_kept_plan(&self, now: Time) -> Result<(), String> {
+        for (i, p) in self.plan.iter().enumerate() {
+            let Some(learnt) = self.hosting.get(&p.id) else { continue };
+            if self.jobs.get_slot(p.ix).is_none_or(|j| j.spec.id != p.id) {
+                continue;
+            }
+            let from_learnt = self.shadow(p.ix, &self.plan[..i], now, &mut learnt.clone());
+            let from_nothing = self.shadow(p.ix, &self.plan[..i], now, &mut Hosting::default());
+            if from_learnt != from_nothing {
+                return Err(format!(
+                    "reservation of {} from what was learnt {from_learnt:?} differs from a fresh one {from_nothing:?}",
+                    p.id
+                ));
+            }
+        }
         let read = (self.nodes.version(), self.run_ends_version);
         let would_revise = self.run_ends.range(..=(now, JobId(u64::MAX), JobIx(u32::MAX))).any(|&(end, _, ix)| {
             matches!(self.jobs[ix].state, JobState::Running { .. }) && self.expected_end(ix, now) != end
@@ -265,7 +341,7 @@ impl Scheduler {
             return Ok(());
         }
         for (i, p) in self.plan.iter().enumerate() {
-            let fresh = self.shadow(p.ix, &self.plan[..i], now);
+            let fresh = self.shadow(p.ix, &self.plan[..i], now, &mut Hosting::default());
             if fresh.as_ref() != Some(p) {
                 return Err(format!("kept reservation {p:?} differs from a fresh one {fresh:?} at {now}"));
             }
@@ -289,14 +365,14 @@ impl Scheduler {
         // Reservations ranked above it keep their nodes first; those below are placed
         // again after it at the next refresh.
         let above: Vec<Planned> = self.plan.iter().filter(|p| p.key < key).cloned().collect();
-        let Some(planned) = self.shadow(ix, &above, now) else { return };
+        let Some(planned) = self.shadow(ix, &above, now, &mut Hosting::default()) else { return };
         let at = self.plan.partition_point(|p| p.key < key);
         self.plan.insert(at, planned);
         self.plan.truncate(limits.count_max as usize);
         // Those ranked below it are placed around it now.
         let mut i = at + 1;
         while i < self.plan.len() {
-            match self.shadow(self.plan[i].ix, &self.plan[..i], now) {
+            match self.shadow(self.plan[i].ix, &self.plan[..i], now, &mut Hosting::default()) {
                 Some(again) => {
                     self.plan[i] = again;
                     i += 1;

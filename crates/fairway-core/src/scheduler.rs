@@ -154,6 +154,8 @@ pub struct Scheduler {
     pub(crate) run_ends_version: u64,
     /// The (`Nodes::version`, `run_ends_version`) the plan was last computed from.
     pub(crate) plan_read: Option<(u64, u64)>,
+    /// Per reservation's job, what its last computation learnt of each node (`plan.rs`).
+    pub(crate) hosting: BTreeMap<JobId, crate::plan::Hosting>,
 }
 
 impl Scheduler {
@@ -171,6 +173,7 @@ impl Scheduler {
             run_ends: BTreeSet::new(),
             run_ends_version: 0,
             plan_read: None,
+            hosting: BTreeMap::new(),
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
             grown_snapshot: Default::default(),
