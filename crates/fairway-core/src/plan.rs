@@ -365,16 +365,24 @@ impl Scheduler {
         // Reservations ranked above it keep their nodes first; those below are placed
         // again after it at the next refresh.
         let above: Vec<Planned> = self.plan.iter().filter(|p| p.key < key).cloned().collect();
-        let Some(planned) = self.shadow(ix, &above, now, &mut Hosting::default()) else { return };
+        let mut learnt = Hosting::default();
+        let Some(planned) = self.shadow(ix, &above, now, &mut learnt) else { return };
+        self.hosting.insert(planned.id, learnt);
         let at = self.plan.partition_point(|p| p.key < key);
         self.plan.insert(at, planned);
-        self.plan.truncate(limits.count_max as usize);
+        let kept = self.plan.len().min(limits.count_max as usize);
+        for dropped in self.plan.drain(kept..) {
+            self.hosting.remove(&dropped.id);
+        }
         // Those ranked below it are placed around it now.
         let mut i = at + 1;
         while i < self.plan.len() {
-            match self.shadow(self.plan[i].ix, &self.plan[..i], now, &mut Hosting::default()) {
+            let id = self.plan[i].id;
+            let mut learnt = self.hosting.remove(&id).unwrap_or_default();
+            match self.shadow(self.plan[i].ix, &self.plan[..i], now, &mut learnt) {
                 Some(again) => {
                     self.plan[i] = again;
+                    self.hosting.insert(id, learnt);
                     i += 1;
                 }
                 None => {
@@ -436,7 +444,8 @@ impl Scheduler {
         }
         // A holder that starts leaves the plan.
         if let Some(at) = self.plan.iter().position(|p| p.ix == ix) {
-            self.plan.remove(at);
+            let left = self.plan.remove(at);
+            self.hosting.remove(&left.id);
             self.changes.plan_changed = true;
         }
     }
