@@ -110,6 +110,12 @@ pub(crate) enum PreemptionScope {
     Cohort { reclaim: bool },
 }
 
+/// See `SearchView::fit_check`.
+struct FitCheck {
+    needs: Vec<QuotaNeed>,
+    nodes: Vec<Candidate>,
+}
+
 /// What a preemptor's victims must give back to one account for the job to fit within its
 /// cap: a project's or user's (its hard quota or borrowing limit) or its cohort's.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -871,21 +877,22 @@ impl SearchView<'_> {
         mut taken: Vec<&Victim>,
         max_victims: usize,
     ) -> Option<VictimPlan> {
-        self.fits_without(ix, scope, &taken)?;
+        let check = self.fit_check(ix, scope);
+        self.fits_with(ix, &check, &taken)?;
         taken.sort_unstable_by_key(|v| v.order_key());
         let mut i = taken.len();
         while i > 0 {
             i -= 1;
             let mut fewer = taken.clone();
             fewer.remove(i);
-            if self.fits_without(ix, scope, &fewer).is_some() {
+            if self.fits_with(ix, &check, &fewer).is_some() {
                 taken = fewer;
             }
         }
         if taken.len() > max_victims {
             return None;
         }
-        let chosen = self.fits_without(ix, scope, &taken).expect("minimal set still fits");
+        let chosen = self.fits_with(ix, &check, &taken).expect("minimal set still fits");
         let mut ids: Vec<(JobId, JobIx)> = taken.iter().map(|v| (v.id, v.ix)).collect();
         ids.sort_unstable();
         Some(VictimPlan { victims: ids, chosen })
@@ -895,6 +902,7 @@ impl SearchView<'_> {
     /// its cap and on the nodes, then drop every victim that is not needed.
     fn greedy_set(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim]) -> Option<VictimPlan> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
+        let check = self.fit_check(ix, scope);
         let mut taken: Vec<&Victim> = Vec::new();
         // The bound applies to the final, minimal set (rule 6); while collecting, allow twice
         // as many so that victims that free nothing useful do not end the search early.
@@ -903,7 +911,7 @@ impl SearchView<'_> {
                 return None;
             }
             taken.push(v);
-            if self.fits_without(ix, scope, &taken).is_some() {
+            if self.fits_with(ix, &check, &taken).is_some() {
                 return self.minimise(ix, scope, taken, max_victims);
             }
         }
@@ -913,8 +921,28 @@ impl SearchView<'_> {
     /// Where the job would go if `gone` had left, respecting quota (and its cohort) for a
     /// bound preemptor.
     fn fits_without(&self, ix: JobIx, scope: PreemptionScope, gone: &[&Victim]) -> Option<Vec<(NodeId, u32)>> {
+        self.fits_with(ix, &self.fit_check(ix, scope), gone)
+    }
+
+    /// What `fits_with` reads of the scheduler for the job at `ix`, for asking it of many
+    /// sets in turn: its quota needs and the usable nodes as they are, in id order.
+    fn fit_check(&self, ix: JobIx, scope: PreemptionScope) -> FitCheck {
+        let model = self.jobs[ix].spec.gpu_model;
+        FitCheck {
+            needs: self.quota_needs(ix, scope),
+            nodes: self
+                .nodes
+                .iter()
+                .filter(|n| n.schedulable && model.is_none_or(|m| m == n.spec.gpu_model))
+                .map(|n| Candidate { node: n.spec.id, available: n.available(), capacity: n.spec.capacity })
+                .collect(),
+        }
+    }
+
+    /// `fits_without`, with what it reads of the scheduler read once (`fit_check`).
+    fn fits_with(&self, ix: JobIx, check: &FitCheck, gone: &[&Victim]) -> Option<Vec<(NodeId, u32)>> {
         let job = &self.jobs[ix];
-        for need in self.quota_needs(ix, scope) {
+        for need in &check.needs {
             let of = |v: &&&Victim| self.charged_to(v.ix, need.account);
             let freed = if need.member_caps.is_empty() {
                 gone.iter().filter(of).fold(Resources::ZERO, |acc, v| acc.plus(v.total))
@@ -931,23 +959,14 @@ impl SearchView<'_> {
                 return None;
             }
         }
-        let mut freed: BTreeMap<NodeId, Resources> = BTreeMap::new();
+        let mut candidates = check.nodes.clone();
         for v in gone {
             for &(node, r) in v.frees.as_slice() {
-                let e = freed.entry(node).or_default();
-                *e = e.plus(r);
+                if let Ok(at) = candidates.binary_search_by_key(&node, |c| c.node) {
+                    candidates[at].available = candidates[at].available.plus(r);
+                }
             }
         }
-        let candidates: Vec<Candidate> = self
-            .nodes
-            .iter()
-            .filter(|n| n.schedulable && job.spec.gpu_model.is_none_or(|m| m == n.spec.gpu_model))
-            .map(|n| Candidate {
-                node: n.spec.id,
-                available: n.available().plus(freed.get(&n.spec.id).copied().unwrap_or_default()),
-                capacity: n.spec.capacity,
-            })
-            .collect();
         choose_nodes(&candidates, job.spec.per_replica, job.spec.replicas, self.config.policy.scoring)
     }
 }
