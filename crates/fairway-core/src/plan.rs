@@ -272,6 +272,8 @@ impl Scheduler {
     /// is recorded, so that jobs they held back look again.
     pub(crate) fn refresh_plan(&mut self, now: Time) {
         if self.plan.is_empty() {
+            // What was learnt for reservations that are gone is of no more use.
+            self.hosting.clear();
             return;
         }
         self.revise_run_ends(now);
