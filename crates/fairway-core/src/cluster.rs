@@ -7,7 +7,7 @@
 //! names nodes by [`NodeId`].
 
 use crate::ids::{JobIx, NodeIx};
-use crate::types::{GpuModel, GpuSet, NodeId, NodeSpec, Resources, Time};
+use crate::types::{GpuModel, GpuSet, NodeId, NodeSpec, ReplicaPlacement, Resources, Time};
 use crate::victims::VictimEntry;
 
 /// One node's live state.
@@ -51,6 +51,31 @@ pub(crate) struct PlacedEnd {
     pub room: Resources,
 }
 
+impl PlacedEnd {
+    /// The job at `job`, of `per_replica` per replica, with `here` of its replicas on one
+    /// node.
+    pub fn new<'a>(
+        job: JobIx,
+        end: Time,
+        per_replica: Resources,
+        here: impl IntoIterator<Item = &'a ReplicaPlacement>,
+    ) -> PlacedEnd {
+        let (mut count, mut slots) = (0u32, GpuSet::EMPTY);
+        for r in here {
+            count += 1;
+            slots = slots.union(r.gpus);
+        }
+        PlacedEnd { job, end, slots, room: per_replica.times(count) }
+    }
+
+    /// What the node's free room gets back when the job exits: its CPU and memory, and its
+    /// slots but those `held` for a preemptor (they go to the preemptor; a hold counts its
+    /// own CPU and memory apart).
+    pub fn gives_back(&self, held: GpuSet) -> Resources {
+        Resources { gpus: self.slots.minus(held).len(), ..self.room }
+    }
+}
+
 impl Node {
     pub fn new(spec: NodeSpec) -> Node {
         Node {
@@ -71,6 +96,11 @@ impl Node {
     /// Slots neither owned nor held: what a new job may take right now.
     pub fn free_slots(&self) -> GpuSet {
         self.slots.minus(self.owned.union(self.held))
+    }
+
+    /// Whether a job of `model` (any, with `None`) may start here.
+    pub fn usable_by(&self, model: Option<GpuModel>) -> bool {
+        self.schedulable && model.is_none_or(|m| m == self.spec.gpu_model)
     }
 
     pub fn available_gpus(&self) -> u32 {

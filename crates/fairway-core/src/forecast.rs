@@ -42,6 +42,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
 
+use crate::cluster::PlacedEnd;
 use crate::ids::{GroupKey, JobIx};
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
@@ -424,13 +425,8 @@ impl World {
                     continue;
                 };
                 let end = *ended.entry(ix).or_insert_with(|| s.expected_end(ix, now));
-                let (mut here, mut slots) = (0u32, crate::types::GpuSet::EMPTY);
-                for r in placement.replicas().iter().filter(|r| r.node == node.spec.id) {
-                    here += 1;
-                    slots = slots.union(r.gpus);
-                }
-                let mut freed = job.spec.per_replica.times(here);
-                freed.gpus = slots.minus(node.held).len();
+                let here = placement.replicas().iter().filter(|r| r.node == node.spec.id);
+                let freed = PlacedEnd::new(ix, end, job.spec.per_replica, here).gives_back(node.held);
                 steps.add(end, FOREVER, Amount::of(freed));
                 world.gpus_total.add(end, FOREVER, Amount([i64::from(freed.gpus), 0, 0]));
                 world.times.insert(end);

@@ -26,8 +26,8 @@ impl Scheduler {
     /// - Reserved GPUs belong to exactly one preemptor, which is pending, lists them, sits in
     ///   the holding set and counts the victims it still waits for (ready exactly at zero).
     /// - The victim index (each node's list, the per-priority tally, each capped account's
-    ///   preemptible GPUs), the index of placed jobs by expected end, the terminating set, the count of capped accounts and the free
-    ///   index say what the jobs and nodes say.
+    ///   preemptible GPUs), the index of placed jobs by expected end, the terminating set,
+    ///   the count of capped accounts and the free index say what the jobs and nodes say.
     /// - The pending queue's indexes agree with its groups (every sleeping group is
     ///   indexed under what wakes it).
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -79,7 +79,7 @@ impl Scheduler {
                     return Err(format!("{node_id} lists {id}, which has no replica there"));
                 }
                 if self.tracks_run_ends() {
-                    let end = Scheduler::run_end_key(job);
+                    let end = job.end_key();
                     let entry = PlacedEnd { job: ix, end, slots: slots_here, room: job.spec.per_replica.times(here) };
                     if node.ends.iter().filter(|e| **e == entry).count() != 1 {
                         return Err(format!("{node_id} does not list {id} once by its expected end {end}"));
@@ -91,7 +91,7 @@ impl Scheduler {
                 }
                 check_gang(id, &job.spec, placement, "placed")?;
                 if self.tracks_run_ends() {
-                    if !self.run_ends.contains(&(Scheduler::run_end_key(job), id, ix)) {
+                    if !self.run_ends.contains(&(job.end_key(), id, ix)) {
                         return Err(format!("{id} is placed but not indexed by its expected end"));
                     }
                     run_ends_seen += 1;

@@ -127,6 +127,18 @@ impl Job {
         self.preempted_at.drain(..excess);
     }
 
+    /// A placed job's key in `Scheduler::run_ends` and its nodes' lists of ends: a running
+    /// job's `expected_end`, a preempted one's grace deadline, a stopped one's start (it is
+    /// expected to leave at once).
+    pub fn end_key(&self) -> Time {
+        match &self.state {
+            JobState::Running { .. } => self.expected_end,
+            JobState::Terminating { why: Termination::Preempted { deadline, .. }, .. } => *deadline,
+            JobState::Terminating { started_at, .. } => *started_at,
+            JobState::Pending { .. } => unreachable!("a pending job is not placed"),
+        }
+    }
+
     /// GPU-time lost if the job, now running, stopped at `now` (0 when it does not run).
     pub fn lost_gpu_ms(&self, now: Time) -> u64 {
         match self.state {

@@ -110,13 +110,7 @@ impl NodeHosting {
         if self.hosted_now == replicas {
             return;
         }
-        // A victim's slots held for its preemptor go to the preemptor, not back to the free
-        // room (its CPU and memory do: a hold counts its own apart).
-        self.free_after.extend(node.ends.iter().map(|e| {
-            let mut room = e.room;
-            room.gpus = e.slots.minus(node.held).len();
-            (e.end, room)
-        }));
+        self.free_after.extend(node.ends.iter().map(|e| (e.end, e.gives_back(node.held))));
         self.free_after.sort_unstable_by_key(|e| e.0);
         let (mut free, mut hosted) = (self.now_free, self.hosted_now);
         for (end, room) in &mut self.free_after {
@@ -170,7 +164,7 @@ impl Scheduler {
         // The usable nodes in id order, each reusing what was learnt of it if it is as it was
         // (in place: the usable nodes rarely change).
         let Hosting { nodes: hosting, steps, free, candidates } = learnt;
-        let usable = || self.nodes.iter().filter(|n| n.schedulable && model.is_none_or(|m| m == n.spec.gpu_model));
+        let usable = || self.nodes.iter().filter(|n| n.usable_by(model));
         if !usable().map(|n| n.spec.id).eq(hosting.iter().map(|h| h.node)) {
             hosting.clear();
             hosting.extend(usable().map(|_| NodeHosting::empty()));
@@ -222,12 +216,7 @@ impl Scheduler {
     /// Running jobs past their expected end get a new one, as of `now` (`estimate.rs`):
     /// what `run_ends` says before a reservation reads it.
     fn revise_run_ends(&mut self, now: Time) {
-        let overdue: Vec<(Time, JobId, JobIx)> = self
-            .run_ends
-            .range(..=(now, JobId(u64::MAX), JobIx(u32::MAX)))
-            .filter(|&&(_, _, ix)| matches!(self.jobs[ix].state, JobState::Running { .. }))
-            .copied()
-            .collect();
+        let overdue: Vec<(Time, JobId, JobIx)> = self.overdue_runs(now).collect();
         for entry in overdue {
             let ix = entry.2;
             let revised = self.expected_end(ix, now);
@@ -239,17 +228,30 @@ impl Scheduler {
         }
     }
 
+    /// Running jobs whose expected end is `now` or past, from `run_ends`.
+    fn overdue_runs(&self, now: Time) -> impl Iterator<Item = (Time, JobId, JobIx)> + '_ {
+        self.run_ends
+            .range(..=(now, JobId(u64::MAX), JobIx(u32::MAX)))
+            .filter(|&&(_, _, ix)| matches!(self.jobs[ix].state, JobState::Running { .. }))
+            .copied()
+    }
+
+    /// Whether the reservation's job still waits for it: pending, queued, holding nothing.
+    fn still_reserving(&self, p: &Planned) -> bool {
+        self.jobs.get_slot(p.ix).is_some_and(|j| {
+            j.spec.id == p.id && matches!(j.state, JobState::Pending { reservation: None }) && j.queued_in.is_some()
+        })
+    }
+
     /// Index the placed job at `ix` by its expected end (`run_ends` and its nodes' lists).
     pub(crate) fn index_run_end(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
         let (JobState::Running { placement, .. } | JobState::Terminating { placement, .. }) = &job.state else {
             unreachable!("only placed jobs are indexed by end");
         };
-        let (end, id, per_replica) = (Self::run_end_key(job), job.spec.id, job.spec.per_replica);
+        let (end, id, per_replica) = (job.end_key(), job.spec.id, job.spec.per_replica);
         for here in placement.replicas().chunk_by(|a, b| a.node == b.node) {
-            let slots = here.iter().fold(crate::types::GpuSet::EMPTY, |s, r| s.union(r.gpus));
-            let room = per_replica.times(here.len() as u32);
-            self.nodes.ends_mut(here[0].node).push(PlacedEnd { job: ix, end, slots, room });
+            self.nodes.ends_mut(here[0].node).push(PlacedEnd::new(ix, end, per_replica, here));
         }
         self.run_ends.insert((end, id, ix));
         self.run_ends_version += 1;
@@ -261,7 +263,7 @@ impl Scheduler {
         let (JobState::Running { placement, .. } | JobState::Terminating { placement, .. }) = &job.state else {
             unreachable!("only placed jobs are indexed by end");
         };
-        self.run_ends.remove(&(Self::run_end_key(job), job.spec.id, ix));
+        self.run_ends.remove(&(job.end_key(), job.spec.id, ix));
         for here in placement.replicas().chunk_by(|a, b| a.node == b.node) {
             self.nodes.ends_mut(here[0].node).retain(|e| e.job != ix);
         }
@@ -277,16 +279,11 @@ impl Scheduler {
             return;
         }
         self.revise_run_ends(now);
-        let still_holds = |p: &Planned| {
-            self.jobs.get_slot(p.ix).is_some_and(|j| {
-                j.spec.id == p.id && matches!(j.state, JobState::Pending { reservation: None }) && j.queued_in.is_some()
-            })
-        };
         // Nothing it reads changed and no reservation's time has come: the same plan (the
         // ends it walked up to each time are where they were; those passed since only
         // move to `now`, before that time).
         let read = (self.nodes.version(), self.run_ends_version);
-        if self.plan_read == Some(read) && self.plan.iter().all(|p| p.at > now && still_holds(p)) {
+        if self.plan_read == Some(read) && self.plan.iter().all(|p| p.at > now && self.still_reserving(p)) {
             return;
         }
         let before = std::mem::take(&mut self.plan);
@@ -296,7 +293,8 @@ impl Scheduler {
         let mut plan: Vec<Planned> = Vec::with_capacity(before.len());
         for p in &before {
             let mut hosting = hosting_before.remove(&p.id).unwrap_or_default();
-            if let Some(fresh) = still_holds(p).then(|| self.shadow(p.ix, &plan, now, &mut hosting)).flatten() {
+            if let Some(fresh) = self.still_reserving(p).then(|| self.shadow(p.ix, &plan, now, &mut hosting)).flatten()
+            {
                 plan.push(fresh);
                 self.hosting.insert(p.id, hosting);
             }
@@ -330,15 +328,10 @@ impl Scheduler {
             }
         }
         let read = (self.nodes.version(), self.run_ends_version);
-        let would_revise = self.run_ends.range(..=(now, JobId(u64::MAX), JobIx(u32::MAX))).any(|&(end, _, ix)| {
-            matches!(self.jobs[ix].state, JobState::Running { .. }) && self.expected_end(ix, now) != end
-        });
-        let holds = |p: &Planned| {
-            self.jobs.get_slot(p.ix).is_some_and(|j| {
-                j.spec.id == p.id && matches!(j.state, JobState::Pending { reservation: None }) && j.queued_in.is_some()
-            })
-        };
-        let kept = self.plan_read == Some(read) && !would_revise && self.plan.iter().all(|p| p.at > now && holds(p));
+        let would_revise = self.overdue_runs(now).any(|(end, _, ix)| self.expected_end(ix, now) != end);
+        let kept = self.plan_read == Some(read)
+            && !would_revise
+            && self.plan.iter().all(|p| p.at > now && self.still_reserving(p));
         if !kept {
             return Ok(());
         }
@@ -417,7 +410,7 @@ impl Scheduler {
         let candidates: Vec<Candidate> = self
             .nodes
             .iter()
-            .filter(|n| n.schedulable && job.spec.gpu_model.is_none_or(|m| m == n.spec.gpu_model))
+            .filter(|n| n.usable_by(job.spec.gpu_model))
             .map(|n| {
                 let mut available = n.available();
                 for p in &binding {

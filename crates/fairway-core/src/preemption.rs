@@ -339,7 +339,7 @@ impl SearchView<'_> {
     fn wide_search(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim], now: Time) -> WideSearch {
         let job = &self.jobs[ix];
         // Nodes are in id order, so the usable ones are too.
-        let usable: Vec<&Node> = self.nodes.iter().filter(|n| Self::usable(n, job.spec.gpu_model)).collect();
+        let usable: Vec<&Node> = self.nodes.iter().filter(|n| n.usable_by(job.spec.gpu_model)).collect();
         let position = |node: NodeId| usable.binary_search_by_key(&node, |n| n.spec.id).ok();
         let needs = self.quota_needs(ix, scope);
         let group = |v: &Victim| {
@@ -515,18 +515,13 @@ impl SearchView<'_> {
         share
     }
 
-    /// Can a job of `model` use the node?
-    fn usable(node: &Node, model: Option<GpuModel>) -> bool {
-        node.schedulable && model.is_none_or(|m| m == node.spec.gpu_model)
-    }
-
     /// What a running job frees on each node a job of `model` could use, by node id.
     /// Replicas are listed node by node, so merging neighbours is enough.
     fn frees_of(&self, model: Option<GpuModel>, vix: JobIx) -> Frees {
         let victim = &self.jobs[vix];
         let JobState::Running { placement, .. } = &victim.state else { unreachable!("victims run") };
         let per_replica = victim.spec.per_replica;
-        let usable = |node_id: NodeId| Self::usable(self.nodes.by_id(node_id), model);
+        let usable = |node_id: NodeId| self.nodes.by_id(node_id).usable_by(model);
         if let [only] = placement.replicas() {
             return if usable(only.node) { Frees::One([(only.node, per_replica)]) } else { Frees::Many(Vec::new()) };
         }
@@ -566,7 +561,7 @@ impl SearchView<'_> {
             return true;
         }
         let mut hosted = 0;
-        for node in self.nodes.iter().filter(|n| Self::usable(n, model)) {
+        for node in self.nodes.iter().filter(|n| n.usable_by(model)) {
             let below: u32 = node.victims.iter().take_while(|e| e.priority < priority).map(|e| e.freed.gpus).sum();
             hosted += (node.available_gpus() + below) / gpus;
             if hosted > replicas_max {
@@ -629,7 +624,7 @@ impl SearchView<'_> {
         let nodes = self
             .nodes
             .iter()
-            .filter(|n| Self::usable(n, job.spec.gpu_model))
+            .filter(|n| n.usable_by(job.spec.gpu_model))
             .map(|n| {
                 let candidates = n
                     .victims
@@ -668,7 +663,7 @@ impl SearchView<'_> {
         scratch.ready.clear();
         scratch.shares.clear();
         for (i, node) in self.nodes.iter().enumerate() {
-            if Self::usable(node, model)
+            if node.usable_by(model)
                 && let Some((level, bound)) = room_level(node, demand, examined, now, scratch.protection_waived)
             {
                 scratch.ready.push((level, i as u32, Some(bound)));
@@ -815,7 +810,7 @@ impl SearchView<'_> {
         let mut offers: Vec<NodeOffer> = Vec::new();
         let mut hosted_free = 0u32;
         for node in self.nodes.iter() {
-            if !node.schedulable || job.spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model) {
+            if !node.usable_by(job.spec.gpu_model) {
                 continue;
             }
             let fits = |room: Resources| {
@@ -933,7 +928,7 @@ impl SearchView<'_> {
             nodes: self
                 .nodes
                 .iter()
-                .filter(|n| n.schedulable && model.is_none_or(|m| m == n.spec.gpu_model))
+                .filter(|n| n.usable_by(model))
                 .map(|n| Candidate { node: n.spec.id, available: n.available(), capacity: n.spec.capacity })
                 .collect(),
         }

@@ -803,16 +803,6 @@ impl Scheduler {
         self.config.policy.reservations.is_some()
     }
 
-    /// A placed job's key in `run_ends` (see there).
-    pub(crate) fn run_end_key(job: &Job) -> Time {
-        match &job.state {
-            JobState::Running { .. } => job.expected_end,
-            JobState::Terminating { why: Termination::Preempted { deadline, .. }, .. } => *deadline,
-            JobState::Terminating { started_at, .. } => *started_at,
-            JobState::Pending { .. } => unreachable!("a pending job is not placed"),
-        }
-    }
-
     /// Move a running job to terminating: it stops being a victim candidate, but keeps its
     /// GPUs, and its charge, until it exits.
     pub(crate) fn begin_termination(&mut self, ix: JobIx, why: Termination) {

@@ -41,6 +41,7 @@ use fairway_core::{
     PendingReason, Placement, PreemptionPolicy, Quota, ReplicaPlacement, RestoredJob, RestoredRun, RestoredStop,
     Scheduler, StartEstimate, Time,
 };
+use fairway_server::api::FORECAST_JOBS_MAX;
 use fairway_spec::{AccountKind, Interner, ParseLimits, ParseOptions, PreemptionProtection, PriorityRef, ResolvedJob};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -155,10 +156,6 @@ struct Tracked {
 
 /// The window of rule 1's cap on preemptions an hour.
 const HOUR_MS: u64 = 3_600_000;
-
-/// Pending jobs whose start is forecast, in queue order; those ranked further get their
-/// position only. The forecast's cost grows with this (times the moments it plays forward).
-pub const FORECAST_JOBS_MAX: usize = 1_000;
 
 /// What was last said about a workload, to say it again only when it changes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -99,6 +99,11 @@ pub struct JobView {
     pub start_estimate: Option<StartEstimateView>,
 }
 
+/// Pending jobs a query's forecast covers, in queue order, in both drivers
+/// (`Scheduler::forecast_jobs`): jobs ranked further get their position and `not_forecast`.
+/// The forecast replays the queue, so its cost grows with this.
+pub const FORECAST_JOBS_MAX: usize = 1_000;
+
 /// A pending job's expected start (see the core's `forecast.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartEstimateView {

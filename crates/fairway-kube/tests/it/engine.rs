@@ -730,13 +730,16 @@ fn workload(j: &Job) -> Input {
     Input::Workload(Change::Applied(Workload::from_job(j).unwrap()))
 }
 
+/// The (reason, message) of each condition said about `name`, oldest first.
+fn conditions_about<'a>(said: &'a [Action], name: &'a str) -> impl Iterator<Item = (&'a String, &'a String)> {
+    said.iter().filter_map(move |a| match a {
+        Action::Condition { target, reason, message, .. } if target.name == name => Some((reason, message)),
+        _ => None,
+    })
+}
+
 fn conditions_said(said: &[Action], name: &str) -> Vec<String> {
-    said.iter()
-        .filter_map(|a| match a {
-            Action::Condition { target, reason, .. } if target.name == name => Some(reason.clone()),
-            _ => None,
-        })
-        .collect()
+    conditions_about(said, name).map(|(reason, _)| reason.clone()).collect()
 }
 
 /// `fairway.dev/paused: "true"` on a running Job stops it as a victim is stopped and takes it
@@ -969,12 +972,7 @@ fn cohort_annotations_are_read_or_refused_by_name() {
 
 /// The condition messages said about `name`, oldest first.
 fn condition_messages(said: &[Action], name: &str) -> Vec<String> {
-    said.iter()
-        .filter_map(|a| match a {
-            Action::Condition { target, message, .. } if target.name == name => Some(message.clone()),
-            _ => None,
-        })
-        .collect()
+    conditions_about(said, name).map(|(_, message)| message.clone()).collect()
 }
 
 fn with_deadline(mut j: Job, seconds: i64) -> Job {

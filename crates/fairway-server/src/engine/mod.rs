@@ -33,7 +33,7 @@ mod views;
 
 pub(crate) use runs::parse_placement;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
@@ -259,7 +259,8 @@ pub struct Engine {
 }
 
 /// How often, at most, the metric of each tier's head-of-queue expected start is
-/// refreshed: each refresh forecasts the queue (its first `FORECAST_JOBS_MAX` jobs).
+/// refreshed: each refresh forecasts the queue (its first `FORECAST_JOBS_MAX` jobs at most,
+/// as far as the last tier's head).
 const HEAD_ESTIMATES_EVERY_MS: u64 = 1_000;
 
 /// Everything the engine needs to start.
@@ -535,15 +536,25 @@ impl Engine {
     /// The metric of each tier's first pending job's expected start, in seconds from now
     /// (tiers whose head has no estimate are left out).
     fn refresh_head_estimates(&mut self, now: u64) {
-        let mut heads: BTreeMap<String, Option<u64>> = BTreeMap::new();
-        for e in self.core.forecast(Time(now), views::FORECAST_JOBS_MAX) {
-            let Some(job) = self.jobs.get(&(e.job.0 as i64)) else { continue };
-            heads.entry(tier_label(&job.resolved)).or_insert(e.start.at().map(|t| t.millis()));
+        // Each tier's first pending job among those a forecast covers, then the forecast of
+        // those alone (it plays forward only until they start).
+        let mut heads: BTreeMap<fairway_core::JobId, String> = BTreeMap::new();
+        let mut tiers: BTreeSet<String> = BTreeSet::new();
+        for id in self.core.pending().take(crate::api::FORECAST_JOBS_MAX) {
+            let Some(job) = self.jobs.get(&(id.0 as i64)) else { continue };
+            let tier = tier_label(&job.resolved);
+            if tiers.insert(tier.clone()) {
+                heads.insert(id, tier);
+            }
         }
         self.metrics.head_start_estimate.clear();
-        for (tier, at) in heads {
-            if let Some(at) = at {
-                let seconds = at.saturating_sub(now) / 1000;
+        let wanted: BTreeSet<fairway_core::JobId> = heads.keys().copied().collect();
+        if wanted.is_empty() {
+            return;
+        }
+        for e in self.core.forecast_jobs(Time(now), &wanted, crate::api::FORECAST_JOBS_MAX) {
+            if let (Some(tier), Some(at)) = (heads.remove(&e.job), e.start.at()) {
+                let seconds = at.millis().saturating_sub(now) / 1000;
                 self.metrics.head_start_estimate.get_or_create(&TierLabels { tier }).set(seconds as i64);
             }
         }

@@ -9,13 +9,9 @@ use serde_json::json;
 
 use super::{AccountKind, Command, Engine, LiveView, core_id};
 use crate::api::{
-    GpuView, Health, NodeList, NodeView, PreemptionView, PriorityClassList, PriorityClassView, QuotaList, ReasonView,
-    StartEstimateView,
+    FORECAST_JOBS_MAX, GpuView, Health, NodeList, NodeView, PreemptionView, PriorityClassList, PriorityClassView,
+    QuotaList, ReasonView, StartEstimateView,
 };
-
-/// Pending jobs a query's forecast covers (`Scheduler::forecast_jobs`): jobs ranked further
-/// get their position only. The forecast replays the queue, so its cost grows with this.
-pub const FORECAST_JOBS_MAX: usize = 1_000;
 
 impl Engine {
     /// Step 7 of the loop.
