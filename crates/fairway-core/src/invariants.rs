@@ -34,6 +34,7 @@ impl Scheduler {
         self.queue.check()?;
         let nodes: Vec<&crate::cluster::Node> = self.nodes.iter().collect();
         self.nodes.index.check(self.nodes.iter())?;
+        self.nodes.check_ids()?;
         let account_ids = self.ledger.account_ids();
         let account =
             |id: JobId, a: AccountId| account_ids.binary_search(&a).map_err(|_| format!("{id} charged to unknown {a}"));
