@@ -158,6 +158,11 @@ impl Nodes {
     }
 
     pub fn ix_of(&self, id: NodeId) -> Option<NodeIx> {
+        // Drivers usually number nodes from 0 without gaps: then a node's id is its position.
+        let at = id.0 as usize;
+        if self.ids.get(at) == Some(&id) {
+            return Some(NodeIx(id.0));
+        }
         self.ids.binary_search(&id).ok().map(|i| NodeIx(i as u32))
     }
 

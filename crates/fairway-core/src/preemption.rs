@@ -719,6 +719,7 @@ impl SearchView<'_> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let waived = scratch.protection_waived;
         scratch.bounds.clear();
+        let mut first = 0;
         let shares = &mut scratch.shares;
         for &(_, position, known) in ready.iter().filter(|(l, _, _)| *l == level) {
             let node = self.nodes.at(NodeIx(position));
@@ -734,9 +735,14 @@ impl SearchView<'_> {
             } else {
                 0
             };
-            scratch.bounds.push((Reverse(share_max), bound, position));
+            // The least bound, found while listing (keys end in the node's position: no ties).
+            let key = (Reverse(share_max), bound, position);
+            if scratch.bounds.get(first).is_none_or(|b| key < *b) {
+                first = scratch.bounds.len();
+            }
+            scratch.bounds.push(key);
         }
-        let first = (0..scratch.bounds.len()).min_by_key(|&i| scratch.bounds[i]).expect("a level of a ready node");
+        assert!(!scratch.bounds.is_empty(), "a level of a ready node");
         let mut best: Option<NodeSet> = None;
         for i in std::iter::once(first).chain((0..scratch.bounds.len()).filter(|&i| i != first)) {
             let (Reverse(share_max), bound, position) = scratch.bounds[i];
