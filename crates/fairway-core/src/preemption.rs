@@ -307,6 +307,12 @@ impl SearchView<'_> {
         if scope == PreemptionScope::Any && !self.gang_could_fit(ix) {
             return None;
         }
+        // Nothing preemptible runs below it and it may not reclaim at its own priority: no
+        // candidate (a tenant's lowest tier over its share asks this at every wake).
+        let reclaim = matches!(scope, PreemptionScope::Cohort { reclaim: true });
+        if !reclaim && self.tallies.preemptible.range(..job.spec.priority).next().is_none() {
+            return None;
+        }
         let victims = self.victim_candidates(ix, scope, now, scratch.protection_waived);
         if victims.is_empty() {
             return None;
