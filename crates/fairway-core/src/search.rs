@@ -794,7 +794,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
                 break;
             }
             let take = g.min(need);
-            cost += (u128::from(l) * u128::from(take) / u128::from(g)) as u64;
+            // Only the last candidate is taken in part: the others cost their whole share,
+            // without a division (this runs at every step of the branch and bound).
+            cost += if take == g { l } else { (u128::from(l) * u128::from(take) / u128::from(g)) as u64 };
             need -= take;
         }
         (need == 0).then_some(cost)
@@ -987,7 +989,12 @@ impl MinTree {
         let before = std::mem::replace(&mut self.slots[i], value);
         while i > 1 {
             i /= 2;
-            self.slots[i] = self.slots[2 * i].min(self.slots[2 * i + 1]);
+            let least = self.slots[2 * i].min(self.slots[2 * i + 1]);
+            if self.slots[i] == least {
+                // Nothing above depends on more than this slot: it is as it was.
+                break;
+            }
+            self.slots[i] = least;
         }
         before
     }
@@ -996,6 +1003,29 @@ impl MinTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tree's least value is the least of its values after any sequence of changes
+    /// (checked against a plain scan), and `replace` returns the value it replaced.
+    #[test]
+    fn min_tree_tracks_the_least_value() {
+        for len in [1usize, 2, 3, 5, 8, 13, 64] {
+            let mut values: Vec<u64> = (0..len as u64).map(|i| (i * 7919) % 23).collect();
+            let mut tree = MinTree::new(&values);
+            let mut seed = 12_345u64 + len as u64;
+            for _ in 0..2_000 {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let index = (seed >> 33) as usize % len;
+                // Small values repeat often, so many changes leave a slot's minimum as it was.
+                let value = match (seed >> 20) % 4 {
+                    0 => u64::MAX,
+                    _ => (seed >> 40) % 10,
+                };
+                assert_eq!(tree.replace(index, value), values[index]);
+                values[index] = value;
+                assert_eq!(tree.min(), *values.iter().min().expect("not empty"), "len {len}");
+            }
+        }
+    }
 
     fn gpu_victim(id: u64, gpus: u32, lost_gpu_min: u64) -> NodeCandidate {
         NodeCandidate {
