@@ -910,19 +910,26 @@ impl SearchView<'_> {
     fn greedy_set(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim]) -> Option<VictimPlan> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let check = self.fit_check(ix, scope);
-        let mut taken: Vec<&Victim> = Vec::new();
         // The bound applies to the final, minimal set (rule 6); while collecting, allow twice
         // as many so that victims that free nothing useful do not end the search early.
-        for v in victims {
-            if taken.len() == max_victims.saturating_mul(2) {
-                return None;
-            }
-            taken.push(v);
-            if self.fits_with(ix, &check, &taken).is_some() {
-                return self.minimise(ix, scope, taken, max_victims);
+        let longest = victims.len().min(max_victims.saturating_mul(2));
+        let prefix = |len: usize| victims[..len].iter().collect::<Vec<&Victim>>();
+        let fits = |len: usize| self.fits_with(ix, &check, &prefix(len)).is_some();
+        if longest == 0 || !fits(longest) {
+            return None;
+        }
+        // The shortest prefix that fits, found by halving: a longer prefix frees as much
+        // room and gives back as much quota or more, so fitting never stops once it starts.
+        let (mut short, mut long) = (0, longest);
+        while long - short > 1 {
+            let mid = short + (long - short) / 2;
+            if fits(mid) {
+                long = mid;
+            } else {
+                short = mid;
             }
         }
-        None
+        self.minimise(ix, scope, prefix(long), max_victims)
     }
 
     /// Where the job would go if `gone` had left, respecting quota (and its cohort) for a
