@@ -83,11 +83,11 @@ pub(crate) struct Hosting {
 }
 
 impl NodeHosting {
-    /// Nothing learnt yet: `compute` fills it.
+    /// Nothing learnt yet: `compute` fills it (no node's version is `u64::MAX`).
     fn empty() -> NodeHosting {
         NodeHosting {
             node: NodeId(0),
-            version: 0,
+            version: u64::MAX,
             capacity: Resources::ZERO,
             debt: Resources::ZERO,
             now_free: Resources::ZERO,
@@ -171,7 +171,7 @@ impl Scheduler {
         }
         for (node, h) in usable().zip(hosting.iter_mut()) {
             let debt = reserved_by_earlier(node.spec.id).plus(over(node));
-            if h.node != node.spec.id || h.version != node.version || h.debt != debt {
+            if h.version != node.version || h.debt != debt {
                 h.compute(node, debt, per_replica, replicas);
             }
         }

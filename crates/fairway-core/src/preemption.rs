@@ -872,34 +872,27 @@ impl SearchView<'_> {
         if hosted < job.spec.replicas || taken.len() > max_victims.saturating_mul(2) {
             return None;
         }
-        self.minimise(ix, PreemptionScope::Any, taken, max_victims)
+        self.minimise(ix, &self.fit_check(ix, PreemptionScope::Any), taken, max_victims)
     }
 
     /// Drop every victim the job does not need, most costly first; `None` if what is left
-    /// does not fit or exceeds the victim bound.
-    fn minimise(
-        &self,
-        ix: JobIx,
-        scope: PreemptionScope,
-        mut taken: Vec<&Victim>,
-        max_victims: usize,
-    ) -> Option<VictimPlan> {
-        let check = self.fit_check(ix, scope);
-        self.fits_with(ix, &check, &taken)?;
+    /// does not fit or exceeds the victim bound. `check` is the job's `fit_check`.
+    fn minimise(&self, ix: JobIx, check: &FitCheck, mut taken: Vec<&Victim>, max_victims: usize) -> Option<VictimPlan> {
+        self.fits_with(ix, check, &taken)?;
         taken.sort_unstable_by_key(|v| v.order_key());
         let mut i = taken.len();
         while i > 0 {
             i -= 1;
             let mut fewer = taken.clone();
             fewer.remove(i);
-            if self.fits_with(ix, &check, &fewer).is_some() {
+            if self.fits_with(ix, check, &fewer).is_some() {
                 taken = fewer;
             }
         }
         if taken.len() > max_victims {
             return None;
         }
-        let chosen = self.fits_with(ix, &check, &taken).expect("minimal set still fits");
+        let chosen = self.fits_with(ix, check, &taken).expect("minimal set still fits");
         let mut ids: Vec<(JobId, JobIx)> = taken.iter().map(|v| (v.id, v.ix)).collect();
         ids.sort_unstable();
         Some(VictimPlan { victims: ids, chosen })
@@ -929,7 +922,7 @@ impl SearchView<'_> {
                 short = mid;
             }
         }
-        self.minimise(ix, scope, prefix(long), max_victims)
+        self.minimise(ix, &check, prefix(long), max_victims)
     }
 
     /// Where the job would go if `gone` had left, respecting quota (and its cohort) for a
