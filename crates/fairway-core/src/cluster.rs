@@ -11,26 +11,29 @@ use crate::types::{GpuModel, GpuSet, NodeId, NodeSpec, ReplicaPlacement, Resourc
 use crate::victims::VictimEntry;
 
 /// One node's live state.
+///
+/// Laid out by hand: the one-replica victim search reads, for every node it weighs, the
+/// fields up to `schedulable` (its victim list, model, room), so they come first and share
+/// two cache lines; the rest follows.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Node {
+    /// Running preemptible jobs with a replica here, in (priority, id) order: the victim
+    /// search's view of the node (see `victims.rs`). Empty when the policy never preempts.
+    pub victims: Vec<VictimEntry>,
     pub spec: NodeSpec,
-    pub schedulable: bool,
+    /// Resources of jobs placed here (running or terminating).
+    pub used: Resources,
+    /// Resources held for preemptors.
+    pub reserved: Resources,
     /// Slots assigned to placed jobs (running or terminating).
     pub owned: GpuSet,
     /// Slots held for preemptors while their victims terminate (a held slot may still be
     /// owned by a victim).
     pub held: GpuSet,
-    /// Resources of jobs placed here (running or terminating).
-    pub used: Resources,
-    /// Resources held for preemptors.
-    pub reserved: Resources,
-    /// Every slot of the node.
-    slots: GpuSet,
+    pub schedulable: bool,
     /// Jobs with a replica here (running or terminating), each once, in no order.
     pub placed: Vec<JobIx>,
-    /// Running preemptible jobs with a replica here, in (priority, id) order: the victim
-    /// search's view of the node (see `victims.rs`). Empty when the policy never preempts.
-    pub victims: Vec<VictimEntry>,
     /// With reservations on, each placed job's expected end (its key in
     /// `Scheduler::run_ends`) and what it holds here, in no order: what a reservation reads
     /// of the node without looking at the jobs.
@@ -79,7 +82,6 @@ impl PlacedEnd {
 impl Node {
     pub fn new(spec: NodeSpec) -> Node {
         Node {
-            slots: GpuSet::first(spec.capacity.gpus),
             spec,
             schedulable: true,
             owned: GpuSet::EMPTY,
@@ -95,7 +97,12 @@ impl Node {
 
     /// Slots neither owned nor held: what a new job may take right now.
     pub fn free_slots(&self) -> GpuSet {
-        self.slots.minus(self.owned.union(self.held))
+        self.slots().minus(self.owned.union(self.held))
+    }
+
+    /// Every slot of the node: one per GPU, from 0.
+    fn slots(&self) -> GpuSet {
+        GpuSet::first(self.spec.capacity.gpus)
     }
 
     /// Whether a job of `model` (any, with `None`) may start here.

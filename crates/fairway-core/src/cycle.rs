@@ -333,14 +333,13 @@ impl Scheduler {
         while let Some(id) = self.ready_preemptors.pop_first() {
             let ix = self.reserving[&id];
             // Turning the hold into the running job moves a charge, it adds nothing: what a
-            // quota lowered meanwhile grandfathered must survive the uncharge in
-            // `drop_reservation` and the charge in `start`.
+            // quota lowered meanwhile grandfathered must survive the uncharge of the hold
+            // and the charge of the start.
             let id = self.jobs[ix].spec.id;
             let grandfathered = self.grandfathered_of_job(ix);
-            let reservation = self.drop_reservation(ix).expect("reserving job holds a reservation");
-            self.start(ix, reservation.placement.clone(), now);
+            let placement = self.start_on_hold(ix, now);
             self.ledger.keep_grandfathered(grandfathered);
-            out.decisions.push(Decision::Start { job: id, placement: reservation.placement });
+            out.decisions.push(Decision::Start { job: id, placement });
             out.stats.started += 1;
         }
     }

@@ -317,17 +317,7 @@ impl Scheduler {
         for (node_id, replicas) in replicas_per_node(placement) {
             let node = self.nodes.by_id(node_id);
             let listed = node.victims.binary_search_by_key(&(job.spec.priority, id), VictimEntry::key).ok();
-            let expected = VictimEntry {
-                priority: job.spec.priority,
-                id,
-                ix,
-                freed: job.spec.per_replica.times(replicas),
-                gpus_total: job.spec.total().gpus,
-                started_at: *started_at,
-                checkpoint_interval_ms: job.spec.checkpoint_interval_ms,
-                last_checkpoint: job.last_checkpoint,
-                protected_until: job.protected_until(*started_at),
-            };
+            let expected = VictimEntry::new(job, ix, *started_at, job.spec.per_replica.times(replicas));
             match (job.spec.preemptible, listed) {
                 (true, Some(at)) if node.victims[at] == expected => {}
                 (true, Some(_)) => return Err(format!("the victim entry of {id} on {node_id} disagrees with the job")),

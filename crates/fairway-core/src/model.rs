@@ -174,24 +174,33 @@ pub(crate) fn last_progress_saved(
     started_at: Time,
     now: Time,
 ) -> Time {
-    let by_hint = match checkpoint_interval_ms {
-        Some(interval) if interval > 0 => {
-            let ran = now.ms_since(started_at);
-            // The victim search asks this of every candidate it weighs: most runs it sees
-            // are in their first intervals, where subtracting spares a division.
-            let since_saved = if ran < interval {
-                ran
-            } else if ran - interval < interval {
-                ran - interval
-            } else {
-                ran % interval
-            };
-            started_at.plus_ms(ran - since_saved)
-        }
-        _ => started_at,
+    let reported = reported_saved_at(last_checkpoint, started_at);
+    progress_saved_at(checkpoint_interval_ms.unwrap_or(0), reported, started_at, now)
+}
+
+/// The latest checkpoint reported during a run started at `started_at`, or its start.
+pub(crate) fn reported_saved_at(last_checkpoint: Option<Time>, started_at: Time) -> Time {
+    last_checkpoint.filter(|t| *t >= started_at).unwrap_or(started_at)
+}
+
+/// `last_progress_saved` with its inputs flattened as the victim lists keep them (an
+/// interval of 0 is no hint; `reported` from `reported_saved_at`).
+pub(crate) fn progress_saved_at(checkpoint_interval_ms: u64, reported: Time, started_at: Time, now: Time) -> Time {
+    let interval = checkpoint_interval_ms;
+    if interval == 0 {
+        return reported;
+    }
+    let ran = now.ms_since(started_at);
+    // The victim search asks this of every candidate it weighs: most runs it sees are in
+    // their first intervals, where subtracting spares a division.
+    let since_saved = if ran < interval {
+        ran
+    } else if ran - interval < interval {
+        ran - interval
+    } else {
+        ran % interval
     };
-    let reported = last_checkpoint.filter(|t| *t >= started_at).unwrap_or(started_at);
-    by_hint.max(reported)
+    started_at.plus_ms(ran - since_saved).max(reported)
 }
 
 #[cfg(test)]

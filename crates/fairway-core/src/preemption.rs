@@ -659,13 +659,25 @@ impl SearchView<'_> {
     }
 
     fn single_node_search(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
-        let job = &self.jobs[ix];
-        let (priority, demand, model) = (job.spec.priority, job.spec.per_replica, job.spec.gpu_model);
-        let cut = self.candidate_cut(ix);
-        if cut == CandidateCut::All {
-            return None;
+        let priority = self.jobs[ix].spec.priority;
+        // Without a cut (the usual case) the test of each entry is one comparison.
+        match self.candidate_cut(ix) {
+            CandidateCut::All => None,
+            CandidateCut::None => self.single_node_search_of(ix, |e| e.priority < priority, now, scratch),
+            cut => self.single_node_search_of(ix, |e| e.priority < priority && cut.admits(e), now, scratch),
         }
-        let examined = |e: &VictimEntry| e.priority < priority && cut.admits(e);
+    }
+
+    /// The search over the candidates `examined` admits (a prefix of each node's list).
+    fn single_node_search_of(
+        &self,
+        ix: JobIx,
+        examined: impl Fn(&VictimEntry) -> bool + Copy,
+        now: Time,
+        scratch: &mut SearchScratch,
+    ) -> Option<VictimPlan> {
+        let job = &self.jobs[ix];
+        let (demand, model) = (job.spec.per_replica, job.spec.gpu_model);
         scratch.ready.clear();
         scratch.shares.clear();
         for (i, node) in self.nodes.iter().enumerate() {
@@ -1019,22 +1031,27 @@ fn room_level(
     now: Time,
     waived: bool,
 ) -> Option<(Priority, u64)> {
+    let counts = |e: &VictimEntry| waived || e.protected_until <= now;
     let mut room = node.available();
-    let mut least_lost_at_level: Option<u64> = None;
-    let mut entries = node.victims.iter().take_while(|e| examined(e)).peekable();
-    while let Some(e) = entries.next() {
-        if waived || e.protected_until <= now {
-            room = room.plus(e.freed);
-            let lost = e.lost_gpu_ms(now);
-            least_lost_at_level = Some(least_lost_at_level.map_or(lost, |l| l.min(lost)));
+    let entries = &node.victims;
+    let mut level_start = 0;
+    for (i, e) in entries.iter().enumerate() {
+        if !examined(e) {
+            break;
         }
-        let level_ends = entries.peek().is_none_or(|next| next.priority != e.priority);
+        if counts(e) {
+            room = room.plus(e.freed);
+        }
+        let level_ends = entries.get(i + 1).is_none_or(|next| next.priority != e.priority || !examined(next));
         if level_ends {
+            // The lost work is weighed only at the level that makes room: most nodes a
+            // search walks make room at their first level or never.
             if demand.fits_in(room) {
-                let bound = least_lost_at_level.expect("a node that makes room at a level has a victim there");
-                return Some((e.priority, bound));
+                let at_level = entries[level_start..=i].iter().filter(|e| counts(e));
+                let bound = at_level.map(|e| e.lost_gpu_ms(now)).min();
+                return Some((e.priority, bound.expect("a node that makes room at a level has a victim there")));
             }
-            least_lost_at_level = None;
+            level_start = i + 1;
         }
     }
     None

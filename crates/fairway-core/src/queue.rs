@@ -42,7 +42,7 @@
 //! (the room checks count GPUs only), and the property test's oracle looks for misses.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::decision::PendingReason;
@@ -225,6 +225,9 @@ pub(crate) struct PendingQueue {
     by_room_fits: BTreeSet<(u32, GroupIx)>,
     /// `RoomWake::Reclaim`, by priority and GPUs per replica.
     by_reclaim: BTreeSet<(Priority, u32, GroupIx)>,
+    /// The priorities in `by_reclaim`, with how many groups each: the wake-up pass looks at
+    /// each level once without searching the index for the next.
+    reclaim_levels: BTreeMap<Priority, u32>,
     by_nodes: BTreeSet<GroupIx>,
     by_room_any: BTreeSet<GroupIx>,
     /// `WakeOn::plan`.
@@ -357,6 +360,13 @@ impl PendingQueue {
         self.insert(*key, gk)
     }
 
+    /// A holding job leaves the queue to run on what it held.
+    pub fn leave_hold(&mut self, key: &QueueKey) {
+        let was = self.holding.remove(key);
+        assert!(was, "{} was not holding", key.id);
+        self.len -= 1;
+    }
+
     /// Pending jobs in scheduling order: a merge of the groups' member lists, lazily, so
     /// that a caller who stops early pays for what it read.
     pub fn in_order(&self) -> impl Iterator<Item = JobId> + '_ {
@@ -419,6 +429,7 @@ impl PendingQueue {
             }
             RoomWake::Reclaim => {
                 self.by_reclaim.insert((gk.priority, gk.per_replica.gpus, gix));
+                *self.reclaim_levels.entry(gk.priority).or_default() += 1;
             }
             RoomWake::Nodes => {
                 self.by_nodes.insert(gix);
@@ -453,6 +464,13 @@ impl PendingQueue {
             }
             RoomWake::Reclaim => {
                 self.by_reclaim.remove(&(gk.priority, gk.per_replica.gpus, gix));
+                match self.reclaim_levels.get_mut(&gk.priority) {
+                    Some(1) => {
+                        self.reclaim_levels.remove(&gk.priority);
+                    }
+                    Some(n) => *n -= 1,
+                    None => unreachable!("an indexed level is counted"),
+                }
             }
             RoomWake::Nodes => {
                 self.by_nodes.remove(&gix);
@@ -563,17 +581,12 @@ impl PendingQueue {
         }
         // One range per priority level of the index: groups at `p` needing at most what
         // some grown node could reclaim for `p`.
-        let mut from = (Priority::MIN, 0, GroupIx(0));
-        while let Some(&(p, _, _)) = self.by_reclaim.range(from..).next() {
+        for &p in self.reclaim_levels.keys() {
             let reclaimable = grown.reclaimable_gpus_max(p);
             for &(_, _, gix) in self.by_reclaim.range((p, 0, GroupIx(0))..=(p, reclaimable, GroupIx(u32::MAX))) {
                 if grown.admits(&self.group(gix).key, RoomWake::Reclaim) {
                     candidates.push(head(gix));
                 }
-            }
-            match p.checked_add(1) {
-                Some(next) => from = (next, 0, GroupIx(0)),
-                None => break,
             }
         }
         candidates.sort_unstable();
@@ -669,6 +682,13 @@ impl PendingQueue {
             || self.by_plan.iter().any(|g| !asleep(g));
         if stale {
             return Err("a wake index names a group that is not asleep".into());
+        }
+        let mut levels: BTreeMap<Priority, u32> = BTreeMap::new();
+        for (p, ..) in &self.by_reclaim {
+            *levels.entry(*p).or_default() += 1;
+        }
+        if levels != self.reclaim_levels {
+            return Err(format!("reclaim levels counted {:?}, indexed {levels:?}", self.reclaim_levels));
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ use crate::fairshare::FairShares;
 use crate::ids::{JobIx, QueueKey};
 use crate::jobs::JobStore;
 use crate::ledger::{self, CHARGED_ACCOUNTS_MAX, Grandfathered, Ledger};
-use crate::model::{Job, JobState, Reservation, Termination};
+use crate::model::{self, Job, JobState, Reservation, Termination};
 use crate::preemption::SearchScratch;
 use crate::queue::{Changes, PendingQueue};
 use crate::types::{
@@ -744,7 +744,7 @@ impl Scheduler {
             job.spec.id
         );
         let (id, key, per_replica) = (job.spec.id, job.key, job.spec.per_replica);
-        let gix = job.queued_in.expect("a pending job is queued");
+        let queued_in = job.queued_in;
         let deadline = job.runtime_deadline(now);
         let accounts = self.charged_accounts(ix);
         let total = job.spec.total();
@@ -774,7 +774,11 @@ impl Scheduler {
             self.changes.caps.push(cohort);
         }
         self.fair.change(self.jobs[ix].accounts(), total, true, now);
-        self.queue.remove(&key, gix);
+        match queued_in {
+            Some(gix) => self.queue.remove(&key, gix),
+            // A preemptor starting on what it held (`start_on_hold`).
+            None => self.queue.leave_hold(&key),
+        }
         if let Some(deadline) = deadline {
             self.runtime_deadlines.insert((deadline, id, ix));
         }
@@ -945,17 +949,7 @@ impl Scheduler {
         }
         self.tallies.add(priority, gpus);
         self.ledger.tally_preemptible(job.accounts(), priority, gpus, true);
-        let base = VictimEntry {
-            priority,
-            id: job.spec.id,
-            ix,
-            freed: Resources::ZERO,
-            gpus_total: gpus,
-            started_at: *started_at,
-            checkpoint_interval_ms: job.spec.checkpoint_interval_ms,
-            last_checkpoint: job.last_checkpoint,
-            protected_until: job.protected_until(*started_at),
-        };
+        let base = VictimEntry::new(job, ix, *started_at, Resources::ZERO);
         if base.protected_until > *started_at {
             self.protection_ends.insert((base.protected_until, base.id, ix));
         }
@@ -987,14 +981,15 @@ impl Scheduler {
     /// Keep a running victim's entries in step with its latest checkpoint.
     fn checkpoint_victim_entries(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
-        let JobState::Running { placement, .. } = &job.state else { return };
+        let JobState::Running { placement, started_at } = &job.state else { return };
         if !self.tracks_victims() || !job.spec.preemptible {
             return;
         }
-        let (key, last_checkpoint) = ((job.spec.priority, job.spec.id), job.last_checkpoint);
+        let key = (job.spec.priority, job.spec.id);
+        let reported = model::reported_saved_at(job.last_checkpoint, *started_at);
         for (node, _) in replicas_per_node(placement) {
             if let Some(entry) = victims::entry_mut(self.nodes.victims_mut(node), key) {
-                entry.last_checkpoint = last_checkpoint;
+                entry.reported_saved_at = reported;
             }
         }
     }
@@ -1063,8 +1058,29 @@ impl Scheduler {
         }
     }
 
-    /// Give up a pending job's reservation, if it has one.
+    /// Give up a pending job's reservation, if it has one: the job goes back to its group,
+    /// and the room it held grows.
     pub(crate) fn drop_reservation(&mut self, ix: JobIx) -> Option<Reservation> {
+        let reservation = self.release_hold(ix)?;
+        for replica in reservation.placement.replicas() {
+            self.changes.room_grew(replica.node);
+        }
+        let job = &mut self.jobs[ix];
+        job.queued_in = Some(self.queue.unhold(&job.key, job.group_key()));
+        Some(reservation)
+    }
+
+    /// A preemptor whose victims are gone starts on the GPUs it held. Room grows nowhere
+    /// (what it held changes hands), and the job leaves the queue from its hold, not by
+    /// way of its group.
+    pub(crate) fn start_on_hold(&mut self, ix: JobIx, now: Time) -> Placement {
+        let reservation = self.release_hold(ix).expect("a ready preemptor holds a reservation");
+        self.start(ix, reservation.placement.clone(), now);
+        reservation.placement
+    }
+
+    /// Undo a reservation's holds and charges; the job stays out of its group.
+    fn release_hold(&mut self, ix: JobIx) -> Option<Reservation> {
         let job = &mut self.jobs[ix];
         let JobState::Pending { reservation } = &mut job.state else { return None };
         let reservation = reservation.take()?;
@@ -1080,17 +1096,18 @@ impl Scheduler {
                 node.held = node.held.minus(replica.gpus);
                 node.reserved = node.reserved.minus(per_replica);
             });
-            self.changes.room_grew(replica.node);
         }
+        // The member's hold shortfall is taken back first, so that its cohort's `U` is where
+        // the release leaves it when the hold's charges are taken back: otherwise the
+        // cohort's level dips in between, and what its cap grandfathered shrinks below what
+        // it still holds (scenario 113).
+        let (project, total) = (self.jobs[ix].spec.project, self.jobs[ix].spec.total());
+        self.ledger.shift_hold_shortfall(project, Resources::ZERO, total.minus(reservation.charged[0]));
         for (k, account) in accounts.enumerate() {
             self.uncharge(std::iter::once(account), reservation.charged[k]);
         }
-        let (project, total) = (self.jobs[ix].spec.project, self.jobs[ix].spec.total());
-        self.ledger.shift_hold_shortfall(project, Resources::ZERO, total.minus(reservation.charged[0]));
         self.reserving.remove(&id);
         self.ready_preemptors.remove(&id);
-        let job = &mut self.jobs[ix];
-        job.queued_in = Some(self.queue.unhold(&job.key, job.group_key()));
         Some(reservation)
     }
 

@@ -12,27 +12,47 @@
 use std::collections::BTreeMap;
 
 use crate::ids::JobIx;
-use crate::model::last_progress_saved;
+use crate::model::{Job, last_progress_saved, progress_saved_at, reported_saved_at};
 use crate::types::{JobId, Priority, Resources, Time};
 
-/// A running preemptible job as the victim search sees it on one node.
+/// A running preemptible job as the victim search sees it on one node. The search reads
+/// every entry of every node it weighs, so what it reads is kept flat, and in front: the
+/// level and room first, then what the lost work is computed from; the ids last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub(crate) struct VictimEntry {
     pub priority: Priority,
-    pub id: JobId,
-    pub ix: JobIx,
-    /// What it frees on this node: its replicas here.
-    pub freed: Resources,
     /// GPUs of the whole job (what its lost work is weighted by).
     pub gpus_total: u32,
-    pub started_at: Time,
-    pub checkpoint_interval_ms: Option<u64>,
-    pub last_checkpoint: Option<Time>,
+    /// What it frees on this node: its replicas here.
+    pub freed: Resources,
     /// Not a victim before this (rule 1: its minimum run, its hourly maximum of preemptions).
     pub protected_until: Time,
+    pub started_at: Time,
+    /// The job's checkpoint interval hint; 0 when it has none.
+    pub checkpoint_interval_ms: u64,
+    /// The latest checkpoint reported during this run, or its start.
+    pub reported_saved_at: Time,
+    pub id: JobId,
+    pub ix: JobIx,
 }
 
 impl VictimEntry {
+    /// The entry of `job`, running since `started_at`, on a node where it holds `freed`.
+    pub fn new(job: &Job, ix: JobIx, started_at: Time, freed: Resources) -> VictimEntry {
+        VictimEntry {
+            priority: job.spec.priority,
+            ix,
+            id: job.spec.id,
+            freed,
+            started_at,
+            checkpoint_interval_ms: job.spec.checkpoint_interval_ms.unwrap_or(0),
+            reported_saved_at: reported_saved_at(job.last_checkpoint, started_at),
+            protected_until: job.protected_until(started_at),
+            gpus_total: job.spec.total().gpus,
+        }
+    }
+
     /// The list order: rule 2 (lowest priority first), then id.
     pub fn key(&self) -> (Priority, JobId) {
         (self.priority, self.id)
@@ -40,12 +60,13 @@ impl VictimEntry {
 
     /// GPU-time lost since the run's last saved progress if it stopped at `now`.
     pub fn lost_gpu_ms(&self, now: Time) -> u64 {
-        lost_gpu_ms(self.checkpoint_interval_ms, self.last_checkpoint, self.started_at, self.gpus_total, now)
+        let saved = progress_saved_at(self.checkpoint_interval_ms, self.reported_saved_at, self.started_at, now);
+        lost_since(saved, self.gpus_total, now)
     }
 }
 
-/// GPU-time a run started at `started_at` loses if it stops at `now`: the time since its
-/// progress was last saved, times its GPUs (at least one, so CPU-only work counts too).
+/// GPU-time a run started at `started_at` loses if it stops at `now` (see
+/// `last_progress_saved`).
 pub(crate) fn lost_gpu_ms(
     checkpoint_interval_ms: Option<u64>,
     last_checkpoint: Option<Time>,
@@ -54,6 +75,12 @@ pub(crate) fn lost_gpu_ms(
     now: Time,
 ) -> u64 {
     let saved = last_progress_saved(checkpoint_interval_ms, last_checkpoint, started_at, now);
+    lost_since(saved, gpus_total, now)
+}
+
+/// The time since progress was last saved, times the job's GPUs (at least one, so
+/// CPU-only work counts too).
+fn lost_since(saved: Time, gpus_total: u32, now: Time) -> u64 {
     now.ms_since(saved) * u64::from(gpus_total.max(1))
 }
 

@@ -217,17 +217,19 @@ pub fn simulate(
             .map_err(|source| SimError::Core { at: Time::ZERO, source })?;
     }
     let capacity_gpus = nodes.iter().map(|n| n.capacity.gpus).sum();
+    // Submit times apart from the jobs: the loop reads one per event, and a job is large.
+    let arrivals: Vec<u64> = jobs.iter().map(|j| j.submit_ms).collect();
     let mut next_arrival = 0usize;
     let mut last_progress = 0usize;
     let mut outcome = CycleOutcome::default();
-    while let Some(t) = sim.next_time(next_arrival) {
+    while let Some(t) = sim.next_time(arrivals.get(next_arrival).copied()) {
         if config.horizon_ms.is_some_and(|h| t > h) {
             break;
         }
         let now = Time(t);
         // 1.
         let arrived_from = next_arrival;
-        while next_arrival < jobs.len() && jobs[next_arrival].submit_ms == t {
+        while arrivals.get(next_arrival) == Some(&t) {
             sim.submit(next_arrival, now)?;
             next_arrival += 1;
         }
@@ -349,9 +351,9 @@ impl<'a> Sim<'a> {
         self.core.check_invariants().map_err(|what| SimError::Invariant { at: now, what })
     }
 
-    /// The next time anything happens: an arrival, a timer, or a core wake-up.
-    fn next_time(&self, next_arrival: usize) -> Option<u64> {
-        let arrival = self.jobs.get(next_arrival).map(|j| j.submit_ms);
+    /// The next time anything happens: the next arrival (`arrival`), a timer, or a core
+    /// wake-up.
+    fn next_time(&self, arrival: Option<u64>) -> Option<u64> {
         let timer = self.timers.peek().map(|Reverse((t, ..))| *t);
         let wakeup = self.core.next_wakeup().map(|t| t.millis()).filter(|t| *t > self.clock_ms);
         [arrival, timer, wakeup].into_iter().flatten().min()
