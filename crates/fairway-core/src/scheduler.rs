@@ -1070,11 +1070,15 @@ impl Scheduler {
         Some(reservation)
     }
 
-    /// A preemptor whose victims are gone starts on the GPUs it held. Room grows nowhere
-    /// (what it held changes hands), and the job leaves the queue from its hold, not by
-    /// way of its group.
+    /// A preemptor whose victims are gone starts on the GPUs it held, leaving the queue from
+    /// its hold, not by way of its group. Its nodes count as grown all the same: what it
+    /// held no one could take, and as a running preemptible job it is room a group above it
+    /// may reclaim (scenario 114).
     pub(crate) fn start_on_hold(&mut self, ix: JobIx, now: Time) -> Placement {
         let reservation = self.release_hold(ix).expect("a ready preemptor holds a reservation");
+        for replica in reservation.placement.replicas() {
+            self.changes.room_grew(replica.node);
+        }
         self.start(ix, reservation.placement.clone(), now);
         reservation.placement
     }
