@@ -22,6 +22,10 @@ pub(crate) struct Node {
     /// search's view of the node (see `victims.rs`). Empty when the policy never preempts.
     pub victims: Vec<VictimEntry>,
     pub spec: NodeSpec,
+    /// What a new job may take right now (`available`), worked out by `Nodes::update` after
+    /// every change: the searches ask it of every node; `check_invariants` works it out again.
+    room: Resources,
+    pub schedulable: bool,
     /// Resources of jobs placed here (running or terminating).
     pub used: Resources,
     /// Resources held for preemptors.
@@ -31,7 +35,6 @@ pub(crate) struct Node {
     /// Slots held for preemptors while their victims terminate (a held slot may still be
     /// owned by a victim).
     pub held: GpuSet,
-    pub schedulable: bool,
     /// Jobs with a replica here (running or terminating), each once, in no order.
     pub placed: Vec<JobIx>,
     /// With reservations on, each placed job's expected end (its key in
@@ -82,6 +85,7 @@ impl PlacedEnd {
 impl Node {
     pub fn new(spec: NodeSpec) -> Node {
         Node {
+            room: spec.capacity,
             spec,
             schedulable: true,
             owned: GpuSet::EMPTY,
@@ -111,15 +115,25 @@ impl Node {
     }
 
     pub fn available_gpus(&self) -> u32 {
-        self.free_slots().len()
+        self.room.gpus
+    }
+
+    /// Does the room kept agree with the slots and resources it is worked out from?
+    pub fn room_agrees(&self) -> bool {
+        self.room == self.room_now()
     }
 
     /// What a new job may take right now. CPU and memory held for a preemptor count as
     /// taken even while a terminating victim still uses them: conservative, never double-booked.
     pub fn available(&self) -> Resources {
+        self.room
+    }
+
+    /// `available`, worked out from the slots and what is used and reserved.
+    fn room_now(&self) -> Resources {
         let cap = self.spec.capacity;
         Resources {
-            gpus: self.available_gpus(),
+            gpus: self.free_slots().len(),
             cpu_millis: cap.cpu_millis.saturating_sub(self.used.cpu_millis + self.reserved.cpu_millis),
             memory_mib: cap.memory_mib.saturating_sub(self.used.memory_mib + self.reserved.memory_mib),
         }
@@ -259,9 +273,10 @@ impl Nodes {
         self.version += 1;
         let node = &mut self.nodes[ix.0 as usize];
         node.version = self.version;
-        let (before, was_schedulable) = (node.available_gpus(), node.schedulable);
+        let (before, was_schedulable) = (node.room.gpus, node.schedulable);
         let out = f(node);
-        let (after, schedulable) = (node.available_gpus(), node.schedulable);
+        node.room = node.room_now();
+        let (after, schedulable) = (node.room.gpus, node.schedulable);
         if (before, was_schedulable) != (after, schedulable) {
             let model = node.spec.gpu_model;
             if was_schedulable {
@@ -456,6 +471,26 @@ mod tests {
 
     fn node(id: u32, model: u16, gpus: u32) -> Node {
         Node::new(NodeSpec { id: NodeId(id), gpu_model: GpuModel(model), capacity: Resources::gpus(gpus) })
+    }
+
+    /// The room kept follows every change made through `update`, and a change made around
+    /// it is caught.
+    #[test]
+    fn the_room_kept_follows_the_slots_and_resources() {
+        let mut nodes = Nodes::default();
+        let capacity = Resources { gpus: 8, cpu_millis: 16_000, memory_mib: 64_000 };
+        nodes.add(Node::new(NodeSpec { id: NodeId(1), gpu_model: GpuModel(0), capacity }));
+        nodes.update(NodeId(1), |n| n.owned = GpuSet::first(3));
+        nodes.update(NodeId(1), |n| n.held = GpuSet::first(5).minus(GpuSet::first(2)));
+        let n = nodes.by_id(NodeId(1));
+        assert_eq!((n.available_gpus(), n.free_slots().len()), (3, 3));
+        assert!(n.room_agrees());
+        let mut stale = n.clone();
+        stale.owned = GpuSet::first(6);
+        assert!(!stale.room_agrees(), "a slot change made around `update` is caught");
+        let mut stale = n.clone();
+        stale.used.cpu_millis += 1;
+        assert!(!stale.room_agrees(), "a resource change made around `update` is caught");
     }
 
     #[test]

@@ -215,7 +215,14 @@ impl Scheduler {
         if fair_tracked != fair_held {
             return Err(format!("fair sharing counts holdings {fair_tracked:?}, the placed jobs hold {fair_held:?}"));
         }
-        self.ledger.check(&charged, &own)
+        self.ledger.check(&charged, &own)?;
+        // Last: the slot checks above name a wrong slot record more precisely.
+        match nodes.iter().find(|n| !n.room_agrees()) {
+            Some(n) => {
+                Err(format!("{} keeps {} as its room, which its slots and use disagree with", n.spec.id, n.available()))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Reservations (see `plan.rs`): at most the configured number, in queue order, each of

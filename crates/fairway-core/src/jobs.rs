@@ -50,6 +50,16 @@ impl JobStore {
         ix
     }
 
+    /// `remove` for a caller that needs nothing of the job: it is dropped where it lies, not
+    /// moved out first (a job is large, and every finished job goes this way).
+    pub fn discard(&mut self, ix: JobIx) {
+        let slot = &mut self.slots[ix.0 as usize];
+        let id = slot.as_ref().expect("discarding a held job").spec.id;
+        *slot = None;
+        self.by_id.remove(&id);
+        self.vacant.push(ix);
+    }
+
     pub fn remove(&mut self, ix: JobIx) -> Job {
         let job = self.slots[ix.0 as usize].take().expect("removing a held job");
         self.by_id.remove(&job.spec.id);

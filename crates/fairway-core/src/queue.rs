@@ -308,7 +308,8 @@ impl PendingQueue {
         self.len -= 1;
         let group = self.group_mut(gix);
         let old_head = group.head();
-        let was = group.members.remove(key);
+        // A start takes the head (the walk asks heads only): no search for it.
+        let was = if old_head == *key { group.members.pop_first().is_some() } else { group.members.remove(key) };
         assert!(was, "{} was not queued", key.id);
         if group.members.is_empty() {
             if group.asleep {

@@ -513,7 +513,7 @@ impl Scheduler {
             if outcome == ExitOutcome::Succeeded {
                 self.learn_run_time(ix);
             }
-            self.jobs.remove(ix);
+            self.jobs.discard(ix);
             self.counters.finished += 1;
         }
         Ok(())
@@ -561,7 +561,7 @@ impl Scheduler {
             let stopped = matches!(self.jobs[ix].state, JobState::Terminating { why: Termination::Stopped(_), .. });
             self.release(ix, now);
             if stopped || self.jobs[ix].cancelled {
-                self.jobs.remove(ix);
+                self.jobs.discard(ix);
             } else {
                 self.requeue(ix, now);
                 self.outbox.push(Decision::Requeued { job, cause: RequeueCause::NodeRemoved });
