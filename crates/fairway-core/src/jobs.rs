@@ -56,15 +56,19 @@ impl JobStore {
         let slot = &mut self.slots[ix.0 as usize];
         let id = slot.as_ref().expect("discarding a held job").spec.id;
         *slot = None;
-        self.by_id.remove(&id);
-        self.vacant.push(ix);
+        self.vacate(ix, id);
     }
 
     pub fn remove(&mut self, ix: JobIx) -> Job {
         let job = self.slots[ix.0 as usize].take().expect("removing a held job");
-        self.by_id.remove(&job.spec.id);
-        self.vacant.push(ix);
+        self.vacate(ix, job.spec.id);
         job
+    }
+
+    /// Forget the job `id` that was in slot `ix` (now empty), and keep the slot for reuse.
+    fn vacate(&mut self, ix: JobIx, id: JobId) {
+        self.by_id.remove(&id);
+        self.vacant.push(ix);
     }
 
     /// The job in a slot, if the slot holds one (for checks that may meet stale slots).

@@ -1058,32 +1058,26 @@ impl Scheduler {
         }
     }
 
-    /// Give up a pending job's reservation, if it has one: the job goes back to its group,
-    /// and the room it held grows.
+    /// Give up a pending job's reservation, if it has one: the job goes back to its group.
     pub(crate) fn drop_reservation(&mut self, ix: JobIx) -> Option<Reservation> {
         let reservation = self.release_hold(ix)?;
-        for replica in reservation.placement.replicas() {
-            self.changes.room_grew(replica.node);
-        }
         let job = &mut self.jobs[ix];
         job.queued_in = Some(self.queue.unhold(&job.key, job.group_key()));
         Some(reservation)
     }
 
     /// A preemptor whose victims are gone starts on the GPUs it held, leaving the queue from
-    /// its hold, not by way of its group. Its nodes count as grown all the same: what it
-    /// held no one could take, and as a running preemptible job it is room a group above it
-    /// may reclaim (scenario 114).
+    /// its hold, not by way of its group.
     pub(crate) fn start_on_hold(&mut self, ix: JobIx, now: Time) -> Placement {
         let reservation = self.release_hold(ix).expect("a ready preemptor holds a reservation");
-        for replica in reservation.placement.replicas() {
-            self.changes.room_grew(replica.node);
-        }
         self.start(ix, reservation.placement.clone(), now);
         reservation.placement
     }
 
-    /// Undo a reservation's holds and charges; the job stays out of its group.
+    /// Undo a reservation's holds and charges; the job stays out of its group. Its nodes
+    /// count as grown whatever comes next: what it held no one could take, and even when
+    /// the job starts there, a running preemptible job is room a group above it may reclaim
+    /// (scenario 114).
     fn release_hold(&mut self, ix: JobIx) -> Option<Reservation> {
         let job = &mut self.jobs[ix];
         let JobState::Pending { reservation } = &mut job.state else { return None };
@@ -1100,6 +1094,7 @@ impl Scheduler {
                 node.held = node.held.minus(replica.gpus);
                 node.reserved = node.reserved.minus(per_replica);
             });
+            self.changes.room_grew(replica.node);
         }
         // The member's hold shortfall is taken back first, so that its cohort's `U` is where
         // the release leaves it when the hold's charges are taken back: otherwise the
