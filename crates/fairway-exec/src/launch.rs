@@ -16,6 +16,10 @@ pub const LAUNCH_FILE: &str = "launch.json";
 pub const EXIT_FILE: &str = "exit.json";
 /// The shim's own stdout and stderr (its diagnostics, never the job's output), in `run_dir`.
 pub const SHIM_LOG_FILE: &str = "shim.log";
+/// Written by the shim, in `run_dir`, just before it starts the job: a run directory
+/// without it (and without `exit.json`) is one whose job never ran, as when the server died
+/// while launching it.
+pub const JOB_STARTED_FILE: &str = "job-started";
 /// The subcommand the shim executable must dispatch to [`crate::run_shim`].
 pub const SHIM_SUBCOMMAND: &str = "__shim";
 
@@ -106,13 +110,14 @@ pub fn launch(spec: &LaunchSpec) -> Result<Launched, ExecError> {
     spec.validate()?;
     fs::create_dir_all(&spec.run_dir)
         .map_err(|e| ExecError::io(format!("creating run directory {}", spec.run_dir.display()), e))?;
-    // A leftover exit.json from an earlier attempt in the same directory would read as this
-    // run's result.
-    let exit_path = spec.run_dir.join(EXIT_FILE);
-    match fs::remove_file(&exit_path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(ExecError::io(format!("removing {}", exit_path.display()), e)),
+    // Leftovers from an earlier attempt in the same directory would read as this run's.
+    for leftover in [EXIT_FILE, JOB_STARTED_FILE] {
+        let path = spec.run_dir.join(leftover);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ExecError::io(format!("removing {}", path.display()), e)),
+        }
     }
     write_json_atomic(&spec.run_dir.join(LAUNCH_FILE), spec)?;
     let shim_log_path = spec.run_dir.join(SHIM_LOG_FILE);
@@ -160,6 +165,12 @@ impl ExitRecord {
     pub fn success(&self) -> bool {
         self.code == Some(0) && self.spawn_error.is_none()
     }
+}
+
+/// Did the shim of `run_dir` get as far as starting the job (or recording why it could not)?
+/// `false` for a launch the server never finished.
+pub fn job_ran(run_dir: &Path) -> bool {
+    run_dir.join(JOB_STARTED_FILE).exists() || run_dir.join(EXIT_FILE).exists()
 }
 
 /// Reads `run_dir/exit.json`: `Ok(None)` while the job runs, and for good when the group was

@@ -74,8 +74,8 @@ pub use gpus::{
     discover, hostname, machine_resources, short_model_name,
 };
 pub use launch::{
-    EXIT_FILE, ExitRecord, LAUNCH_FILE, LaunchSpec, Launched, PreemptNotice, RunAs, SHIM_LOG_FILE, SHIM_SUBCOMMAND,
-    launch, read_exit, read_preempt_notice, write_preempt_notice,
+    EXIT_FILE, ExitRecord, JOB_STARTED_FILE, LAUNCH_FILE, LaunchSpec, Launched, PreemptNotice, RunAs, SHIM_LOG_FILE,
+    SHIM_SUBCOMMAND, job_ran, launch, read_exit, read_preempt_notice, write_preempt_notice,
 };
 pub use logs::{FOLLOW_POLL_BYTES_MAX, FollowFrom, LogFollower, TAIL_BYTES_MAX, rotated_path, tail_lines};
 pub use process::{

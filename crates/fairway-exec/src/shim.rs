@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::fsutil::{now_unix_ms, read_json_opt, write_json_atomic};
-use crate::launch::{EXIT_FILE, LAUNCH_FILE};
+use crate::launch::{EXIT_FILE, JOB_STARTED_FILE, LAUNCH_FILE};
 use crate::logs::RotatingWriter;
 use crate::{ExitRecord, LaunchSpec};
 
@@ -139,6 +139,11 @@ fn supervise(spec: &LaunchSpec) -> Result<ExitStatus, String> {
         // std drops the supplementary groups when a root process sets the uid.
         std::os::unix::process::CommandExt::uid(&mut command, run_as.uid);
         std::os::unix::process::CommandExt::gid(&mut command, run_as.gid);
+    }
+    // Before the job can run: a restarted server that finds neither this nor `exit.json`
+    // knows the job never ran. Without it the run would only be judged lost, never run twice.
+    if let Err(e) = std::fs::File::create(spec.run_dir.join(JOB_STARTED_FILE)) {
+        note!("fairway shim: job {}: cannot write {JOB_STARTED_FILE}: {e}", spec.job_id);
     }
     let mut child = command.spawn().map_err(|e| format!("cannot start {argv0:?}: {e}"))?;
 

@@ -49,6 +49,9 @@ pub enum ExecCommand {
         job: i64,
         run: u32,
         replicas: Vec<ProcessRecord>,
+        /// The other replicas, whose supervisors ended while the server was down: what each
+        /// recorded (`None`: nothing, lost).
+        ended: Vec<Option<ExitRecord>>,
         grace_ms: u64,
         container: Option<Container>,
         kill_at_unix_ms: Option<u64>,
@@ -155,11 +158,11 @@ impl Executor {
             ExecCommand::Start { job, run, replicas, grace_ms, container } => {
                 self.start(job, run, replicas, grace_ms, container)
             }
-            ExecCommand::Adopt { job, run, replicas, grace_ms, container, kill_at_unix_ms } => {
+            ExecCommand::Adopt { job, run, replicas, ended, grace_ms, container, kill_at_unix_ms } => {
                 if self.runs.get(&job).is_some_and(|r| r.run == run) {
                     return;
                 }
-                self.adopt(job, run, replicas, grace_ms, container);
+                self.adopt(job, run, replicas, ended, grace_ms, container);
                 if let Some(kill_at) = kill_at_unix_ms {
                     self.terminate(job, run, None, kill_at);
                 }
@@ -212,9 +215,26 @@ impl Executor {
         }
     }
 
-    fn adopt(&mut self, job: i64, run: u32, replicas: Vec<ProcessRecord>, grace_ms: u64, container: Option<Container>) {
-        let states = replicas.iter().map(|r| ReplicaState { pgid: r.pid, done: false }).collect();
+    fn adopt(
+        &mut self,
+        job: i64,
+        run: u32,
+        replicas: Vec<ProcessRecord>,
+        ended: Vec<Option<ExitRecord>>,
+        grace_ms: u64,
+        container: Option<Container>,
+    ) {
+        // The ended replicas come last, done: `signal_live` never signals them.
+        let live = replicas.len();
+        let states = replicas
+            .iter()
+            .map(|r| ReplicaState { pgid: r.pid, done: false })
+            .chain(ended.iter().map(|_| ReplicaState { pgid: 0, done: true }))
+            .collect();
         self.runs.insert(job, Run { container, ..new_run(run, states, grace_ms) });
+        for (k, record) in ended.into_iter().enumerate() {
+            self.replica_exited(job, run, live + k, record);
+        }
         for (replica, record) in replicas.into_iter().enumerate() {
             let watch = self.watch_tx.clone();
             tokio::spawn(async move {

@@ -492,6 +492,14 @@ async fn drain(client: &Client, acknowledged: &BTreeSet<i64>) -> Result<usize> {
                 .collect();
             for (id, state) in &bad {
                 eprintln!("soak: job {id} ended {}", state.as_str());
+                // Its history says why: the report must be enough to find the cause.
+                if let Ok(history) =
+                    client.get::<fairway_server::api::EventList>(&format!("/v1/jobs/{id}/events")).await
+                {
+                    for e in history.events {
+                        eprintln!("soak:   {} {} {}", e.at_ms, e.kind, e.message);
+                    }
+                }
             }
             return Ok(bad.len());
         }

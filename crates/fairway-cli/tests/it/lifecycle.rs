@@ -375,3 +375,125 @@ fn a_gang_that_no_longer_fits_after_a_restart_says_so() {
     second.child.kill().unwrap();
     second.child.wait().unwrap();
 }
+
+/// The shim of `replica` of the job's first run, stopped with its job (SIGKILL to its group).
+fn kill_replica(data_dir: &Path, id: i64, replica: usize) {
+    let dir = data_dir.join(format!("jobs/{id}/runs/0/replica-{replica}"));
+    let shims = processes_with(&format!("__shim {}", dir.display()));
+    assert_eq!(shims.len(), 1, "one shim for {}", dir.display());
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(shims[0] as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let gone = Instant::now();
+    while !processes_with(&format!("__shim {}", dir.display())).is_empty() {
+        assert!(gone.elapsed() < Duration::from_secs(10), "the shim outlived SIGKILL");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Processes whose command line is exactly `sleep <marker>` (not a shell that will run it).
+fn sleeping(marker: &str) -> usize {
+    let wanted = format!("sleep\0{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted.as_bytes()))
+        .count()
+}
+
+/// A gang whose first run sleeps until killed and whose later runs succeed at once: each
+/// replica leaves a mark in the checkpoint directory the first time.
+fn gang_job(marker: &str, replicas: u32) -> String {
+    format!(
+        "name: gang\ntenant: {{ project: p }}\nresources: {{ gpus: 1 }}\nreplicas: {replicas}\nshell: true\n\
+         command: [\"m=$FAIRWAY_CHECKPOINT_DIR/ran-$FAIRWAY_REPLICA_INDEX; [ -e $m ] && exit 0; touch $m; exec sleep {marker}\"]\n"
+    )
+}
+
+/// The server died while launching a gang: one replica ran, the other's launch never
+/// happened. The run never started as a whole, so the replica that ran is stopped and the
+/// gang runs again, counting neither a failure nor a restart.
+#[test]
+fn a_gang_launched_in_part_before_the_server_died_runs_again_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("{}.{}", std::process::id(), 3017);
+    let mut first = serve_with(dir.path(), &["--gpus", "2"], None);
+    let api = api_of(&first.base, dir.path());
+    let id = api.submit(&gang_job(&marker, 2))[0];
+    api.wait_for("both replicas to run", |_| (sleeping(&marker) == 2).then_some(()));
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    // What the old server leaves when it dies between the replicas' launches.
+    kill_replica(dir.path(), id, 1);
+    std::fs::remove_dir_all(dir.path().join(format!("jobs/{id}/runs/0/replica-1"))).unwrap();
+    let mut second = serve_with(dir.path(), &["--gpus", "2"], None);
+    let api = api_of(&second.base, dir.path());
+    let job = api.wait_state(id, JobState::Succeeded);
+    assert_eq!((job.job.failures, job.job.restart_count), (0, 0), "{:?}", job.events);
+    assert!(sleeping(&marker) == 0, "the replica that ran was not stopped");
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    kill_jobs_under(dir.path());
+}
+
+/// The server died after writing a replica's `launch.json` but before starting its shim:
+/// the job never ran, so it runs now, and is not judged lost.
+#[test]
+fn a_launch_the_server_did_not_finish_is_not_judged_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("{}.{}", std::process::id(), 3019);
+    let mut first = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&first.base, dir.path());
+    let id = api.submit(&gang_job(&marker, 1))[0];
+    api.wait_for("the job to run", |_| (sleeping(&marker) == 1).then_some(()));
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    kill_replica(dir.path(), id, 0);
+    // Only what the server writes before it starts the shim is left.
+    let replica = dir.path().join(format!("jobs/{id}/runs/0/replica-0"));
+    for entry in std::fs::read_dir(&replica).unwrap().flatten() {
+        if ![fairway_exec::LAUNCH_FILE, fairway_exec::SHIM_LOG_FILE].contains(&entry.file_name().to_str().unwrap()) {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    std::fs::remove_file(dir.path().join(format!("jobs/{id}/checkpoint/ran-0"))).unwrap();
+    let mut second = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&second.base, dir.path());
+    api.wait_for("the job to run again", |_| (sleeping(&marker) == 1).then_some(()));
+    let job = api.job(id);
+    assert_eq!((job.job.state, job.job.failures, job.job.restart_count), (JobState::Running, 0, 0), "{:?}", job.events);
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    kill_jobs_under(dir.path());
+}
+
+/// One replica of a gang failed while the server was down, the other still runs: the gang
+/// has failed, and the survivor is stopped rather than adopted alone.
+#[test]
+fn a_replica_that_failed_while_the_server_was_down_fails_its_gang() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("{}.{}", std::process::id(), 3023);
+    let mut first = serve_with(dir.path(), &["--gpus", "2"], None);
+    let api = api_of(&first.base, dir.path());
+    let job = format!(
+        "name: gang\ntenant: {{ project: p }}\nresources: {{ gpus: 1 }}\nreplicas: 2\nshell: true\n\
+         preemption_grace_seconds: 1\n\
+         command: [\"[ $FAIRWAY_REPLICA_INDEX = 1 ] && {{ sleep 1; exit 3; }}; exec sleep {marker}\"]\n"
+    );
+    let id = api.submit(&job)[0];
+    api.wait_for("the replica that lives on to run", |_| (sleeping(&marker) == 1).then_some(()));
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let exit = dir.path().join(format!("jobs/{id}/runs/0/replica-1/{}", fairway_exec::EXIT_FILE));
+    let waited = Instant::now();
+    while !exit.exists() {
+        assert!(waited.elapsed() < Duration::from_secs(30), "replica 1 did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut second = serve_with(dir.path(), &["--gpus", "2"], None);
+    let api = api_of(&second.base, dir.path());
+    let job = api.wait_state(id, JobState::Failed);
+    assert_eq!(job.job.exit_code, Some(3), "{:?}", job.events);
+    assert!(sleeping(&marker) == 0, "the replica left alone still runs");
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    kill_jobs_under(dir.path());
+}

@@ -4,8 +4,8 @@ use std::fs;
 use std::os::unix::process::ExitStatusExt;
 
 use fairway_exec::{
-    ExecError, LAUNCH_FILE, LaunchSpec, PreemptNotice, SHIM_LOG_FILE, Signal, is_same_process_alive, launch,
-    process_start_ticks, read_exit, read_preempt_notice, signal_group, write_preempt_notice,
+    ExecError, JOB_STARTED_FILE, LAUNCH_FILE, LaunchSpec, PreemptNotice, SHIM_LOG_FILE, Signal, is_same_process_alive,
+    job_ran, launch, process_start_ticks, read_exit, read_preempt_notice, signal_group, write_preempt_notice,
 };
 
 use crate::support::*;
@@ -30,6 +30,39 @@ fn output_lands_in_the_log_and_exit_json_records_the_code() {
     assert_eq!(written, spec);
     // The shim is gone (and reaped): not alive under its pid and start time.
     assert!(!is_same_process_alive(launched.pid, launched.start_ticks));
+}
+
+/// A restarted server tells a run whose job ran (and may have been lost) from one whose
+/// launch it never finished by what the shim leaves in the run directory.
+#[test]
+fn the_run_directory_says_whether_the_job_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(dir.path(), &[]);
+    spec.argv = sh("sleep 30");
+    assert!(!job_ran(&spec.run_dir), "nothing launched yet");
+    let mut launched = launch(&spec).unwrap();
+    let started = std::time::Instant::now();
+    while !spec.run_dir.join(JOB_STARTED_FILE).exists() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "the shim never started the job");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Killed with its shim: no exit.json, but the job ran.
+    signal_group(launched.pid, Signal::Kill).unwrap();
+    wait_shim(&mut launched);
+    assert!(read_exit(&spec.run_dir).unwrap().is_none());
+    assert!(job_ran(&spec.run_dir));
+    // Only the shim's own files count: the server's launch.json alone is a job that never ran.
+    for entry in fs::read_dir(&spec.run_dir).unwrap().flatten() {
+        if entry.file_name() != LAUNCH_FILE {
+            fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    assert!(!job_ran(&spec.run_dir));
+    spec.argv = sh("exit 4");
+    let mut again = launch(&spec).unwrap();
+    wait_shim(&mut again);
+    assert_eq!(read_exit(&spec.run_dir).unwrap().unwrap().code, Some(4));
+    assert!(job_ran(&spec.run_dir));
 }
 
 #[test]

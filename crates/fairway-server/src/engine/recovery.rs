@@ -12,11 +12,16 @@
 //!    whatever its processes left behind (children that outlived the shim) is killed first,
 //!    so that nothing of it keeps using GPUs another job is about to get. One that never
 //!    started is requeued without counting against anything.
+//! 4. A gang starts whole or not at all. A replica whose shim neither runs nor left a sign
+//!    that the job started (`job-started`, `exit.json`) was never launched: the server died
+//!    while launching the gang. The replicas that did start are killed and the run is
+//!    judged not started. A replica that ended while the server was down is judged with the
+//!    live ones: one that failed stops its gang.
 
 use std::path::{Path, PathBuf};
 
 use fairway_core::{Event, PreemptionPolicy, RestoredHold, RestoredJob, RestoredRun, RestoredStop, StopCause, Time};
-use fairway_exec::{ExitRecord, LAUNCH_FILE};
+use fairway_exec::ExitRecord;
 use fairway_spec::{PreemptionProtection, ResolvedJob};
 use fairway_store::{JobRow, JobState, NewEvent, StopRow};
 
@@ -197,6 +202,11 @@ impl Engine {
         let replica_dirs: Vec<PathBuf> =
             (0..placement.replicas().len()).map(|i| run_dir.join(format!("replica-{i}"))).collect();
         let processes = live_processes(&row, &replica_dirs);
+        // A gang starts whole or not at all: if the old server died before it launched every
+        // replica, the run never started. What did start is stopped and the run is judged
+        // not started (requeued, counting against nothing).
+        let launch_unfinished =
+            replica_dirs.iter().any(|d| !processes.iter().any(|p| p.run_dir == *d) && !fairway_exec::job_ran(d));
         let stopping = row.stop.as_ref().and_then(restored_stop);
         let run = RestoredRun { placement, started_at: Time(started_at), stopping };
         let running = RestoredJob { running: Some(run), ..restored.clone() };
@@ -222,13 +232,29 @@ impl Engine {
         self.metrics.job_state(&tier, was, 1);
         let run = active.run;
         self.jobs.insert(id, active);
+        if launch_unfinished {
+            tracing::warn!(id, "the run's launch was not finished before the restart: it did not start");
+            for p in &processes {
+                let _ = fairway_exec::signal_group(p.pid, fairway_exec::Signal::Kill);
+            }
+            self.kill_leftovers(id, run);
+            return Ok(Some(Ended { id, exit: RunExit::NotStarted, killed: false }));
+        }
         if !processes.is_empty() {
+            // Replicas whose supervisors are gone ended while the server was down: the
+            // executor judges them with the live ones (one that failed stops the gang).
+            let ended = replica_dirs
+                .iter()
+                .filter(|d| !processes.iter().any(|p| p.run_dir == **d))
+                .map(|d| fairway_exec::read_exit(d).ok().flatten())
+                .collect();
             let container = self.container_of(id);
             let kill_at_unix_ms = row.stop.as_ref().map(|s| s.kill_at_ms);
             let _ = self.exec.send(ExecCommand::Adopt {
                 job: id,
                 run,
                 replicas: processes,
+                ended,
                 grace_ms,
                 container,
                 kill_at_unix_ms,
@@ -381,7 +407,7 @@ fn find_shims(dirs: &[PathBuf]) -> Vec<ProcessRecord> {
 
 /// How a run whose supervisors are all gone ended, from what they left behind.
 fn ended_run(replica_dirs: &[PathBuf]) -> RunExit {
-    if !replica_dirs.iter().any(|d| d.join(LAUNCH_FILE).exists()) {
+    if !replica_dirs.iter().all(|d| fairway_exec::job_ran(d)) {
         return RunExit::NotStarted;
     }
     let records: Vec<Option<ExitRecord>> =
