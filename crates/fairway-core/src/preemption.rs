@@ -298,18 +298,35 @@ impl SearchView<'_> {
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
         let job = &self.jobs[ix];
-        if scope == PreemptionScope::Any && !self.enough_gpus_below(ix) {
-            return None;
-        }
+        // Candidates are below the job, or at its priority too when it reclaims.
+        let reclaim = matches!(scope, PreemptionScope::Cohort { reclaim: true });
+        let enough_gpus = self.enough_gpus_below(ix, reclaim);
         if let (PreemptionScope::Any, 1) = (scope, job.spec.replicas) {
-            return self.best_single_node_set(ix, now, scratch);
+            return enough_gpus.then(|| self.best_single_node_set(ix, now, scratch)).flatten();
         }
-        if scope == PreemptionScope::Any && !self.gang_could_fit(ix) {
+        // Cheap necessary conditions end most searches that cannot succeed. While searches
+        // are recorded (the property test), the search runs anyway and must agree.
+        let room_possible = enough_gpus && self.gang_could_fit(ix, reclaim, now, scratch.protection_waived);
+        if !room_possible && scratch.wide_records.is_none() {
             return None;
         }
+        let plan = self.wide_set(ix, scope, now, scratch);
+        assert!(room_possible || plan.is_none(), "a set was found where the necessary conditions ruled one out");
+        plan
+    }
+
+    /// Rules 2 to 6 over the whole cluster, for a gang or a job that must give back quota.
+    fn wide_set(
+        &self,
+        ix: JobIx,
+        scope: PreemptionScope,
+        now: Time,
+        scratch: &mut SearchScratch,
+    ) -> Option<VictimPlan> {
+        let job = &self.jobs[ix];
+        let reclaim = matches!(scope, PreemptionScope::Cohort { reclaim: true });
         // Nothing preemptible runs below it and it may not reclaim at its own priority: no
         // candidate (a tenant's lowest tier over its share asks this at every wake).
-        let reclaim = matches!(scope, PreemptionScope::Cohort { reclaim: true });
         if !reclaim && self.tallies.preemptible.range(..job.spec.priority).next().is_none() {
             return None;
         }
@@ -542,13 +559,18 @@ impl SearchView<'_> {
         Frees::Many(frees)
     }
 
-    /// A necessary condition, cheap to check: lower-priority preemptible work (on any node)
-    /// plus free GPUs could cover the job's GPUs at all. Costs one step per priority level.
-    fn enough_gpus_below(&self, ix: JobIx) -> bool {
+    /// A necessary condition, cheap to check: lower-priority preemptible work (on any node;
+    /// at the job's priority too with `inclusive`) plus free GPUs could cover the job's GPUs
+    /// at all. Costs one step per priority level.
+    fn enough_gpus_below(&self, ix: JobIx, inclusive: bool) -> bool {
         let job = &self.jobs[ix];
         let needed = job.spec.total().gpus;
         let mut have = self.nodes.index.total_free(job.spec.gpu_model);
-        for (_, tally) in self.tallies.preemptible.range(..job.spec.priority) {
+        let below = match inclusive {
+            true => self.tallies.preemptible.range(..=job.spec.priority),
+            false => self.tallies.preemptible.range(..job.spec.priority),
+        };
+        for (_, tally) in below {
             if have >= needed {
                 break;
             }
@@ -557,9 +579,11 @@ impl SearchView<'_> {
         have >= needed
     }
 
-    /// A necessary condition, cheap next to a gang's search: counting every preemptible job
-    /// below it as gone, the usable nodes could hold all its replicas (GPUs only).
-    fn gang_could_fit(&self, ix: JobIx) -> bool {
+    /// A necessary condition, cheap next to a search over the whole cluster: counting every
+    /// preemptible job below it (with `inclusive`, at its priority too where it may reclaim)
+    /// that rule 1 does not protect (unless `waived`) as gone, the usable nodes could hold
+    /// all its replicas (GPUs only).
+    fn gang_could_fit(&self, ix: JobIx, inclusive: bool, now: Time, waived: bool) -> bool {
         let job = &self.jobs[ix];
         let (priority, model, gpus) = (job.spec.priority, job.spec.gpu_model, job.spec.per_replica.gpus);
         let Some(replicas_max) = job.spec.replicas.checked_sub(1) else { return true };
@@ -568,7 +592,14 @@ impl SearchView<'_> {
         }
         let mut hosted = 0;
         for node in self.nodes.iter().filter(|n| n.usable_by(model)) {
-            let below: u32 = node.victims.iter().take_while(|e| e.priority < priority).map(|e| e.freed.gpus).sum();
+            let below: u32 = node
+                .victims
+                .iter()
+                .take_while(|e| e.priority < priority || (inclusive && e.priority == priority))
+                .filter(|e| waived || e.protected_until <= now)
+                .filter(|e| e.priority < priority || self.reclaimable(job.spec.project, e.ix))
+                .map(|e| e.freed.gpus)
+                .sum();
             hosted += (node.available_gpus() + below) / gpus;
             if hosted > replicas_max {
                 return true;
