@@ -405,11 +405,9 @@ fn find_shims(dirs: &[PathBuf]) -> Vec<ProcessRecord> {
     found
 }
 
-/// How a run whose supervisors are all gone ended, from what they left behind.
+/// How a run whose supervisors are all gone ended, from what they left behind (every
+/// replica ran: a run with one that never did was judged not started before).
 fn ended_run(replica_dirs: &[PathBuf]) -> RunExit {
-    if !replica_dirs.iter().all(|d| fairway_exec::job_ran(d)) {
-        return RunExit::NotStarted;
-    }
     let records: Vec<Option<ExitRecord>> =
         replica_dirs.iter().map(|d| fairway_exec::read_exit(d).ok().flatten()).collect();
     if let Some(failed) = records.iter().flatten().find(|r| !r.success()) {
