@@ -287,15 +287,13 @@ impl Scheduler {
             else {
                 return Err(format!("{id} is moved to a hold but does not terminate for a preemptor"));
             };
+            // The hold may have been given up since: the victim leaves all the same.
             let holder = self
                 .jobs
                 .get(preemptor)
                 .filter(|p| matches!(&p.state, JobState::Pending { reservation: Some(r) } if r.victims.contains(&id)));
-            let Some(holder) = holder else {
-                return Err(format!("{id} is moved to the hold of {preemptor}, which holds nothing for it"));
-            };
             let same = self.ledger.cohort_of(job.spec.project) == Some(cohort)
-                && self.ledger.cohort_of(holder.spec.project) == Some(cohort);
+                && holder.is_none_or(|h| self.ledger.cohort_of(h.spec.project) == Some(cohort));
             if !same {
                 return Err(format!(
                     "{id} is moved to a hold of {cohort}, which is not its and its preemptor's cohort"

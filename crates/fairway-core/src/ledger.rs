@@ -33,8 +33,9 @@
 //! being what a hold is not charged to the project while the project's own victims still
 //! leave). The cohort's level is then what it will be once they are gone,
 //! which the victim search made fit: the guarantee a victim's project gets back as it
-//! leaves is already counted, so no start in the grace period can take it (a hold given up
-//! while they still terminate moves their charge back). A cohort's level rises only when a
+//! leaves is already counted, so no start in the grace period can take it. A hold given up
+//! while they still terminate leaves them moved out: they leave all the same, and counting
+//! them again would let the level (and what a lowered capacity grandfathered) grow. A cohort's level rises only when a
 //! job starts or a hold is made, both checked against the cap; a job leaving lowers `C` by
 //! what it held and raises `U` by at most that.
 

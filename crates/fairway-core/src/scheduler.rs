@@ -642,8 +642,12 @@ impl Scheduler {
             .iter()
             .map(|j| {
                 let cohort = self.ledger.cohort_of(j.spec.project);
-                let same =
-                    holding_for(j).is_some_and(|p| cohort.is_some() && self.ledger.cohort_of(p.spec.project) == cohort);
+                let same = match holding_for(j) {
+                    Some(p) => cohort.is_some() && self.ledger.cohort_of(p.spec.project) == cohort,
+                    // A hold given up: its victims stay moved while their project stays in
+                    // the cohort they moved out of.
+                    None => j.moved_to_hold.is_some() && j.moved_to_hold == cohort,
+                };
                 (j.spec.id, j.moved_to_hold, cohort.filter(|_| same))
             })
             .filter(|(_, was, now)| was != now)
@@ -720,16 +724,11 @@ impl Scheduler {
         }
     }
 
-    /// A victim's cohort charge back from its preemptor's hold (the hold is given up while
-    /// it still terminates), or, with `exited`, the move settled as it leaves.
-    fn unmove_victim(&mut self, vix: JobIx, exited: bool) {
-        let Some(cohort) = self.jobs[vix].moved_to_hold.take() else { return };
-        let (project, total) = (self.jobs[vix].spec.project, self.jobs[vix].spec.total());
-        if exited {
+    /// A victim moved out of its cohort has left: the move is settled.
+    fn settle_moved_victim(&mut self, vix: JobIx) {
+        if self.jobs[vix].moved_to_hold.take().is_some() {
+            let (project, total) = (self.jobs[vix].spec.project, self.jobs[vix].spec.total());
             self.ledger.settle_moved(project, total);
-        } else {
-            self.ledger.move_to_hold(project, cohort, total, false);
-            self.ledger.grandfather_if_over(cohort);
         }
     }
 
@@ -877,7 +876,7 @@ impl Scheduler {
             self.terminating.remove(&ix);
         }
         self.fair.change(self.jobs[ix].accounts(), total, false, now);
-        self.unmove_victim(ix, true);
+        self.settle_moved_victim(ix);
         match preemptor {
             None => self.uncharge(accounts, total),
             // A victim's charge moves to its preemptor's hold where they share an account: a
@@ -1083,10 +1082,9 @@ impl Scheduler {
         let JobState::Pending { reservation } = &mut job.state else { return None };
         let reservation = reservation.take()?;
         let (id, per_replica) = (job.spec.id, job.spec.per_replica);
-        for vid in self.still_terminating(id, &reservation.victims) {
-            let vix = self.jobs.ix_of(vid).expect("a terminating victim is held");
-            self.unmove_victim(vix, false);
-        }
+        // Victims still terminating stay moved out of their cohort until they exit: they
+        // leave whatever becomes of the hold, and counting them again would let the
+        // cohort's level (and what a lowered capacity grandfathered) grow (scenario 115).
         let accounts = self.charged_accounts(ix);
         for replica in reservation.placement.replicas() {
             self.nodes.update(replica.node, |node| {
