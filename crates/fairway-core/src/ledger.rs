@@ -316,15 +316,11 @@ impl Ledger {
     }
 
     /// A victim of `project` terminating for a preemptor of `cohort` moves its cohort charge
-    /// `r` to the hold (`out`), or back from it when the hold is given up (see the module doc).
-    pub fn move_to_hold(&mut self, project: AccountId, cohort: AccountId, r: Resources, out: bool) {
+    /// `r` to the hold, for good: it stays moved until it exits (see the module doc).
+    pub fn move_to_hold(&mut self, project: AccountId, cohort: AccountId, r: Resources) {
         assert!(self.accounts.contains_key(&project), "a victim's project is charged");
-        self.change_member(project, |a| a.moving = if out { a.moving.plus(r) } else { a.moving.minus(r) });
-        if out {
-            self.uncharge(cohort, r);
-        } else {
-            self.charge(cohort, r);
-        }
+        self.change_member(project, |a| a.moving = a.moving.plus(r));
+        self.uncharge(cohort, r);
     }
 
     /// A moved victim of `project` has left (its project charge is uncharged by the caller).

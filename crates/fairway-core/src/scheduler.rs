@@ -642,12 +642,13 @@ impl Scheduler {
             .iter()
             .map(|j| {
                 let cohort = self.ledger.cohort_of(j.spec.project);
-                let same = match holding_for(j) {
-                    Some(p) => cohort.is_some() && self.ledger.cohort_of(p.spec.project) == cohort,
-                    // A hold given up: its victims stay moved while their project stays in
-                    // the cohort they moved out of.
-                    None => j.moved_to_hold.is_some() && j.moved_to_hold == cohort,
-                };
+                let same = cohort.is_some()
+                    && match holding_for(j) {
+                        Some(p) => self.ledger.cohort_of(p.spec.project) == cohort,
+                        // A hold given up: its victims stay moved while their project stays
+                        // in the cohort they moved out of.
+                        None => j.moved_to_hold == cohort,
+                    };
                 (j.spec.id, j.moved_to_hold, cohort.filter(|_| same))
             })
             .filter(|(_, was, now)| was != now)
@@ -718,7 +719,7 @@ impl Scheduler {
             let vix = self.jobs.ix_of(vid).expect("a terminating victim is held");
             let victim = &self.jobs[vix];
             if victim.moved_to_hold.is_none() && self.ledger.cohort_of(victim.spec.project) == Some(cohort) {
-                self.ledger.move_to_hold(victim.spec.project, cohort, victim.spec.total(), true);
+                self.ledger.move_to_hold(victim.spec.project, cohort, victim.spec.total());
                 self.jobs[vix].moved_to_hold = Some(cohort);
             }
         }

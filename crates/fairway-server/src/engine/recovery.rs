@@ -202,11 +202,12 @@ impl Engine {
         let replica_dirs: Vec<PathBuf> =
             (0..placement.replicas().len()).map(|i| run_dir.join(format!("replica-{i}"))).collect();
         let processes = live_processes(&row, &replica_dirs);
+        // The replicas whose supervisors are gone.
+        let gone: Vec<&PathBuf> = replica_dirs.iter().filter(|d| !processes.iter().any(|p| p.run_dir == **d)).collect();
         // A gang starts whole or not at all: if the old server died before it launched every
         // replica, the run never started. What did start is stopped and the run is judged
         // not started (requeued, counting against nothing).
-        let launch_unfinished =
-            replica_dirs.iter().any(|d| !processes.iter().any(|p| p.run_dir == *d) && !fairway_exec::job_ran(d));
+        let launch_unfinished = gone.iter().any(|d| !fairway_exec::job_ran(d));
         let stopping = row.stop.as_ref().and_then(restored_stop);
         let run = RestoredRun { placement, started_at: Time(started_at), stopping };
         let running = RestoredJob { running: Some(run), ..restored.clone() };
@@ -214,10 +215,7 @@ impl Engine {
             // The node layout changed under the run (a smaller --gpus): it cannot keep its
             // GPUs. Stop what is left of it and queue it again.
             tracing::warn!(id, "run cannot be restored where it ran: {e}");
-            for p in &processes {
-                let _ = fairway_exec::signal_group(p.pid, fairway_exec::Signal::Kill);
-            }
-            self.kill_leftovers(id, row.restart_count);
+            self.kill_run(id, row.restart_count, &processes);
             let event =
                 recovered_event(id, format!("its run could not be restored ({e}); back in the queue"), self.now_ms());
             let _ = self.write("a run that cannot be restored", |tx| tx.end_run(id, &requeue_end(), &event));
@@ -234,20 +232,14 @@ impl Engine {
         self.jobs.insert(id, active);
         if launch_unfinished {
             tracing::warn!(id, "the run's launch was not finished before the restart: it did not start");
-            for p in &processes {
-                let _ = fairway_exec::signal_group(p.pid, fairway_exec::Signal::Kill);
-            }
-            self.kill_leftovers(id, run);
+            self.kill_run(id, run, &processes);
             return Ok(Some(Ended { id, exit: RunExit::NotStarted, killed: false }));
         }
+        // What the replicas whose supervisors are gone recorded as they ended.
+        let ended: Vec<Option<ExitRecord>> = gone.iter().map(|d| fairway_exec::read_exit(d).ok().flatten()).collect();
         if !processes.is_empty() {
-            // Replicas whose supervisors are gone ended while the server was down: the
-            // executor judges them with the live ones (one that failed stops the gang).
-            let ended = replica_dirs
-                .iter()
-                .filter(|d| !processes.iter().any(|p| p.run_dir == **d))
-                .map(|d| fairway_exec::read_exit(d).ok().flatten())
-                .collect();
+            // They ended while the server was down: the executor judges them with the live
+            // ones (one that failed stops the gang).
             let container = self.container_of(id);
             let kill_at_unix_ms = row.stop.as_ref().map(|s| s.kill_at_ms);
             let _ = self.exec.send(ExecCommand::Adopt {
@@ -263,7 +255,7 @@ impl Engine {
         }
         self.kill_leftovers(id, run);
         let killed = row.stop.as_ref().is_some_and(|s| s.kill_at_ms <= self.now_ms());
-        let exit = ended_run(&replica_dirs);
+        let exit = ended_run(ended);
         Ok(Some(Ended { id, killed: killed && exit == RunExit::Lost, exit }))
     }
 
@@ -307,6 +299,15 @@ impl Engine {
         if let Err(e) = self.core.apply(Event::RestoreHold(hold), Time(self.now_ms())) {
             tracing::info!(id, "the hold of a preemptor is not restored: {e}");
         }
+    }
+
+    /// Kills a run that will not be re-adopted: its live supervisors' process groups, then
+    /// whatever else it left running.
+    fn kill_run(&self, id: i64, run: u32, processes: &[ProcessRecord]) {
+        for p in processes {
+            let _ = fairway_exec::signal_group(p.pid, fairway_exec::Signal::Kill);
+        }
+        self.kill_leftovers(id, run);
     }
 
     /// Kills what a finished run left running: its processes carry the job's checkpoint
@@ -405,11 +406,9 @@ fn find_shims(dirs: &[PathBuf]) -> Vec<ProcessRecord> {
     found
 }
 
-/// How a run whose supervisors are all gone ended, from what they left behind (every
+/// How a run whose supervisors are all gone ended, from what each replica recorded (every
 /// replica ran: a run with one that never did was judged not started before).
-fn ended_run(replica_dirs: &[PathBuf]) -> RunExit {
-    let records: Vec<Option<ExitRecord>> =
-        replica_dirs.iter().map(|d| fairway_exec::read_exit(d).ok().flatten()).collect();
+fn ended_run(records: Vec<Option<ExitRecord>>) -> RunExit {
     if let Some(failed) = records.iter().flatten().find(|r| !r.success()) {
         return RunExit::Exited(failed.clone());
     }
