@@ -170,7 +170,7 @@ impl fmt::Display for PendingReason {
             ),
             PendingReason::PreemptionDelayed { until } => write!(
                 f,
-                "waits for free GPUs before preempting (its class's preemption delay); may preempt from {until}"
+                "waits for free GPUs before preempting (its class's preemption delay, or that of the job ahead of it with the same tier, tenant and shape); may preempt from {until}"
             ),
             PendingReason::PreemptionDisabled => write!(f, "preemptionPolicy is Never: waits for free GPUs"),
             PendingReason::BlockedBehind { job, priority } => {

@@ -862,6 +862,7 @@ impl Oracle {
             let delayed = self.now < self.queued_at[&id].plus_ms(spec.preemption_delay_ms);
             let skip = spec.preemption_policy == PreemptionPolicy::Never
                 || delayed
+                || self.waits_for_delayed_mate(s, id, &reasons)
                 || matches!(s.job_status(id), Some(JobStatus::Pending { reserved: Some(_), .. }))
                 || reasons.iter().any(|r| {
                     matches!(
@@ -964,6 +965,31 @@ impl Oracle {
             ));
         }
         Ok(())
+    }
+
+    /// Rule 1's delay, as documented for equivalence groups: a job behind a member of its
+    /// group still in its delay waits for it. The core's reason names the delay's end; the
+    /// check accepts it only if another pending job of the same group (same tier, tenant,
+    /// shape and run limit, both allowed to preempt) is in its delay until exactly then.
+    fn waits_for_delayed_mate(&self, s: &Scheduler, id: JobId, reasons: &[PendingReason]) -> bool {
+        let spec = &self.specs[&id];
+        let group = |o: &JobSpec| {
+            let limit = match (o.max_runtime_ms.or(o.runtime_estimate_ms), o.max_total_runtime_ms) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)).saturating_add(o.grace_ms)),
+            };
+            (o.priority, o.gpu_model, o.per_replica, o.replicas, o.user, o.project, o.preemption_policy, limit)
+        };
+        reasons.iter().any(|r| {
+            let PendingReason::PreemptionDelayed { until } = r else { return false };
+            *until > self.now
+                && s.pending().into_iter().any(|mate| {
+                    let ms = &self.specs[&mate];
+                    mate != id
+                        && group(ms) == group(spec)
+                        && self.queued_at[&mate].plus_ms(ms.preemption_delay_ms) == *until
+                })
+        })
     }
 
     /// Rule 1's protection, from outside: the victim's run is at least its minimum run old,

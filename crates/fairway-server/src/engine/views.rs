@@ -196,7 +196,7 @@ impl Engine {
             ),
             PendingReason::PreemptionDelayed { until } => (
                 format!(
-                    "waits for free GPUs before preempting (its class's preemption delay); it may preempt from {} (Unix ms)",
+                    "waits for free GPUs before preempting (its class's preemption delay, or that of the job ahead of it with the same tier, tenant and shape); it may preempt from {} (Unix ms)",
                     until.millis()
                 ),
                 json!({"until_ms": until.millis()}),
