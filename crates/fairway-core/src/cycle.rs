@@ -650,7 +650,7 @@ impl Scheduler {
         }
         // d.
         if let Some((cohort, reason, reclaim)) = self.cohort_shortfall(ix) {
-            let quota = [Some(any_uncharge(cohort)), None];
+            let quota = [Some(any_uncharge(cohort)), None, None];
             let mut reasons = Reasons::one(reason);
             let mut wake = Wake::On(WakeOn { quota, at: delayed_until, ..WakeOn::default() });
             if let Some(until) = delayed_until {
@@ -670,7 +670,8 @@ impl Scheduler {
         if let Some((account, reason)) = self.quota_shortfall(ix) {
             let mut reasons = Reasons::one(reason);
             let quota = self.quota_wake(account, gk, preempt_capable);
-            let mut wake = Wake::On(WakeOn { quota: [Some(quota), None], at: delayed_until, ..WakeOn::default() });
+            let mut wake =
+                Wake::On(WakeOn { quota: [Some(quota), None, None], at: delayed_until, ..WakeOn::default() });
             if let Some(until) = delayed_until {
                 reasons.push(PendingReason::PreemptionDelayed { until });
             }
@@ -692,14 +693,14 @@ impl Scheduler {
                         None => {}
                     }
                     // If its own preemptible work could bring it under this cap, something
-                    // else stopped it (its other account's cap, room): it asks again when
-                    // anything is uncharged from, or the cap changes of, either account, or
-                    // room grows.
+                    // else stopped it (its other account's cap, its cohort, room): it asks
+                    // again when anything is uncharged from, or the cap changes of, any of
+                    // those accounts, or room grows.
                     if self.ledger.base_gpus(account, quota.level) <= quota.base_gpus_max {
-                        let any = |account| QuotaWake { account, level: Priority::MIN, base_gpus_max: i64::MAX };
-                        let user = (gk.user != gk.project).then(|| any(gk.user));
+                        let user = (gk.user != gk.project).then(|| any_uncharge(gk.user));
+                        let cohort = self.ledger.cohort_of(gk.project).map(any_uncharge);
                         wake = Wake::On(WakeOn {
-                            quota: [Some(any(gk.project)), user],
+                            quota: [Some(any_uncharge(gk.project)), user, cohort],
                             room: RoomWake::Any,
                             ..WakeOn::default()
                         });
@@ -768,7 +769,7 @@ impl Scheduler {
                         Searched::NoSet => {
                             reasons.push(PendingReason::NoPreemptionCandidates);
                             let cohort = self.ledger.cohort_of(gk.project).expect("a member may reclaim");
-                            let quota = [Some(any_uncharge(cohort)), None];
+                            let quota = [Some(any_uncharge(cohort)), None, None];
                             wake = Wake::On(WakeOn { quota, room: RoomWake::Any, ..WakeOn::default() });
                         }
                     }

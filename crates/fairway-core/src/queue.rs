@@ -16,7 +16,10 @@
 //!   group's priority (work the group could preempt to get back under the cap). That figure
 //!   falls only when something of the account's is uncharged, never when a job of the
 //!   account starts (a start below the group adds as much preemptible work as it charges),
-//!   so only uncharges are looked at; or the cap changing;
+//!   so only uncharges are looked at; or the cap changing. A group whose own preemptible
+//!   work would bring it under its cap, and whose search still failed, waits on anything
+//!   uncharged from, or any cap change of, its project, its user and its project's cohort
+//!   (a cohort's capacity grows when a member joins or raises its nominal quota);
 //! - room on one node for one of its replicas ([`RoomWake::Fits`]), or room counting what
 //!   lower-priority preemptible work on that node would free ([`RoomWake::Reclaim`]), for a
 //!   group that found no room. Room on a node grows only when something leaves it (an exit,
@@ -107,9 +110,9 @@ pub(crate) enum Wake {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct WakeOn {
-    /// An account's usage drops far enough, or the account's cap changes (up to two: a
-    /// job's project and user).
-    pub quota: [Option<QuotaWake>; 2],
+    /// An account's usage drops far enough, or the account's cap changes (up to three: a
+    /// job's project, its user, and its project's cohort).
+    pub quota: [Option<QuotaWake>; 3],
     pub room: RoomWake,
     /// A time: the group's head may preempt from then on (rule 1's preemption delay), or a
     /// reservation that holds it back is expected to start.
