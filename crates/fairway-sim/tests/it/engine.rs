@@ -474,6 +474,60 @@ fn the_sharing_anomaly_compares_each_member_with_its_private_cluster() {
     assert_eq!(anomalies[0].anomaly_s(), -60.0);
 }
 
+/// The sharing anomaly of a gang behind a backlog, and fair sharing removing it, hand-checked
+/// (no preemption, so only the order decides): a cohort of gang and sweep (4 GPUs each) on
+/// two nodes of 4. At 0, gang's g0 (2 GPUs, 100 s) and six of sweep's thirty 1-GPU jobs of
+/// 100 s start; gang's g1 (4 GPUs) comes at 50 s. At 100 s everything has ended.
+/// - In submit order, sweep's backlog (submitted at 0) goes before g1 and takes all 8 GPUs
+///   (4 of them lent by gang) at 100, 200 and 300 s; g1 starts at 400 s. Gang waits
+///   (0 + 350) / 2 = 175 s, against (0 + 50) / 2 = 25 s alone on 4 GPUs: 150 s worse off.
+///   Sweep waits (6 × 0 + 8 × 100 + 8 × 200 + 8 × 300) / 30 = 160 s.
+/// - With fair sharing, gang holds nothing at 100 s and sweep has held 6 GPUs: g1 goes first
+///   and starts at 100 s, as alone. Sweep's last four start at 400 s: (4 × 100 + 8 × 200
+///   + 8 × 300 + 4 × 400) / 30 = 200 s, still better off than alone (326.7 s: 4 GPUs, 4 jobs
+///   per 100 s, the last 2 at 700 s).
+#[test]
+fn fair_sharing_serves_a_gang_tenant_as_well_as_alone() {
+    let mut text = String::from(
+        "name: anomaly\nseed: 1\ncluster:\n  nodes: [{ name: n, count: 2, gpus: 4, gpu_model: A100 }]\njob_defaults: { grace_seconds: 0 }\n\
+         cohorts:\n  - name: lab\n    members:\n      - { project: gang, nominal: { gpus: 4 } }\n      - { project: sweep, nominal: { gpus: 4 } }\njobs:\n",
+    );
+    for (name, gpus, at) in [("g0", 2, 0), ("g1", 4, 50)] {
+        text += &format!(
+            "  - {{ name: {name}, tenant: {{ project: gang }}, priority: medium, resources: {{ gpus: {gpus} }}, \
+             command: [train], submit_seconds: {at}, duration_seconds: 100 }}\n"
+        );
+    }
+    for i in 0..30 {
+        text += &format!(
+            "  - {{ name: s{i:02}, tenant: {{ project: sweep }}, priority: medium, resources: {{ gpus: 1 }}, \
+             command: [train], submit_seconds: 0, duration_seconds: 100 }}\n"
+        );
+    }
+    text += "policies:\n  - { name: cohort, order: priority, preemption: false }\n  \
+             - { name: cohort-fair, order: priority, preemption: false, fair_share: { half_life_hours: 24 } }\n";
+    let s = inline_scenario("anomaly", &text).unwrap();
+    let runs = run_all(&s);
+    let mut got = Vec::new();
+    for (p, shared) in s.policies.iter().zip(&runs) {
+        let config = s.engine_config(p, CheckLevel::EveryCycle);
+        for a in fairway_sim::anomaly::sharing_anomaly(&s, p, shared, &config).unwrap() {
+            got.push((p.name.clone(), a.tenant.clone(), a.shared_wait_mean_s, a.alone_wait_mean_s, a.anomaly_s()));
+        }
+    }
+    let row = |p: &str, t: &str, shared: f64, alone: f64| (p.to_string(), t.to_string(), shared, alone, shared - alone);
+    let sweep_alone = 9_800.0 / 30.0;
+    assert_eq!(
+        got,
+        [
+            row("cohort", "gang", 175.0, 25.0),
+            row("cohort", "sweep", 160.0, sweep_alone),
+            row("cohort-fair", "gang", 25.0, 25.0),
+            row("cohort-fair", "sweep", 200.0, sweep_alone),
+        ]
+    );
+}
+
 /// Start-time estimates at submit, hand-checked: one node of 2 GPUs, six jobs of 1 GPU and
 /// 100 s of one tenant. At 0, a0 and a1 start and a2 waits: nothing is known of the tenant's
 /// run times, so a0 and a1 are expected to run the default hour and a2 to start at 3,600 s;
