@@ -483,9 +483,9 @@ fn the_sharing_anomaly_compares_each_member_with_its_private_cluster() {
 ///   (0 + 350) / 2 = 175 s, against (0 + 50) / 2 = 25 s alone on 4 GPUs: 150 s worse off.
 ///   Sweep waits (6 × 0 + 8 × 100 + 8 × 200 + 8 × 300) / 30 = 160 s.
 /// - With fair sharing, gang holds nothing at 100 s and sweep has held 6 GPUs: g1 goes first
-///   and starts at 100 s, as alone. Sweep's last four start at 400 s: (4 × 100 + 8 × 200
-///   + 8 × 300 + 4 × 400) / 30 = 200 s, still better off than alone (326.7 s: 4 GPUs, 4 jobs
-///   per 100 s, the last 2 at 700 s).
+///   and starts at 100 s, as alone. Sweep's last four start at 400 s, so it waits
+///   (4 × 100 + 8 × 200 + 8 × 300 + 4 × 400) / 30 = 200 s, still better off than alone
+///   (326.7 s: 4 GPUs, 4 jobs per 100 s, the last 2 at 700 s).
 #[test]
 fn fair_sharing_serves_a_gang_tenant_as_well_as_alone() {
     let mut text = String::from(
