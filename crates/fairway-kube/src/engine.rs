@@ -367,6 +367,11 @@ impl Engine {
         self.workloads.values().map(|t| (t.id, &t.w, t.refused.as_deref()))
     }
 
+    /// Since when a managed workload waits (its creation, or its last requeue), Unix ms.
+    pub fn queued_since_ms(&self, id: JobId) -> Option<u64> {
+        self.by_job.get(&id).and_then(|uid| self.workloads.get(uid)).map(|t| t.queued_since_ms)
+    }
+
     pub fn node_name(&self, id: NodeId) -> Option<&str> {
         self.node_names.get(&id).map(String::as_str)
     }

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use fairway_core::{Estimate, JobId, JobStatus};
 use fairway_server::api::*;
-use fairway_server::metrics::Metrics;
+use fairway_server::metrics::{Metrics, Queued};
 use serde::Deserialize;
 
 use crate::controller::{SharedEngine, now_ms};
@@ -444,8 +444,14 @@ fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     kube_metrics.unmanaged_gpu_workloads.set(engine.unmanaged_in_managed_namespaces() as i64);
     let metrics = &kube_metrics.server;
     metrics.reset_job_gauges();
+    let now = now_ms();
+    let mut queued = Vec::new();
     for (id, w, _) in engine.workloads() {
         let tier = crate::engine::tier_of(w);
+        if let Some(JobStatus::Pending { .. }) = engine.core().job_status(id) {
+            let since = engine.queued_since_ms(id).unwrap_or(now);
+            queued.push(Queued { tier, tenant: &w.namespace, waiting_ms: now.saturating_sub(since) });
+        }
         let state = match engine.core().job_status(id) {
             Some(JobStatus::Pending { .. }) => JobState::Pending,
             Some(JobStatus::Running { .. }) => JobState::Running,
@@ -455,6 +461,7 @@ fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
         };
         metrics.job_state(tier, state, 1);
     }
+    metrics.set_queues(queued);
     let (total, allocated) = engine.core().gpu_totals();
     metrics.gpus_total.set(i64::from(total));
     metrics.gpus_allocated.set(i64::from(allocated));

@@ -1,5 +1,8 @@
 //! Prometheus metrics (OpenMetrics text at `/metrics`), fed by the engine.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,6 +17,24 @@ pub struct TierLabels {
     pub tier: String,
 }
 
+/// A queue: a priority tier and a tenant (the standalone server's project, the controller's
+/// namespace).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub tier: String,
+    pub tenant: String,
+}
+
+/// A pending job as the queue gauges count it.
+#[derive(Clone, Copy, Debug)]
+pub struct Queued<'a> {
+    pub tier: &'a str,
+    pub tenant: &'a str,
+    /// How long it has waited since it last entered the queue (its submission, or its
+    /// requeue after a preemption or a failed run), milliseconds.
+    pub waiting_ms: u64,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TierStateLabels {
     pub tier: String,
@@ -24,8 +45,16 @@ pub struct Metrics {
     pub registry: Registry,
     /// Unfinished jobs by tier and state (`pending`, `running`, `preempting`, `stopping`).
     pub jobs: Family<TierStateLabels, Gauge>,
-    /// Submit to first start, per tier.
+    /// Each wait in the queue before a run starts (the first, and each after a preemption
+    /// or a retry), per tier.
     pub wait: Family<TierLabels, Histogram>,
+    /// Pending jobs per queue, as of the last refresh.
+    pub queue_pending: Family<QueueLabels, Gauge>,
+    /// Per queue, how long its longest-waiting pending job has waited since it last entered
+    /// the queue, as of the last refresh.
+    pub queue_oldest_pending_seconds: Family<QueueLabels, Gauge>,
+    /// The queues the two gauges above have series for.
+    queues: Mutex<BTreeSet<QueueLabels>>,
     /// Finished jobs by tier and final state.
     pub finished: Family<TierStateLabels, Counter>,
     pub gpus_total: Gauge,
@@ -52,6 +81,9 @@ impl Metrics {
         let m = Metrics {
             jobs: jobs.clone(),
             wait: wait.clone(),
+            queue_pending: Family::default(),
+            queue_oldest_pending_seconds: Family::default(),
+            queues: Mutex::new(BTreeSet::new()),
             finished: finished.clone(),
             gpus_total: Gauge::default(),
             gpus_allocated: Gauge::default(),
@@ -63,7 +95,21 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("jobs", "Unfinished jobs by priority tier and state", jobs);
-        registry.register("job_wait_seconds", "Time from submission to first start, by priority tier", wait);
+        registry.register(
+            "job_wait_seconds",
+            "Time each run waited in the queue before it started (the first wait, and each after a preemption or a retry), by priority tier",
+            wait,
+        );
+        registry.register(
+            "queue_pending_jobs",
+            "Pending jobs, by priority tier and tenant",
+            m.queue_pending.clone(),
+        );
+        registry.register(
+            "queue_oldest_pending_seconds",
+            "How long the longest-waiting pending job of each priority tier and tenant has waited since it last entered the queue",
+            m.queue_oldest_pending_seconds.clone(),
+        );
         registry.register("jobs_finished", "Jobs that finished, by priority tier and final state", finished);
         registry.register("gpus", "GPUs the server schedules", m.gpus_total.clone());
         registry.register("gpus_allocated", "GPUs assigned to jobs", m.gpus_allocated.clone());
@@ -89,6 +135,30 @@ impl Metrics {
     /// Forgets every job gauge (the engine rebuilds them from the store).
     pub fn reset_job_gauges(&self) {
         self.jobs.clear();
+    }
+
+    /// Set the queue gauges from the jobs pending now: a queue with none loses its series
+    /// (the others keep theirs throughout, so a scrape never sees a queue vanish for a moment).
+    pub fn set_queues<'a>(&self, pending: impl IntoIterator<Item = Queued<'a>>) {
+        let mut now: BTreeMap<(&str, &str), (i64, u64)> = BTreeMap::new();
+        for q in pending {
+            let (count, oldest) = now.entry((q.tier, q.tenant)).or_default();
+            *count += 1;
+            *oldest = (*oldest).max(q.waiting_ms);
+        }
+        let mut queues = self.queues.lock().expect("not poisoned");
+        let mut fresh = BTreeSet::new();
+        for ((tier, tenant), (count, oldest_ms)) in now {
+            let labels = QueueLabels { tier: tier.into(), tenant: tenant.into() };
+            self.queue_pending.get_or_create(&labels).set(count);
+            self.queue_oldest_pending_seconds.get_or_create(&labels).set((oldest_ms / 1000) as i64);
+            fresh.insert(labels);
+        }
+        for gone in queues.difference(&fresh) {
+            self.queue_pending.remove(gone);
+            self.queue_oldest_pending_seconds.remove(gone);
+        }
+        *queues = fresh;
     }
 
     pub fn wait_seconds(&self, tier: &str, seconds: f64) {

@@ -223,6 +223,15 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     for name in ["fairway_jobs{", "fairway_preemptions_total", "fairway_gpus_allocated 8"] {
         assert!(metrics.contains(name), "{name} missing from:\n{metrics}");
     }
+    // The two requeued victims wait in the low tier of their namespace (the tenant); the
+    // whole test takes well under a minute.
+    let queue = |name: &str| {
+        let prefix = format!("{name}{{tier=\"low\",tenant=\"ads\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.parse::<i64>().unwrap())
+    };
+    assert_eq!(queue("fairway_queue_pending_jobs"), Some(2), "{metrics}");
+    let oldest = queue("fairway_queue_oldest_pending_seconds").expect("the low queue's longest wait");
+    assert!((0..=60).contains(&oldest), "waited {oldest} s since the requeue");
     drop(controller);
     rt.block_on(cluster.shutdown());
 }

@@ -766,6 +766,53 @@ fn a_test_clock_drives_an_hour_long_delay_and_a_tokens_expiry() {
     assert_eq!(status, 401, "the token expired an hour ago by the server's clock: {answer}");
 }
 
+/// The queue gauges an alert reads (the article's: a medium job pending over 30 minutes),
+/// with a clock the test moves: on one GPU a medium job of vision runs, and a medium job of
+/// vision and one of ads wait (same tier: nothing is preempted). 31 minutes later each
+/// queue's longest wait is 1,860 s and its pending count 1; once ads's job is cancelled its
+/// queue loses its series, and vision's goes on counting.
+#[test]
+fn queue_gauges_show_how_long_each_tier_and_tenant_has_waited() {
+    let clock = std::sync::Arc::new(fairway_server::clock::ManualClock::from_now());
+    let server = InProcess::start_with_clock("1", "", clock.clone());
+    let api = &server.api;
+    let running = api.submit(&trainer_job("nightly", "vision", "medium", 1, 100_000, 50))[0];
+    api.wait_state(running, JobState::Running);
+    api.submit(&trainer_job("retrain", "vision", "medium", 1, 2, 10));
+    let ads = api.submit(&trainer_job("ctr", "ads", "medium", 1, 2, 10))[0];
+    let gauge = |metrics: &str, name: &str, tenant: &str| -> Option<i64> {
+        let prefix = format!("{name}{{tier=\"medium\",tenant=\"{tenant}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.parse().unwrap())
+    };
+    let scrape_until = |what: &str, done: &dyn Fn(&str) -> bool| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, metrics) = api.request("GET", "/metrics", None);
+            let metrics = String::from_utf8(metrics).unwrap();
+            if done(&metrics) {
+                return metrics;
+            }
+            assert!(Instant::now() < deadline, "{what}, in\n{metrics}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    clock.advance(1_860_000);
+    let oldest = "fairway_queue_oldest_pending_seconds";
+    let metrics = scrape_until("no 31-minute wait", &|m| gauge(m, oldest, "vision") == Some(1_860));
+    assert_eq!(gauge(&metrics, oldest, "ads"), Some(1_860));
+    for tenant in ["vision", "ads"] {
+        assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", tenant), Some(1), "{tenant}");
+    }
+    assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", "nobody"), None);
+
+    api.json("POST", &format!("/v1/jobs/{ads}/cancel"), None);
+    api.wait_state(ads, JobState::Cancelled);
+    clock.advance(1_000);
+    let metrics = scrape_until("ads's queue kept its series", &|m| gauge(m, oldest, "ads").is_none());
+    assert_eq!(gauge(&metrics, oldest, "vision"), Some(1_861));
+    assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", "ads"), None);
+}
+
 /// Fair sharing from the config file: on 2 GPUs the sweep holds one with a long job and
 /// one with a short one, and queues another; nlp queues one after it. When the short job
 /// ends, the freed GPU goes to nlp's job (nlp holds nothing, the sweep a GPU), though the

@@ -1157,6 +1157,7 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
     let metrics = fairway_kube::http::KubeMetrics::new();
     // A family without series is not written out: give each one a series.
     metrics.server.job_state("medium", fairway_server::api::JobState::Pending, 1);
+    metrics.server.set_queues([fairway_server::metrics::Queued { tier: "medium", tenant: "ads", waiting_ms: 1 }]);
     let exported = metrics.encode();
     let mut used = 0;
     for (_, rule) in m.foreign("PrometheusRule") {

@@ -39,7 +39,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::metrics::TierLabels;
+use crate::metrics::{Queued, TierLabels};
 use fairway_core::{AccountId, Config, Event, JobId, Limits, NodeId, NodeSpec, Resources, Scheduler, Time};
 use fairway_exec::{ContainerRuntime, GpuLayout, GpuSource};
 use fairway_spec::{ClusterShape, Interner, ModelShape, PriorityClasses, ResolvedJob};
@@ -496,6 +496,7 @@ impl Engine {
         if self.degraded.is_none() && self.head_estimates_at_ms.is_none_or(|at| now >= at + HEAD_ESTIMATES_EVERY_MS) {
             self.head_estimates_at_ms = Some(now);
             self.refresh_head_estimates(now);
+            self.refresh_queue_gauges(now);
         }
         for query in queries {
             self.answer(query);
@@ -558,6 +559,17 @@ impl Engine {
                 self.metrics.head_start_estimate.get_or_create(&TierLabels { tier }).set(seconds as i64);
             }
         }
+    }
+
+    /// The queue gauges (pending jobs and the longest wait, per tier and tenant), from the
+    /// jobs pending now: those in the core's queue and those waiting out a retry's backoff.
+    fn refresh_queue_gauges(&self, now: u64) {
+        let pending = self.jobs.values().filter(|j| j.state == JobState::Pending).map(|j| Queued {
+            tier: tier_name(&j.resolved),
+            tenant: &j.resolved.doc.project,
+            waiting_ms: j.pending_since_ms.map_or(0, |since| now.saturating_sub(since)),
+        });
+        self.metrics.set_queues(pending);
     }
 
     /// Marks that the next turn must run a cycle.
@@ -653,7 +665,12 @@ pub use fairway_spec::AccountKind;
 
 /// The metrics label of a job's tier: its class name, or `custom` for a bare value.
 pub(crate) fn tier_label(job: &ResolvedJob) -> String {
-    job.priority_class.clone().unwrap_or_else(|| "custom".into())
+    tier_name(job).into()
+}
+
+/// The priority tier a job is counted under in metrics: its class, or `custom`.
+pub(crate) fn tier_name(job: &ResolvedJob) -> &str {
+    job.priority_class.as_deref().unwrap_or("custom")
 }
 
 pub(crate) fn core_id(id: i64) -> JobId {
