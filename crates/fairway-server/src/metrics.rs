@@ -100,11 +100,7 @@ impl Metrics {
             "Time each run waited in the queue before it started (the first wait, and each after a preemption or a retry), by priority tier",
             wait,
         );
-        registry.register(
-            "queue_pending_jobs",
-            "Pending jobs, by priority tier and tenant",
-            m.queue_pending.clone(),
-        );
+        registry.register("queue_pending_jobs", "Pending jobs, by priority tier and tenant", m.queue_pending.clone());
         registry.register(
             "queue_oldest_pending_seconds",
             "How long the longest-waiting pending job of each priority tier and tenant has waited since it last entered the queue",

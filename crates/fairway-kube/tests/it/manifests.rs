@@ -1160,8 +1160,32 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
     metrics.server.set_queues([fairway_server::metrics::Queued { tier: "medium", tenant: "ads", waiting_ms: 1 }]);
     let exported = metrics.encode();
     let mut used = 0;
-    for (_, rule) in m.foreign("PrometheusRule") {
-        for group in rule["spec"]["groups"].as_array().unwrap() {
+    // The rules for any Prometheus (deploy/prometheus), and the cluster's PrometheusRule: an
+    // alert of the same name on Fairway's metrics reads the same expression in both (how a
+    // target is found, `up`, differs).
+    let text = std::fs::read_to_string(repo().join("deploy/prometheus/fairway-rules.yaml")).unwrap();
+    let [plain] = documents(&text).unwrap().try_into().expect("one document");
+    let plain_groups = plain["groups"].as_array().unwrap().clone();
+    let exprs: BTreeMap<String, String> = plain_groups
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap().iter())
+        .map(|a| (a["alert"].as_str().unwrap().to_owned(), a["expr"].as_str().unwrap().to_owned()))
+        .filter(|(_, expr)| expr.contains("fairway_"))
+        .collect();
+    assert!(exprs.contains_key("FairwayMediumJobWaiting"), "the article's alert");
+    let cluster_groups = m.foreign("PrometheusRule").into_iter().flat_map(|(_, rule)| {
+        let groups = rule["spec"]["groups"].as_array().unwrap().clone();
+        for alert in groups.iter().flat_map(|g| g["rules"].as_array().unwrap().iter()) {
+            if let Some(expr) = exprs.get(alert["alert"].as_str().unwrap()) {
+                assert_eq!(alert["expr"].as_str(), Some(expr.as_str()), "{}", alert["alert"]);
+            }
+        }
+        groups
+    });
+    let all_groups: Vec<serde_json::Value> = plain_groups.iter().cloned().chain(cluster_groups).collect();
+    assert!(all_groups.len() >= 2, "the plain rules and the PrometheusRule");
+    for group in &all_groups {
+        {
             for alert in group["rules"].as_array().unwrap() {
                 let expr = alert["expr"].as_str().unwrap();
                 for word in
