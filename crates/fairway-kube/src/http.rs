@@ -353,6 +353,11 @@ async fn nodes(State(state): State<ApiState>) -> Response {
 
 async fn quotas(State(state): State<ApiState>) -> Response {
     let engine = state.engine.lock().expect("not poisoned");
+    Json(quota_list(&engine)).into_response()
+}
+
+/// Each namespace with workloads or a ResourceQuota: its use and its cap.
+fn quota_list(engine: &Engine) -> QuotaList {
     let mut namespaces: BTreeSet<String> = engine.workloads().map(|(_, w, _)| w.namespace.clone()).collect();
     namespaces.extend(engine.quota_namespaces());
     let quotas = namespaces
@@ -372,7 +377,7 @@ async fn quotas(State(state): State<ApiState>) -> Response {
             })
         })
         .collect();
-    Json(QuotaList { quotas }).into_response()
+    QuotaList { quotas }
 }
 
 async fn classes(State(state): State<ApiState>) -> Response {
@@ -462,6 +467,7 @@ fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
         metrics.job_state(tier, state, 1);
     }
     metrics.set_queues(queued);
+    metrics.set_quotas(&quota_list(engine));
     let (total, allocated) = engine.core().gpu_totals();
     metrics.gpus_total.set(i64::from(total));
     metrics.gpus_allocated.set(i64::from(allocated));

@@ -12,6 +12,8 @@ use prometheus_client::registry::Registry;
 
 use fairway_store::JobState;
 
+use crate::api::QuotaList;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TierLabels {
     pub tier: String,
@@ -23,6 +25,13 @@ pub struct TierLabels {
 pub struct QueueLabels {
     pub tier: String,
     pub tenant: String,
+}
+
+/// An account: `user` or `project` (a namespace, in a cluster), and its name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct AccountLabels {
+    pub kind: String,
+    pub account: String,
 }
 
 /// A pending job as the queue gauges count it.
@@ -55,6 +64,13 @@ pub struct Metrics {
     pub queue_oldest_pending_seconds: Family<QueueLabels, Gauge>,
     /// The queues the two gauges above have series for.
     queues: Mutex<BTreeSet<QueueLabels>>,
+    /// GPUs each account holds (running, terminating and held for its preemptors), as of the
+    /// last refresh: accounts with a quota, and those holding something.
+    pub quota_gpus_used: Family<AccountLabels, Gauge>,
+    /// Each capped account's GPU cap, as of the last refresh.
+    pub quota_gpus_max: Family<AccountLabels, Gauge>,
+    /// The accounts the two gauges above have series for.
+    accounts: Mutex<BTreeSet<AccountLabels>>,
     /// Finished jobs by tier and final state.
     pub finished: Family<TierStateLabels, Counter>,
     pub gpus_total: Gauge,
@@ -84,6 +100,9 @@ impl Metrics {
             queue_pending: Family::default(),
             queue_oldest_pending_seconds: Family::default(),
             queues: Mutex::new(BTreeSet::new()),
+            quota_gpus_used: Family::default(),
+            quota_gpus_max: Family::default(),
+            accounts: Mutex::new(BTreeSet::new()),
             finished: finished.clone(),
             gpus_total: Gauge::default(),
             gpus_allocated: Gauge::default(),
@@ -106,6 +125,12 @@ impl Metrics {
             "How long the longest-waiting pending job of each priority tier and tenant has waited since it last entered the queue",
             m.queue_oldest_pending_seconds.clone(),
         );
+        registry.register(
+            "quota_gpus_used",
+            "GPUs each user or project holds, for accounts with a quota and those holding something",
+            m.quota_gpus_used.clone(),
+        );
+        registry.register("quota_gpus_max", "Each capped user's or project's GPU quota", m.quota_gpus_max.clone());
         registry.register("jobs_finished", "Jobs that finished, by priority tier and final state", finished);
         registry.register("gpus", "GPUs the server schedules", m.gpus_total.clone());
         registry.register("gpus_allocated", "GPUs assigned to jobs", m.gpus_allocated.clone());
@@ -155,6 +180,31 @@ impl Metrics {
             self.queue_oldest_pending_seconds.remove(gone);
         }
         *queues = fresh;
+    }
+
+    /// Set the quota gauges from the accounts' use and caps now (`GET /v1/quotas`'s list):
+    /// an account no longer listed loses its series, an uncapped one has no cap series.
+    pub fn set_quotas(&self, quotas: &QuotaList) {
+        let mut accounts = self.accounts.lock().expect("not poisoned");
+        let mut fresh = BTreeSet::new();
+        for q in &quotas.quotas {
+            let labels = AccountLabels { kind: q.kind.clone(), account: q.account.clone() };
+            self.quota_gpus_used.get_or_create(&labels).set(i64::from(q.gpus_used));
+            match q.gpus_max {
+                Some(max) => {
+                    self.quota_gpus_max.get_or_create(&labels).set(i64::from(max));
+                }
+                None => {
+                    self.quota_gpus_max.remove(&labels);
+                }
+            }
+            fresh.insert(labels);
+        }
+        for gone in accounts.difference(&fresh) {
+            self.quota_gpus_used.remove(gone);
+            self.quota_gpus_max.remove(gone);
+        }
+        *accounts = fresh;
     }
 
     pub fn wait_seconds(&self, tier: &str, seconds: f64) {

@@ -232,6 +232,11 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     assert_eq!(queue("fairway_queue_pending_jobs"), Some(2), "{metrics}");
     let oldest = queue("fairway_queue_oldest_pending_seconds").expect("the low queue's longest wait");
     assert!((0..=60).contains(&oldest), "waited {oldest} s since the requeue");
+    // The namespace's ResourceQuota (16 GPUs) against what it holds: urgent's 8.
+    for (name, want) in [("fairway_quota_gpus_used", 8), ("fairway_quota_gpus_max", 16)] {
+        let line = format!("{name}{{kind=\"project\",account=\"ads\"}} {want}");
+        assert!(metrics.lines().any(|l| l == line), "{line} missing from:\n{metrics}");
+    }
     drop(controller);
     rt.block_on(cluster.shutdown());
 }

@@ -769,8 +769,9 @@ fn a_test_clock_drives_an_hour_long_delay_and_a_tokens_expiry() {
 /// The queue gauges an alert reads (the article's: a medium job pending over 30 minutes),
 /// with a clock the test moves: on one GPU a medium job of vision runs, and a medium job of
 /// vision and one of ads wait (same tier: nothing is preempted). 31 minutes later each
-/// queue's longest wait is 1,860 s and its pending count 1; once ads's job is cancelled its
-/// queue loses its series, and vision's goes on counting.
+/// queue's longest wait is 1,860 s and its pending count 1, and vision's quota gauges show it
+/// at its cap; once ads's job is cancelled its queue loses its series, and vision's goes on
+/// counting.
 #[test]
 fn queue_gauges_show_how_long_each_tier_and_tenant_has_waited() {
     let clock = std::sync::Arc::new(fairway_server::clock::ManualClock::from_now());
@@ -796,6 +797,8 @@ fn queue_gauges_show_how_long_each_tier_and_tenant_has_waited() {
             std::thread::sleep(Duration::from_millis(100));
         }
     };
+    let (status, body) = api.json("PUT", "/v1/quotas/project/vision", Some(r#"{"gpus_max": 1}"#));
+    assert_eq!(status, 200, "{body}");
     clock.advance(1_860_000);
     let oldest = "fairway_queue_oldest_pending_seconds";
     let metrics = scrape_until("no 31-minute wait", &|m| gauge(m, oldest, "vision") == Some(1_860));
@@ -804,6 +807,17 @@ fn queue_gauges_show_how_long_each_tier_and_tenant_has_waited() {
         assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", tenant), Some(1), "{tenant}");
     }
     assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", "nobody"), None);
+    // Quota use against the cap, per account: vision at its cap of 1 GPU, its user holding
+    // the same GPU without a cap, ads holding nothing and capped by nothing (no series).
+    let account = |name: &str, kind: &str, account: &str| {
+        let prefix = format!("{name}{{kind=\"{kind}\",account=\"{account}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.parse::<i64>().unwrap())
+    };
+    assert_eq!(account("fairway_quota_gpus_used", "project", "vision"), Some(1));
+    assert_eq!(account("fairway_quota_gpus_max", "project", "vision"), Some(1));
+    assert_eq!(account("fairway_quota_gpus_used", "user", "vision-user"), Some(1));
+    assert_eq!(account("fairway_quota_gpus_max", "user", "vision-user"), None);
+    assert_eq!(account("fairway_quota_gpus_used", "project", "ads"), None);
 
     api.json("POST", &format!("/v1/jobs/{ads}/cancel"), None);
     api.wait_state(ads, JobState::Cancelled);

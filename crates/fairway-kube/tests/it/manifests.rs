@@ -1158,6 +1158,17 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
     // A family without series is not written out: give each one a series.
     metrics.server.job_state("medium", fairway_server::api::JobState::Pending, 1);
     metrics.server.set_queues([fairway_server::metrics::Queued { tier: "medium", tenant: "ads", waiting_ms: 1 }]);
+    let capped = fairway_server::api::QuotaView {
+        kind: "project".into(),
+        account: "ads".into(),
+        gpus_max: Some(8),
+        cpu_millis_max: None,
+        memory_mib_max: None,
+        gpus_used: 8,
+        cpu_millis_used: 0,
+        memory_mib_used: 0,
+    };
+    metrics.server.set_quotas(&fairway_server::api::QuotaList { quotas: vec![capped] });
     let exported = metrics.encode();
     let mut used = 0;
     // The rules for any Prometheus (deploy/prometheus), and the cluster's PrometheusRule: an

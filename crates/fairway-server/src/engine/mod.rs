@@ -497,6 +497,8 @@ impl Engine {
             self.head_estimates_at_ms = Some(now);
             self.refresh_head_estimates(now);
             self.refresh_queue_gauges(now);
+            let quotas = self.quotas_view();
+            self.metrics.set_quotas(&quotas);
         }
         for query in queries {
             self.answer(query);

@@ -260,7 +260,7 @@ impl Engine {
         NodeList { nodes, gpu_source: source.into() }
     }
 
-    fn quotas_view(&mut self) -> QuotaList {
+    pub(crate) fn quotas_view(&mut self) -> QuotaList {
         let mut accounts: BTreeSet<(String, String)> = BTreeSet::new();
         if let Ok(rows) = self.store.quotas() {
             accounts.extend(rows.into_iter().map(|r| (r.account_kind, r.account)));
