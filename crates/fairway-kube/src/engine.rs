@@ -250,6 +250,8 @@ pub enum Observation {
     Waited { tier: String, seconds: f64 },
     /// It ended (not a requeue).
     Finished { tier: String, succeeded: bool },
+    /// It was asked to stop for a preemptor (priority or a cohort's reclaim).
+    Preempted { tier: String, tenant: String },
     /// One cycle of the core took this long (measured by the driver: the engine reads no
     /// clock).
     Cycle { seconds: f64 },
@@ -1562,6 +1564,7 @@ impl Engine {
                 let history = t.preempted_at_ms.clone();
                 let t = &self.workloads[&uid];
                 let target = target_of(&t.w);
+                let preempted = Observation::Preempted { tier: tier_of(&t.w).into(), tenant: t.w.namespace.clone() };
                 self.stats.preemptions += 1;
                 self.actions.push(Action::Suspend {
                     target: target.clone(),
@@ -1584,6 +1587,7 @@ impl Engine {
                         message: format!("preempting {}; its GPUs are held for this job", t.w.key()),
                     });
                 }
+                self.observe(preempted);
             }
             Decision::Stop { .. } => {
                 // Deletion (the only stop in Kubernetes mode) is under way: the garbage

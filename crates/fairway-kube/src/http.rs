@@ -488,6 +488,7 @@ fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
                 metrics.finished(&tier, if succeeded { JobState::Succeeded } else { JobState::Failed });
             }
             Observation::Cycle { seconds } => metrics.cycle_seconds.observe(seconds),
+            Observation::Preempted { tier, tenant } => metrics.preempted(&tier, &tenant),
         }
     }
 }

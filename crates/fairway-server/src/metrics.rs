@@ -64,6 +64,8 @@ pub struct Metrics {
     pub queue_oldest_pending_seconds: Family<QueueLabels, Gauge>,
     /// The queues the two gauges above have series for.
     queues: Mutex<BTreeSet<QueueLabels>>,
+    /// Jobs asked to stop for a preemptor, by the victim's tier and tenant.
+    pub queue_preemptions: Family<QueueLabels, Counter>,
     /// GPUs each account holds (running, terminating and held for its preemptors), as of the
     /// last refresh: accounts with a quota, and those holding something.
     pub quota_gpus_used: Family<AccountLabels, Gauge>,
@@ -100,6 +102,7 @@ impl Metrics {
             queue_pending: Family::default(),
             queue_oldest_pending_seconds: Family::default(),
             queues: Mutex::new(BTreeSet::new()),
+            queue_preemptions: Family::default(),
             quota_gpus_used: Family::default(),
             quota_gpus_max: Family::default(),
             accounts: Mutex::new(BTreeSet::new()),
@@ -124,6 +127,11 @@ impl Metrics {
             "queue_oldest_pending_seconds",
             "How long the longest-waiting pending job of each priority tier and tenant has waited since it last entered the queue",
             m.queue_oldest_pending_seconds.clone(),
+        );
+        registry.register(
+            "queue_preemptions",
+            "Jobs asked to stop for higher-priority work or a cohort's reclaim, by the victim's priority tier and tenant",
+            m.queue_preemptions.clone(),
         );
         registry.register(
             "quota_gpus_used",
@@ -205,6 +213,12 @@ impl Metrics {
             self.quota_gpus_max.remove(gone);
         }
         *accounts = fresh;
+    }
+
+    /// A job of `tier` and `tenant` was asked to stop for a preemptor (the unlabelled
+    /// `preemptions` total is the driver's to count).
+    pub fn preempted(&self, tier: &str, tenant: &str) {
+        self.queue_preemptions.get_or_create(&QueueLabels { tier: tier.into(), tenant: tenant.into() }).inc();
     }
 
     pub fn wait_seconds(&self, tier: &str, seconds: f64) {

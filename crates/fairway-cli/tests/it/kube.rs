@@ -178,6 +178,12 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     // A high Job preempts both.
     create(job("urgent", "high", 8, 0));
     wait_for("the victims to be suspended", || (suspended("low-a") && suspended("low-b")).then_some(()));
+    // Both preemptions count against the victims' queue (low, their namespace).
+    wait_for("the preemptions in the metrics", || {
+        let metrics =
+            rt.block_on(async { reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap() });
+        metrics.lines().any(|l| l == "fairway_queue_preemptions_total{tier=\"low\",tenant=\"ads\"} 2").then_some(())
+    });
     let why = cli_ok(&base, &["why", "ads/urgent"]);
     assert!(
         why.contains("waiting for the preemption of") && why.contains("ads/low-a") && why.contains("ads/low-b"),
@@ -232,6 +238,8 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     assert_eq!(queue("fairway_queue_pending_jobs"), Some(2), "{metrics}");
     let oldest = queue("fairway_queue_oldest_pending_seconds").expect("the low queue's longest wait");
     assert!((0..=60).contains(&oldest), "waited {oldest} s since the requeue");
+    // Counts start at zero with each leader: the new one preempted nothing.
+    assert!(!metrics.contains("fairway_queue_preemptions_total{"), "{metrics}");
     // The namespace's ResourceQuota (16 GPUs) against what it holds: urgent's 8.
     for (name, want) in [("fairway_quota_gpus_used", 8), ("fairway_quota_gpus_max", 16)] {
         let line = format!("{name}{{kind=\"project\",account=\"ads\"}} {want}");

@@ -242,6 +242,13 @@ fn high_priority_preempts_low_which_checkpoints_and_resumes() {
     // Waits count every wait: the victim's second start says how long it waited again.
     let restarted = &low_done.events[4];
     assert!(restarted.message.contains("after waiting") && restarted.message.contains("again"), "{restarted:?}");
+    // The preemption counts against the victim's queue (low, vision), and in the total.
+    let (_, metrics) = api.request("GET", "/metrics", None);
+    let metrics = String::from_utf8(metrics).unwrap();
+    for line in ["fairway_queue_preemptions_total{tier=\"low\",tenant=\"vision\"} 1", "fairway_preemptions_total 1"] {
+        assert!(metrics.lines().any(|l| l == line), "{line} missing from\n{metrics}");
+    }
+    assert!(!metrics.contains("fairway_queue_preemptions_total{tier=\"high\""), "{metrics}");
 }
 
 #[test]

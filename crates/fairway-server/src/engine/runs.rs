@@ -22,7 +22,7 @@ use fairway_core::{Decision, Event, ExitOutcome, JobStatus, PendingReason, Place
 use fairway_exec::{ContainerRun, LaunchSpec, PreemptNotice};
 use fairway_store::{JobState, NewEvent, RunEnd, RunRow, StopRow, Tx};
 
-use super::{AccountKind, Engine, core_id, tier_label};
+use super::{AccountKind, Engine, core_id, tier_label, tier_name};
 use crate::api::{CancelResponse, QuotaSpec, QuotaView};
 use crate::error::ApiError;
 use crate::executor::{ExecCommand, ProcessRecord, RunExit};
@@ -91,6 +91,9 @@ impl Engine {
                     commands.extend(command);
                     self.set_live_state(victim, JobState::Preempting);
                     self.metrics.preemptions.inc();
+                    if let Some(job) = self.jobs.get(&victim) {
+                        self.metrics.preempted(tier_name(&job.resolved), &job.resolved.doc.project);
+                    }
                 }
                 Decision::Stop { job, cause } => {
                     let id = job.0 as i64;
