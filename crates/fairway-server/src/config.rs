@@ -101,7 +101,23 @@ pub struct ConfigFile {
     /// Reservations with backfill for jobs that cannot start (the core's `plan.rs`).
     #[serde(default)]
     pub reservations: Option<fairway_spec::ReservationsDoc>,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
 }
+
+/// `metrics:`: what `/metrics` exports beyond its bounded families.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Export how long each of this many longest-waiting pending jobs has waited, one series
+    /// per job (`fairway_job_pending_seconds`), so that an alert can name the job: for small
+    /// clusters (kube-state-metrics' per-pod series). 0, the default: none.
+    #[serde(default)]
+    pub pending_job_series_max: u32,
+}
+
+/// The most per-job series `metrics.pending_job_series_max` may ask for.
+pub const PENDING_JOB_SERIES_MAX: u32 = 10_000;
 
 /// `fair_share:` (see the core's `fairshare.rs` for the formula).
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -365,6 +381,11 @@ impl ConfigFile {
             {
                 return Err(format!("projects[{i}].run_as: {user:?} is not a user name"));
             }
+        }
+        if self.metrics.pending_job_series_max > PENDING_JOB_SERIES_MAX {
+            return Err(format!(
+                "metrics.pending_job_series_max: at most {PENDING_JOB_SERIES_MAX} (one series per job; for small clusters)"
+            ));
         }
         let b = &self.retry_backoff;
         if b.initial_seconds == 0 || b.max_seconds < b.initial_seconds {

@@ -44,6 +44,15 @@ pub struct Queued<'a> {
     pub waiting_ms: u64,
 }
 
+/// One pending job (opt-in series, `metrics.pending_job_series_max`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PendingJobLabels {
+    pub tier: String,
+    pub tenant: String,
+    pub job_name: String,
+    pub job_id: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TierStateLabels {
     pub tier: String,
@@ -64,6 +73,10 @@ pub struct Metrics {
     pub queue_oldest_pending_seconds: Family<QueueLabels, Gauge>,
     /// The queues the two gauges above have series for.
     queues: Mutex<BTreeSet<QueueLabels>>,
+    /// How long each of the longest-waiting pending jobs has waited (opt-in).
+    pub job_pending_seconds: Family<PendingJobLabels, Gauge>,
+    /// The jobs the gauge above has series for.
+    pending_jobs: Mutex<BTreeSet<PendingJobLabels>>,
     /// Jobs asked to stop for a preemptor, by the victim's tier and tenant.
     pub queue_preemptions: Family<QueueLabels, Counter>,
     /// GPUs each account holds (running, terminating and held for its preemptors), as of the
@@ -102,6 +115,8 @@ impl Metrics {
             queue_pending: Family::default(),
             queue_oldest_pending_seconds: Family::default(),
             queues: Mutex::new(BTreeSet::new()),
+            job_pending_seconds: Family::default(),
+            pending_jobs: Mutex::new(BTreeSet::new()),
             queue_preemptions: Family::default(),
             quota_gpus_used: Family::default(),
             quota_gpus_max: Family::default(),
@@ -127,6 +142,11 @@ impl Metrics {
             "queue_oldest_pending_seconds",
             "How long the longest-waiting pending job of each priority tier and tenant has waited since it last entered the queue",
             m.queue_oldest_pending_seconds.clone(),
+        );
+        registry.register(
+            "job_pending_seconds",
+            "How long each of the longest-waiting pending jobs has waited since it last entered the queue (only with metrics.pending_job_series_max)",
+            m.job_pending_seconds.clone(),
         );
         registry.register(
             "queue_preemptions",
@@ -188,6 +208,21 @@ impl Metrics {
             self.queue_oldest_pending_seconds.remove(gone);
         }
         *queues = fresh;
+    }
+
+    /// Set the per-job gauge to these jobs (the longest-waiting ones, as many as the
+    /// config allows, each with how long it has waited in ms): the others lose their series.
+    pub fn set_pending_jobs(&self, jobs: impl IntoIterator<Item = (PendingJobLabels, u64)>) {
+        let mut known = self.pending_jobs.lock().expect("not poisoned");
+        let mut fresh = BTreeSet::new();
+        for (labels, waiting_ms) in jobs {
+            self.job_pending_seconds.get_or_create(&labels).set((waiting_ms / 1000) as i64);
+            fresh.insert(labels);
+        }
+        for gone in known.difference(&fresh) {
+            self.job_pending_seconds.remove(gone);
+        }
+        *known = fresh;
     }
 
     /// Set the quota gauges from the accounts' use and caps now (`GET /v1/quotas`'s list):

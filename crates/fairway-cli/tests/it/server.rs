@@ -776,17 +776,17 @@ fn a_test_clock_drives_an_hour_long_delay_and_a_tokens_expiry() {
 /// The queue gauges an alert reads (the article's: a medium job pending over 30 minutes),
 /// with a clock the test moves: on one GPU a medium job of vision runs, and a medium job of
 /// vision and one of ads wait (same tier: nothing is preempted). 31 minutes later each
-/// queue's longest wait is 1,860 s and its pending count 1, and vision's quota gauges show it
-/// at its cap; once ads's job is cancelled its queue loses its series, and vision's goes on
+/// queue's longest wait is 1,860 s and its pending count 1, the one per-job series the config
+/// asks for names vision's job, and vision's quota gauges show it at its cap; once ads's job is cancelled its queue loses its series, and vision's goes on
 /// counting.
 #[test]
 fn queue_gauges_show_how_long_each_tier_and_tenant_has_waited() {
     let clock = std::sync::Arc::new(fairway_server::clock::ManualClock::from_now());
-    let server = InProcess::start_with_clock("1", "", clock.clone());
+    let server = InProcess::start_with_clock("1", "metrics: { pending_job_series_max: 1 }\n", clock.clone());
     let api = &server.api;
     let running = api.submit(&trainer_job("nightly", "vision", "medium", 1, 100_000, 50))[0];
     api.wait_state(running, JobState::Running);
-    api.submit(&trainer_job("retrain", "vision", "medium", 1, 2, 10));
+    let retrain = api.submit(&trainer_job("retrain", "vision", "medium", 1, 2, 10))[0];
     let ads = api.submit(&trainer_job("ctr", "ads", "medium", 1, 2, 10))[0];
     let gauge = |metrics: &str, name: &str, tenant: &str| -> Option<i64> {
         let prefix = format!("{name}{{tier=\"medium\",tenant=\"{tenant}\"}} ");
@@ -814,6 +814,12 @@ fn queue_gauges_show_how_long_each_tier_and_tenant_has_waited() {
         assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", tenant), Some(1), "{tenant}");
     }
     assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", "nobody"), None);
+    // One per-job series, as configured: of the two that waited as long, the first by id.
+    let per_job: Vec<&str> = metrics.lines().filter(|l| l.starts_with("fairway_job_pending_seconds{")).collect();
+    let want = format!(
+        "fairway_job_pending_seconds{{tier=\"medium\",tenant=\"vision\",job_name=\"retrain\",job_id=\"{retrain}\"}} 1860"
+    );
+    assert_eq!(per_job, [want.as_str()]);
     // Quota use against the cap, per account: vision at its cap of 1 GPU, its user holding
     // the same GPU without a cap, ads holding nothing and capped by nothing (no series).
     let account = |name: &str, kind: &str, account: &str| {
@@ -937,6 +943,8 @@ fn a_bad_protection_in_the_config_names_the_field() {
             "priority_classes:\n  - { name: g, value: 5, preemption_delay_seconds: 90000 }\n",
             "priority_classes[0].preemption_delay_seconds",
         ),
+        ("metrics: { pending_job_series_max: 10001 }\n", "metrics.pending_job_series_max"),
+        ("metrics: { per_job: true }\n", "per_job"),
     ];
     for (yaml, field) in cases {
         let err = fairway_server::ConfigFile::parse(yaml).unwrap_err().to_string();

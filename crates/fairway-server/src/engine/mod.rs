@@ -39,7 +39,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::metrics::{Queued, TierLabels};
+use crate::metrics::{PendingJobLabels, Queued, TierLabels};
 use fairway_core::{AccountId, Config, Event, JobId, Limits, NodeId, NodeSpec, Resources, Scheduler, Time};
 use fairway_exec::{ContainerRuntime, GpuLayout, GpuSource};
 use fairway_spec::{ClusterShape, Interner, ModelShape, PriorityClasses, ResolvedJob};
@@ -572,6 +572,27 @@ impl Engine {
             waiting_ms: j.pending_since_ms.map_or(0, |since| now.saturating_sub(since)),
         });
         self.metrics.set_queues(pending);
+        let wanted = self.config.file.metrics.pending_job_series_max as usize;
+        if wanted == 0 {
+            return;
+        }
+        // The longest-waiting first; ties by id, so the series kept do not flicker.
+        let mut waiting: Vec<(u64, i64, &ActiveJob)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Pending)
+            .map(|(id, j)| (j.pending_since_ms.map_or(0, |since| now.saturating_sub(since)), *id, j))
+            .collect();
+        waiting.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        self.metrics.set_pending_jobs(waiting.into_iter().take(wanted).map(|(waiting_ms, id, j)| {
+            let labels = PendingJobLabels {
+                tier: tier_name(&j.resolved).into(),
+                tenant: j.resolved.doc.project.clone(),
+                job_name: j.resolved.doc.name.clone(),
+                job_id: id.to_string(),
+            };
+            (labels, waiting_ms)
+        }));
     }
 
     /// Marks that the next turn must run a cycle.
