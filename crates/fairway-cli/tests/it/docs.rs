@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 const FAIRWAY: &str = env!("CARGO_BIN_EXE_fairway");
 
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 

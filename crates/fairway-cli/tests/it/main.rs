@@ -129,6 +129,7 @@ mod fake_server;
 mod http_fuzz;
 mod kube;
 mod lifecycle;
+mod monitoring;
 mod security;
 mod server;
 

@@ -1169,6 +1169,14 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
         memory_mib_used: 0,
     };
     metrics.server.set_quotas(&fairway_server::api::QuotaList { quotas: vec![capped] });
+    // The per-job series are the server's (opt-in), under the same registry.
+    let job = fairway_server::metrics::PendingJobLabels {
+        tier: "medium".into(),
+        tenant: "ads".into(),
+        job_name: "ctr-model".into(),
+        job_id: "7".into(),
+    };
+    metrics.server.set_pending_jobs([(job, 1_000)]);
     let exported = metrics.encode();
     let mut used = 0;
     // The rules for any Prometheus (deploy/prometheus), and the cluster's PrometheusRule: an

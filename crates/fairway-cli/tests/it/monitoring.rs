@@ -1,0 +1,211 @@
+//! The monitoring path end to end, with the real programs from Debian (the test script
+//! installs them): Prometheus scrapes a running server with a token and evaluates the
+//! shipped rules (the article's threshold shortened from 30 minutes to 2 seconds);
+//! Alertmanager delivers the firing alert, and its resolution, by e-mail to an SMTP server
+//! on loopback (`python3-aiosmtpd`, writing a maildir) and to a webhook.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fairway_server::api::JobState;
+
+use crate::server::{InProcess, admin_token, trainer_job};
+
+/// A child process killed when the test ends, whatever happens.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(program: &'static str, args: &[String], log: &Path) -> Running {
+    let out = std::fs::File::create(log).unwrap();
+    let child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} (the test script installs it from Debian): {e}"));
+    Running(child)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A webhook receiver: every request body it gets, in order.
+fn webhook() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_ok() {
+                kept.lock().unwrap().push(String::from_utf8_lossy(&body).into_owned());
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (port, bodies)
+}
+
+/// Every message the SMTP server stored so far.
+fn mails(maildir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(maildir.join("new")) else { return Vec::new() };
+    let mut mails: Vec<(std::time::SystemTime, String)> = entries
+        .flatten()
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, std::fs::read_to_string(e.path()).ok()?)))
+        .collect();
+    mails.sort();
+    mails.into_iter().map(|(_, m)| m).collect()
+}
+
+fn wait_until<T>(what: &str, logs: &Path, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        if Instant::now() > deadline {
+            let mut dump = String::new();
+            for name in ["prometheus.log", "alertmanager.log", "smtp.log"] {
+                let text = std::fs::read_to_string(logs.join(name)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                dump += &format!("--- {name}\n{}\n", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            }
+            panic!("timed out waiting for {what}\n{dump}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolves() {
+    let server = InProcess::start("1", "metrics: { pending_job_series_max: 10 }\n");
+    let api = &server.api;
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let (prometheus_port, alertmanager_port, smtp_port) = (free_port(), free_port(), free_port());
+    let (webhook_port, hooks) = webhook();
+
+    // The shipped rules, the 30 minutes shortened to 2 seconds.
+    let rules = std::fs::read_to_string(crate::docs::repo().join("deploy/prometheus/fairway-rules.yaml")).unwrap();
+    assert!(rules.contains("> 1800"), "the article's threshold");
+    std::fs::write(dir.join("rules.yaml"), rules.replace("> 1800", "> 2")).unwrap();
+    std::fs::write(dir.join("token"), admin_token(server.data_dir.path())).unwrap();
+    let target = api.base.trim_start_matches("http://");
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\n\
+             rule_files: [{rules}]\n\
+             alerting:\n  alertmanagers:\n    - static_configs: [{{ targets: ['127.0.0.1:{alertmanager_port}'] }}]\n\
+             scrape_configs:\n  - job_name: fairway\n    authorization: {{ credentials_file: {token} }}\n    \
+             static_configs: [{{ targets: ['{target}'] }}]\n",
+            rules = dir.join("rules.yaml").display(),
+            token = dir.join("token").display(),
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("alertmanager.yml"),
+        format!(
+            "route:\n  receiver: admins\n  group_by: [alertname, job_name]\n  group_wait: 1s\n  group_interval: 1s\n  \
+             repeat_interval: 1h\n\
+             receivers:\n  - name: admins\n    email_configs:\n      - to: gpu-admins@example.org\n        \
+             from: fairway-alerts@example.org\n        smarthost: 127.0.0.1:{smtp_port}\n        require_tls: false\n        \
+             send_resolved: true\n    webhook_configs:\n      - url: http://127.0.0.1:{webhook_port}/alerts\n        \
+             send_resolved: true\n"
+        ),
+    )
+    .unwrap();
+    let maildir = dir.join("maildir");
+    let _smtp = spawn(
+        "/usr/bin/python3",
+        &[
+            "-m".into(),
+            "aiosmtpd".into(),
+            "-n".into(),
+            "-l".into(),
+            format!("127.0.0.1:{smtp_port}"),
+            "-c".into(),
+            "aiosmtpd.handlers.Mailbox".into(),
+            maildir.display().to_string(),
+        ],
+        &dir.join("smtp.log"),
+    );
+    let _alertmanager = spawn(
+        "prometheus-alertmanager",
+        &[
+            format!("--config.file={}", dir.join("alertmanager.yml").display()),
+            format!("--storage.path={}", dir.join("am-data").display()),
+            format!("--web.listen-address=127.0.0.1:{alertmanager_port}"),
+            "--cluster.listen-address=".into(),
+        ],
+        &dir.join("alertmanager.log"),
+    );
+    let _prometheus = spawn(
+        "prometheus",
+        &[
+            format!("--config.file={}", dir.join("prometheus.yml").display()),
+            format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+            format!("--web.listen-address=127.0.0.1:{prometheus_port}"),
+        ],
+        &dir.join("prometheus.log"),
+    );
+
+    // One GPU: a medium job runs, another medium job waits (same tier: nothing preempted).
+    let running = api.submit(&trainer_job("nightly", "vision", "medium", 1, 100_000, 50))[0];
+    api.wait_state(running, JobState::Running);
+    let waiting = api.submit(&trainer_job("ctr-model", "ads", "medium", 1, 2, 10))[0];
+
+    let fired = wait_until("the firing e-mail", dir, || {
+        mails(&maildir).into_iter().find(|m| m.contains("FairwayMediumJobWaitingNamed") && m.contains("FIRING"))
+    });
+    assert!(fired.contains("ctr-model") && fired.contains("gpu-admins@example.org"), "{fired}");
+    let hook = wait_until("the firing webhook", dir, || {
+        hooks.lock().unwrap().iter().find(|b| b.contains("\"status\":\"firing\"") && b.contains("ctr-model")).cloned()
+    });
+    let hook: serde_json::Value = serde_json::from_str(&hook).unwrap();
+    let named = hook["alerts"].as_array().unwrap().iter().find(|a| a["labels"]["job_name"] == "ctr-model").unwrap();
+    assert_eq!(named["labels"]["tenant"], "ads");
+    assert_eq!(named["labels"]["job_id"], waiting.to_string());
+
+    // Its wait ends (cancelled here): the alert resolves, and both receivers are told.
+    api.json("POST", &format!("/v1/jobs/{waiting}/cancel"), None);
+    api.wait_state(waiting, JobState::Cancelled);
+    let resolved = wait_until("the resolved e-mail", dir, || {
+        mails(&maildir).into_iter().find(|m| m.contains("FairwayMediumJobWaitingNamed") && m.contains("RESOLVED"))
+    });
+    assert!(resolved.contains("ctr-model"), "{resolved}");
+    wait_until("the resolved webhook", dir, || {
+        hooks
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b.contains("\"status\":\"resolved\"") && b.contains("ctr-model"))
+            .then_some(())
+    });
+}
