@@ -2,7 +2,8 @@
 //! installs them): Prometheus scrapes a running server with a token and evaluates the
 //! shipped rules (the article's threshold shortened from 30 minutes to 2 seconds);
 //! Alertmanager delivers the firing alert, and its resolution, by e-mail to an SMTP server
-//! on loopback (`python3-aiosmtpd`, writing a maildir) and to a webhook.
+//! on loopback (`python3-aiosmtpd`, writing a maildir) and to a webhook; and every query of
+//! the shipped Grafana dashboard returns data from that Prometheus.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -103,7 +104,7 @@ fn wait_until<T>(what: &str, logs: &Path, mut f: impl FnMut() -> Option<T>) -> T
 
 #[test]
 fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolves() {
-    let server = InProcess::start("1", "metrics: { pending_job_series_max: 10 }\n");
+    let server = InProcess::start("2", "metrics: { pending_job_series_max: 10 }\n");
     let api = &server.api;
     let work = tempfile::tempdir().unwrap();
     let dir = work.path();
@@ -176,9 +177,23 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
         &dir.join("prometheus.log"),
     );
 
-    // One GPU: a medium job runs, another medium job waits (same tier: nothing preempted).
-    let running = api.submit(&trainer_job("nightly", "vision", "medium", 1, 100_000, 50))[0];
-    api.wait_state(running, JobState::Running);
+    // Two GPUs, two long medium jobs; a short high job preempts one of them (which resumes
+    // when it is done); then another medium job, `ctr-model`, waits (same tier: nothing is
+    // preempted for it). Ads has a quota, for the dashboard's quota panel.
+    let (status, body) = api.json("PUT", "/v1/quotas/project/ads", Some(r#"{"gpus_max": 4}"#));
+    assert_eq!(status, 200, "{body}");
+    let long: Vec<i64> = ["nightly", "sweep"]
+        .iter()
+        .map(|name| api.submit(&trainer_job(name, "vision", "medium", 1, 100_000, 50))[0])
+        .collect();
+    for &id in &long {
+        api.wait_state(id, JobState::Running);
+    }
+    let urgent = api.submit(&trainer_job("urgent", "ads", "high", 1, 2, 10))[0];
+    api.wait_state(urgent, JobState::Succeeded);
+    for &id in &long {
+        api.wait_state(id, JobState::Running);
+    }
     let waiting = api.submit(&trainer_job("ctr-model", "ads", "medium", 1, 2, 10))[0];
 
     let fired = wait_until("the firing e-mail", dir, || {
@@ -192,6 +207,28 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
     let named = hook["alerts"].as_array().unwrap().iter().find(|a| a["labels"]["job_name"] == "ctr-model").unwrap();
     assert_eq!(named["labels"]["tenant"], "ads");
     assert_eq!(named["labels"]["job_id"], waiting.to_string());
+
+    // Every query of the dashboard answers with data while the job waits.
+    let dashboard = std::fs::read_to_string(crate::docs::repo().join("deploy/grafana/fairway-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_owned()))
+        .collect();
+    assert!(exprs.len() >= 9, "{exprs:?}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for expr in &exprs {
+        let answer = wait_until(&format!("data for the dashboard's {expr}"), dir, || {
+            let base = format!("http://127.0.0.1:{prometheus_port}/api/v1/query");
+            let url = reqwest::Url::parse_with_params(&base, &[("query", expr)]).unwrap();
+            let text = rt.block_on(async { reqwest::get(url).await.ok()?.text().await.ok() })?;
+            let answer: serde_json::Value = serde_json::from_str(&text).ok()?;
+            (answer["status"] == "success" && !answer["data"]["result"].as_array()?.is_empty()).then_some(answer)
+        });
+        assert_eq!(answer["data"]["resultType"], "vector", "{expr}: {answer}");
+    }
 
     // Its wait ends (cancelled here): the alert resolves, and both receivers are told.
     api.json("POST", &format!("/v1/jobs/{waiting}/cancel"), None);
