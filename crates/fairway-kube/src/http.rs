@@ -451,8 +451,16 @@ fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     metrics.reset_job_gauges();
     let now = now_ms();
     let mut queued = Vec::new();
+    let mut placed = Vec::new();
     for (id, w, _) in engine.workloads() {
         let tier = crate::engine::tier_of(w);
+        if let (
+            Some(JobStatus::Running { .. } | JobStatus::Preempting { .. } | JobStatus::Stopping { .. }),
+            Some(spec),
+        ) = (engine.core().job_status(id), engine.core().job_spec(id))
+        {
+            placed.push((tier, w.namespace.as_str(), spec.total().gpus));
+        }
         if let Some(JobStatus::Pending { .. }) = engine.core().job_status(id) {
             let since = engine.queued_since_ms(id).unwrap_or(now);
             queued.push(Queued { tier, tenant: &w.namespace, waiting_ms: now.saturating_sub(since) });
@@ -467,6 +475,7 @@ fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
         metrics.job_state(tier, state, 1);
     }
     metrics.set_queues(queued);
+    metrics.set_queue_gpus(placed);
     metrics.set_quotas(&quota_list(engine));
     let (total, allocated) = engine.core().gpu_totals();
     metrics.gpus_total.set(i64::from(total));

@@ -73,6 +73,11 @@ pub struct Metrics {
     pub queue_oldest_pending_seconds: Family<QueueLabels, Gauge>,
     /// The queues the two gauges above have series for.
     queues: Mutex<BTreeSet<QueueLabels>>,
+    /// GPUs held by each queue's placed jobs (running, or stopping but not yet gone), as of
+    /// the last refresh.
+    pub queue_gpus_allocated: Family<QueueLabels, Gauge>,
+    /// The queues the gauge above has series for.
+    holding_queues: Mutex<BTreeSet<QueueLabels>>,
     /// How long each of the longest-waiting pending jobs has waited (opt-in).
     pub job_pending_seconds: Family<PendingJobLabels, Gauge>,
     /// The jobs the gauge above has series for.
@@ -115,6 +120,8 @@ impl Metrics {
             queue_pending: Family::default(),
             queue_oldest_pending_seconds: Family::default(),
             queues: Mutex::new(BTreeSet::new()),
+            queue_gpus_allocated: Family::default(),
+            holding_queues: Mutex::new(BTreeSet::new()),
             job_pending_seconds: Family::default(),
             pending_jobs: Mutex::new(BTreeSet::new()),
             queue_preemptions: Family::default(),
@@ -142,6 +149,11 @@ impl Metrics {
             "queue_oldest_pending_seconds",
             "How long the longest-waiting pending job of each priority tier and tenant has waited since it last entered the queue",
             m.queue_oldest_pending_seconds.clone(),
+        );
+        registry.register(
+            "queue_gpus_allocated",
+            "GPUs held by the placed jobs (running, or stopping) of each priority tier and tenant",
+            m.queue_gpus_allocated.clone(),
         );
         registry.register(
             "job_pending_seconds",
@@ -208,6 +220,26 @@ impl Metrics {
             self.queue_oldest_pending_seconds.remove(gone);
         }
         *queues = fresh;
+    }
+
+    /// Set the allocation gauge from the placed jobs now, each as (tier, tenant, GPUs): a
+    /// queue holding nothing loses its series.
+    pub fn set_queue_gpus<'a>(&self, placed: impl IntoIterator<Item = (&'a str, &'a str, u32)>) {
+        let mut now: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+        for (tier, tenant, gpus) in placed {
+            *now.entry((tier, tenant)).or_default() += i64::from(gpus);
+        }
+        let mut known = self.holding_queues.lock().expect("not poisoned");
+        let mut fresh = BTreeSet::new();
+        for ((tier, tenant), gpus) in now {
+            let labels = QueueLabels { tier: tier.into(), tenant: tenant.into() };
+            self.queue_gpus_allocated.get_or_create(&labels).set(gpus);
+            fresh.insert(labels);
+        }
+        for gone in known.difference(&fresh) {
+            self.queue_gpus_allocated.remove(gone);
+        }
+        *known = fresh;
     }
 
     /// Set the per-job gauge to these jobs (the longest-waiting ones, as many as the

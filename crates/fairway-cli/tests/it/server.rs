@@ -814,6 +814,9 @@ fn queue_gauges_show_how_long_each_tier_and_tenant_has_waited() {
         assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", tenant), Some(1), "{tenant}");
     }
     assert_eq!(gauge(&metrics, "fairway_queue_pending_jobs", "nobody"), None);
+    // The GPU each queue holds: vision's running job; ads holds nothing (no series).
+    assert_eq!(gauge(&metrics, "fairway_queue_gpus_allocated", "vision"), Some(1));
+    assert_eq!(gauge(&metrics, "fairway_queue_gpus_allocated", "ads"), None);
     // One per-job series, as configured: of the two that waited as long, the first by id.
     let per_job: Vec<&str> = metrics.lines().filter(|l| l.starts_with("fairway_job_pending_seconds{")).collect();
     let want = format!(

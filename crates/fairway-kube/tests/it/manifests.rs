@@ -1177,6 +1177,7 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
         job_id: "7".into(),
     };
     metrics.server.set_pending_jobs([(job, 1_000)]);
+    metrics.server.set_queue_gpus([("medium", "ads", 8)]);
     let exported = metrics.encode();
     let mut used = 0;
     // The rules for any Prometheus (deploy/prometheus), and the cluster's PrometheusRule: an

@@ -572,6 +572,19 @@ impl Engine {
             waiting_ms: j.pending_since_ms.map_or(0, |since| now.saturating_sub(since)),
         });
         self.metrics.set_queues(pending);
+        let placed = self.jobs.iter().filter_map(|(&id, j)| {
+            let held = matches!(
+                self.core.job_status(core_id(id)),
+                Some(
+                    fairway_core::JobStatus::Running { .. }
+                        | fairway_core::JobStatus::Preempting { .. }
+                        | fairway_core::JobStatus::Stopping { .. }
+                )
+            );
+            let gpus = self.core.job_spec(core_id(id)).filter(|_| held)?.total().gpus;
+            Some((tier_name(&j.resolved), j.resolved.doc.project.as_str(), gpus))
+        });
+        self.metrics.set_queue_gpus(placed);
         let wanted = self.config.file.metrics.pending_job_series_max as usize;
         if wanted == 0 {
             return;
