@@ -247,7 +247,7 @@ pub struct Engine {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Observation {
     /// Admitted after waiting this long since it was (last) queued.
-    Waited { tier: String, seconds: f64 },
+    Waited { tier: String, tenant: String, seconds: f64 },
     /// It ended (not a requeue).
     Finished { tier: String, succeeded: bool },
     /// It was asked to stop for a preemptor (priority or a cohort's reclaim).
@@ -1521,6 +1521,7 @@ impl Engine {
                 t.awaiting_admission = true;
                 let waited = Observation::Waited {
                     tier: tier_of(&t.w).to_owned(),
+                    tenant: t.w.namespace.clone(),
                     seconds: now.saturating_sub(t.queued_since_ms) as f64 / 1000.0,
                 };
                 let target = target_of(&t.w);

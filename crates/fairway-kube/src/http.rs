@@ -492,7 +492,7 @@ fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     set(&metrics.submissions, stats.submissions);
     for o in engine.take_observations() {
         match o {
-            Observation::Waited { tier, seconds } => metrics.wait_seconds(&tier, seconds),
+            Observation::Waited { tier, tenant, seconds } => metrics.wait_seconds(&tier, &tenant, seconds),
             Observation::Finished { tier, succeeded } => {
                 metrics.finished(&tier, if succeeded { JobState::Succeeded } else { JobState::Failed });
             }

@@ -64,8 +64,8 @@ pub struct Metrics {
     /// Unfinished jobs by tier and state (`pending`, `running`, `preempting`, `stopping`).
     pub jobs: Family<TierStateLabels, Gauge>,
     /// Each wait in the queue before a run starts (the first, and each after a preemption
-    /// or a retry), per tier.
-    pub wait: Family<TierLabels, Histogram>,
+    /// or a retry), per tier and tenant.
+    pub wait: Family<QueueLabels, Histogram>,
     /// Pending jobs per queue, as of the last refresh.
     pub queue_pending: Family<QueueLabels, Gauge>,
     /// Per queue, how long its longest-waiting pending job has waited since it last entered
@@ -111,7 +111,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("fairway");
         let jobs = Family::<TierStateLabels, Gauge>::default();
-        let wait = Family::<TierLabels, Histogram>::new_with_constructor(|| Histogram::new(WAIT_BUCKETS));
+        let wait = Family::<QueueLabels, Histogram>::new_with_constructor(|| Histogram::new(WAIT_BUCKETS));
         let finished = Family::<TierStateLabels, Counter>::default();
         let cycle_seconds = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0001, 4.0, 10));
         let m = Metrics {
@@ -141,7 +141,7 @@ impl Metrics {
         registry.register("jobs", "Unfinished jobs by priority tier and state", jobs);
         registry.register(
             "job_wait_seconds",
-            "Time each run waited in the queue before it started (the first wait, and each after a preemption or a retry), by priority tier",
+            "Time each run waited in the queue before it started (the first wait, and each after a preemption or a retry), by priority tier and tenant",
             wait,
         );
         registry.register("queue_pending_jobs", "Pending jobs, by priority tier and tenant", m.queue_pending.clone());
@@ -288,8 +288,8 @@ impl Metrics {
         self.queue_preemptions.get_or_create(&QueueLabels { tier: tier.into(), tenant: tenant.into() }).inc();
     }
 
-    pub fn wait_seconds(&self, tier: &str, seconds: f64) {
-        self.wait.get_or_create(&TierLabels { tier: tier.into() }).observe(seconds);
+    pub fn wait_seconds(&self, tier: &str, tenant: &str, seconds: f64) {
+        self.wait.get_or_create(&QueueLabels { tier: tier.into(), tenant: tenant.into() }).observe(seconds);
     }
 
     pub fn finished(&self, tier: &str, state: JobState) {

@@ -240,6 +240,11 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     assert!((0..=60).contains(&oldest), "waited {oldest} s since the requeue");
     // Counts start at zero with each leader: the new one preempted nothing.
     assert!(!metrics.contains("fairway_queue_preemptions_total{"), "{metrics}");
+    // The new leader admitted urgent: one wait, counted for its tier and namespace.
+    assert!(
+        metrics.lines().any(|l| l == "fairway_job_wait_seconds_count{tier=\"high\",tenant=\"ads\"} 1"),
+        "{metrics}"
+    );
     // What each queue holds: urgent's 8 GPUs in the high tier; the low tier nothing.
     assert!(metrics.lines().any(|l| l == "fairway_queue_gpus_allocated{tier=\"high\",tenant=\"ads\"} 8"), "{metrics}");
     assert!(!metrics.contains("fairway_queue_gpus_allocated{tier=\"low\""), "{metrics}");

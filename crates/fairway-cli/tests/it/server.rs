@@ -378,7 +378,7 @@ fn metrics_openapi_nodes_and_health() {
     assert_eq!(status, 200);
     for needle in [
         "fairway_jobs{tier=\"medium\",state=\"running\"} 1",
-        "fairway_job_wait_seconds_bucket{",
+        "fairway_job_wait_seconds_count{tier=\"medium\",tenant=\"p\"} 1",
         "fairway_gpus 8",
         "fairway_preemptions_total 0",
         "fairway_scheduling_cycle_seconds_count",

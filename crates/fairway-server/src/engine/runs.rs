@@ -187,7 +187,7 @@ impl Engine {
         job.first_started_at_ms.get_or_insert(now);
         // Every wait counts: the first one, and each after a preemption or a retry.
         let wait_s = job.pending_since_ms.take().map_or(0, |since| now.saturating_sub(since)) as f64 / 1000.0;
-        self.metrics.wait_seconds(&tier_label(&job.resolved), wait_s);
+        self.metrics.wait_seconds(tier_name(&job.resolved), &job.resolved.doc.project, wait_s);
         let run = job.run;
         let grace_ms = job.resolved.doc.preemption_grace_seconds * 1000;
         let run_dir = self.job_dir(id).join("runs").join(run.to_string());
