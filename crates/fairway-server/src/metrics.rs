@@ -82,6 +82,10 @@ pub struct Metrics {
     pub job_pending_seconds: Family<PendingJobLabels, Gauge>,
     /// The jobs the gauge above has series for.
     pending_jobs: Mutex<BTreeSet<PendingJobLabels>>,
+    /// GPU-hours of work preempted runs lost (since their last reported checkpoint, or their
+    /// start), by the victim's tier and tenant. The standalone server's: a cluster reports no
+    /// checkpoints.
+    pub queue_gpu_hours_lost: Family<QueueLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     /// Jobs asked to stop for a preemptor, by the victim's tier and tenant.
     pub queue_preemptions: Family<QueueLabels, Counter>,
     /// GPUs each account holds (running, terminating and held for its preemptors), as of the
@@ -125,6 +129,7 @@ impl Metrics {
             job_pending_seconds: Family::default(),
             pending_jobs: Mutex::new(BTreeSet::new()),
             queue_preemptions: Family::default(),
+            queue_gpu_hours_lost: Family::default(),
             quota_gpus_used: Family::default(),
             quota_gpus_max: Family::default(),
             accounts: Mutex::new(BTreeSet::new()),
@@ -164,6 +169,11 @@ impl Metrics {
             "queue_preemptions",
             "Jobs asked to stop for higher-priority work or a cohort's reclaim, by the victim's priority tier and tenant",
             m.queue_preemptions.clone(),
+        );
+        registry.register(
+            "queue_gpu_hours_lost",
+            "GPU-hours of work lost by preempted runs since their last reported checkpoint (or their start), by the victim's priority tier and tenant",
+            m.queue_gpu_hours_lost.clone(),
         );
         registry.register(
             "quota_gpus_used",
@@ -286,6 +296,13 @@ impl Metrics {
     /// `preemptions` total is the driver's to count).
     pub fn preempted(&self, tier: &str, tenant: &str) {
         self.queue_preemptions.get_or_create(&QueueLabels { tier: tier.into(), tenant: tenant.into() }).inc();
+    }
+
+    /// A preempted run of `tier` and `tenant` lost this much work.
+    pub fn lost(&self, tier: &str, tenant: &str, gpu_hours: f64) {
+        self.queue_gpu_hours_lost
+            .get_or_create(&QueueLabels { tier: tier.into(), tenant: tenant.into() })
+            .inc_by(gpu_hours);
     }
 
     pub fn wait_seconds(&self, tier: &str, tenant: &str, seconds: f64) {

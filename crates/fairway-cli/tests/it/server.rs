@@ -249,6 +249,15 @@ fn high_priority_preempts_low_which_checkpoints_and_resumes() {
         assert!(metrics.lines().any(|l| l == line), "{line} missing from\n{metrics}");
     }
     assert!(!metrics.contains("fairway_queue_preemptions_total{tier=\"high\""), "{metrics}");
+    // The work it lost: its 2 GPUs since its last checkpoint, at most its whole first run.
+    let lost: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("fairway_queue_gpu_hours_lost_total{tier=\"low\",tenant=\"vision\"} "))
+        .unwrap_or_else(|| panic!("no lost work for low/vision in\n{metrics}"))
+        .parse()
+        .unwrap();
+    let first_run_hours = (requeued_at - low_done.events[1].at_ms) as f64 / 3_600_000.0;
+    assert!((0.0..=2.0 * first_run_hours).contains(&lost), "lost {lost} GPU-h in a run of {first_run_hours} h");
 }
 
 #[test]

@@ -397,6 +397,13 @@ impl Engine {
         };
         let runtime_ms = job.started_at_ms.map_or(0, |s| now.saturating_sub(s));
         let failures = job.failures + u32::from(matches!(verdict, Verdict::Failed { .. }));
+        // A preempted run loses what it did since its last reported checkpoint (or its start).
+        if let (Verdict::Preempted { .. }, Some(started)) = (&verdict, job.started_at_ms) {
+            let saved = job.last_checkpoint_ms.filter(|&c| c >= started).unwrap_or(started);
+            let gpus = self.core.job_spec(core_id(id)).map_or(0, |spec| spec.total().gpus);
+            let lost_hours = f64::from(gpus) * now.saturating_sub(saved) as f64 / 3_600_000.0;
+            self.metrics.lost(tier_name(&job.resolved), &job.resolved.doc.project, lost_hours);
+        }
         if let Err(e) = self.core.apply(Event::Exited { job: core_id(id), outcome }, Time(now)) {
             tracing::error!(id, "core refused an exit: {e}");
             return;
