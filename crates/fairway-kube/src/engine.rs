@@ -369,6 +369,15 @@ impl Engine {
         self.workloads.values().map(|t| (t.id, &t.w, t.refused.as_deref()))
     }
 
+    /// The namespaces in a cohort (those the annotations put in one that holds), each with
+    /// its cohort's name and its place, by namespace.
+    pub fn cohort_members(&self) -> impl Iterator<Item = (&str, &fairway_spec::MemberDoc)> {
+        self.members
+            .iter()
+            .filter(|(ns, _)| self.places.contains_key(*ns))
+            .map(|(_, (cohort, member))| (cohort.as_str(), member))
+    }
+
     /// Since when a managed workload waits (its creation, or its last requeue), Unix ms.
     pub fn queued_since_ms(&self, id: JobId) -> Option<u64> {
         self.by_job.get(&id).and_then(|uid| self.workloads.get(uid)).map(|t| t.queued_since_ms)

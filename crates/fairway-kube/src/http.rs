@@ -356,6 +356,50 @@ async fn quotas(State(state): State<ApiState>) -> Response {
     Json(quota_list(&engine)).into_response()
 }
 
+/// The cohorts the namespaces' annotations make: each member's use and whether it borrows,
+/// and each cohort's level and capacity.
+fn cohort_list(engine: &Engine) -> CohortList {
+    let mut by_cohort: BTreeMap<&str, Vec<&fairway_spec::MemberDoc>> = BTreeMap::new();
+    for (cohort, member) in engine.cohort_members() {
+        by_cohort.entry(cohort).or_default().push(member);
+    }
+    let project = |name: &str| engine.interner().account_id(fairway_spec::AccountKind::Project, name);
+    let cohorts = by_cohort
+        .into_iter()
+        .map(|(name, members)| {
+            let members = members
+                .into_iter()
+                .map(|m| {
+                    let id = project(&m.project);
+                    let used = id.map(|id| engine.core().account_usage(id).0).unwrap_or_default();
+                    CohortMemberView {
+                        member: m.clone(),
+                        gpus_used: used.gpus,
+                        cpu_millis_used: used.cpu_millis,
+                        memory_mib_used: used.memory_mib,
+                        borrowing: id.is_some_and(|id| engine.core().borrowing(id)),
+                    }
+                })
+                .collect();
+            let id = engine.interner().account_id(fairway_spec::AccountKind::Cohort, name);
+            let (level, capacity) = id.and_then(|id| engine.core().cohort_usage(id)).unwrap_or_default();
+            CohortView {
+                name: name.to_owned(),
+                members,
+                capacity: fairway_spec::LimitsDoc {
+                    gpus: capacity.gpus_max,
+                    cpu_millis: capacity.cpu_millis_max,
+                    memory_mib: capacity.memory_mib_max,
+                },
+                gpus_in_use: level.gpus,
+                cpu_millis_in_use: level.cpu_millis,
+                memory_mib_in_use: level.memory_mib,
+            }
+        })
+        .collect();
+    CohortList { cohorts }
+}
+
 /// Each namespace with workloads or a ResourceQuota: its use and its cap.
 fn quota_list(engine: &Engine) -> QuotaList {
     let mut namespaces: BTreeSet<String> = engine.workloads().map(|(_, w, _)| w.namespace.clone()).collect();
@@ -444,8 +488,8 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     ([(header::CONTENT_TYPE, content_type)], state.metrics.encode()).into_response()
 }
 
-/// The gauges, from the engine as it is now.
-fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
+/// The gauges, from the engine as it is now (what a scrape does first).
+pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     kube_metrics.unmanaged_gpu_workloads.set(engine.unmanaged_in_managed_namespaces() as i64);
     let metrics = &kube_metrics.server;
     metrics.reset_job_gauges();
@@ -477,6 +521,7 @@ fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     metrics.set_queues(queued);
     metrics.set_queue_gpus(placed);
     metrics.set_quotas(&quota_list(engine));
+    metrics.set_cohorts(&cohort_list(engine));
     let (total, allocated) = engine.core().gpu_totals();
     metrics.gpus_total.set(i64::from(total));
     metrics.gpus_allocated.set(i64::from(allocated));

@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 
 use fairway_store::JobState;
 
-use crate::api::QuotaList;
+use crate::api::{CohortList, QuotaList};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TierLabels {
@@ -32,6 +32,13 @@ pub struct QueueLabels {
 pub struct AccountLabels {
     pub kind: String,
     pub account: String,
+}
+
+/// A project in a cohort.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct CohortMemberLabels {
+    pub cohort: String,
+    pub project: String,
 }
 
 /// A pending job as the queue gauges count it.
@@ -78,6 +85,13 @@ pub struct Metrics {
     pub queue_gpus_allocated: Family<QueueLabels, Gauge>,
     /// The queues the gauge above has series for.
     holding_queues: Mutex<BTreeSet<QueueLabels>>,
+    /// Per cohort member: the GPUs it uses, its nominal GPU quota (where it names GPUs), and
+    /// what it uses beyond that (borrowed from the other members' idle guarantees).
+    pub cohort_member_gpus_used: Family<CohortMemberLabels, Gauge>,
+    pub cohort_member_gpus_nominal: Family<CohortMemberLabels, Gauge>,
+    pub cohort_member_gpus_borrowed: Family<CohortMemberLabels, Gauge>,
+    /// The members the three gauges above have series for.
+    cohort_members: Mutex<BTreeSet<CohortMemberLabels>>,
     /// How long each of the longest-waiting pending jobs has waited (opt-in).
     pub job_pending_seconds: Family<PendingJobLabels, Gauge>,
     /// The jobs the gauge above has series for.
@@ -126,6 +140,10 @@ impl Metrics {
             queues: Mutex::new(BTreeSet::new()),
             queue_gpus_allocated: Family::default(),
             holding_queues: Mutex::new(BTreeSet::new()),
+            cohort_member_gpus_used: Family::default(),
+            cohort_member_gpus_nominal: Family::default(),
+            cohort_member_gpus_borrowed: Family::default(),
+            cohort_members: Mutex::new(BTreeSet::new()),
             job_pending_seconds: Family::default(),
             pending_jobs: Mutex::new(BTreeSet::new()),
             queue_preemptions: Family::default(),
@@ -159,6 +177,21 @@ impl Metrics {
             "queue_gpus_allocated",
             "GPUs held by the placed jobs (running, or stopping) of each priority tier and tenant",
             m.queue_gpus_allocated.clone(),
+        );
+        registry.register(
+            "cohort_member_gpus_used",
+            "GPUs each project of a cohort uses",
+            m.cohort_member_gpus_used.clone(),
+        );
+        registry.register(
+            "cohort_member_gpus_nominal",
+            "Each cohort member's nominal GPU quota (its guarantee, lent to the others while idle)",
+            m.cohort_member_gpus_nominal.clone(),
+        );
+        registry.register(
+            "cohort_member_gpus_borrowed",
+            "GPUs each cohort member uses beyond its nominal quota, borrowed from the others' idle guarantees (what a member under its own may reclaim)",
+            m.cohort_member_gpus_borrowed.clone(),
         );
         registry.register(
             "job_pending_seconds",
@@ -263,6 +296,37 @@ impl Metrics {
         }
         for gone in known.difference(&fresh) {
             self.job_pending_seconds.remove(gone);
+        }
+        *known = fresh;
+    }
+
+    /// Set the cohort gauges from the cohorts now (`GET /v1/cohorts`'s list): a member no
+    /// longer listed loses its series.
+    pub fn set_cohorts(&self, cohorts: &CohortList) {
+        let mut known = self.cohort_members.lock().expect("not poisoned");
+        let mut fresh = BTreeSet::new();
+        for c in &cohorts.cohorts {
+            for m in &c.members {
+                let labels = CohortMemberLabels { cohort: c.name.clone(), project: m.member.project.clone() };
+                self.cohort_member_gpus_used.get_or_create(&labels).set(i64::from(m.gpus_used));
+                match m.member.nominal.gpus {
+                    Some(nominal) => {
+                        self.cohort_member_gpus_nominal.get_or_create(&labels).set(i64::from(nominal));
+                        let borrowed = m.gpus_used.saturating_sub(nominal);
+                        self.cohort_member_gpus_borrowed.get_or_create(&labels).set(i64::from(borrowed));
+                    }
+                    None => {
+                        self.cohort_member_gpus_nominal.remove(&labels);
+                        self.cohort_member_gpus_borrowed.remove(&labels);
+                    }
+                }
+                fresh.insert(labels);
+            }
+        }
+        for gone in known.difference(&fresh) {
+            self.cohort_member_gpus_used.remove(gone);
+            self.cohort_member_gpus_nominal.remove(gone);
+            self.cohort_member_gpus_borrowed.remove(gone);
         }
         *known = fresh;
     }

@@ -921,6 +921,15 @@ fn namespace_annotations_put_projects_in_a_cohort_that_lends_and_reclaims() {
             h.feed(Input::Listed(stream));
         }
         assert_eq!(admitted(&h.cycle()).len(), 2, "vision borrows speech's idle GPU");
+        // The cohort gauges say so: vision uses 2 GPUs of its nominal 1, borrowing 1.
+        let metrics = fairway_kube::http::KubeMetrics::new();
+        fairway_kube::http::refresh_metrics(&mut h.engine, &metrics);
+        let text = metrics.encode();
+        let borrowed = "fairway_cohort_member_gpus_borrowed{cohort=\"lab\",project=\"vision\"} 1";
+        let used = "fairway_cohort_member_gpus_used{cohort=\"lab\",project=\"vision\"} 2";
+        for line in [borrowed, used] {
+            assert_eq!(text.lines().any(|l| l == line), annotated, "{line} in\n{text}");
+        }
         let j = job("speech", "s1", "medium", 1, 1, 2, None);
         h.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
         suspended(&h.cycle())

@@ -499,6 +499,8 @@ impl Engine {
             self.refresh_queue_gauges(now);
             let quotas = self.quotas_view();
             self.metrics.set_quotas(&quotas);
+            let cohorts = self.cohorts_view();
+            self.metrics.set_cohorts(&cohorts);
         }
         for query in queries {
             self.answer(query);
