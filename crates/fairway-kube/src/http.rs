@@ -363,38 +363,15 @@ fn cohort_list(engine: &Engine) -> CohortList {
     for (cohort, member) in engine.cohort_members() {
         by_cohort.entry(cohort).or_default().push(member);
     }
-    let project = |name: &str| engine.interner().account_id(fairway_spec::AccountKind::Project, name);
+    let id = |kind, name: &str| engine.interner().account_id(kind, name);
     let cohorts = by_cohort
         .into_iter()
         .map(|(name, members)| {
             let members = members
                 .into_iter()
-                .map(|m| {
-                    let id = project(&m.project);
-                    let used = id.map(|id| engine.core().account_usage(id).0).unwrap_or_default();
-                    CohortMemberView {
-                        member: m.clone(),
-                        gpus_used: used.gpus,
-                        cpu_millis_used: used.cpu_millis,
-                        memory_mib_used: used.memory_mib,
-                        borrowing: id.is_some_and(|id| engine.core().borrowing(id)),
-                    }
-                })
+                .map(|m| CohortMemberView::of(engine.core(), m, id(fairway_spec::AccountKind::Project, &m.project)))
                 .collect();
-            let id = engine.interner().account_id(fairway_spec::AccountKind::Cohort, name);
-            let (level, capacity) = id.and_then(|id| engine.core().cohort_usage(id)).unwrap_or_default();
-            CohortView {
-                name: name.to_owned(),
-                members,
-                capacity: fairway_spec::LimitsDoc {
-                    gpus: capacity.gpus_max,
-                    cpu_millis: capacity.cpu_millis_max,
-                    memory_mib: capacity.memory_mib_max,
-                },
-                gpus_in_use: level.gpus,
-                cpu_millis_in_use: level.cpu_millis,
-                memory_mib_in_use: level.memory_mib,
-            }
+            CohortView::of(engine.core(), name, members, id(fairway_spec::AccountKind::Cohort, name))
         })
         .collect();
     CohortList { cohorts }

@@ -305,6 +305,50 @@ pub struct CohortMemberView {
     pub borrowing: bool,
 }
 
+impl CohortView {
+    /// A cohort's view from the core: its level and capacity (`None`: the cohort has no
+    /// account yet, so it holds nothing).
+    pub fn of(
+        core: &fairway_core::Scheduler,
+        name: &str,
+        members: Vec<CohortMemberView>,
+        cohort: Option<fairway_core::AccountId>,
+    ) -> CohortView {
+        let (level, capacity) = cohort.and_then(|id| core.cohort_usage(id)).unwrap_or_default();
+        CohortView {
+            name: name.to_owned(),
+            members,
+            capacity: fairway_spec::LimitsDoc {
+                gpus: capacity.gpus_max,
+                cpu_millis: capacity.cpu_millis_max,
+                memory_mib: capacity.memory_mib_max,
+            },
+            gpus_in_use: level.gpus,
+            cpu_millis_in_use: level.cpu_millis,
+            memory_mib_in_use: level.memory_mib,
+        }
+    }
+}
+
+impl CohortMemberView {
+    /// A member's view from the core: what its project uses and whether it borrows
+    /// (`None`: the project has no account yet, so it holds nothing).
+    pub fn of(
+        core: &fairway_core::Scheduler,
+        member: &fairway_spec::MemberDoc,
+        project: Option<fairway_core::AccountId>,
+    ) -> CohortMemberView {
+        let used = project.map(|id| core.account_usage(id).0).unwrap_or_default();
+        CohortMemberView {
+            member: member.clone(),
+            gpus_used: used.gpus,
+            cpu_millis_used: used.cpu_millis,
+            memory_mib_used: used.memory_mib,
+            borrowing: project.is_some_and(|id| core.borrowing(id)),
+        }
+    }
+}
+
 /// `PUT /v1/cohorts/{name}` body: the cohort's members, replacing the old list.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

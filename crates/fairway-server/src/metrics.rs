@@ -66,6 +66,24 @@ pub struct TierStateLabels {
     pub state: String,
 }
 
+/// The label sets a group of gauge families set from snapshots has series for: a new
+/// snapshot removes, from every family of the group, the series of what it no longer holds.
+/// The others keep theirs throughout, so a scrape never sees a series vanish for a moment.
+struct Series<L>(Mutex<BTreeSet<L>>);
+
+impl<L: Ord> Series<L> {
+    fn new() -> Series<L> {
+        Series(Mutex::new(BTreeSet::new()))
+    }
+
+    /// `fresh` is what the new snapshot set; `remove` drops one label set from the group.
+    fn replace(&self, fresh: BTreeSet<L>, remove: impl Fn(&L)) {
+        let mut known = self.0.lock().expect("not poisoned");
+        known.difference(&fresh).for_each(remove);
+        *known = fresh;
+    }
+}
+
 pub struct Metrics {
     pub registry: Registry,
     /// Unfinished jobs by tier and state (`pending`, `running`, `preempting`, `stopping`).
@@ -79,23 +97,23 @@ pub struct Metrics {
     /// the queue, as of the last refresh.
     pub queue_oldest_pending_seconds: Family<QueueLabels, Gauge>,
     /// The queues the two gauges above have series for.
-    queues: Mutex<BTreeSet<QueueLabels>>,
+    queues: Series<QueueLabels>,
     /// GPUs held by each queue's placed jobs (running, or stopping but not yet gone), as of
     /// the last refresh.
     pub queue_gpus_allocated: Family<QueueLabels, Gauge>,
     /// The queues the gauge above has series for.
-    holding_queues: Mutex<BTreeSet<QueueLabels>>,
+    holding_queues: Series<QueueLabels>,
     /// Per cohort member: the GPUs it uses, its nominal GPU quota (where it names GPUs), and
     /// what it uses beyond that (borrowed from the other members' idle guarantees).
     pub cohort_member_gpus_used: Family<CohortMemberLabels, Gauge>,
     pub cohort_member_gpus_nominal: Family<CohortMemberLabels, Gauge>,
     pub cohort_member_gpus_borrowed: Family<CohortMemberLabels, Gauge>,
     /// The members the three gauges above have series for.
-    cohort_members: Mutex<BTreeSet<CohortMemberLabels>>,
+    cohort_members: Series<CohortMemberLabels>,
     /// How long each of the longest-waiting pending jobs has waited (opt-in).
     pub job_pending_seconds: Family<PendingJobLabels, Gauge>,
     /// The jobs the gauge above has series for.
-    pending_jobs: Mutex<BTreeSet<PendingJobLabels>>,
+    pending_jobs: Series<PendingJobLabels>,
     /// GPU-hours of work preempted runs lost (since their last reported checkpoint, or their
     /// start), by the victim's tier and tenant. The standalone server's: a cluster reports no
     /// checkpoints.
@@ -108,7 +126,7 @@ pub struct Metrics {
     /// Each capped account's GPU cap, as of the last refresh.
     pub quota_gpus_max: Family<AccountLabels, Gauge>,
     /// The accounts the two gauges above have series for.
-    accounts: Mutex<BTreeSet<AccountLabels>>,
+    accounts: Series<AccountLabels>,
     /// Finished jobs by tier and final state.
     pub finished: Family<TierStateLabels, Counter>,
     pub gpus_total: Gauge,
@@ -137,20 +155,20 @@ impl Metrics {
             wait: wait.clone(),
             queue_pending: Family::default(),
             queue_oldest_pending_seconds: Family::default(),
-            queues: Mutex::new(BTreeSet::new()),
+            queues: Series::new(),
             queue_gpus_allocated: Family::default(),
-            holding_queues: Mutex::new(BTreeSet::new()),
+            holding_queues: Series::new(),
             cohort_member_gpus_used: Family::default(),
             cohort_member_gpus_nominal: Family::default(),
             cohort_member_gpus_borrowed: Family::default(),
-            cohort_members: Mutex::new(BTreeSet::new()),
+            cohort_members: Series::new(),
             job_pending_seconds: Family::default(),
-            pending_jobs: Mutex::new(BTreeSet::new()),
+            pending_jobs: Series::new(),
             queue_preemptions: Family::default(),
             queue_gpu_hours_lost: Family::default(),
             quota_gpus_used: Family::default(),
             quota_gpus_max: Family::default(),
-            accounts: Mutex::new(BTreeSet::new()),
+            accounts: Series::new(),
             finished: finished.clone(),
             gpus_total: Gauge::default(),
             gpus_allocated: Gauge::default(),
@@ -241,8 +259,7 @@ impl Metrics {
         self.jobs.clear();
     }
 
-    /// Set the queue gauges from the jobs pending now: a queue with none loses its series
-    /// (the others keep theirs throughout, so a scrape never sees a queue vanish for a moment).
+    /// Set the queue gauges from the jobs pending now: a queue with none loses its series.
     pub fn set_queues<'a>(&self, pending: impl IntoIterator<Item = Queued<'a>>) {
         let mut now: BTreeMap<(&str, &str), (i64, u64)> = BTreeMap::new();
         for q in pending {
@@ -250,7 +267,6 @@ impl Metrics {
             *count += 1;
             *oldest = (*oldest).max(q.waiting_ms);
         }
-        let mut queues = self.queues.lock().expect("not poisoned");
         let mut fresh = BTreeSet::new();
         for ((tier, tenant), (count, oldest_ms)) in now {
             let labels = QueueLabels { tier: tier.into(), tenant: tenant.into() };
@@ -258,11 +274,10 @@ impl Metrics {
             self.queue_oldest_pending_seconds.get_or_create(&labels).set((oldest_ms / 1000) as i64);
             fresh.insert(labels);
         }
-        for gone in queues.difference(&fresh) {
+        self.queues.replace(fresh, |gone| {
             self.queue_pending.remove(gone);
             self.queue_oldest_pending_seconds.remove(gone);
-        }
-        *queues = fresh;
+        });
     }
 
     /// Set the allocation gauge from the placed jobs now, each as (tier, tenant, GPUs): a
@@ -272,38 +287,33 @@ impl Metrics {
         for (tier, tenant, gpus) in placed {
             *now.entry((tier, tenant)).or_default() += i64::from(gpus);
         }
-        let mut known = self.holding_queues.lock().expect("not poisoned");
         let mut fresh = BTreeSet::new();
         for ((tier, tenant), gpus) in now {
             let labels = QueueLabels { tier: tier.into(), tenant: tenant.into() };
             self.queue_gpus_allocated.get_or_create(&labels).set(gpus);
             fresh.insert(labels);
         }
-        for gone in known.difference(&fresh) {
+        self.holding_queues.replace(fresh, |gone| {
             self.queue_gpus_allocated.remove(gone);
-        }
-        *known = fresh;
+        });
     }
 
     /// Set the per-job gauge to these jobs (the longest-waiting ones, as many as the
     /// config allows, each with how long it has waited in ms): the others lose their series.
     pub fn set_pending_jobs(&self, jobs: impl IntoIterator<Item = (PendingJobLabels, u64)>) {
-        let mut known = self.pending_jobs.lock().expect("not poisoned");
         let mut fresh = BTreeSet::new();
         for (labels, waiting_ms) in jobs {
             self.job_pending_seconds.get_or_create(&labels).set((waiting_ms / 1000) as i64);
             fresh.insert(labels);
         }
-        for gone in known.difference(&fresh) {
+        self.pending_jobs.replace(fresh, |gone| {
             self.job_pending_seconds.remove(gone);
-        }
-        *known = fresh;
+        });
     }
 
     /// Set the cohort gauges from the cohorts now (`GET /v1/cohorts`'s list): a member no
     /// longer listed loses its series.
     pub fn set_cohorts(&self, cohorts: &CohortList) {
-        let mut known = self.cohort_members.lock().expect("not poisoned");
         let mut fresh = BTreeSet::new();
         for c in &cohorts.cohorts {
             for m in &c.members {
@@ -323,18 +333,16 @@ impl Metrics {
                 fresh.insert(labels);
             }
         }
-        for gone in known.difference(&fresh) {
+        self.cohort_members.replace(fresh, |gone| {
             self.cohort_member_gpus_used.remove(gone);
             self.cohort_member_gpus_nominal.remove(gone);
             self.cohort_member_gpus_borrowed.remove(gone);
-        }
-        *known = fresh;
+        });
     }
 
     /// Set the quota gauges from the accounts' use and caps now (`GET /v1/quotas`'s list):
     /// an account no longer listed loses its series, an uncapped one has no cap series.
     pub fn set_quotas(&self, quotas: &QuotaList) {
-        let mut accounts = self.accounts.lock().expect("not poisoned");
         let mut fresh = BTreeSet::new();
         for q in &quotas.quotas {
             let labels = AccountLabels { kind: q.kind.clone(), account: q.account.clone() };
@@ -349,11 +357,10 @@ impl Metrics {
             }
             fresh.insert(labels);
         }
-        for gone in accounts.difference(&fresh) {
+        self.accounts.replace(fresh, |gone| {
             self.quota_gpus_used.remove(gone);
             self.quota_gpus_max.remove(gone);
-        }
-        *accounts = fresh;
+        });
     }
 
     /// A job of `tier` and `tenant` was asked to stop for a preemptor (the unlabelled

@@ -196,13 +196,22 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
     }
     let waiting = api.submit(&trainer_job("ctr-model", "ads", "medium", 1, 2, 10))[0];
 
-    let fired = wait_until("the firing e-mail", dir, || {
-        mails(&maildir).into_iter().find(|m| m.contains("FairwayMediumJobWaitingNamed") && m.contains("FIRING"))
-    });
+    // The named alert's e-mail in a state (`FIRING`, `RESOLVED`), and its webhook call
+    // (`firing`, `resolved`), each about `ctr-model`.
+    let mail = |state: &str| {
+        wait_until(&format!("the {state} e-mail"), dir, || {
+            mails(&maildir).into_iter().find(|m| m.contains("FairwayMediumJobWaitingNamed") && m.contains(state))
+        })
+    };
+    let hook_call = |status: &str| {
+        let status_field = format!("\"status\":\"{status}\"");
+        wait_until(&format!("the {status} webhook"), dir, || {
+            hooks.lock().unwrap().iter().find(|b| b.contains(&status_field) && b.contains("ctr-model")).cloned()
+        })
+    };
+    let fired = mail("FIRING");
     assert!(fired.contains("ctr-model") && fired.contains("gpu-admins@example.org"), "{fired}");
-    let hook = wait_until("the firing webhook", dir, || {
-        hooks.lock().unwrap().iter().find(|b| b.contains("\"status\":\"firing\"") && b.contains("ctr-model")).cloned()
-    });
+    let hook = hook_call("firing");
     let hook: serde_json::Value = serde_json::from_str(&hook).unwrap();
     let named = hook["alerts"].as_array().unwrap().iter().find(|a| a["labels"]["job_name"] == "ctr-model").unwrap();
     assert_eq!(named["labels"]["tenant"], "ads");
@@ -233,16 +242,7 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
     // Its wait ends (cancelled here): the alert resolves, and both receivers are told.
     api.json("POST", &format!("/v1/jobs/{waiting}/cancel"), None);
     api.wait_state(waiting, JobState::Cancelled);
-    let resolved = wait_until("the resolved e-mail", dir, || {
-        mails(&maildir).into_iter().find(|m| m.contains("FairwayMediumJobWaitingNamed") && m.contains("RESOLVED"))
-    });
+    let resolved = mail("RESOLVED");
     assert!(resolved.contains("ctr-model"), "{resolved}");
-    wait_until("the resolved webhook", dir, || {
-        hooks
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|b| b.contains("\"status\":\"resolved\"") && b.contains("ctr-model"))
-            .then_some(())
-    });
+    hook_call("resolved");
 }

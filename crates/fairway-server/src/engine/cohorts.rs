@@ -126,30 +126,11 @@ impl Engine {
             .iter()
             .map(|m| {
                 let id = self.account(AccountKind::Project, &m.project).ok();
-                let used = id.map(|id| self.core.account_usage(id).0).unwrap_or_default();
-                CohortMemberView {
-                    member: m.clone(),
-                    gpus_used: used.gpus,
-                    cpu_millis_used: used.cpu_millis,
-                    memory_mib_used: used.memory_mib,
-                    borrowing: id.is_some_and(|id| self.core.borrowing(id)),
-                }
+                CohortMemberView::of(&self.core, m, id)
             })
             .collect();
-        let usage = self.account(AccountKind::Cohort, &cohort.name).ok().and_then(|id| self.core.cohort_usage(id));
-        let (level, capacity) = usage.unwrap_or_default();
-        CohortView {
-            name: cohort.name.clone(),
-            members,
-            capacity: fairway_spec::LimitsDoc {
-                gpus: capacity.gpus_max,
-                cpu_millis: capacity.cpu_millis_max,
-                memory_mib: capacity.memory_mib_max,
-            },
-            gpus_in_use: level.gpus,
-            cpu_millis_in_use: level.cpu_millis,
-            memory_mib_in_use: level.memory_mib,
-        }
+        let id = self.account(AccountKind::Cohort, &cohort.name).ok();
+        CohortView::of(&self.core, &cohort.name, members, id)
     }
 }
 

@@ -496,11 +496,7 @@ impl Engine {
         if self.degraded.is_none() && self.head_estimates_at_ms.is_none_or(|at| now >= at + HEAD_ESTIMATES_EVERY_MS) {
             self.head_estimates_at_ms = Some(now);
             self.refresh_head_estimates(now);
-            self.refresh_queue_gauges(now);
-            let quotas = self.quotas_view();
-            self.metrics.set_quotas(&quotas);
-            let cohorts = self.cohorts_view();
-            self.metrics.set_cohorts(&cohorts);
+            self.refresh_gauges(now);
         }
         for query in queries {
             self.answer(query);
@@ -565,49 +561,42 @@ impl Engine {
         }
     }
 
-    /// The queue gauges (pending jobs and the longest wait, per tier and tenant), from the
-    /// jobs pending now: those in the core's queue and those waiting out a retry's backoff.
-    fn refresh_queue_gauges(&self, now: u64) {
-        let pending = self.jobs.values().filter(|j| j.state == JobState::Pending).map(|j| Queued {
+    /// The gauge families set from snapshots (`metrics.rs`): per queue, what waits and
+    /// for how long (jobs in the core's queue and those waiting out a retry's backoff) and
+    /// the GPUs held; the opt-in per-job series; each account's quota use; each cohort.
+    fn refresh_gauges(&mut self, now: u64) {
+        let waited = |j: &ActiveJob| j.pending_since_ms.map_or(0, |since| now.saturating_sub(since));
+        let mut pending: Vec<(u64, i64, &ActiveJob)> =
+            self.jobs.iter().filter(|(_, j)| j.state == JobState::Pending).map(|(&id, j)| (waited(j), id, j)).collect();
+        self.metrics.set_queues(pending.iter().map(|&(waiting_ms, _, j)| Queued {
             tier: tier_name(&j.resolved),
             tenant: &j.resolved.doc.project,
-            waiting_ms: j.pending_since_ms.map_or(0, |since| now.saturating_sub(since)),
-        });
-        self.metrics.set_queues(pending);
+            waiting_ms,
+        }));
         let placed = self.jobs.iter().filter_map(|(&id, j)| {
-            let held = matches!(
-                self.core.job_status(core_id(id)),
-                Some(
-                    fairway_core::JobStatus::Running { .. }
-                        | fairway_core::JobStatus::Preempting { .. }
-                        | fairway_core::JobStatus::Stopping { .. }
-                )
-            );
+            let held = matches!(j.state, JobState::Running | JobState::Preempting | JobState::Stopping);
             let gpus = self.core.job_spec(core_id(id)).filter(|_| held)?.total().gpus;
             Some((tier_name(&j.resolved), j.resolved.doc.project.as_str(), gpus))
         });
         self.metrics.set_queue_gpus(placed);
         let wanted = self.config.file.metrics.pending_job_series_max as usize;
-        if wanted == 0 {
-            return;
+        if wanted > 0 {
+            // The longest-waiting first; ties by id, so the series kept do not flicker.
+            pending.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            self.metrics.set_pending_jobs(pending.into_iter().take(wanted).map(|(waiting_ms, id, j)| {
+                let labels = PendingJobLabels {
+                    tier: tier_name(&j.resolved).into(),
+                    tenant: j.resolved.doc.project.clone(),
+                    job_name: j.resolved.doc.name.clone(),
+                    job_id: id.to_string(),
+                };
+                (labels, waiting_ms)
+            }));
         }
-        // The longest-waiting first; ties by id, so the series kept do not flicker.
-        let mut waiting: Vec<(u64, i64, &ActiveJob)> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.state == JobState::Pending)
-            .map(|(id, j)| (j.pending_since_ms.map_or(0, |since| now.saturating_sub(since)), *id, j))
-            .collect();
-        waiting.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        self.metrics.set_pending_jobs(waiting.into_iter().take(wanted).map(|(waiting_ms, id, j)| {
-            let labels = PendingJobLabels {
-                tier: tier_name(&j.resolved).into(),
-                tenant: j.resolved.doc.project.clone(),
-                job_name: j.resolved.doc.name.clone(),
-                job_id: id.to_string(),
-            };
-            (labels, waiting_ms)
-        }));
+        let quotas = self.quotas_view();
+        self.metrics.set_quotas(&quotas);
+        let cohorts = self.cohorts_view();
+        self.metrics.set_cohorts(&cohorts);
     }
 
     /// Marks that the next turn must run a cycle.
