@@ -103,6 +103,68 @@ pub struct ConfigFile {
     pub reservations: Option<fairway_spec::ReservationsDoc>,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// Alerts the server sends itself, by e-mail and webhook, for machines without a
+    /// monitoring stack (`docs/notify.md`; checked by `crate::notify::check`).
+    #[serde(default)]
+    pub notify: NotifyConfig,
+}
+
+/// `notify:`: who is told (`receivers`), how e-mail leaves (`smtp`), and when (`rules`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyConfig {
+    pub smtp: Option<SmtpConfig>,
+    #[serde(default)]
+    pub receivers: Vec<ReceiverConfig>,
+    #[serde(default)]
+    pub rules: Vec<NotifyRuleConfig>,
+}
+
+/// The mail relay notifications go through.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SmtpConfig {
+    pub host: String,
+    /// Default: 587 with `starttls`, 465 with `tls`, 25 with `none`.
+    pub port: Option<u16>,
+    /// `starttls` (default), `tls` (implicit TLS), or `none` (plain text: a relay on this
+    /// machine, or one that takes no password).
+    pub security: Option<String>,
+    pub username: Option<String>,
+    /// A file holding the password (its first line), read at start-up; required with
+    /// `username`. Not inline, so that the config file may be readable by others.
+    pub password_file: Option<PathBuf>,
+    /// The sender, `fairway@example.org` or `Fairway <fairway@example.org>`.
+    pub from: String,
+}
+
+/// One destination: e-mail addresses, a webhook, or both.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverConfig {
+    pub name: String,
+    #[serde(default)]
+    pub email_to: Vec<String>,
+    /// Receives Alertmanager's webhook JSON (version 4), so that what reads Alertmanager's
+    /// calls reads these.
+    pub webhook_url: Option<String>,
+}
+
+/// One rule: which jobs, on what condition, told to whom.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyRuleConfig {
+    pub name: String,
+    /// `pending` (waiting longer than `pending_seconds`), `failed` (ended failed, its retries
+    /// spent), or `preempted` (preempted at least `preemptions_min` times).
+    pub when: String,
+    /// Only jobs of this priority class (any, unless given).
+    pub tier: Option<String>,
+    /// Only jobs of this project (any, unless given).
+    pub tenant: Option<String>,
+    pub pending_seconds: Option<u64>,
+    pub preemptions_min: Option<u32>,
+    pub receiver: String,
 }
 
 /// `metrics:`: what `/metrics` exports beyond its bounded families.
@@ -387,6 +449,7 @@ impl ConfigFile {
                 "metrics.pending_job_series_max: at most {PENDING_JOB_SERIES_MAX} (one series per job; for small clusters)"
             ));
         }
+        crate::notify::check(&self.notify, &self.priority_classes)?;
         let b = &self.retry_backoff;
         if b.initial_seconds == 0 || b.max_seconds < b.initial_seconds {
             return Err("retry_backoff: initial_seconds must be at least 1 and at most max_seconds".into());

@@ -21,6 +21,7 @@ pub mod executor;
 pub mod http;
 pub mod listen;
 pub mod metrics;
+pub mod notify;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -141,6 +142,7 @@ pub async fn start(mut config: ServerConfig) -> Result<RunningServer, ServerErro
         images,
         tokens: tokens.clone(),
         classes: classes.clone(),
+        notices: start_notify(&config, &metrics)?,
     };
     let engine = Engine::start(parts)?;
 
@@ -201,6 +203,21 @@ pub async fn start(mut config: ServerConfig) -> Result<RunningServer, ServerErro
 /// TLS from the config, and the rule that needs it: bearer tokens must not cross a network
 /// in clear text, so a non-loopback listen address needs TLS unless `--insecure` says
 /// otherwise, knowingly.
+/// The task that sends the `notify:` rules' notices, if there are rules.
+fn start_notify(
+    config: &ServerConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<tokio::sync::mpsc::Sender<notify::Notice>>, ServerError> {
+    let settings = &config.file.notify;
+    if settings.rules.is_empty() {
+        return Ok(None);
+    }
+    let smtp = settings.smtp.as_ref().map(notify::deliver::Smtp::load).transpose().map_err(ServerError::Config)?;
+    let receivers = notify::Evaluator::new(settings).receivers;
+    tracing::info!(rules = settings.rules.len(), receivers = receivers.len(), "notify rules on");
+    Ok(Some(notify::deliver::spawn(smtp, receivers, metrics.clone())))
+}
+
 fn tls_of(config: &ServerConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ServerError> {
     let acceptor = match &config.file.tls {
         Some(tls) => Some(listen::tls_acceptor(&tls.cert_file, &tls.key_file).map_err(ServerError::Config)?),

@@ -27,6 +27,15 @@ pub struct QueueLabels {
     pub tenant: String,
 }
 
+/// A notification's receiver, how it went out (`email`, `webhook`), and how that went
+/// (`sent`, `failed` after its retries, `dropped` unsent because a bound was reached).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct NotificationLabels {
+    pub receiver: String,
+    pub channel: String,
+    pub outcome: String,
+}
+
 /// An account: `user` or `project` (a namespace, in a cluster), and its name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct AccountLabels {
@@ -137,6 +146,8 @@ pub struct Metrics {
     pub cycle_seconds: Histogram,
     /// Seconds until the first pending job of each tier is expected to start.
     pub head_start_estimate: Family<TierLabels, Gauge>,
+    /// Notices of the server's own `notify:` rules (the standalone server's).
+    pub notifications: Family<NotificationLabels, Counter>,
 }
 
 /// Wait buckets: from a second to a day, the range "why is my job pending" lives in.
@@ -177,6 +188,7 @@ impl Metrics {
             submissions: Counter::default(),
             cycle_seconds: cycle_seconds.clone(),
             head_start_estimate: Family::default(),
+            notifications: Family::default(),
             registry: Registry::default(),
         };
         registry.register("jobs", "Unfinished jobs by priority tier and state", jobs);
@@ -243,6 +255,11 @@ impl Metrics {
             "queue_head_start_estimate_seconds",
             "Seconds until the first pending job of each priority tier is expected to start (refreshed at most every second)",
             m.head_start_estimate.clone(),
+        );
+        registry.register(
+            "notifications",
+            "Notices of the server's own notify rules, by receiver, channel (email, webhook) and outcome (sent, failed after retries, dropped at a bound)",
+            m.notifications.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -370,6 +387,18 @@ impl Metrics {
     }
 
     /// A preempted run of `tier` and `tenant` lost this much work.
+    pub fn notified(&self, receiver: &str, channel: &str, outcome: &str) {
+        let labels = NotificationLabels { receiver: receiver.into(), channel: channel.into(), outcome: outcome.into() };
+        self.notifications.get_or_create(&labels).inc();
+    }
+
+    /// Alerts left untracked because the firing set was full.
+    pub fn notifications_dropped(&self, count: u64) {
+        let labels =
+            NotificationLabels { receiver: String::new(), channel: "firing_set".into(), outcome: "dropped".into() };
+        self.notifications.get_or_create(&labels).inc_by(count);
+    }
+
     pub fn lost(&self, tier: &str, tenant: &str, gpu_hours: f64) {
         self.queue_gpu_hours_lost
             .get_or_create(&QueueLabels { tier: tier.into(), tenant: tenant.into() })

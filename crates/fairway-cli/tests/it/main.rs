@@ -129,7 +129,9 @@ mod fake_server;
 mod http_fuzz;
 mod kube;
 mod lifecycle;
+mod loopback;
 mod monitoring;
+mod notify;
 mod security;
 mod server;
 

@@ -5,83 +5,13 @@
 //! on loopback (`python3-aiosmtpd`, writing a maildir) and to a webhook; and every query of
 //! the shipped Grafana dashboard returns data from that Prometheus.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fairway_server::api::JobState;
 
+use crate::loopback::{free_port, mails, smtp_server, spawn, webhook};
 use crate::server::{InProcess, admin_token, trainer_job};
-
-/// A child process killed when the test ends, whatever happens.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(program: &'static str, args: &[String], log: &Path) -> Running {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program} (the test script installs it from Debian): {e}"));
-    Running(child)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A webhook receiver: every request body it gets, in order.
-fn webhook() -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let kept = bodies.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            if reader.read_exact(&mut body).is_ok() {
-                kept.lock().unwrap().push(String::from_utf8_lossy(&body).into_owned());
-            }
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-        }
-    });
-    (port, bodies)
-}
-
-/// Every message the SMTP server stored so far.
-fn mails(maildir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(maildir.join("new")) else { return Vec::new() };
-    let mut mails: Vec<(std::time::SystemTime, String)> = entries
-        .flatten()
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, std::fs::read_to_string(e.path()).ok()?)))
-        .collect();
-    mails.sort();
-    mails.into_iter().map(|(_, m)| m).collect()
-}
 
 fn wait_until<T>(what: &str, logs: &Path, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -143,20 +73,7 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
     )
     .unwrap();
     let maildir = dir.join("maildir");
-    let _smtp = spawn(
-        "/usr/bin/python3",
-        &[
-            "-m".into(),
-            "aiosmtpd".into(),
-            "-n".into(),
-            "-l".into(),
-            format!("127.0.0.1:{smtp_port}"),
-            "-c".into(),
-            "aiosmtpd.handlers.Mailbox".into(),
-            maildir.display().to_string(),
-        ],
-        &dir.join("smtp.log"),
-    );
+    let _smtp = smtp_server(smtp_port, &maildir, &dir.join("smtp.log"));
     let _alertmanager = spawn(
         "prometheus-alertmanager",
         &[
@@ -182,13 +99,7 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
     // preempted for it). Ads has a quota, for the dashboard's quota panel.
     let (status, body) = api.json("PUT", "/v1/quotas/project/ads", Some(r#"{"gpus_max": 4}"#));
     assert_eq!(status, 200, "{body}");
-    let long: Vec<i64> = ["nightly", "sweep"]
-        .iter()
-        .map(|name| api.submit(&trainer_job(name, "vision", "medium", 1, 100_000, 50))[0])
-        .collect();
-    for &id in &long {
-        api.wait_state(id, JobState::Running);
-    }
+    let long = api.run_long_jobs("vision", "medium", &["nightly", "sweep"]);
     let urgent = api.submit(&trainer_job("urgent", "ads", "high", 1, 2, 10))[0];
     api.wait_state(urgent, JobState::Succeeded);
     for &id in &long {

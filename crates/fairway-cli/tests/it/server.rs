@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fairway_server::api::{JobDetail, JobList, JobState, JobView, NodeList, SubmitResponse};
 use serde_json::Value;
 
-const FAIRWAY: &str = env!("CARGO_BIN_EXE_fairway");
+pub const FAIRWAY: &str = env!("CARGO_BIN_EXE_fairway");
 /// Generous: the CI machine has two busy cores.
 const WAIT_MAX: Duration = Duration::from_secs(60);
 
@@ -117,6 +117,16 @@ impl Api {
             assert!(start.elapsed() < WAIT_MAX, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Submits one long 1-GPU trainer per name and waits until each runs.
+    pub fn run_long_jobs(&self, project: &str, priority: &str, names: &[&str]) -> Vec<i64> {
+        let ids: Vec<i64> =
+            names.iter().map(|name| self.submit(&trainer_job(name, project, priority, 1, 100_000, 50))[0]).collect();
+        for &id in &ids {
+            self.wait_state(id, JobState::Running);
+        }
+        ids
     }
 
     pub fn wait_state(&self, id: i64, state: JobState) -> JobDetail {

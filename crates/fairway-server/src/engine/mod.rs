@@ -12,7 +12,9 @@
 //! 5. On a tick: read checkpoint markers of running jobs.
 //! 6. If anything changed (or on a tick): run one core cycle; write its decisions in one
 //!    transaction, commit, then give them to the executor.
-//! 7. Answer the queries of the batch (after the cycle, so reasons are fresh).
+//! 7. Once a second: refresh the gauges and the head-of-queue estimates, and check the
+//!    `notify:` rules (`notices.rs`).
+//! 8. Answer the queries of the batch (after the cycle, so reasons are fresh).
 //!
 //! **When the store cannot be written** (disk full, I/O error), nothing is carried out that
 //! was not recorded first: the decisions of that cycle are dropped, no process is started
@@ -26,6 +28,7 @@
 mod admin;
 mod cohorts;
 mod jobdirs;
+mod notices;
 mod recovery;
 mod runs;
 mod submit;
@@ -256,6 +259,10 @@ pub struct Engine {
     last_tick: Instant,
     /// When the head-of-queue start estimates were last refreshed (ms).
     head_estimates_at_ms: Option<u64>,
+    /// The `notify:` rules and what fires now.
+    pub(crate) notifier: crate::notify::Evaluator,
+    /// Where notices go to be sent; `None` without rules.
+    pub(crate) notices: Option<tokio::sync::mpsc::Sender<crate::notify::Notice>>,
 }
 
 /// How often, at most, the metric of each tier's head-of-queue expected start is
@@ -274,6 +281,8 @@ pub struct EngineParts {
     pub images: Arc<RwLock<Vec<crate::api::ImageView>>>,
     pub tokens: Tokens,
     pub classes: Arc<RwLock<PriorityClasses>>,
+    /// The sending task's queue (`crate::notify::deliver::spawn`), with `notify:` rules.
+    pub notices: Option<tokio::sync::mpsc::Sender<crate::notify::Notice>>,
 }
 
 impl Engine {
@@ -307,7 +316,10 @@ impl Engine {
             dirty: true,
             last_tick: Instant::now(),
             head_estimates_at_ms: None,
+            notifier: crate::notify::Evaluator::default(),
+            notices: parts.notices,
         };
+        engine.notifier = crate::notify::Evaluator::new(&engine.config.file.notify);
         // A store that cannot be written is refused now, before anything is restored.
         let now = engine.now_ms();
         engine.store.probe_write(now)?;
@@ -433,7 +445,7 @@ impl Engine {
         }
     }
 
-    /// One turn of the loop (steps 3–7 of the module recipe).
+    /// One turn of the loop (steps 3–8 of the module recipe).
     fn turn(&mut self, batch: Vec<Command>) {
         let ticked = self.last_tick.elapsed() >= Duration::from_millis(self.config.tick_ms);
         if ticked {
@@ -497,6 +509,7 @@ impl Engine {
             self.head_estimates_at_ms = Some(now);
             self.refresh_head_estimates(now);
             self.refresh_gauges(now);
+            self.evaluate_notify_rules(now);
         }
         for query in queries {
             self.answer(query);

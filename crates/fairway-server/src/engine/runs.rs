@@ -446,6 +446,9 @@ impl Engine {
             self.set_live_state(id, JobState::Pending);
         } else {
             self.metrics.finished(&tier_label(&self.jobs[&id].resolved), state);
+            if state == JobState::Failed {
+                self.notify_failed(id, &event.message, now);
+            }
             self.finish(id);
         }
         self.touch();
@@ -790,6 +793,7 @@ mod tests {
             images: Arc::default(),
             tokens: Tokens::default(),
             classes: Arc::new(RwLock::new(fairway_spec::PriorityClasses::builtin())),
+            notices: None,
             config,
         };
         (Engine::start(parts).unwrap(), asked)
