@@ -78,6 +78,8 @@ enum Command {
     Token(admin::TokenArgs),
     /// Show who the server takes you for: user, project, role.
     Whoami,
+    /// Print the dashboard's address, signed in with your token (open it in a browser).
+    Ui,
     /// Save a token for this server (read from standard input, or --token-file).
     Login,
     /// Forget the token saved for this server.
@@ -209,6 +211,7 @@ fn main() -> ExitCode {
         Command::Quota(args) => with_client(server, &connection, async |c| quota::quota(c, &args).await),
         Command::Token(args) => with_client(server, &connection, async |c| admin::token(c, &args).await),
         Command::Whoami => with_client(server, &connection, async |c| admin::whoami(c).await),
+        Command::Ui => with_client(server, &connection, async |c| admin::ui(c).await),
         Command::Project(args) => with_client(server, &connection, async |c| admin::project(c, &args).await),
         Command::Login => {
             let url = server_url(server);

@@ -56,6 +56,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),
     ("get", "/metrics"),
     ("get", "/openapi.yaml"),
+    ("get", "/v1/dashboard"),
 ];
 
 #[derive(Clone)]
@@ -127,6 +128,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tokens", get(tokens).post(create_token))
         .route("/v1/tokens/{id}", axum::routing::delete(revoke_token))
         .route("/v1/whoami", get(whoami))
+        .route("/v1/dashboard", get(dashboard))
+        .route("/ui", get(page))
+        .route("/ui/", get(page))
+        .route("/ui/{asset}", get(page))
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.yaml", get(openapi))
@@ -150,7 +155,8 @@ async fn guard(State(state): State<AppState>, mut request: Request, next: Next) 
     if changes && let Err(e) = same_origin(request.headers()).and_then(|()| json_or_yaml(request.headers())) {
         return e.into_response();
     }
-    if PUBLIC.contains(&request.uri().path()) {
+    let path = request.uri().path();
+    if PUBLIC.contains(&path) || crate::dashboard::ASSET_PATHS.contains(&path) {
         return next.run(request).await;
     }
     let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
@@ -716,6 +722,20 @@ async fn health(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
 async fn metrics(State(state): State<AppState>) -> Response {
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], state.metrics.encode()).into_response()
+}
+
+/// The dashboard's snapshot, cut to what the caller may see.
+async fn dashboard(State(state): State<AppState>, Extension(who): Extension<Identity>) -> Result<Response, ApiError> {
+    let inputs = ask(&state, |reply| Command::Dashboard { reply }).await?;
+    let view = tokio::task::spawn_blocking(move || crate::dashboard::assemble(inputs).for_viewer(&who))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(view).into_response())
+}
+
+/// The dashboard's page, script, style and icon (no data in them: no token needed).
+async fn page(request: Request) -> Response {
+    crate::dashboard::asset(request.uri().path())
 }
 
 async fn openapi() -> Response {

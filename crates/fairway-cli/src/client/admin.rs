@@ -142,6 +142,20 @@ pub async fn whoami(client: &Client) -> Result<()> {
     ))
 }
 
+/// `fairway ui`: checks the token, then prints the dashboard's address, signed in.
+pub async fn ui(client: &Client) -> Result<()> {
+    let me: WhoAmI = client.get(&["v1", "whoami"], &[]).await?;
+    let link = client.dashboard_link()?;
+    print(&format!(
+        "{link}
+opens the dashboard as user {} of project {} ({}): the link holds your token, keep it to yourself
+",
+        me.user,
+        me.project,
+        me.role.as_str()
+    ))
+}
+
 /// `fairway login`: checks a token against the server and saves it for that server. The
 /// token comes from `source` (the global `--token-file`), else from standard input (also
 /// `-`). The login command once had its own `--token-file`, which clashed with the global

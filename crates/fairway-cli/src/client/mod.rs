@@ -160,6 +160,17 @@ impl Client {
         Client { token: Some((token.to_owned(), "the token given to log in".into())), ..self.clone() }
     }
 
+    /// The dashboard's address with this client's token in its fragment, which browsers
+    /// never send to the server: opening it signs the page in (`fairway ui`).
+    pub fn dashboard_link(&self) -> Result<Url> {
+        let Some((token, _)) = &self.token else {
+            anyhow::bail!("no token for {}: run `fairway login` first, or pass --token-file", self.server);
+        };
+        let mut url = self.url(&["ui", ""], &[])?;
+        url.set_fragment(Some(&format!("token={token}")));
+        Ok(url)
+    }
+
     /// The URL of an API path given as segments (`["v1", "jobs", "12"]`, each percent-encoded
     /// as needed) with query parameters, below the server URL's own path.
     fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Result<Url> {

@@ -123,6 +123,7 @@ mod bench;
 mod catalogue;
 mod client;
 mod containers;
+mod dashboard;
 mod demo;
 mod docs;
 mod fake_server;

@@ -130,6 +130,10 @@ pub enum Command {
     Health {
         reply: oneshot::Sender<Health>,
     },
+    /// What the dashboard's snapshot is made from (`crate::dashboard`).
+    Dashboard {
+        reply: oneshot::Sender<crate::dashboard::Inputs>,
+    },
     /// From the executor: a run's supervisors are up.
     Launched {
         job: i64,

@@ -12,6 +12,7 @@ use crate::api::{
     FORECAST_JOBS_MAX, GpuView, Health, NodeList, NodeView, PreemptionView, PriorityClassList, PriorityClassView,
     QuotaList, ReasonView, StartEstimateView,
 };
+use crate::dashboard::{DashJob, Inputs, PENDING_LISTED_MAX};
 
 impl Engine {
     /// Step 7 of the loop.
@@ -37,6 +38,9 @@ impl Engine {
             }
             Command::Health { reply } => {
                 let _ = reply.send(self.health());
+            }
+            Command::Dashboard { reply } => {
+                let _ = reply.send(self.dashboard_inputs());
             }
             Command::Projects { reply } => {
                 let _ = reply.send(self.projects_view());
@@ -208,6 +212,73 @@ impl Engine {
             _ => BTreeMap::new(),
         };
         ReasonView { code: reason.label().into(), message, data }
+    }
+
+    /// Every unfinished job as the dashboard lists it: pending ones with their place in the
+    /// queue, and for the first [`PENDING_LISTED_MAX`] their reason and expected start;
+    /// placed ones with where they run.
+    fn dashboard_inputs(&mut self) -> Inputs {
+        let now = self.now_ms();
+        let positions: BTreeMap<i64, u64> =
+            self.core.pending().enumerate().map(|(i, id)| (id.0 as i64, i as u64 + 1)).collect();
+        let listed: BTreeSet<fairway_core::JobId> =
+            self.core.pending().take(PENDING_LISTED_MAX.min(FORECAST_JOBS_MAX)).collect();
+        let estimates: BTreeMap<i64, StartEstimateView> = self
+            .core
+            .forecast_jobs(fairway_core::Time(now), &listed, FORECAST_JOBS_MAX)
+            .into_iter()
+            .map(|e| (e.job.0 as i64, StartEstimateView::of(e.start)))
+            .collect();
+        let mut jobs = Vec::with_capacity(self.jobs.len());
+        for (&id, job) in &self.jobs {
+            let gpus = self.core.job_spec(core_id(id)).map_or(0, |s| s.total().gpus);
+            let mut view = DashJob {
+                id,
+                name: job.resolved.doc.name.clone(),
+                tenant: job.resolved.doc.project.clone(),
+                user: job.resolved.doc.user.clone(),
+                tier: super::tier_name(&job.resolved).to_owned(),
+                priority: job.resolved.priority,
+                state: job.state.as_str().to_owned(),
+                gpus,
+                wait_seconds: 0.0,
+                preemptions: job.preemptions,
+                position: positions.get(&id).copied(),
+                start_estimate: estimates.get(&id).cloned(),
+                reason: None,
+                reason_code: None,
+                placement: None,
+                preemptor: None,
+                may_cancel: false,
+            };
+            if job.state == JobState::Pending {
+                view.wait_seconds = job.pending_since_ms.map_or(0, |since| now.saturating_sub(since)) as f64 / 1000.0;
+                let first = job.retry_at_ms.is_some() || listed.contains(&core_id(id));
+                if let Some(reason) = self.live_view(id).filter(|_| first).and_then(|v| v.reasons.into_iter().next()) {
+                    view.reason = Some(reason.message);
+                    view.reason_code = Some(reason.code);
+                }
+            }
+            match self.core.job_status(core_id(id)) {
+                Some(JobStatus::Running { placement, .. } | JobStatus::Stopping { placement, .. }) => {
+                    view.placement = Some(self.placement_text(placement));
+                }
+                Some(JobStatus::Preempting { placement, preemptor, .. }) => {
+                    view.placement = Some(self.placement_text(placement));
+                    view.preemptor = Some(preemptor.0 as i64);
+                }
+                _ => {}
+            }
+            jobs.push(view);
+        }
+        Inputs {
+            now_ms: now,
+            driver: "server",
+            jobs,
+            nodes: self.nodes_view(),
+            quotas: self.quotas_view().quotas,
+            cohorts: self.cohorts_view().cohorts,
+        }
     }
 
     fn nodes_view(&self) -> NodeList {
