@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use fairway_core::{Estimate, JobId, JobStatus};
 use fairway_server::api::*;
-use fairway_server::metrics::{Metrics, Queued};
+use fairway_server::metrics::{Metrics, QueueLabels, Queued};
 use serde::Deserialize;
 
 use crate::controller::{SharedEngine, now_ms};
@@ -77,6 +77,11 @@ pub fn router(state: ApiState) -> axum::Router {
         .route("/v1/quotas", get(quotas))
         .route("/v1/quotas/{kind}/{account}", axum::routing::put(read_only).delete(read_only))
         .route("/v1/priority-classes", get(classes))
+        .route("/v1/cohorts", get(cohorts))
+        .route("/v1/dashboard", get(dashboard))
+        .route("/ui", get(page))
+        .route("/ui/", get(page))
+        .route("/ui/{asset}", get(page))
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
@@ -101,6 +106,10 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
 async fn guard(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
     let open = path == "/healthz" || path == "/metrics";
+    // The dashboard's page holds no data: served to anyone (its snapshot is not).
+    if fairway_server::dashboard::ASSET_PATHS.contains(&path) {
+        return next.run(request).await;
+    }
     if !open && !state.role.acts() {
         let namespace = &state.role.namespace;
         let message = match state.role.leader() {
@@ -302,6 +311,53 @@ fn view(engine: &Engine, id: JobId, now: u64, estimates: &BTreeMap<JobId, Estima
 
 async fn nodes(State(state): State<ApiState>) -> Response {
     let engine = state.engine.lock().expect("not poisoned");
+    Json(node_list(&engine)).into_response()
+}
+
+async fn cohorts(State(state): State<ApiState>) -> Response {
+    let engine = state.engine.lock().expect("not poisoned");
+    Json(cohort_list(&engine)).into_response()
+}
+
+/// The dashboard's snapshot (the same page and code as the standalone server's), read-only:
+/// the cluster is changed with kubectl.
+async fn dashboard(State(state): State<ApiState>) -> Response {
+    let inputs = {
+        let engine = state.engine.lock().expect("not poisoned");
+        dashboard_inputs(&engine, now_ms())
+    };
+    Json(fairway_server::dashboard::assemble(inputs).read_only()).into_response()
+}
+
+/// Every workload as the dashboard lists it: positions from the core's order, the first
+/// pending ones with their forecast.
+fn dashboard_inputs(engine: &Engine, now: u64) -> fairway_server::dashboard::Inputs {
+    use fairway_server::dashboard::{DashJob, Inputs, PENDING_LISTED_MAX};
+    let positions: BTreeMap<JobId, u64> =
+        engine.core().pending().enumerate().map(|(i, id)| (id, i as u64 + 1)).collect();
+    let listed: BTreeSet<JobId> = engine.core().pending().take(PENDING_LISTED_MAX.min(FORECAST_JOBS_MAX)).collect();
+    let estimates = engine.start_estimates(now, Some(&listed));
+    let jobs = engine
+        .workloads()
+        .filter(|(id, ..)| engine.core().job_status(*id).is_some())
+        .map(|(id, ..)| DashJob::from_view(&view(engine, id, now, &estimates), positions.get(&id).copied()))
+        .collect();
+    Inputs {
+        now_ms: now,
+        driver: "kubernetes",
+        jobs,
+        nodes: node_list(engine),
+        quotas: quota_list(engine).quotas,
+        cohorts: cohort_list(engine).cohorts,
+    }
+}
+
+async fn page(request: Request) -> Response {
+    fairway_server::dashboard::asset(request.uri().path())
+}
+
+/// Each node and who holds each of its GPUs (or is held for).
+fn node_list(engine: &Engine) -> NodeList {
     let mut views: BTreeMap<fairway_core::NodeId, NodeView> = engine
         .nodes()
         .map(|(id, info)| {
@@ -348,7 +404,7 @@ async fn nodes(State(state): State<ApiState>) -> Response {
     for node in views.values_mut() {
         node.gpus_allocated = node.gpus.iter().filter(|g| g.job.is_some()).count() as u32;
     }
-    Json(NodeList { nodes: views.into_values().collect(), gpu_source: "kubernetes".into() }).into_response()
+    NodeList { nodes: views.into_values().collect(), gpu_source: "kubernetes".into() }
 }
 
 async fn quotas(State(state): State<ApiState>) -> Response {
@@ -497,6 +553,11 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     }
     metrics.set_queues(queued);
     metrics.set_queue_gpus(placed);
+    let heads = fairway_server::metrics::queue_heads(engine.core(), now, |id| {
+        let w = engine.workload(id)?;
+        Some(QueueLabels { tier: crate::engine::tier_of(w).to_owned(), tenant: w.namespace.clone() })
+    });
+    metrics.set_head_estimates(heads);
     metrics.set_quotas(&quota_list(engine));
     metrics.set_cohorts(&cohort_list(engine));
     let (total, allocated) = engine.core().gpu_totals();

@@ -14,11 +14,6 @@ use fairway_store::JobState;
 
 use crate::api::{CohortList, QuotaList};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TierLabels {
-    pub tier: String,
-}
-
 /// A queue: a priority tier and a tenant (the standalone server's project, the controller's
 /// namespace).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -34,6 +29,36 @@ pub struct NotificationLabels {
     pub receiver: String,
     pub channel: String,
     pub outcome: String,
+}
+
+/// Each queue's first pending job among the first `FORECAST_JOBS_MAX` of the core's queue,
+/// and when the forecast expects it to start, in seconds from `now_ms` (queues whose head
+/// has no expected time are left out). `queue_of` names a pending job's queue. Both drivers'
+/// `fairway_queue_head_start_estimate_seconds`.
+pub fn queue_heads(
+    core: &fairway_core::Scheduler,
+    now_ms: u64,
+    mut queue_of: impl FnMut(fairway_core::JobId) -> Option<QueueLabels>,
+) -> Vec<(QueueLabels, u64)> {
+    let mut heads: BTreeMap<fairway_core::JobId, QueueLabels> = BTreeMap::new();
+    let mut seen: BTreeSet<QueueLabels> = BTreeSet::new();
+    for id in core.pending().take(crate::api::FORECAST_JOBS_MAX) {
+        let Some(queue) = queue_of(id) else { continue };
+        if seen.insert(queue.clone()) {
+            heads.insert(id, queue);
+        }
+    }
+    let wanted: BTreeSet<fairway_core::JobId> = heads.keys().copied().collect();
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    core.forecast_jobs(fairway_core::Time(now_ms), &wanted, crate::api::FORECAST_JOBS_MAX)
+        .into_iter()
+        .filter_map(|e| {
+            let at = e.start.at()?;
+            Some((heads.remove(&e.job)?, at.millis().saturating_sub(now_ms) / 1000))
+        })
+        .collect()
 }
 
 /// An account: `user` or `project` (a namespace, in a cluster), and its name.
@@ -144,8 +169,10 @@ pub struct Metrics {
     pub starts: Counter,
     pub submissions: Counter,
     pub cycle_seconds: Histogram,
-    /// Seconds until the first pending job of each tier is expected to start.
-    pub head_start_estimate: Family<TierLabels, Gauge>,
+    /// Seconds until the first pending job of each queue is expected to start.
+    pub head_start_estimate: Family<QueueLabels, Gauge>,
+    /// The queues the gauge above has series for.
+    head_queues: Series<QueueLabels>,
     /// Notices of the server's own `notify:` rules (the standalone server's).
     pub notifications: Family<NotificationLabels, Counter>,
 }
@@ -188,6 +215,7 @@ impl Metrics {
             submissions: Counter::default(),
             cycle_seconds: cycle_seconds.clone(),
             head_start_estimate: Family::default(),
+            head_queues: Series::new(),
             notifications: Family::default(),
             registry: Registry::default(),
         };
@@ -253,7 +281,7 @@ impl Metrics {
         registry.register("scheduling_cycle_seconds", "Duration of one scheduling cycle", cycle_seconds);
         registry.register(
             "queue_head_start_estimate_seconds",
-            "Seconds until the first pending job of each priority tier is expected to start (refreshed at most every second)",
+            "Seconds until the first pending job of each priority tier and tenant is expected to start (as of the last refresh: each second in the server, each scrape in the controller)",
             m.head_start_estimate.clone(),
         );
         registry.register(
@@ -312,6 +340,18 @@ impl Metrics {
         }
         self.holding_queues.replace(fresh, |gone| {
             self.queue_gpus_allocated.remove(gone);
+        });
+    }
+
+    /// Set each queue's head estimate (seconds from now): queues not listed lose their series.
+    pub fn set_head_estimates(&self, heads: impl IntoIterator<Item = (QueueLabels, u64)>) {
+        let mut fresh = BTreeSet::new();
+        for (labels, seconds) in heads {
+            self.head_start_estimate.get_or_create(&labels).set(seconds as i64);
+            fresh.insert(labels);
+        }
+        self.head_queues.replace(fresh, |gone| {
+            self.head_start_estimate.remove(gone);
         });
     }
 

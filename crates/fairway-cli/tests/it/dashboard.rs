@@ -24,13 +24,13 @@ use crate::server::{InProcess, trainer_job};
 const WAIT: Duration = Duration::from_secs(30);
 
 /// chromedriver and its browser session.
-struct Browser {
-    client: Client,
+pub struct Browser {
+    pub client: Client,
     _driver: Running,
 }
 
 impl Browser {
-    async fn start(log: &std::path::Path) -> Browser {
+    pub async fn start(log: &std::path::Path) -> Browser {
         let port = free_port();
         let driver = spawn("chromedriver", &[format!("--port={port}")], log);
         let deadline = Instant::now() + WAIT;
@@ -74,7 +74,7 @@ impl WebDriverCompatibleCommand for BrowserLog {
     }
 }
 
-async fn console_errors(c: &Client) -> Vec<String> {
+pub async fn console_errors(c: &Client) -> Vec<String> {
     let entries = c.issue_cmd(BrowserLog).await.expect("the browser log");
     entries
         .as_array()
@@ -90,7 +90,7 @@ async fn wait_css(c: &Client, css: &str) -> fantoccini::elements::Element {
 }
 
 /// Waits until `script` (an expression) is true in the page.
-async fn wait_true(c: &Client, what: &str, script: &str) {
+pub async fn wait_true(c: &Client, what: &str, script: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
         let value = c.execute(&format!("return Boolean({script});"), vec![]).await.unwrap();

@@ -55,6 +55,12 @@ fn start_controller(kubeconfig: &Path, config: &Path) -> Controller {
     Controller { child, base }
 }
 
+/// The controller's dashboard snapshot (no token: this one asks for none).
+fn dashboard_of(rt: &tokio::runtime::Runtime, base: &str) -> serde_json::Value {
+    let text = rt.block_on(async { reqwest::get(format!("{base}/v1/dashboard")).await.unwrap().text().await.unwrap() });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
 fn cli(base: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(FAIRWAY).args(["--server", base]).args(args).output().unwrap();
     (
@@ -171,6 +177,21 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     assert!(quota.contains("ads") && quota.contains("16"), "{quota}");
     let describe = cli_ok(&base, &["describe", "ads/low-a"]);
     assert!(describe.contains("low-a") && describe.contains("gpu-0"), "{describe}");
+    // The dashboard's snapshot: the same shape as the server's, read-only.
+    let dashboard = dashboard_of(&rt, &base);
+    assert_eq!(
+        (dashboard["driver"].as_str(), dashboard["viewer"]["role"].as_str()),
+        (Some("kubernetes"), Some("read-only"))
+    );
+    let mut placed: Vec<&str> =
+        dashboard["placed"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap()).collect();
+    placed.sort_unstable();
+    assert_eq!(placed, ["low-a", "low-b"]);
+    assert!(dashboard["placed"].as_array().unwrap().iter().all(|j| j["may_cancel"] == false && j["tier"] == "low"));
+    let mut holders: Vec<&str> =
+        dashboard["nodes"][0]["gpus"].as_array().unwrap().iter().filter_map(|g| g["job_name"].as_str()).collect();
+    holders.sort_unstable();
+    assert_eq!(holders, ["low-a", "low-a", "low-a", "low-a", "low-b", "low-b", "low-b", "low-b"]);
     // Kubernetes is the source of truth: changes are refused, with the reason.
     let (ok, _, err) = cli(&base, &["cancel", "ads/low-a"]);
     assert!(!ok && err.contains("the cluster is the source of truth"), "{err}");
@@ -223,6 +244,34 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     assert!(ls.lines().any(|l| l.contains("low-a") && l.contains("pending")), "{ls}");
     let why = cli_ok(&base, &["why", "ads/low-a"]);
     assert!(why.contains("no node with 4 free GPUs"), "{why}");
+    // The dashboard: urgent on the GPUs, the victims first in the queue with that reason.
+    let dashboard = dashboard_of(&rt, &base);
+    let pending = dashboard["pending"].as_array().unwrap();
+    // In queue order (the two were requeued together: either may lead).
+    let positions: Vec<u64> = pending.iter().map(|j| j["position"].as_u64().unwrap()).collect();
+    assert_eq!(positions, [1, 2]);
+    let mut names: Vec<&str> = pending.iter().map(|j| j["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["low-a", "low-b"]);
+    assert!(pending[0]["reason"].as_str().unwrap().contains("no node with 4 free GPUs"), "{dashboard}");
+    let queue = &dashboard["queues"].as_array().unwrap().iter().find(|q| q["tier"] == "low").unwrap();
+    assert_eq!((queue["tenant"].as_str(), queue["pending"].as_u64()), (Some("ads"), Some(2)));
+    // And in a real browser, with no token (this controller asks for none).
+    rt.block_on(async {
+        let logs = tempfile::tempdir().unwrap();
+        let browser = crate::dashboard::Browser::start(&logs.path().join("chromedriver.log")).await;
+        let c = &browser.client;
+        c.goto(&format!("{base}/ui/")).await.unwrap();
+        crate::dashboard::wait_true(c, "urgent on eight GPUs", "document.querySelectorAll('a.gpu').length === 8 && document.querySelector('a.gpu').textContent.startsWith('urgent')").await;
+        assert_eq!(c.find(fantoccini::Locator::Css("#who")).await.unwrap().text().await.unwrap(), "read-only view");
+        c.goto(&format!("{base}/ui/#/queues")).await.unwrap();
+        crate::dashboard::wait_true(c, "the victims in the queue", "document.querySelectorAll('#pending tbody tr').length === 2").await;
+        let cancel = c.find_all(fantoccini::Locator::Css("button.danger")).await.unwrap();
+        assert!(cancel.is_empty(), "nothing to cancel from a read-only view");
+        let errors = crate::dashboard::console_errors(c).await;
+        assert!(errors.is_empty(), "console errors: {errors:#?}");
+        browser.client.close().await.unwrap();
+    });
 
     // The metrics are the standalone server's names.
     let metrics = rt.block_on(async { reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap() });
@@ -238,6 +287,10 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     assert_eq!(queue("fairway_queue_pending_jobs"), Some(2), "{metrics}");
     let oldest = queue("fairway_queue_oldest_pending_seconds").expect("the low queue's longest wait");
     assert!((0..=60).contains(&oldest), "waited {oldest} s since the requeue");
+    // Their queue's head is expected once urgent's run ends (by the default estimate of an
+    // hour, since it names no deadline).
+    let head = queue("fairway_queue_head_start_estimate_seconds").expect("the low queue's expected start");
+    assert!((3_000..=3_600).contains(&head), "expected in {head} s");
     // Counts start at zero with each leader: the new one preempted nothing.
     assert!(!metrics.contains("fairway_queue_preemptions_total{"), "{metrics}");
     // The new leader admitted urgent: one wait, counted for its tier and namespace.

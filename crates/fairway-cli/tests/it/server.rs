@@ -405,7 +405,7 @@ fn metrics_openapi_nodes_and_health() {
         assert!(metrics.contains(needle), "{needle} missing from\n{metrics}");
     }
     // Two more 4-GPU jobs: one fills the other node, the last waits for m (100 s) or the
-    // second, and its tier's head-of-queue estimate is a metric.
+    // second, and its queue's head-of-queue estimate is a metric.
     let second = api.submit(&trainer_job("m2", "p", "medium", 4, 100, 50))[0];
     api.wait_state(second, JobState::Running);
     let waiting = api.submit(&trainer_job("m3", "p", "medium", 4, 100, 50))[0];
@@ -415,8 +415,9 @@ fn metrics_openapi_nodes_and_health() {
     let gauge = loop {
         let (_, metrics) = api.request("GET", "/metrics", None);
         let metrics = String::from_utf8(metrics).unwrap();
-        let line =
-            metrics.lines().find(|l| l.starts_with("fairway_queue_head_start_estimate_seconds{tier=\"medium\"}"));
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("fairway_queue_head_start_estimate_seconds{tier=\"medium\",tenant=\"p\"}"));
         if let Some(line) = line {
             break line.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
         }

@@ -65,6 +65,40 @@ pub struct DashJob {
     pub may_cancel: bool,
 }
 
+impl DashJob {
+    /// From the API's view of a job (the Kubernetes driver's way in); `position` from the
+    /// core's queue order.
+    pub fn from_view(v: &crate::api::JobView, position: Option<u64>) -> DashJob {
+        let pending = v.state == crate::api::JobState::Pending;
+        let first = v.reasons.first();
+        DashJob {
+            id: v.id,
+            name: v.name.clone(),
+            tenant: v.project.clone(),
+            user: v.user.clone(),
+            tier: v.priority_class.clone().unwrap_or_else(|| "custom".into()),
+            priority: v.priority,
+            state: v.state.as_str().to_owned(),
+            gpus: v.gpus_per_replica * v.replicas,
+            wait_seconds: if pending { v.wait_seconds } else { 0.0 },
+            preemptions: v.preemptions,
+            position: position.filter(|_| pending),
+            start_estimate: v.start_estimate.clone().filter(|_| pending),
+            reason: first.map(|r| r.message.clone()).filter(|_| pending),
+            reason_code: first.map(|r| r.code.clone()).filter(|_| pending),
+            placement: (!v.placement.is_empty()).then(|| {
+                v.placement.iter().map(|r| format!("{} GPUs {}", r.node, list(&r.gpus))).collect::<Vec<_>>().join("; ")
+            }),
+            preemptor: v.preemption.as_ref().map(|p| p.preemptor),
+            may_cancel: false,
+        }
+    }
+}
+
+fn list(gpus: &[u32]) -> String {
+    gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
 /// One queue: a tier and a tenant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DashQueue {

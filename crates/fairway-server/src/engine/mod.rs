@@ -36,13 +36,13 @@ mod views;
 
 pub(crate) use runs::parse_placement;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::metrics::{PendingJobLabels, Queued, TierLabels};
+use crate::metrics::{PendingJobLabels, QueueLabels, Queued};
 use fairway_core::{AccountId, Config, Event, JobId, Limits, NodeId, NodeSpec, Resources, Scheduler, Time};
 use fairway_exec::{ContainerRuntime, GpuLayout, GpuSource};
 use fairway_spec::{ClusterShape, Interner, ModelShape, PriorityClasses, ResolvedJob};
@@ -269,9 +269,9 @@ pub struct Engine {
     pub(crate) notices: Option<tokio::sync::mpsc::Sender<crate::notify::Notice>>,
 }
 
-/// How often, at most, the metric of each tier's head-of-queue expected start is
+/// How often, at most, the metric of each queue's head-of-queue expected start is
 /// refreshed: each refresh forecasts the queue (its first `FORECAST_JOBS_MAX` jobs at most,
-/// as far as the last tier's head).
+/// as far as the last queue's head).
 const HEAD_ESTIMATES_EVERY_MS: u64 = 1_000;
 
 /// Everything the engine needs to start.
@@ -551,31 +551,14 @@ impl Engine {
         }
     }
 
-    /// The metric of each tier's first pending job's expected start, in seconds from now
-    /// (tiers whose head has no estimate are left out).
+    /// The metric of each queue's first pending job's expected start, in seconds from now
+    /// (queues whose head has no estimate are left out).
     fn refresh_head_estimates(&mut self, now: u64) {
-        // Each tier's first pending job among those a forecast covers, then the forecast of
-        // those alone (it plays forward only until they start).
-        let mut heads: BTreeMap<fairway_core::JobId, String> = BTreeMap::new();
-        let mut tiers: BTreeSet<String> = BTreeSet::new();
-        for id in self.core.pending().take(crate::api::FORECAST_JOBS_MAX) {
-            let Some(job) = self.jobs.get(&(id.0 as i64)) else { continue };
-            let tier = tier_label(&job.resolved);
-            if tiers.insert(tier.clone()) {
-                heads.insert(id, tier);
-            }
-        }
-        self.metrics.head_start_estimate.clear();
-        let wanted: BTreeSet<fairway_core::JobId> = heads.keys().copied().collect();
-        if wanted.is_empty() {
-            return;
-        }
-        for e in self.core.forecast_jobs(Time(now), &wanted, crate::api::FORECAST_JOBS_MAX) {
-            if let (Some(tier), Some(at)) = (heads.remove(&e.job), e.start.at()) {
-                let seconds = at.millis().saturating_sub(now) / 1000;
-                self.metrics.head_start_estimate.get_or_create(&TierLabels { tier }).set(seconds as i64);
-            }
-        }
+        let heads = crate::metrics::queue_heads(&self.core, now, |id| {
+            let job = self.jobs.get(&(id.0 as i64))?;
+            Some(QueueLabels { tier: tier_label(&job.resolved), tenant: job.resolved.doc.project.clone() })
+        });
+        self.metrics.set_head_estimates(heads);
     }
 
     /// The gauge families set from snapshots (`metrics.rs`): per queue, what waits and
