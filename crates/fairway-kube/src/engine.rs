@@ -252,6 +252,9 @@ pub enum Observation {
     Finished { tier: String, succeeded: bool },
     /// It was asked to stop for a preemptor (priority or a cohort's reclaim).
     Preempted { tier: String, tenant: String },
+    /// A preempted run ended: the GPU-hours of work since its last checkpoint (or its
+    /// admission) to the end of its last pod.
+    Lost { tier: String, tenant: String, gpu_hours: f64 },
     /// One cycle of the core took this long (measured by the driver: the engine reads no
     /// clock).
     Cycle { seconds: f64 },
@@ -1001,8 +1004,12 @@ impl Engine {
         let t = self.workloads.get_mut(uid).expect("checked");
         let id = t.id;
         t.slots.clear();
+        let lost = self.lost_work(uid, now);
         if self.core.apply(Event::Exited { job: id, outcome }, Time(now)).is_err() {
             return;
+        }
+        if let Some(lost) = lost {
+            self.observe(lost);
         }
         self.dirty = true;
         let requeued = matches!(self.core.job_status(id), Some(JobStatus::Pending { .. }));
@@ -1034,6 +1041,20 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// If the workload is being preempted: the work its run loses, from its last
+    /// checkpoint (or its admission) to `now`, in GPU-hours.
+    fn lost_work(&self, uid: &str, now: u64) -> Option<Observation> {
+        let t = &self.workloads[uid];
+        if !matches!(self.core.job_status(t.id), Some(JobStatus::Preempting { .. })) {
+            return None;
+        }
+        let gpus = self.core.job_spec(t.id)?.total().gpus;
+        let started = t.w.admitted_at_ms().unwrap_or(now).min(now);
+        let saved = t.w.checkpointed_at_ms().filter(|&c| c >= started && c <= now).unwrap_or(started);
+        let gpu_hours = f64::from(gpus) * (now - saved) as f64 / 3_600_000.0;
+        Some(Observation::Lost { tier: tier_of(&t.w).into(), tenant: t.w.namespace.clone(), gpu_hours })
     }
 
     fn forget(&mut self, uid: &str) {

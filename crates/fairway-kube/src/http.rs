@@ -581,6 +581,7 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
             }
             Observation::Cycle { seconds } => metrics.cycle_seconds.observe(seconds),
             Observation::Preempted { tier, tenant } => metrics.preempted(&tier, &tenant),
+            Observation::Lost { tier, tenant, gpu_hours } => metrics.lost(&tier, &tenant, gpu_hours),
         }
     }
 }

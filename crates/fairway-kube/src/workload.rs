@@ -25,6 +25,10 @@ pub const PREEMPTION_HOLD: &str = "fairway.dev/preemption-hold";
 /// comma-separated, oldest first), so that a restarted controller still applies its
 /// class's cap on preemptions an hour (rule 1).
 pub const PREEMPTED_AT: &str = "fairway.dev/preempted-at";
+/// Set by the workload itself (or its tooling) when it saves a checkpoint: the time (Unix
+/// ms, or RFC 3339), so that a preemption counts as lost only the work after it
+/// (`fairway_queue_gpu_hours_lost_total`), as a checkpoint report does on the server.
+pub const CHECKPOINTED_AT: &str = "fairway.dev/checkpointed-at";
 /// The label of the explicit opt-in (without the webhook).
 pub const QUEUE_LABEL: &str = "fairway.dev/queue";
 /// On a namespace, `"true"` opts it in (the webhook's `namespaceSelector`); on a workload,
@@ -193,6 +197,17 @@ impl Workload {
     /// When Fairway admitted it, if recorded.
     pub fn admitted_at_ms(&self) -> Option<u64> {
         serde_json::from_str::<Admission>(self.annotations.get(ADMISSION)?).ok()?.at_ms
+    }
+
+    /// When it last saved a checkpoint, as it says ([`CHECKPOINTED_AT`]); `None` if unset or
+    /// unreadable.
+    pub fn checkpointed_at_ms(&self) -> Option<u64> {
+        let text = self.annotations.get(CHECKPOINTED_AT)?.trim();
+        if let Ok(ms) = text.parse::<u64>() {
+            return Some(ms);
+        }
+        let at: jiff::Timestamp = text.parse().ok()?;
+        u64::try_from(at.as_millisecond()).ok()
     }
 
     /// When it was preempted in the last hour, as recorded ([`PREEMPTED_AT`]); unreadable
@@ -449,11 +464,13 @@ fn clean_for_reader(job: &mut Value) {
     if let Some(meta) = job.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "labels" | "annotations"));
         if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-            // Ours and the API server's own (kubectl's last-applied configuration).
+            // Ours, the workload's checkpoint report, and the API server's own (kubectl's
+            // last-applied configuration).
             annotations.retain(|k, _| {
                 !k.starts_with("fairway.dev/admission")
                     && !k.starts_with("fairway.dev/preempt")
                     && k != PAUSED
+                    && k != CHECKPOINTED_AT
                     && !k.starts_with("kubectl.kubernetes.io/")
             });
         }

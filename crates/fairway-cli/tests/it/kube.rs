@@ -291,6 +291,14 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     // hour, since it names no deadline).
     let head = queue("fairway_queue_head_start_estimate_seconds").expect("the low queue's expected start");
     assert!((3_000..=3_600).contains(&head), "expected in {head} s");
+    // The victims' runs, which reported no checkpoint, lost all their work: 4 GPUs each from
+    // admission to the end of their pods, counted by the leader that saw them end.
+    let lost = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("fairway_queue_gpu_hours_lost_total{tier=\"low\",tenant=\"ads\"} "))
+        .map(|v| v.parse::<f64>().unwrap())
+        .expect("the victims' lost work");
+    assert!(lost > 0.0 && lost < 8.0 / 60.0, "{lost} GPU-h lost by two 4-GPU runs of under a minute");
     // Counts start at zero with each leader: the new one preempted nothing.
     assert!(!metrics.contains("fairway_queue_preemptions_total{"), "{metrics}");
     // The new leader admitted urgent: one wait, counted for its tier and namespace.

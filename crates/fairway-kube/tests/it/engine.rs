@@ -4,7 +4,7 @@
 
 use fairway_kube::Settings;
 use fairway_kube::engine::{Action, Change, Engine, Input, Stream};
-use fairway_kube::workload::{ADMISSION, Workload};
+use fairway_kube::workload::{ADMISSION, CHECKPOINTED_AT, Workload};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -201,6 +201,61 @@ fn a_high_job_preempts_by_suspension_and_starts_once_the_victims_pods_are_gone()
     let actions = h.cycle();
     assert_eq!(admitted(&actions), [("ctr".to_owned(), vec!["n1".to_owned()])]);
     assert!(actions.iter().any(|a| matches!(a, Action::Release { target } if target.name == "nightly")));
+}
+
+#[test]
+fn a_preempted_run_loses_the_work_since_its_checkpoint_or_else_its_admission() {
+    let hour_ms = 3_600_000;
+    let start = Harness::new().now;
+    // Created 100 s before the harness's clock starts: admitted 80 s ago, a checkpoint 30 s ago.
+    let admitted_at = start - 80_000;
+    let checkpoint = start - 30_000;
+    let rfc3339 = jiff::Timestamp::from_millisecond(checkpoint as i64).unwrap().to_string();
+    // (what the workload says of its last checkpoint, the time the loss counts from)
+    let cases = [
+        (None, admitted_at),
+        (Some(checkpoint.to_string()), checkpoint),
+        (Some(rfc3339), checkpoint),
+        (Some("yesterday".to_owned()), admitted_at),
+    ];
+    for (said, saved) in cases {
+        let mut h = Harness::new();
+        let admission = format!("{{\"nodes\":[\"n1\"],\"at_ms\":{admitted_at}}}");
+        let victim = |suspend: bool| {
+            let mut j = with_annotation(job("vision", "nightly", "low", 8, 1, 0, None), ADMISSION, Some(&admission));
+            j = with_annotation(j, CHECKPOINTED_AT, said.as_deref());
+            j.spec.as_mut().unwrap().suspend = Some(suspend);
+            j
+        };
+        let running = pod("vision", "nightly-x", "uid-nightly", 8, Some("n1"), "fairway");
+        h.start(
+            vec![node("n1", 8)],
+            vec![class("high", 1_000_000), class("low", 1000)],
+            vec![victim(false)],
+            vec![running],
+            vec![],
+        );
+        h.cycle();
+        h.feed(workload(&job("ads", "ctr", "high", 8, 1, 50, None)));
+        let actions = h.cycle();
+        assert_eq!(suspended(&actions).len(), 1, "{actions:?}\n{:?}", h.background());
+        h.feed(workload(&victim(true)));
+        h.cycle();
+        h.feed(Input::Pod(Change::Deleted(pod("vision", "nightly-x", "uid-nightly", 8, Some("n1"), "fairway"))));
+        let ended = h.now;
+        h.cycle();
+        let metrics = fairway_kube::http::KubeMetrics::new();
+        fairway_kube::http::refresh_metrics(&mut h.engine, &metrics);
+        let text = metrics.encode();
+        let lost: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("fairway_queue_gpu_hours_lost_total{tier=\"low\",tenant=\"vision\"} "))
+            .unwrap_or_else(|| panic!("no loss counted in\n{text}"))
+            .parse()
+            .unwrap();
+        let want = 8.0 * (ended - saved) as f64 / hour_ms as f64;
+        assert!((lost - want).abs() < 1e-9, "checkpoint {said:?}: lost {lost} GPU-h, want {want}");
+    }
 }
 
 #[test]
