@@ -5,7 +5,9 @@
 //!   from navigation start to the `fairway-first-render` mark the page sets two frames
 //!   after it first draws a snapshot, over fresh navigations;
 //! - `GET /v1/dashboard` (the snapshot the page polls): time and size;
-//! - `GET /metrics` (a Prometheus scrape): time and size.
+//! - `GET /metrics` (a Prometheus scrape): time and size, with the opt-in per-job series at
+//!   its most (`metrics.pending_job_series_max: 10000`, one series per pending job): the
+//!   largest scrape a server can be asked for.
 //!
 //! Run: `cargo bench -p fairway-cli --bench dashboard` (release build; needs `chromium` and
 //! `chromium-driver`, which `scripts/test` installs). Figures: docs/benchmarks.md.
@@ -35,7 +37,8 @@ fn main() {
     config.registry_dir = None;
     // The backlog's project may hold nothing: its jobs stay pending, each with its reason.
     config.file = fairway_server::ConfigFile::parse(
-        "container_runtime: none\nquotas: [{ project: backlog, gpus_max: 0 }]\nlimits: { jobs_per_submission_max: 1000 }\n",
+        "container_runtime: none\nquotas: [{ project: backlog, gpus_max: 0 }]\nlimits: { jobs_per_submission_max: 1000 }\n\
+         metrics: { pending_job_series_max: 10000 }\n",
     )
     .unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -102,12 +105,16 @@ fn main() {
 
     let snapshots: Vec<(f64, usize)> = (0..SNAPSHOTS).map(|_| get("/v1/dashboard")).collect();
     let scrapes: Vec<(f64, usize)> = (0..SCRAPES).map(|_| get("/metrics")).collect();
+    let text = rt.block_on(async {
+        http.get(format!("{base}/metrics")).bearer_auth(&token).send().await.unwrap().text().await.unwrap()
+    });
+    let per_job = text.lines().filter(|l| l.starts_with("fairway_job_pending_seconds{")).count();
     let paints = rt.block_on(first_paints(&base, &token));
 
     println!("dashboard benchmark: {NODES} nodes x 8 GPUs, {PENDING} pending jobs, {RUNNING} running 8-GPU jobs");
     report("first paint with data (Chromium)", paints.iter().map(|&ms| (ms, 0)).collect(), false);
     report("GET /v1/dashboard", snapshots, true);
-    report("GET /metrics", scrapes, true);
+    report(&format!("GET /metrics ({per_job} per-job series)"), scrapes, true);
 
     rt.block_on(async {
         let list = http.get(format!("{base}/v1/jobs?state=running&limit=1000")).bearer_auth(&token).send().await;
@@ -177,5 +184,5 @@ fn report(what: &str, mut samples: Vec<(f64, usize)>, sized: bool) {
     let median = samples[samples.len() / 2].0;
     let max = samples.last().unwrap().0;
     let size = if sized { format!(", {} KiB", samples[0].1 / 1024) } else { String::new() };
-    println!("  {what}: median {median:.0} ms, max {max:.0} ms over {} runs{size}", samples.len());
+    println!("  {what}: median {median:.1} ms, max {max:.1} ms over {} runs{size}", samples.len());
 }

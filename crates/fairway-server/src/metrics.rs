@@ -31,6 +31,29 @@ pub struct NotificationLabels {
     pub outcome: String,
 }
 
+/// GPUs each member lends, in member order: what the cohort's members borrow (each its use
+/// beyond its nominal GPUs) is shared among the members with an idle guarantee (nominal less
+/// use, at most the member's lending limit) in proportion to it. A borrowed GPU is lent by
+/// no one member in particular, so this is an attribution; the members' lent GPUs add up to
+/// what the cohort borrows. Members that name no nominal GPUs neither borrow nor lend.
+pub fn lent_gpus(members: &[crate::api::CohortMemberView]) -> Vec<f64> {
+    let borrowed: u64 =
+        members.iter().filter_map(|m| Some(u64::from(m.gpus_used.saturating_sub(m.member.nominal.gpus?)))).sum();
+    let idle: Vec<u64> = members
+        .iter()
+        .map(|m| {
+            let Some(nominal) = m.member.nominal.gpus else { return 0 };
+            let idle = nominal.saturating_sub(m.gpus_used);
+            let limit = m.member.lending_limit.and_then(|l| l.gpus).unwrap_or(u32::MAX);
+            u64::from(idle.min(limit))
+        })
+        .collect();
+    let idle_total: u64 = idle.iter().sum();
+    idle.iter()
+        .map(|&i| if idle_total == 0 { 0.0 } else { borrowed.min(idle_total) as f64 * i as f64 / idle_total as f64 })
+        .collect()
+}
+
 /// Each queue's first pending job among the first `FORECAST_JOBS_MAX` of the core's queue,
 /// and when the forecast expects it to start, in seconds from `now_ms` (queues whose head
 /// has no expected time are left out). `queue_of` names a pending job's queue. Both drivers'
@@ -142,6 +165,8 @@ pub struct Metrics {
     pub cohort_member_gpus_used: Family<CohortMemberLabels, Gauge>,
     pub cohort_member_gpus_nominal: Family<CohortMemberLabels, Gauge>,
     pub cohort_member_gpus_borrowed: Family<CohortMemberLabels, Gauge>,
+    /// What of its idle guarantee the others use ([`lent_gpus`]).
+    pub cohort_member_gpus_lent: Family<CohortMemberLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// The members the three gauges above have series for.
     cohort_members: Series<CohortMemberLabels>,
     /// How long each of the longest-waiting pending jobs has waited (opt-in).
@@ -199,6 +224,7 @@ impl Metrics {
             cohort_member_gpus_used: Family::default(),
             cohort_member_gpus_nominal: Family::default(),
             cohort_member_gpus_borrowed: Family::default(),
+            cohort_member_gpus_lent: Family::default(),
             cohort_members: Series::new(),
             job_pending_seconds: Family::default(),
             pending_jobs: Series::new(),
@@ -250,6 +276,11 @@ impl Metrics {
             "cohort_member_gpus_borrowed",
             "GPUs each cohort member uses beyond its nominal quota, borrowed from the others' idle guarantees (what a member under its own may reclaim)",
             m.cohort_member_gpus_borrowed.clone(),
+        );
+        registry.register(
+            "cohort_member_gpus_lent",
+            "GPUs of each cohort member's idle guarantee that the others use: what the cohort borrows, shared among the members with idle guarantee in proportion to it",
+            m.cohort_member_gpus_lent.clone(),
         );
         registry.register(
             "job_pending_seconds",
@@ -373,7 +404,8 @@ impl Metrics {
     pub fn set_cohorts(&self, cohorts: &CohortList) {
         let mut fresh = BTreeSet::new();
         for c in &cohorts.cohorts {
-            for m in &c.members {
+            let lent = lent_gpus(&c.members);
+            for (m, lent) in c.members.iter().zip(lent) {
                 let labels = CohortMemberLabels { cohort: c.name.clone(), project: m.member.project.clone() };
                 self.cohort_member_gpus_used.get_or_create(&labels).set(i64::from(m.gpus_used));
                 match m.member.nominal.gpus {
@@ -381,10 +413,12 @@ impl Metrics {
                         self.cohort_member_gpus_nominal.get_or_create(&labels).set(i64::from(nominal));
                         let borrowed = m.gpus_used.saturating_sub(nominal);
                         self.cohort_member_gpus_borrowed.get_or_create(&labels).set(i64::from(borrowed));
+                        self.cohort_member_gpus_lent.get_or_create(&labels).set(lent);
                     }
                     None => {
                         self.cohort_member_gpus_nominal.remove(&labels);
                         self.cohort_member_gpus_borrowed.remove(&labels);
+                        self.cohort_member_gpus_lent.remove(&labels);
                     }
                 }
                 fresh.insert(labels);
@@ -394,6 +428,7 @@ impl Metrics {
             self.cohort_member_gpus_used.remove(gone);
             self.cohort_member_gpus_nominal.remove(gone);
             self.cohort_member_gpus_borrowed.remove(gone);
+            self.cohort_member_gpus_lent.remove(gone);
         });
     }
 
@@ -463,5 +498,48 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CohortMemberView;
+
+    fn member(project: &str, nominal: Option<u32>, used: u32, lending_limit: Option<u32>) -> CohortMemberView {
+        CohortMemberView {
+            member: fairway_spec::MemberDoc {
+                project: project.into(),
+                nominal: fairway_spec::LimitsDoc { gpus: nominal, ..Default::default() },
+                borrowing_limit: None,
+                lending_limit: lending_limit
+                    .map(|gpus| fairway_spec::LimitsDoc { gpus: Some(gpus), ..Default::default() }),
+            },
+            gpus_used: used,
+            cpu_millis_used: 0,
+            memory_mib_used: 0,
+            borrowing: false,
+        }
+    }
+
+    #[test]
+    fn what_the_cohort_borrows_is_lent_by_the_idle_in_proportion() {
+        // vision borrows 6 (uses 10 of 4); speech has 6 idle, nlp 2 idle but lends at most
+        // 1, ops names no GPUs: 7 lendable, so speech lends 6/7 of 6 and nlp 1/7 of 6.
+        let members = [
+            member("vision", Some(4), 10, None),
+            member("speech", Some(8), 2, None),
+            member("nlp", Some(4), 2, Some(1)),
+            member("ops", None, 3, None),
+        ];
+        let lent = lent_gpus(&members);
+        let want = [0.0, 36.0 / 7.0, 6.0 / 7.0, 0.0];
+        for (got, want) in lent.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{lent:?}");
+        }
+        assert!((lent.iter().sum::<f64>() - 6.0).abs() < 1e-9, "lent adds up to what is borrowed");
+        // Nothing borrowed: nothing lent; nothing idle: nothing lent.
+        assert_eq!(lent_gpus(&[member("a", Some(4), 1, None), member("b", Some(4), 4, None)]), [0.0, 0.0]);
+        assert_eq!(lent_gpus(&[member("a", Some(4), 4, None)]), [0.0]);
     }
 }

@@ -185,7 +185,10 @@ async fn tab_through(c: &Client, presses: usize) -> Vec<String> {
 
 #[test]
 fn the_dashboard_shows_a_live_server_in_a_real_browser() {
-    let server = InProcess::start("2x2", "");
+    // ads has a cap; speech and nlp share a cohort and run nothing (the quota view's rows).
+    let config = "quotas: [{ project: ads, gpus_max: 3 }]\ncohorts:\n  - name: lab\n    members:\n      \
+                  - { project: speech, nominal: { gpus: 1 } }\n      - { project: nlp, nominal: { gpus: 1 } }\n";
+    let server = InProcess::start("2x2", config);
     let api = &server.api;
     let base = api.base.clone();
     let admin = crate::server::admin_token(server.data_dir.path());
@@ -295,7 +298,14 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         .await;
         sync(|| api.wait_state(explore, JobState::Cancelled));
         c.goto(&format!("{base}/ui/#/quotas")).await.unwrap();
-        wait_css(c, "#quotas").await;
+        let quotas = text(c, "#quotas tbody").await;
+        let ads = quotas.lines().position(|l| l.starts_with("project ads")).expect("ads' quota row");
+        assert!(quotas.lines().nth(ads + 1).is_some_and(|l| l.trim() == "2 / 3"), "ctr-model's 2 GPUs of 3: {quotas}");
+        let bar = c.find(Locator::Css("#quotas [role=meter]")).await.unwrap();
+        assert_eq!(bar.attr("aria-valuenow").await.unwrap().as_deref(), Some("2"));
+        let cohorts = text(c, "#cohorts tbody").await;
+        assert!(cohorts.contains("lab speech 0 1 0") && cohorts.contains("lab nlp 0 1 0"), "{cohorts}");
+        screenshot(c, "dashboard-quotas").await;
         check_contrast_and_fit(c, "quotas").await;
 
         let errors = console_errors(c).await;

@@ -909,12 +909,15 @@ fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
     );
     let vision = lab["members"].as_array().unwrap().iter().find(|m| m["project"] == "vision").unwrap();
     assert_eq!((vision["gpus_used"].as_u64(), vision["borrowing"].as_bool()), (Some(2), Some(true)), "{lab}");
-    // The metrics say the same: vision uses 2 of its nominal 1, so borrows 1; speech nothing.
+    // The metrics say the same: vision uses 2 of its nominal 1, so borrows 1, which speech
+    // lends (its idle GPU).
     let want = [
         "fairway_cohort_member_gpus_used{cohort=\"lab\",project=\"vision\"} 2",
         "fairway_cohort_member_gpus_nominal{cohort=\"lab\",project=\"vision\"} 1",
         "fairway_cohort_member_gpus_borrowed{cohort=\"lab\",project=\"vision\"} 1",
         "fairway_cohort_member_gpus_borrowed{cohort=\"lab\",project=\"speech\"} 0",
+        "fairway_cohort_member_gpus_lent{cohort=\"lab\",project=\"speech\"} 1.0",
+        "fairway_cohort_member_gpus_lent{cohort=\"lab\",project=\"vision\"} 0.0",
     ];
     api.wait_for("the cohort gauges", |api| {
         let (_, metrics) = api.request("GET", "/metrics", None);

@@ -267,11 +267,14 @@ function quotasView(s) {
       el("td", {}, max === null ? "no cap" : bar(q.gpus_used, max, label)),
       el("td", { class: "num", text: `${q.gpus_used} / ${max === null ? "∞" : max}` }));
   });
-  const members = s.cohorts.flatMap((c) => c.members.map((m) => el("tr", {},
-    el("td", { text: c.name }), el("td", { text: m.member.project }),
-    el("td", { class: "num", text: m.gpus_used }),
-    el("td", { class: "num", text: m.member.nominal && m.member.nominal.gpus !== undefined ? m.member.nominal.gpus : "" }),
-    el("td", { class: "num", text: m.gpus_borrowed ?? "" }))));
+  const members = s.cohorts.flatMap((c) => c.members.map((m) => {
+    const nominal = m.nominal ? m.nominal.gpus : undefined;
+    return el("tr", {},
+      el("td", { text: c.name }), el("td", { text: m.project }),
+      el("td", { class: "num", text: m.gpus_used }),
+      el("td", { class: "num", text: nominal ?? "" }),
+      el("td", { class: "num", text: nominal === undefined ? "" : Math.max(0, m.gpus_used - nominal) }));
+  }));
   return el("section", { "aria-labelledby": "quotas-title" },
     el("h2", { id: "quotas-title", text: "Quotas" }),
     table("GPU quotas (hard caps)", [["Kind"], ["Account"], ["Use"], ["GPUs", "num"]], quotas, "quotas"),
