@@ -290,6 +290,10 @@ const OCCUPANT: u64 = 1 << 62;
 const ID_BITS: u64 = (1 << 53) - 1;
 
 impl Engine {
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     pub fn new(settings: Settings) -> Engine {
         let limits = Limits::default();
         let core = Scheduler::new(Config { policy: policy_of(&settings), limits });

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use fairway_core::{Estimate, JobId, JobStatus};
 use fairway_server::api::*;
-use fairway_server::metrics::{Metrics, QueueLabels, Queued};
+use fairway_server::metrics::{Metrics, PendingJobLabels, QueueLabels, Queued};
 use serde::Deserialize;
 
 use crate::controller::{SharedEngine, now_ms};
@@ -529,6 +529,9 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     let now = now_ms();
     let mut queued = Vec::new();
     let mut placed = Vec::new();
+    // (waited ms, id, labels) of every pending workload, for the opt-in per-job series.
+    let per_job = engine.settings().metrics.pending_job_series_max as usize;
+    let mut waiting: Vec<(u64, JobId, PendingJobLabels)> = Vec::new();
     for (id, w, _) in engine.workloads() {
         let tier = crate::engine::tier_of(w);
         if let (
@@ -541,6 +544,15 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
         if let Some(JobStatus::Pending { .. }) = engine.core().job_status(id) {
             let since = engine.queued_since_ms(id).unwrap_or(now);
             queued.push(Queued { tier, tenant: &w.namespace, waiting_ms: now.saturating_sub(since) });
+            if per_job > 0 {
+                let labels = PendingJobLabels {
+                    tier: tier.to_owned(),
+                    tenant: w.namespace.clone(),
+                    job_name: w.name.clone(),
+                    job_id: id.0.to_string(),
+                };
+                waiting.push((now.saturating_sub(since), id, labels));
+            }
         }
         let state = match engine.core().job_status(id) {
             Some(JobStatus::Pending { .. }) => JobState::Pending,
@@ -553,6 +565,11 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     }
     metrics.set_queues(queued);
     metrics.set_queue_gpus(placed);
+    if per_job > 0 {
+        // The longest-waiting first; ties by id, so the series kept do not flicker.
+        waiting.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        metrics.set_pending_jobs(waiting.into_iter().take(per_job).map(|(ms, _, labels)| (labels, ms)));
+    }
     let heads = fairway_server::metrics::queue_heads(engine.core(), now, |id| {
         let w = engine.workload(id)?;
         Some(QueueLabels { tier: crate::engine::tier_of(w).to_owned(), tenant: w.namespace.clone() })

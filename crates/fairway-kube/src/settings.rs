@@ -49,6 +49,9 @@ pub struct Settings {
     /// Reservations with backfill for Jobs that cannot be admitted (the core's `plan.rs`);
     /// `None`: off.
     pub reservations: Option<fairway_spec::ReservationsDoc>,
+    /// What `/metrics` exports beyond its bounded families, as the server's `metrics:`
+    /// (`pending_job_series_max`: one series per longest-waiting pending workload).
+    pub metrics: fairway_server::config::MetricsConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -148,6 +151,7 @@ impl Default for Settings {
             status_writes_per_second_max: 100,
             fair_share: None,
             reservations: None,
+            metrics: fairway_server::config::MetricsConfig::default(),
         }
     }
 }
@@ -206,6 +210,12 @@ impl Settings {
         if let Some(r) = self.reservations {
             r.to_core("reservations").map_err(|e| e.to_string())?;
         }
+        let most = fairway_server::config::PENDING_JOB_SERIES_MAX;
+        if self.metrics.pending_job_series_max > most {
+            return Err(format!(
+                "metrics.pending_job_series_max: at most {most} (one series per workload; for small clusters)"
+            ));
+        }
         Ok(())
     }
 
@@ -228,6 +238,7 @@ mod tests {
             ("managed_namespace_label: managed\n", "managed_namespace_label"),
             ("writes_in_flight_max: 0\n", "writes_in_flight_max"),
             ("fair_share: { half_life_seconds: 999999999999 }\n", "fair_share.half_life_seconds"),
+            ("metrics: { pending_job_series_max: 10001 }\n", "metrics.pending_job_series_max: at most 10000"),
             ("fair_share: { half_life: 60 }\n", "half_life"),
             ("gpu_resourse: x\n", "gpu_resourse"),
             ("webhook:\n  listen: 0.0.0.0:9443\n  cert_file: /c.pem\n", "webhook.cert_file and webhook.key_file"),

@@ -111,7 +111,7 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     std::fs::write(&kubeconfig, cluster.kubeconfig_yaml()).unwrap();
     // Jobs opt in explicitly here (the webhook is tested with the scenarios): no webhook.
     let config = dir.path().join("config.yaml");
-    std::fs::write(&config, "leader_election: { enabled: false }\n").unwrap();
+    std::fs::write(&config, "leader_election: { enabled: false }\nmetrics: { pending_job_series_max: 5 }\n").unwrap();
 
     rt.block_on(async {
         let nodes: Api<Node> = Api::all(client.clone());
@@ -299,6 +299,11 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
         .map(|v| v.parse::<f64>().unwrap())
         .expect("the victims' lost work");
     assert!(lost > 0.0 && lost < 8.0 / 60.0, "{lost} GPU-h lost by two 4-GPU runs of under a minute");
+    // The opt-in per-job series name each waiting workload.
+    for name in ["low-a", "low-b"] {
+        let series = format!("fairway_job_pending_seconds{{tier=\"low\",tenant=\"ads\",job_name=\"{name}\",job_id=");
+        assert!(metrics.lines().any(|l| l.starts_with(&series)), "{series} missing from:\n{metrics}");
+    }
     // Counts start at zero with each leader: the new one preempted nothing.
     assert!(!metrics.contains("fairway_queue_preemptions_total{"), "{metrics}");
     // The new leader admitted urgent: one wait, counted for its tier and namespace.
