@@ -197,7 +197,11 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
     // Four GPUs on two nodes: vision's sweep (medium) and nightly (low) hold two each;
     // ads' explore (low) waits, since low does not preempt low.
     let sweep = api.submit(&trainer_job("sweep", "vision", "medium", 2, 100_000, 50))[0];
-    let nightly = api.submit(&trainer_job("nightly", "vision", "low", 2, 100_000, 50))[0];
+    // nightly ignores SIGTERM: preempted, it holds its GPUs for its whole 4 s of grace.
+    let nightly = api.submit(
+        "name: nightly\ntenant: { user: vision-user, project: vision }\npriority: low\nresources: { gpus: 2 }\n\
+         command: [sh, -c, \"trap '' TERM; echo step 1; while true; do sleep 1; done\"]\npreemption_grace_seconds: 4\n",
+    )[0];
     api.wait_state(sweep, JobState::Running);
     api.wait_state(nightly, JobState::Running);
     let explore = api.submit(&trainer_job("explore", "ads", "low", 1, 100_000, 50))[0];
@@ -248,6 +252,22 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
 
         // A preemption as it happens: ctr-model (high, ads) takes nightly's two GPUs.
         let ctr = sync(|| api.submit(&trainer_job("ctr-model", "ads", "high", 2, 100_000, 50))[0]);
+        // While nightly stops, its GPUs are promised to ctr-model, and the cells say so.
+        c.find(Locator::Css("nav a[data-view='cluster']")).await.unwrap().click().await.unwrap();
+        wait_true(
+            c,
+            "nightly's GPUs held for ctr-model",
+            &format!(
+                "document.querySelectorAll(\"a.gpu.held[data-job-id='{nightly}'][data-held-for='{ctr}']\").length === 2"
+            ),
+        )
+        .await;
+        let held = text(c, &format!("a.gpu.held[data-held-for='{ctr}']")).await;
+        assert!(held.contains("nightly") && held.contains(&format!("ctr-model (#{ctr})")), "{held}");
+        let summary = text(c, ".summary").await;
+        assert!(summary.contains("2 held for preemptors"), "{summary}");
+        screenshot(c, "dashboard-preemption").await;
+        c.find(Locator::Css("nav a[data-view='queues']")).await.unwrap().click().await.unwrap();
         wait_true(
             c,
             "nightly back in the queue",

@@ -164,6 +164,7 @@ pub struct Dashboard {
     pub viewer: Viewer,
     pub gpus_total: u64,
     pub gpus_allocated: u64,
+    /// GPUs promised to a preemptor: free, or still held by a victim that is stopping.
     pub gpus_held: u64,
     pub nodes: Vec<DashNode>,
     pub queues: Vec<DashQueue>,
@@ -206,7 +207,7 @@ pub fn assemble(inputs: Inputs) -> Dashboard {
                 .map(|g| {
                     gpus_total += 1;
                     gpus_allocated += u64::from(g.job.is_some());
-                    gpus_held += u64::from(g.job.is_none() && g.held_for.is_some());
+                    gpus_held += u64::from(g.held_for.is_some());
                     let holder = g.job.and_then(|id| by_id.get(&id));
                     DashGpu {
                         index: g.index,

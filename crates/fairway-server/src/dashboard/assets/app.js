@@ -153,19 +153,26 @@ function render() {
 
 function clusterView(s) {
   const tenants = new Set();
+  // A preemptor waits in the queue: its name, where the viewer may see it.
+  const names = new Map(s.pending.map((j) => [j.id, j.name]));
+  const preemptor = (id) => (names.has(id) ? `${names.get(id)} (#${id})` : `#${id}`);
   const nodes = s.nodes.map((node) => {
     const cells = node.gpus.map((gpu) => {
       const key = `gpu-${node.name}-${gpu.index}`;
+      const held = gpu.held_for !== undefined && gpu.held_for !== null;
       if (gpu.job !== undefined && gpu.job !== null) {
         tenants.add(gpu.tenant);
-        const label = `GPU ${gpu.index}: ${gpu.job_name} (#${gpu.job}), ${gpu.tenant}, ${gpu.tier}`;
-        return el("a", { class: `gpu ${tenantClass(gpu.tenant)}`, href: `#/jobs/${gpu.job}`, "aria-label": label,
-          title: label, "data-key": key, "data-job-id": gpu.job }, el("b", { text: gpu.job_name }), `${gpu.tenant} · ${gpu.tier}`);
+        // A victim still stopping on a GPU already promised to its preemptor.
+        const giving = held ? `; giving way to ${preemptor(gpu.held_for)}` : "";
+        const label = `GPU ${gpu.index}: ${gpu.job_name} (#${gpu.job}), ${gpu.tenant}, ${gpu.tier}${giving}`;
+        return el("a", { class: held ? "gpu held" : `gpu ${tenantClass(gpu.tenant)}`, href: `#/jobs/${gpu.job}`,
+          "aria-label": label, title: label, "data-key": key, "data-job-id": gpu.job, "data-held-for": held ? gpu.held_for : null },
+          el("b", { text: gpu.job_name }), held ? `→ ${preemptor(gpu.held_for)}` : `${gpu.tenant} · ${gpu.tier}`);
       }
-      if (gpu.held_for !== undefined && gpu.held_for !== null) {
-        const label = `GPU ${gpu.index}: held for job #${gpu.held_for} while its victims stop`;
+      if (held) {
+        const label = `GPU ${gpu.index}: held for ${preemptor(gpu.held_for)} while its victims stop`;
         return el("a", { class: "gpu held", href: `#/jobs/${gpu.held_for}`, "aria-label": label, title: label,
-          "data-key": key, "data-held-for": gpu.held_for }, el("b", { text: "held" }), `for #${gpu.held_for}`);
+          "data-key": key, "data-held-for": gpu.held_for }, el("b", { text: "held" }), `for ${preemptor(gpu.held_for)}`);
       }
       if (gpu.other_tenant) {
         return el("span", { class: "gpu other", title: `GPU ${gpu.index}: taken by another project` },
@@ -184,7 +191,7 @@ function clusterView(s) {
       el("li", {}, el("strong", { text: `${s.gpus_allocated} / ${s.gpus_total}` }), " GPUs allocated"),
       el("li", {}, el("strong", { text: `${s.gpus_held}` }), " held for preemptors"),
       el("li", {}, el("strong", { text: `${s.pending_total}` }), " jobs pending"),
-      el("li", {}, el("strong", { text: `${s.placed_total}` }), " running")),
+      el("li", {}, el("strong", { text: `${s.placed_total}` }), " running or stopping")),
     legend.length ? el("ul", { class: "legend", "aria-label": "Tenants" }, legend) : null,
     el("div", { class: "nodes" }, nodes));
 }
