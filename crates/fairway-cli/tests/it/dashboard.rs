@@ -118,6 +118,25 @@ async fn screenshot(c: &Client, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), c.screenshot().await.unwrap()).unwrap();
 }
 
+/// The link `fairway ui` prints for a token (its first line; the second says whose it is).
+fn fairway_ui(base: &str, token: &str, dir: &std::path::Path) -> String {
+    let file = dir.join("token");
+    std::fs::write(&file, token).unwrap();
+    let out = std::process::Command::new(crate::server::FAIRWAY)
+        .args(["--server", base, "--token-file"])
+        .arg(&file)
+        .arg("ui")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let mut lines = stdout.lines();
+    let link = lines.next().unwrap().to_owned();
+    let whose = lines.next().unwrap_or_default();
+    assert!(whose.contains("as user root") && whose.contains("(admin)"), "{whose}");
+    link
+}
+
 /// The lowest contrast ratio of any visible text against the background behind it (WCAG's
 /// relative luminance), and where it is.
 const CONTRAST_SCRIPT: &str = r#"
@@ -221,7 +240,9 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         let c = &browser.client;
 
         // Signed in by the link `fairway ui` prints; the token leaves the address bar.
-        c.goto(&format!("{base}/ui/#token={admin}")).await.unwrap();
+        let link = sync(|| fairway_ui(&base, &admin, logs.path()));
+        assert_eq!(link, format!("{base}/ui/#token={admin}"));
+        c.goto(&link).await.unwrap();
         wait_css(c, &format!("a.gpu[data-job-id='{sweep}']")).await;
         assert_eq!(c.current_url().await.unwrap().fragment(), Some("/cluster"));
         assert_eq!(c.title().await.unwrap(), "Fairway");
