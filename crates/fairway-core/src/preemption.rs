@@ -459,14 +459,27 @@ impl SearchView<'_> {
         self.running_up_to(priority, false)
     }
 
-    /// May a job of `project` reclaim from the running job at `vix`, of its own priority?
-    /// Only from another member of its cohort that borrows now.
-    fn reclaimable(&self, project: AccountId, vix: JobIx) -> bool {
-        let owner = self.jobs[vix].spec.project;
-        let Some(cohort) = self.ledger.cohort_of(project) else { return false };
-        owner != project
-            && self.ledger.cohort_of(owner) == Some(cohort)
-            && self.ledger.cohort(cohort).is_some_and(|c| self.ledger.get(owner).is_some_and(|a| a.borrowing(c)))
+    /// May a job of `project` reclaim from a running job, of its own priority? Only from
+    /// another member of its cohort that borrows now. The answer depends on the victim's
+    /// project alone, and a search asks it of every equal-priority candidate: each project
+    /// is looked up in the ledger once per search.
+    fn reclaim_check(&self, project: AccountId) -> impl FnMut(JobIx) -> bool + '_ {
+        let cohort = self.ledger.cohort_of(project).and_then(|id| Some((id, self.ledger.cohort(id)?)));
+        let mut known: Vec<(AccountId, bool)> = Vec::new();
+        move |vix| {
+            let Some((id, cohort)) = cohort else { return false };
+            let owner = self.jobs[vix].spec.project;
+            if owner == project {
+                return false;
+            }
+            if let Some(&(_, answer)) = known.iter().find(|(a, _)| *a == owner) {
+                return answer;
+            }
+            let answer =
+                self.ledger.cohort_of(owner) == Some(id) && self.ledger.get(owner).is_some_and(|a| a.borrowing(cohort));
+            known.push((owner, answer));
+            answer
+        }
     }
 
     /// Rule 1 and the candidate bound; sorted by rules 2, 3 and 5.
@@ -475,12 +488,13 @@ impl SearchView<'_> {
         let limit = self.config.limits.victim_candidates_max as usize;
         let reclaim = matches!(scope, PreemptionScope::Cohort { reclaim: true });
         let cohort = self.ledger.cohort_of(job.spec.project);
+        let mut reclaimable = self.reclaim_check(job.spec.project);
         let mut out = Vec::new();
         for (priority, vid, vix) in self.running_up_to(job.spec.priority, reclaim) {
             if out.len() >= limit {
                 break;
             }
-            if priority == job.spec.priority && !self.reclaimable(job.spec.project, vix) {
+            if priority == job.spec.priority && !reclaimable(vix) {
                 continue;
             }
             let victim = &self.jobs[vix];
@@ -591,13 +605,14 @@ impl SearchView<'_> {
             return true;
         }
         let mut hosted = 0;
+        let mut reclaimable = self.reclaim_check(job.spec.project);
         for node in self.nodes.iter().filter(|n| n.usable_by(model)) {
             let below: u32 = node
                 .victims
                 .iter()
                 .take_while(|e| e.priority < priority || (inclusive && e.priority == priority))
                 .filter(|e| waived || e.protected_until <= now)
-                .filter(|e| e.priority < priority || self.reclaimable(job.spec.project, e.ix))
+                .filter(|e| e.priority < priority || reclaimable(e.ix))
                 .map(|e| e.freed.gpus)
                 .sum();
             hosted += (node.available_gpus() + below) / gpus;
