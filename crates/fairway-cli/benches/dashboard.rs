@@ -12,11 +12,12 @@
 //! Run: `cargo bench -p fairway-cli --bench dashboard` (release build; needs `chromium` and
 //! `chromium-driver`, which `scripts/test` installs). Figures: docs/benchmarks.md.
 
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use fantoccini::{ClientBuilder, Locator};
-use serde_json::json;
+use fantoccini::Locator;
+
+#[path = "../tests/it/browser.rs"]
+mod browser;
 
 const FAIRWAY: &str = env!("CARGO_BIN_EXE_fairway");
 const NODES: u32 = 1_000;
@@ -135,25 +136,9 @@ fn main() {
 
 /// Milliseconds from navigation start to the page's first painted snapshot, per navigation.
 async fn first_paints(base: &str, token: &str) -> Vec<f64> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut driver = std::process::Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("chromedriver (Debian's chromium-driver)");
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let binary = ["/usr/lib/chromium/chromium", "/usr/bin/chromium"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("Debian's chromium");
-    let capabilities = json!({ "goog:chromeOptions": { "binary": binary,
-        "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1366,768"] } });
-    let mut builder = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
-    builder.capabilities(capabilities.as_object().unwrap().clone());
-    let c = builder.connect(&format!("http://127.0.0.1:{port}")).await.unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let browser = browser::Browser::start(log.path()).await;
+    let c = &browser.client;
     let mut paints = Vec::new();
     for _ in 0..NAVIGATIONS {
         c.goto("about:blank").await.unwrap();
@@ -173,9 +158,7 @@ async fn first_paints(base: &str, token: &str) -> Vec<f64> {
         };
         paints.push(ms);
     }
-    c.close().await.unwrap();
-    let _ = driver.kill();
-    let _ = driver.wait();
+    browser.close().await;
     paints
 }
 

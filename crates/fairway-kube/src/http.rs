@@ -566,9 +566,8 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     metrics.set_queues(queued);
     metrics.set_queue_gpus(placed);
     if per_job > 0 {
-        // The longest-waiting first; ties by id, so the series kept do not flicker.
-        waiting.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        metrics.set_pending_jobs(waiting.into_iter().take(per_job).map(|(ms, _, labels)| (labels, ms)));
+        fairway_server::metrics::keep_longest_waiting(&mut waiting, per_job);
+        metrics.set_pending_jobs(waiting.into_iter().map(|(ms, _, labels)| (labels, ms)));
     }
     let heads = fairway_server::metrics::queue_heads(engine.core(), now, |id| {
         let w = engine.workload(id)?;

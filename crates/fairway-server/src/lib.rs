@@ -214,7 +214,7 @@ fn start_notify(
         return Ok(None);
     }
     let smtp = settings.smtp.as_ref().map(notify::deliver::Smtp::load).transpose().map_err(ServerError::Config)?;
-    let receivers = notify::Evaluator::new(settings).receivers;
+    let receivers = notify::receivers(settings);
     tracing::info!(rules = settings.rules.len(), receivers = receivers.len(), "notify rules on");
     Ok(Some(notify::deliver::spawn(smtp, receivers, metrics.clone())))
 }

@@ -31,6 +31,14 @@ pub struct NotificationLabels {
     pub outcome: String,
 }
 
+/// Keeps the `max` longest-waiting of `(waited ms, id, job)`, longest first; ties by id, so
+/// that the per-job series kept do not flicker between refreshes (both drivers' opt-in
+/// `fairway_job_pending_seconds`).
+pub fn keep_longest_waiting<K: Ord, T>(jobs: &mut Vec<(u64, K, T)>, max: usize) {
+    jobs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    jobs.truncate(max);
+}
+
 /// GPUs each member lends, in member order: what the cohort's members borrow (each its use
 /// beyond its nominal GPUs) is shared among the members with an idle guarantee (nominal less
 /// use, at most the member's lending limit) in proportion to it. A borrowed GPU is lent by

@@ -8,57 +8,19 @@
 //!
 //! `FAIRWAY_SCREENSHOTS=docs/screenshots` also saves the main views as PNG files there.
 
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use fairway_server::api::JobState;
 use fantoccini::actions::InputSource;
 use fantoccini::wd::WebDriverCompatibleCommand;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 
-use crate::loopback::{Running, free_port, spawn};
+use crate::browser::Browser;
 use crate::server::{InProcess, trainer_job};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// chromedriver and its browser session.
-pub struct Browser {
-    pub client: Client,
-    _driver: Running,
-}
-
-impl Browser {
-    pub async fn start(log: &std::path::Path) -> Browser {
-        let port = free_port();
-        let driver = spawn("chromedriver", &[format!("--port={port}")], log);
-        let deadline = Instant::now() + WAIT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not listen (the test script installs chromium-driver)"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let binary = ["/usr/lib/chromium/chromium", "/usr/bin/chromium"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).exists())
-            .expect("Debian's chromium (the test script installs it)");
-        let capabilities = json!({
-            "goog:chromeOptions": {
-                "binary": binary,
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1366,768", "--lang=en-US"],
-            },
-            "goog:loggingPrefs": { "browser": "ALL" },
-        });
-        let mut builder = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
-        builder.capabilities(capabilities.as_object().unwrap().clone());
-        let client = builder.connect(&format!("http://127.0.0.1:{port}")).await.expect("a WebDriver session");
-        Browser { client, _driver: driver }
-    }
-}
 
 /// chromedriver's browser log since the last read (`goog:loggingPrefs`).
 #[derive(Debug)]
@@ -377,6 +339,6 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         let refusal = text(c, "#login-error").await;
         assert!(refusal.to_lowercase().contains("token"), "{refusal}");
 
-        browser.client.close().await.unwrap();
+        browser.close().await;
     });
 }

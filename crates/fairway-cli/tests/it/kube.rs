@@ -259,7 +259,7 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     // And in a real browser, with no token (this controller asks for none).
     rt.block_on(async {
         let logs = tempfile::tempdir().unwrap();
-        let browser = crate::dashboard::Browser::start(&logs.path().join("chromedriver.log")).await;
+        let browser = crate::browser::Browser::start(&logs.path().join("chromedriver.log")).await;
         let c = &browser.client;
         c.goto(&format!("{base}/ui/")).await.unwrap();
         crate::dashboard::wait_true(c, "urgent on eight GPUs", "document.querySelectorAll('a.gpu').length === 8 && document.querySelector('a.gpu').textContent.startsWith('urgent')").await;
@@ -270,7 +270,7 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
         assert!(cancel.is_empty(), "nothing to cancel from a read-only view");
         let errors = crate::dashboard::console_errors(c).await;
         assert!(errors.is_empty(), "console errors: {errors:#?}");
-        browser.client.close().await.unwrap();
+        browser.close().await;
     });
 
     // The metrics are the standalone server's names.

@@ -7,6 +7,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A child process killed when the test ends, whatever happens.
 pub struct Running(Child);
@@ -116,4 +117,26 @@ pub fn smtp_server(port: u16, maildir: &Path, log: &Path) -> Running {
         ],
         log,
     )
+}
+
+/// Polls `f` until it answers, for at most 90 s; on timeout, fails with the tail of each of
+/// `logs` (the receivers' own logs say why nothing arrived).
+pub fn wait_until<T>(what: &str, logs: &[std::path::PathBuf], mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        if Instant::now() > deadline {
+            let mut dump = String::new();
+            for log in logs {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                let lines = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
+                dump += &format!("--- {}\n{lines}\n", log.display());
+            }
+            panic!("timed out waiting for {what}\n{dump}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -120,6 +120,7 @@ fn report_writes_markdown_and_plots() {
 }
 
 mod bench;
+mod browser;
 mod catalogue;
 mod client;
 mod containers;

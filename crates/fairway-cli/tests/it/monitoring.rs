@@ -5,32 +5,10 @@
 //! on loopback (`python3-aiosmtpd`, writing a maildir) and to a webhook; and every query of
 //! the shipped Grafana dashboard returns data from that Prometheus.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
-
 use fairway_server::api::JobState;
 
-use crate::loopback::{free_port, mails, smtp_server, spawn, webhook};
+use crate::loopback::{free_port, mails, smtp_server, spawn, wait_until, webhook};
 use crate::server::{InProcess, admin_token, trainer_job};
-
-fn wait_until<T>(what: &str, logs: &Path, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(t) = f() {
-            return t;
-        }
-        if Instant::now() > deadline {
-            let mut dump = String::new();
-            for name in ["prometheus.log", "alertmanager.log", "smtp.log"] {
-                let text = std::fs::read_to_string(logs.join(name)).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(15).collect();
-                dump += &format!("--- {name}\n{}\n", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
-            }
-            panic!("timed out waiting for {what}\n{dump}");
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
 
 #[test]
 fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolves() {
@@ -73,6 +51,7 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
     )
     .unwrap();
     let maildir = dir.join("maildir");
+    let logs = ["prometheus.log", "alertmanager.log", "smtp.log"].map(|name| dir.join(name));
     let _smtp = smtp_server(smtp_port, &maildir, &dir.join("smtp.log"));
     let _alertmanager = spawn(
         "prometheus-alertmanager",
@@ -110,13 +89,13 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
     // The named alert's e-mail in a state (`FIRING`, `RESOLVED`), and its webhook call
     // (`firing`, `resolved`), each about `ctr-model`.
     let mail = |state: &str| {
-        wait_until(&format!("the {state} e-mail"), dir, || {
+        wait_until(&format!("the {state} e-mail"), &logs, || {
             mails(&maildir).into_iter().find(|m| m.contains("FairwayMediumJobWaitingNamed") && m.contains(state))
         })
     };
     let hook_call = |status: &str| {
         let status_field = format!("\"status\":\"{status}\"");
-        wait_until(&format!("the {status} webhook"), dir, || {
+        wait_until(&format!("the {status} webhook"), &logs, || {
             hooks.lock().unwrap().iter().find(|b| b.contains(&status_field) && b.contains("ctr-model")).cloned()
         })
     };
@@ -140,7 +119,7 @@ fn a_medium_job_waiting_too_long_reaches_an_admin_by_mail_and_webhook_and_resolv
     assert!(exprs.len() >= 9, "{exprs:?}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     for expr in &exprs {
-        let answer = wait_until(&format!("data for the dashboard's {expr}"), dir, || {
+        let answer = wait_until(&format!("data for the dashboard's {expr}"), &logs, || {
             let base = format!("http://127.0.0.1:{prometheus_port}/api/v1/query");
             let url = reqwest::Url::parse_with_params(&base, &[("query", expr)]).unwrap();
             let text = rt.block_on(async { reqwest::get(url).await.ok()?.text().await.ok() })?;

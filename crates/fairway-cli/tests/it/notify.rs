@@ -4,27 +4,13 @@
 //! article) and the admins get one e-mail naming it, then one when it starts; a preempted
 //! job's team hears of it by webhook; a failed job is reported once.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fairway_server::api::JobState;
 
-use crate::loopback::{free_port, mails, smtp_server, webhook};
+use crate::loopback::{free_port, mails, smtp_server, wait_until, webhook};
 use crate::server::{FAIRWAY, InProcess, trainer_job};
-
-fn wait_until<T>(what: &str, log: &Path, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(t) = f() {
-            return t;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out waiting for {what}\n--- smtp.log\n{}", std::fs::read_to_string(log).unwrap_or_default());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// The webhook bodies for `receiver` with `status`, as JSON.
 fn calls(hooks: &Arc<Mutex<Vec<String>>>, receiver: &str, status: &str) -> Vec<serde_json::Value> {
@@ -48,6 +34,7 @@ fn notify_rules_mail_the_admins_and_call_webhooks_once_per_alert() {
     let (hook_port, hooks) = webhook();
     let maildir = dir.join("maildir");
     let log = dir.join("smtp.log");
+    let logs = [log.clone()];
     let _smtp = smtp_server(smtp_port, &maildir, &log);
     let config = format!(
         "notify:\n  smtp: {{ host: 127.0.0.1, port: {smtp_port}, security: none, from: 'Fairway <fairway@example.org>' }}\n  \
@@ -60,7 +47,7 @@ fn notify_rules_mail_the_admins_and_call_webhooks_once_per_alert() {
     let server = InProcess::start("2", &config);
     let api = &server.api;
     let mail_about = |words: &[&str]| {
-        wait_until(&format!("an e-mail with {words:?}"), &log, || {
+        wait_until(&format!("an e-mail with {words:?}"), &logs, || {
             mails(&maildir).into_iter().find(|m| words.iter().all(|w| m.contains(w)))
         })
     };
@@ -71,7 +58,7 @@ fn notify_rules_mail_the_admins_and_call_webhooks_once_per_alert() {
     let fired = mail_about(&["[Fairway FIRING] medium-waiting: job ctr-model", "gpu-admins@example.org"]);
     assert!(fired.contains(&format!("- ctr-model (#{waiting}): tier medium, tenant ads")), "{fired}");
     assert!(fired.contains("why: "), "the scheduler's reason: {fired}");
-    let call = wait_until("the admins' webhook", &log, || {
+    let call = wait_until("the admins' webhook", &logs, || {
         calls(&hooks, "admins", "firing").into_iter().find(|c| names_job(c, waiting))
     });
     assert_eq!(call["alerts"][0]["labels"]["alertname"], "medium-waiting");
@@ -89,7 +76,7 @@ fn notify_rules_mail_the_admins_and_call_webhooks_once_per_alert() {
     // A high job preempts one of vision's: vision's team is told, by webhook only.
     let urgent = api.submit(&trainer_job("urgent", "ads", "high", 1, 2, 10))[0];
     api.wait_state(urgent, JobState::Succeeded);
-    let call = wait_until("vision's webhook", &log, || calls(&hooks, "vision-team", "firing").into_iter().next());
+    let call = wait_until("vision's webhook", &logs, || calls(&hooks, "vision-team", "firing").into_iter().next());
     let victim: i64 = call["alerts"][0]["labels"]["job_id"].as_str().unwrap().parse().unwrap();
     assert!(long.contains(&victim), "{call}");
     assert_eq!(
@@ -103,7 +90,7 @@ fn notify_rules_mail_the_admins_and_call_webhooks_once_per_alert() {
     api.wait_state(waiting, JobState::Succeeded);
     let resolved = mail_about(&["[Fairway RESOLVED] medium-waiting: job ctr-model"]);
     assert!(resolved.contains("no longer pending"), "{resolved}");
-    wait_until("the resolved webhook", &log, || {
+    wait_until("the resolved webhook", &logs, || {
         calls(&hooks, "admins", "resolved").into_iter().find(|c| names_job(c, waiting))
     });
 
@@ -118,7 +105,7 @@ fn notify_rules_mail_the_admins_and_call_webhooks_once_per_alert() {
 
     // The preempted vision job is cancelled: its team hears that the alert resolved.
     api.json("POST", &format!("/v1/jobs/{victim}/cancel"), None);
-    wait_until("vision's resolved webhook", &log, || {
+    wait_until("vision's resolved webhook", &logs, || {
         calls(&hooks, "vision-team", "resolved").into_iter().find(|c| names_job(c, victim))
     });
     assert_eq!(about_it("FIRING"), 1);

@@ -76,13 +76,22 @@ fn a_web_page_cannot_submit_through_a_browser() {
 fn every_route_but_health_needs_a_valid_token() {
     let server = InProcess::start("1", "");
     let anonymous = Api::new(server.api.base.clone(), None);
-    for (method, path) in [("GET", "/v1/jobs"), ("POST", "/v1/jobs"), ("GET", "/metrics"), ("GET", "/v1/nodes")] {
+    let routes = [
+        ("GET", "/v1/jobs"),
+        ("POST", "/v1/jobs"),
+        ("GET", "/metrics"),
+        ("GET", "/v1/nodes"),
+        ("GET", "/v1/dashboard"),
+    ];
+    for (method, path) in routes {
         let (status, body) = anonymous.request(method, path, None);
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthenticated")), "{method} {path}");
     }
     assert_eq!(anonymous.request("GET", "/healthz", None).0, 200);
     assert_eq!(anonymous.request("GET", "/openapi.yaml", None).0, 200);
+    // The dashboard's page holds no data: it loads, and asks for a token itself.
+    assert_eq!(anonymous.request("GET", "/ui/", None).0, 200);
     let forged = format!("fwt_{}", "0".repeat(64));
     for bad in [forged.as_str(), "fwt_short", "not-a-token"] {
         let (status, body) = server.api.as_token(bad).json("GET", "/v1/jobs", None);

@@ -299,6 +299,7 @@ impl Engine {
     /// Builds the core from the store: nodes, classes, quotas, then every unfinished job
     /// (pending ones at their original positions, live runs re-adopted).
     pub fn start(parts: EngineParts) -> Result<Engine, crate::ServerError> {
+        let notifier = crate::notify::Evaluator::new(&parts.config.file.notify);
         let mut engine = Engine {
             core: new_core(&parts.config),
             store: parts.store,
@@ -320,10 +321,9 @@ impl Engine {
             dirty: true,
             last_tick: Instant::now(),
             head_estimates_at_ms: None,
-            notifier: crate::notify::Evaluator::default(),
+            notifier,
             notices: parts.notices,
         };
-        engine.notifier = crate::notify::Evaluator::new(&engine.config.file.notify);
         // A store that cannot be written is refused now, before anything is restored.
         let now = engine.now_ms();
         engine.store.probe_write(now)?;
@@ -581,9 +581,8 @@ impl Engine {
         self.metrics.set_queue_gpus(placed);
         let wanted = self.config.file.metrics.pending_job_series_max as usize;
         if wanted > 0 {
-            // The longest-waiting first; ties by id, so the series kept do not flicker.
-            pending.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            self.metrics.set_pending_jobs(pending.into_iter().take(wanted).map(|(waiting_ms, id, j)| {
+            crate::metrics::keep_longest_waiting(&mut pending, wanted);
+            self.metrics.set_pending_jobs(pending.into_iter().map(|(waiting_ms, id, j)| {
                 let labels = PendingJobLabels {
                     tier: tier_name(&j.resolved).into(),
                     tenant: j.resolved.doc.project.clone(),

@@ -33,6 +33,15 @@ pub const ALERTS_PER_NOTICE_MAX: usize = 50;
 /// The longest threshold a `pending` rule may give: a year.
 pub const PENDING_SECONDS_MAX: u64 = 365 * 24 * 3600;
 
+/// The receivers of a config that [`check`] accepted, in order (rules name them by index).
+pub fn receivers(config: &NotifyConfig) -> Vec<Receiver> {
+    config
+        .receivers
+        .iter()
+        .map(|r| Receiver { name: r.name.clone(), email_to: r.email_to.clone(), webhook_url: r.webhook_url.clone() })
+        .collect()
+}
+
 /// What a rule watches for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Condition {
@@ -158,15 +167,7 @@ pub struct Evaluator {
 impl Evaluator {
     /// From a config that [`check`] accepted.
     pub fn new(config: &NotifyConfig) -> Evaluator {
-        let receivers: Vec<Receiver> = config
-            .receivers
-            .iter()
-            .map(|r| Receiver {
-                name: r.name.clone(),
-                email_to: r.email_to.clone(),
-                webhook_url: r.webhook_url.clone(),
-            })
-            .collect();
+        let receivers = receivers(config);
         let rules = config.rules.iter().filter_map(|r| rule_of(r, &receivers).ok()).collect();
         Evaluator { rules, receivers, firing: BTreeMap::new(), dropped: 0 }
     }
