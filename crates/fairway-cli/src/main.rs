@@ -14,6 +14,7 @@ mod client;
 mod demo;
 #[cfg(feature = "kube")]
 mod kube;
+mod pack;
 mod serve;
 mod sim;
 
@@ -55,6 +56,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Replay a workload through the scheduler with a virtual clock and compare policies.
     Sim(SimArgs),
+    /// Compare placement policies on FGD's packing benchmark (openb node and pod lists):
+    /// GPU allocation and fragmentation as pods arrive, to a share of capacity.
+    Pack(pack::PackArgs),
     /// Submit jobs and priority classes from YAML or JSON files.
     Submit(jobs::SubmitArgs),
     /// List jobs (unfinished ones unless --all or --state), newest first.
@@ -193,6 +197,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Sim(args) => sim::run(&args),
+        Command::Pack(args) => pack::run(&args),
         Command::Serve(args) => serve::run(&args),
         #[cfg(feature = "kube")]
         Command::Kube(args) => kube::run(&args),

@@ -24,6 +24,7 @@ mod invariants;
 mod jobs;
 mod ledger;
 mod model;
+pub mod packing;
 pub mod placement;
 mod plan;
 mod preemption;

@@ -6,6 +6,7 @@ pub mod anomaly;
 mod audit;
 pub mod engine;
 pub mod metrics;
+pub mod pack;
 pub mod report;
 pub mod scenario;
 pub mod sweep;

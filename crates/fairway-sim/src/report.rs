@@ -7,6 +7,7 @@
 //! All output is deterministic: the same input gives byte-identical text and files.
 
 mod plot;
+pub(crate) use plot::lines_svg;
 pub(crate) mod table;
 
 use std::collections::BTreeSet;

@@ -165,3 +165,59 @@ fn sim_sharing_anomaly_reports_each_member() {
     assert_eq!(speech["alone_wait_seconds_mean"], 33.333);
     assert_eq!(speech["anomaly_seconds"], -33.333);
 }
+
+fn openb_fixture(name: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fairway-sim/tests/fixtures").join(name);
+    root.to_string_lossy().into_owned()
+}
+
+/// `fairway pack` on the committed openb excerpts: the table names every policy, the CSV has
+/// one row per policy × seed × load level, JSON is the same on every run, the report folder
+/// gets the CSV, JSON and both charts.
+#[test]
+fn pack_compares_policies_in_every_output() {
+    let (nodes, pods) = (openb_fixture("openb_nodes_sample.csv"), openb_fixture("openb_pods_sample.csv"));
+    let base = ["pack", "--nodes", nodes.as_str(), "--pods", pods.as_str(), "--seeds", "3"];
+    let table = fairway(&base);
+    assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
+    let text = String::from_utf8(table.stdout).unwrap();
+    for policy in ["random", "dot-product", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "fairway"] {
+        assert!(text.lines().any(|l| l.starts_with(policy)), "{policy} missing:\n{text}");
+    }
+    assert!(String::from_utf8_lossy(&table.stderr).contains("21 runs (7 policies × 3 seeds)"));
+
+    let csv = fairway(&[&base[..], &["--policy", "fgd,best-fit", "-o", "csv"]].concat());
+    let csv = String::from_utf8(csv.stdout).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("policy,seed,arrived_percent,gpu_alloc_percent,frag_percent"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == 5 && ["fgd", "best-fit"].contains(&r[0])));
+    for (policy, seed) in [("fgd", "42"), ("best-fit", "44")] {
+        let levels: Vec<u32> =
+            rows.iter().filter(|r| r[0] == policy && r[1] == seed).map(|r| r[2].parse().unwrap()).collect();
+        assert_eq!(levels.first(), Some(&0));
+        assert_eq!(levels.last(), Some(&130), "the curve reaches the target");
+        assert!(levels.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    let json = |extra: &[&str]| fairway(&[&base[..], &["-o", "json"], extra].concat()).stdout;
+    let a = json(&[]);
+    assert_eq!(a, json(&["--threads", "1"]), "the same seeds give the same document on any number of threads");
+    let doc: serde_json::Value = serde_json::from_slice(&a).unwrap();
+    assert_eq!(doc["runs"].as_array().unwrap().len(), 21);
+    assert_eq!(doc["target_percent"], 130);
+
+    let dir = std::env::temp_dir().join(format!("fairway-pack-report-{}", std::process::id()));
+    let out = fairway(&[&base[..], &["--policy", "fgd", "--report", dir.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for file in ["pack.csv", "pack.json", "pack-alloc.svg", "pack-frag.svg"] {
+        let body = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(!body.is_empty(), "{file}");
+    }
+    assert!(std::fs::read_to_string(dir.join("pack-alloc.svg")).unwrap().contains("<svg"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let bad = fairway(&[&base[..], &["--policy", "worst-fit"]].concat());
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("worst-fit"));
+}

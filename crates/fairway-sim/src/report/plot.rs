@@ -441,3 +441,30 @@ pub(super) fn utilization_svg(runs: &[RunResult]) -> Result<String, String> {
         series,
     })
 }
+
+/// A chart of one line per named series over linear axes from 0 (the packing benchmark's
+/// curves), axes rounded up from `x_max` and `y_max`.
+pub(crate) fn lines_svg(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    (x_max, y_max): (f64, f64),
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> Result<String, String> {
+    let series = lines
+        .iter()
+        .enumerate()
+        .map(|(i, (label, points))| {
+            let (color, width) = run_style(i, lines.len());
+            Series { label: label.clone(), points: points.clone(), color, width }
+        })
+        .collect();
+    draw(ChartSpec {
+        title: title.to_owned(),
+        x_desc: x_desc.to_owned(),
+        y_desc: y_desc.to_owned(),
+        x: XAxis::Linear(Axis::nice(x_max, 13)),
+        y: Axis::nice(y_max, 10),
+        series,
+    })
+}

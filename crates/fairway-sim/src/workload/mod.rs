@@ -23,6 +23,7 @@
 mod csvutil;
 mod gang;
 mod openb;
+mod openb_pack;
 mod philly;
 mod spec;
 mod synthetic;
@@ -34,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 pub use gang::GangSplit;
 pub use openb::{MissingDeletion, OpenbOptions, TraceNode, load_openb_nodes, load_openb_pods};
+pub use openb_pack::{PackNodeRow, PackPodRow, load_pack_nodes, load_pack_pods};
 pub use philly::{PolluxFilter, load_philly_chronus, load_philly_pollux, load_philly_vc_quotas};
 pub use spec::{TierMap, TraceSource, Transform, WorkloadSpec};
 pub use synthetic::{DurationDist, JobClass, MAX_SYNTHETIC_JOBS, SyntheticSpec, Weighted, generate};

@@ -856,3 +856,62 @@ fn full_pollux_trace_when_available() {
     let (busy, _) = load_philly_pollux(&path, &GangSplit::default(), &window).unwrap();
     assert_eq!(busy.len(), 66_886, "the busy window of the trace README");
 }
+
+/// The packing benchmark reads every openb pod-list variant: the default's columns, lists
+/// with GPU-model constraints (`gpu_spec` naming one model or several), lists whose time,
+/// phase and `qos` columns are empty, and lists without those columns at all.
+#[test]
+fn pack_loaders_read_every_openb_variant() {
+    use fairway_sim::workload::{load_pack_nodes, load_pack_pods};
+    let pods = load_pack_pods(fixture("openb_pods_sample.csv")).unwrap();
+    assert_eq!(pods.len(), 104);
+    assert_eq!((pods[1].num_gpu, pods[1].gpu_milli, pods[1].cpu_milli), (1, 460, 6000));
+    let spec = temp_csv(
+        "pack-gpuspec",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
+         p0,8000,30000,1,1000,V100M16|V100M32,,,,,\n\
+         p1,4000,15000,1,500,,BE,Running,1,2,1\n\
+         p2,88000,300000,8,1000,G2,LS,Pending,5,,\n\
+         p3,2000,4000,0,0,,,,,,\n",
+    );
+    let pods = load_pack_pods(&spec).unwrap();
+    assert_eq!(pods[0].gpu_models, ["V100M16", "V100M32"]);
+    assert!(pods[1].gpu_models.is_empty());
+    assert_eq!((pods[2].num_gpu, pods[2].gpu_models.as_slice()), (8, ["G2".to_owned()].as_slice()));
+    assert_eq!((pods[3].num_gpu, pods[3].gpu_milli), (0, 0));
+    let bare = temp_csv("pack-bare", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nq,1000,100,1,250\n");
+    assert_eq!(load_pack_pods(&bare).unwrap()[0].gpu_milli, 250);
+
+    let nodes = load_pack_nodes(fixture("openb_nodes_sample.csv")).unwrap();
+    assert_eq!(nodes.len(), 20);
+    assert_eq!(nodes[1].model.as_deref(), Some("G2"));
+    let all =
+        temp_csv("pack-all-nodes", "sn,cpu_milli,memory_mib,gpu,model\ncpu0,32000,262144,0,\ngpu0,96000,393216,8,G2\n");
+    let nodes = load_pack_nodes(&all).unwrap();
+    assert_eq!((nodes[0].gpus, nodes[0].model.as_deref()), (0, None));
+}
+
+#[test]
+fn pack_loaders_name_the_bad_field() {
+    use fairway_sim::workload::{load_pack_nodes, load_pack_pods};
+    let header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n";
+    for (row, field, reason) in [
+        ("p,1,1,1,1001,", "gpu_milli", "≤ 1000"),
+        ("p,1,1,2,500,", "gpu_milli", "whole GPUs"),
+        ("p,1,1,0,300,", "gpu_milli", "must be 0"),
+        ("p,1,1,1,0,", "gpu_milli", "≥ 1"),
+        ("p,1,1,17,1000,", "num_gpu", "more than 16"),
+        ("p,-4,1,1,100,", "cpu_milli", "not a non-negative"),
+    ] {
+        let path = temp_csv("pack-bad-pod", &format!("{header}{row}\n"));
+        let err = load_pack_pods(&path).unwrap_err().to_string();
+        assert!(err.contains(&format!("field `{field}`")) && err.contains(reason), "{row}: {err}");
+    }
+    let dup = temp_csv("pack-dup-pod", &format!("{header}p,1,1,1,100,\np,1,1,1,100,\n"));
+    assert!(load_pack_pods(&dup).unwrap_err().to_string().contains("duplicate name `p`"));
+    let no_col = temp_csv("pack-no-milli", "name,cpu_milli,memory_mib,num_gpu\np,1,1,1\n");
+    assert!(load_pack_pods(&no_col).unwrap_err().to_string().contains("gpu_milli"));
+    let no_model = temp_csv("pack-no-model", "sn,cpu_milli,memory_mib,gpu,model\nn,1,1,2,\n");
+    let err = load_pack_nodes(&no_model).unwrap_err().to_string();
+    assert!(err.contains("field `model`") && err.contains("must name their model"), "{err}");
+}
