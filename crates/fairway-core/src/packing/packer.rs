@@ -75,6 +75,9 @@ struct AskIndex {
     /// How much of the change log this index has seen.
     seen: usize,
     built: bool,
+    /// The ask fit no node when the packer had given back this many times: room only
+    /// shrinks between give-backs, so it still fits none until the next.
+    fit_none_at_release: Option<u64>,
 }
 
 /// The memo key of a node's fragmentation: all it depends on.
@@ -136,6 +139,8 @@ pub struct Packer {
     epoch: u32,
     memo: FastMap<FragKey, f64>,
     stats: PackStats,
+    /// Give-backs so far.
+    releases: u64,
 }
 
 impl Packer {
@@ -175,6 +180,7 @@ impl Packer {
             epoch: 0,
             memo: FastMap::default(),
             stats: PackStats::default(),
+            releases: 0,
         };
         for i in 0..n {
             packer.frags[i] = packer.frag_now(i);
@@ -235,6 +241,7 @@ impl Packer {
     pub fn release(&mut self, node: usize, ask: &Ask, pick: GpuPick) -> Result<(), RoomError> {
         self.rooms[node].give_back(ask, pick)?;
         self.kinds[node].remove(ask.kind());
+        self.releases += 1;
         self.changed(node);
         Ok(())
     }
@@ -249,6 +256,7 @@ impl Packer {
             for index in &mut self.indexes {
                 *index = AskIndex::default();
             }
+            // Rebuilt indexes start from every node: nothing of the log is needed.
         }
         self.changes.push(node as u32);
     }
@@ -279,9 +287,15 @@ impl Packer {
             epoch,
             memo,
             stats,
+            releases,
             ..
         } = self;
         let index = &mut indexes[id];
+        if index.fit_none_at_release == Some(*releases) {
+            // Nothing was given back since this ask fit nowhere: it still fits nowhere. The
+            // changes stay unseen until it is asked again after a give-back.
+            return None;
+        }
         let mut scorer =
             Scorer { policy: *policy, model: model.as_ref(), rooms, ranks, versions, kinds, frags, memo, stats };
         if !index.built {
@@ -305,8 +319,11 @@ impl Packer {
         index.seen = changes.len();
         if *policy == PackPolicy::Random {
             // Drawn among the nodes that fit: no scores, no heap.
-            return (!index.fitting.is_empty())
-                .then(|| index.fitting[policy::draw(entropy, index.fitting.len())] as usize);
+            if index.fitting.is_empty() {
+                index.fit_none_at_release = Some(*releases);
+                return None;
+            }
+            return Some(index.fitting[policy::draw(entropy, index.fitting.len())] as usize);
         }
         if index.heap.len() > 2 * rooms.len() + 1024 {
             index.heap.retain(|e| e.version == versions[e.node as usize]);
@@ -317,6 +334,7 @@ impl Packer {
             }
             index.heap.pop();
         }
+        index.fit_none_at_release = Some(*releases);
         None
     }
 }
