@@ -330,8 +330,9 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
 
         // No token: the sign-in form; a wrong one is refused, and says so.
         c.execute("sessionStorage.clear();", vec![]).await.unwrap();
-        c.goto(&format!("{base}/ui/")).await.unwrap();
-        c.refresh().await.unwrap();
+        // One navigation to a new address loads the page afresh (a `goto` then `refresh`
+        // raced on a loaded host: the refresh was aborted by the navigation still running).
+        c.goto(&format!("{base}/ui/?signed-out")).await.unwrap();
         let input = wait_css(c, "#login:not([hidden]) #token").await;
         input.send_keys(&format!("fwt_{}", "0".repeat(64))).await.unwrap();
         c.find(Locator::Css("#login-form button")).await.unwrap().click().await.unwrap();
