@@ -334,7 +334,7 @@ fn fairway(node: &NodeView<'_>, ask: &Ask, frag: &mut impl FragOf) -> (Score, Gp
         return fgd(node, ask, frag);
     }
     let rounded = |after_frag: f64| (sigmoid((node.frag - after_frag) / 1000.0) * MAX_NODE_SCORE as f64) as i64;
-    let mut node_score = i64::MIN;
+    let mut least_after = f64::INFINITY;
     let mut best: Option<((i64, i64), usize)> = None;
     let mut seen: Option<(u16, f64)> = None;
     for (i, &f) in node.room.gpu_free().iter().enumerate() {
@@ -346,7 +346,7 @@ fn fairway(node: &NodeView<'_>, ask: &Ask, frag: &mut impl FragOf) -> (Score, Gp
             _ => frag.frag_of(&after(node.room, ask, Some(i))),
         };
         seen = Some((f, after_frag));
-        node_score = node_score.max(rounded(after_frag));
+        least_after = least_after.min(after_frag);
         let growth = ((after_frag - node.frag) * 1000.0).round() as i64;
         let key = (-growth, -i64::from(f));
         if best.is_none_or(|(b, _)| key > b) {
@@ -354,5 +354,6 @@ fn fairway(node: &NodeView<'_>, ask: &Ask, frag: &mut impl FragOf) -> (Score, Gp
         }
     }
     let (_, i) = best.expect("the node has a GPU for the share");
-    (node_score, GpuPick::Share(i as u8))
+    // The rounded score falls as fragmentation after grows: the node's is the least's.
+    (rounded(least_after), GpuPick::Share(i as u8))
 }
