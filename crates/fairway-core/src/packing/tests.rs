@@ -406,3 +406,23 @@ fn fairway_breaks_fgds_gpu_ties_by_exact_growth() {
     assert_eq!(pick(PackPolicy::Fgd).map(|p| p.pick), Some(GpuPick::Share(0)));
     assert_eq!(pick(PackPolicy::Fairway).map(|p| p.pick), Some(GpuPick::Share(1)));
 }
+
+/// Where FGD's scores tie, FGD takes the lower rank and Fairway a node already in use. One
+/// typical ask, a whole GPU: a whole GPU on either node leaves no fragment (score 50 on
+/// both); node 0 is idle and ranked first, node 1 runs a whole GPU already.
+#[test]
+fn fairway_sends_fgds_ties_to_nodes_in_use() {
+    let model = WorkloadModel::new(vec![TypicalShape {
+        cpu_milli: 0,
+        gpu_count: 1,
+        gpu_milli: 1000,
+        models: ModelSet::ANY,
+        weight: 1.0,
+    }]);
+    let nodes = vec![node(8000, 2), node_used(8000, &[1000, 0])];
+    let whole = ask(0, 1, 1000);
+    let choose =
+        |policy| Packer::new(policy, nodes.clone(), vec![0, 1], Some(model.clone())).unwrap().choose(&whole, 0);
+    assert_eq!(choose(PackPolicy::Fgd).map(|p| p.node), Some(0));
+    assert_eq!(choose(PackPolicy::Fairway).map(|p| (p.node, p.pick)), Some((1, GpuPick::Whole(0b10))));
+}
