@@ -74,45 +74,72 @@ pub struct Ask {
     pub models: ModelSet,
 }
 
-/// Why an [`Ask`] or a node description is refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// Why an [`Ask`] or a node description is refused: which field, and why (`field: reason`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ShapeError {
-    #[error("gpu_milli: {0} is above 1000 (thousandths of one GPU)")]
-    MilliAboveWhole(u16),
-    #[error("gpu_milli: must be 1–1000 when gpu_count is {0}")]
-    MilliMissing(u8),
-    #[error("gpu_milli: must be 0 for a CPU-only request (got {0})")]
-    MilliWithoutGpus(u16),
-    #[error("gpu_milli: a request for {count} GPUs must take whole GPUs (1000), not {milli}")]
-    SharedMultiGpu { count: u8, milli: u16 },
-    #[error("gpu_count: {0} is above {NODE_GPUS_MAX}, the most GPUs a node may have")]
-    TooManyGpus(usize),
+    MilliAboveWhole(u32),
+    MilliMissing(u32),
+    MilliWithoutGpus(u32),
+    SharedMultiGpu { count: u32, milli: u32 },
+    TooManyGpus(u64),
 }
 
+impl ShapeError {
+    /// The field at fault: `gpu_milli` or `gpu_count`.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ShapeError::TooManyGpus(_) => "gpu_count",
+            _ => "gpu_milli",
+        }
+    }
+
+    /// Why, without the field's name.
+    pub fn reason(&self) -> String {
+        match self {
+            ShapeError::MilliAboveWhole(m) => format!("must be ≤ 1000 (thousandths of one GPU), not {m}"),
+            ShapeError::MilliMissing(count) => format!("must be ≥ 1 when gpu_count is {count}"),
+            ShapeError::MilliWithoutGpus(m) => format!("must be 0 when gpu_count is 0, not {m}"),
+            ShapeError::SharedMultiGpu { count, milli } => {
+                format!("a request for {count} GPUs must take whole GPUs (1000), not {milli}")
+            }
+            ShapeError::TooManyGpus(n) => format!("{n} is more than {NODE_GPUS_MAX}, the most GPUs a node may have"),
+        }
+    }
+}
+
+impl std::fmt::Display for ShapeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field(), self.reason())
+    }
+}
+
+impl std::error::Error for ShapeError {}
+
 impl Ask {
-    /// A checked ask.
+    /// A checked ask. The counts are taken wide so that any input value is checked, not cut.
     pub fn new(
         cpu_milli: u64,
         memory_mib: u64,
-        gpu_count: u8,
-        gpu_milli: u16,
+        gpu_count: u32,
+        gpu_milli: u32,
         models: ModelSet,
     ) -> Result<Ask, ShapeError> {
-        if usize::from(gpu_count) > NODE_GPUS_MAX {
+        if gpu_count as usize > NODE_GPUS_MAX {
             return Err(ShapeError::TooManyGpus(gpu_count.into()));
         }
-        if gpu_milli > MILLI_PER_GPU {
+        if gpu_milli > u32::from(MILLI_PER_GPU) {
             return Err(ShapeError::MilliAboveWhole(gpu_milli));
         }
         match gpu_count {
             0 if gpu_milli != 0 => return Err(ShapeError::MilliWithoutGpus(gpu_milli)),
             1.. if gpu_milli == 0 => return Err(ShapeError::MilliMissing(gpu_count)),
-            2.. if gpu_milli != MILLI_PER_GPU => {
+            2.. if gpu_milli != u32::from(MILLI_PER_GPU) => {
                 return Err(ShapeError::SharedMultiGpu { count: gpu_count, milli: gpu_milli });
             }
             _ => {}
         }
-        Ok(Ask { cpu_milli, memory_mib, gpu_count, gpu_milli, models })
+        // Both fit: at most 16 GPUs and 1000 thousandths, checked above.
+        Ok(Ask { cpu_milli, memory_mib, gpu_count: gpu_count as u8, gpu_milli: gpu_milli as u16, models })
     }
     /// All its GPU thousandths (`gpu_count × gpu_milli`).
     pub fn gpu_milli_total(&self) -> u64 {
@@ -197,7 +224,7 @@ impl NodeRoom {
     /// An empty node. Fails if it has more than [`NODE_GPUS_MAX`] GPUs.
     pub fn new(cpu_milli: u64, memory_mib: u64, gpus: usize, model: Option<GpuModel>) -> Result<NodeRoom, ShapeError> {
         if gpus > NODE_GPUS_MAX {
-            return Err(ShapeError::TooManyGpus(gpus));
+            return Err(ShapeError::TooManyGpus(gpus as u64));
         }
         let mut gpu_free = [0; NODE_GPUS_MAX];
         gpu_free[..gpus].fill(MILLI_PER_GPU);

@@ -88,9 +88,10 @@ struct FragKey {
     free_desc: [u16; NODE_GPUS_MAX],
 }
 
-/// Fragmentation of node states, memoised; bounded by [`FRAG_MEMO_MAX`].
+/// Fragmentation of node states, memoised; bounded by [`FRAG_MEMO_MAX`]. Without a
+/// workload model nothing may ask (only FGD and Fairway do, and they need one).
 struct FragMemo<'m> {
-    model: &'m WorkloadModel,
+    model: Option<&'m WorkloadModel>,
     memo: &'m mut FastMap<FragKey, f64>,
     stats: &'m mut PackStats,
 }
@@ -102,9 +103,10 @@ const CHANGE_LOG_MAX: usize = 1 << 22;
 
 impl FragOf for FragMemo<'_> {
     fn frag_of(&mut self, room: &NodeRoom) -> f64 {
+        let model = self.model.expect("only FGD and Fairway measure fragmentation, and they need a workload model");
         let key = FragKey {
             model: room.model.map_or(u16::MAX, |m| m.0),
-            cpu_step: self.model.cpu_step(room.cpu_milli_free),
+            cpu_step: model.cpu_step(room.cpu_milli_free),
             free_desc: room.sorted_free_desc(),
         };
         if let Some(&f) = self.memo.get(&key) {
@@ -115,7 +117,7 @@ impl FragOf for FragMemo<'_> {
             self.memo.clear();
         }
         self.stats.frag_computed += 1;
-        let f = self.model.node_frag(room);
+        let f = model.node_frag(room);
         self.memo.insert(key, f);
         f
     }
@@ -219,13 +221,8 @@ impl Packer {
     pub fn choose(&mut self, ask: &Ask, entropy: u64) -> Option<Placement> {
         let node = self.best_node(ask, entropy)?;
         let view = NodeView { room: &self.rooms[node], kinds: &self.kinds[node], frag: self.frags[node] };
-        let pick = match &self.model {
-            Some(model) => {
-                let mut memo = FragMemo { model, memo: &mut self.memo, stats: &mut self.stats };
-                policy::pick(self.policy, &view, ask, &mut memo, splitmix(entropy))
-            }
-            None => policy::pick(self.policy, &view, ask, &mut NoFrag, splitmix(entropy)),
-        };
+        let mut memo = FragMemo { model: self.model.as_ref(), memo: &mut self.memo, stats: &mut self.stats };
+        let pick = policy::pick(self.policy, &view, ask, &mut memo, splitmix(entropy));
         Some(Placement { node, pick })
     }
 
@@ -262,8 +259,10 @@ impl Packer {
     }
 
     fn frag_now(&mut self, node: usize) -> f64 {
-        let Some(model) = &self.model else { return 0.0 };
-        FragMemo { model, memo: &mut self.memo, stats: &mut self.stats }.frag_of(&self.rooms[node])
+        if self.model.is_none() {
+            return 0.0;
+        }
+        FragMemo { model: self.model.as_ref(), memo: &mut self.memo, stats: &mut self.stats }.frag_of(&self.rooms[node])
     }
 
     /// Steps 1–4 of the recipe.
@@ -301,7 +300,10 @@ impl Packer {
         if !index.built {
             index.heap.clear();
             index.fitting.clear();
-            index.place = vec![u32::MAX; rooms.len()];
+            if *policy == PackPolicy::Random {
+                // Only `random` keeps the set of nodes that fit.
+                index.place = vec![u32::MAX; rooms.len()];
+            }
             for node in 0..rooms.len() {
                 scorer.update(index, node, ask);
             }
@@ -387,23 +389,9 @@ impl Scorer<'_> {
         }
         self.stats.scored += 1;
         let view = NodeView { room, kinds: &self.kinds[node], frag: self.frags[node] };
-        let score = match self.model {
-            Some(model) => {
-                let mut memo = FragMemo { model, memo: self.memo, stats: self.stats };
-                policy::score(self.policy, &view, ask, &mut memo)
-            }
-            None => policy::score(self.policy, &view, ask, &mut NoFrag),
-        };
+        let mut memo = FragMemo { model: self.model, memo: self.memo, stats: self.stats };
+        let score = policy::score(self.policy, &view, ask, &mut memo);
         heap.push(Entry::new(score, self.ranks[node], node, self.versions[node]));
-    }
-}
-
-/// For policies that never ask for fragmentation.
-struct NoFrag;
-
-impl FragOf for NoFrag {
-    fn frag_of(&mut self, _: &NodeRoom) -> f64 {
-        unreachable!("only FGD and Fairway measure fragmentation, and they need a workload model")
     }
 }
 

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{Ask, AskKind, GpuPick, MILLI_PER_GPU, NodeRoom, WorkloadModel};
+use super::{Ask, AskKind, GpuPick, MILLI_PER_GPU, NodeRoom};
 
 /// A placement policy, chosen by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -133,7 +133,9 @@ pub(super) trait FragOf {
     fn frag_of(&mut self, room: &NodeRoom) -> f64;
 }
 
-impl FragOf for &WorkloadModel {
+/// Unmemoised, for the tests' brute-force reference.
+#[cfg(test)]
+impl FragOf for &super::WorkloadModel {
     fn frag_of(&mut self, room: &NodeRoom) -> f64 {
         self.node_frag(room)
     }
@@ -296,30 +298,44 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// FGD: `sigmoid((frag before − frag after) / 1000) × 100`, truncated; for a share, the
-/// best GPU of the node (the first among equals).
-fn fgd(node: &NodeView<'_>, ask: &Ask, frag: &mut impl FragOf) -> (i64, GpuPick) {
-    let to_score = |after_frag: f64| (sigmoid((node.frag - after_frag) / 1000.0) * MAX_NODE_SCORE as f64) as i64;
-    if !ask.is_share() {
-        let s = to_score(frag.frag_of(&after(node.room, ask, None)));
-        return (s, node.room.default_pick(ask).expect("the node fits the ask"));
-    }
-    let mut best: Option<(i64, usize)> = None;
-    let mut seen: Option<(u16, i64)> = None;
+/// FGD's score for a node going from `frag_before` to `frag_after`:
+/// `sigmoid((frag before − frag after) / 1000) × 100`, truncated.
+fn fgd_score(frag_before: f64, frag_after: f64) -> i64 {
+    (sigmoid((frag_before - frag_after) / 1000.0) * MAX_NODE_SCORE as f64) as i64
+}
+
+/// Calls `visit(gpu, its free thousandths, the node's fragmentation after the share there)`
+/// for each GPU of the node that holds the share, in index order. GPUs with as much free
+/// give the same node after the share: their fragmentation is looked up once.
+fn each_share_gpu(node: &NodeView<'_>, ask: &Ask, frag: &mut impl FragOf, mut visit: impl FnMut(usize, u16, f64)) {
+    let mut seen: Option<(u16, f64)> = None;
     for (i, &f) in node.room.gpu_free().iter().enumerate() {
         if f < ask.gpu_milli {
             continue;
         }
-        // GPUs with as much free give the same node after the share: score them once.
-        let s = match seen {
-            Some((sf, s)) if sf == f => s,
-            _ => to_score(frag.frag_of(&after(node.room, ask, Some(i)))),
+        let after_frag = match seen {
+            Some((sf, a)) if sf == f => a,
+            _ => frag.frag_of(&after(node.room, ask, Some(i))),
         };
-        seen = Some((f, s));
+        seen = Some((f, after_frag));
+        visit(i, f, after_frag);
+    }
+}
+
+/// FGD: [`fgd_score`] of the node after the ask; for a share, of its best GPU (the first
+/// among equals).
+fn fgd(node: &NodeView<'_>, ask: &Ask, frag: &mut impl FragOf) -> (i64, GpuPick) {
+    if !ask.is_share() {
+        let s = fgd_score(node.frag, frag.frag_of(&after(node.room, ask, None)));
+        return (s, node.room.default_pick(ask).expect("the node fits the ask"));
+    }
+    let mut best: Option<(i64, usize)> = None;
+    each_share_gpu(node, ask, frag, |i, _, after_frag| {
+        let s = fgd_score(node.frag, after_frag);
         if best.is_none_or(|(b, _)| s > b) {
             best = Some((s, i));
         }
-    }
+    });
     let (s, i) = best.expect("the node has a GPU for the share");
     (s, GpuPick::Share(i as u8))
 }
@@ -336,27 +352,17 @@ fn fairway(node: &NodeView<'_>, ask: &Ask, frag: &mut impl FragOf) -> (Score, Gp
         let (s, p) = fgd(node, ask, frag);
         return (s * 2 + in_use, p);
     }
-    let rounded = |after_frag: f64| (sigmoid((node.frag - after_frag) / 1000.0) * MAX_NODE_SCORE as f64) as i64;
     let mut least_after = f64::INFINITY;
     let mut best: Option<((i64, i64), usize)> = None;
-    let mut seen: Option<(u16, f64)> = None;
-    for (i, &f) in node.room.gpu_free().iter().enumerate() {
-        if f < ask.gpu_milli {
-            continue;
-        }
-        let after_frag = match seen {
-            Some((sf, a)) if sf == f => a,
-            _ => frag.frag_of(&after(node.room, ask, Some(i))),
-        };
-        seen = Some((f, after_frag));
+    each_share_gpu(node, ask, frag, |i, free, after_frag| {
         least_after = least_after.min(after_frag);
         let growth = ((after_frag - node.frag) * 1000.0).round() as i64;
-        let key = (-growth, -i64::from(f));
+        let key = (-growth, -i64::from(free));
         if best.is_none_or(|(b, _)| key > b) {
             best = Some((key, i));
         }
-    }
+    });
     let (_, i) = best.expect("the node has a GPU for the share");
-    // The rounded score falls as fragmentation after grows: the node's is the least's.
-    (rounded(least_after) * 2 + in_use, GpuPick::Share(i as u8))
+    // FGD's score falls as fragmentation after grows: the node's is the least's.
+    (fgd_score(node.frag, least_after) * 2 + in_use, GpuPick::Share(i as u8))
 }

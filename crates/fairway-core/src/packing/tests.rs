@@ -2,7 +2,7 @@ use super::policy::{self, FragOf, KindCounts, NodeView};
 use super::*;
 
 fn ask(cpu_milli: u64, gpu_count: u8, gpu_milli: u16) -> Ask {
-    Ask::new(cpu_milli, 0, gpu_count, gpu_milli, ModelSet::ANY).unwrap()
+    Ask::new(cpu_milli, 0, gpu_count.into(), gpu_milli.into(), ModelSet::ANY).unwrap()
 }
 
 fn node(cpu_milli: u64, gpus: usize) -> NodeRoom {
@@ -28,6 +28,8 @@ fn asks_are_checked_field_by_field() {
     assert_eq!(Ask::new(0, 0, 0, 5, ModelSet::ANY), Err(ShapeError::MilliWithoutGpus(5)));
     assert_eq!(Ask::new(0, 0, 2, 500, ModelSet::ANY), Err(ShapeError::SharedMultiGpu { count: 2, milli: 500 }));
     assert_eq!(Ask::new(0, 0, 17, 1000, ModelSet::ANY), Err(ShapeError::TooManyGpus(17)));
+    assert_eq!(Ask::new(0, 0, 1, 70_000, ModelSet::ANY), Err(ShapeError::MilliAboveWhole(70_000)), "checked, not cut");
+    assert_eq!(Ask::new(0, 0, 257, 1000, ModelSet::ANY), Err(ShapeError::TooManyGpus(257)));
     let e = Ask::new(0, 0, 2, 500, ModelSet::ANY).unwrap_err().to_string();
     assert!(e.starts_with("gpu_milli:"), "{e}");
     assert!(Ask::new(0, 0, 8, 1000, ModelSet::ANY).is_ok());

@@ -98,7 +98,7 @@ impl PackInput {
         for p in &pods {
             let ids = p.gpu_models.iter().map(|m| intern(m)).collect::<Result<Vec<_>, _>>()?;
             let models = ModelSet::of(ids).ok_or(PackInputError::TooManyModels)?;
-            let ask = Ask::new(p.cpu_milli, p.memory_mib, p.num_gpu as u8, p.gpu_milli as u16, models)
+            let ask = Ask::new(p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, models)
                 .map_err(|source| PackInputError::Pod { name: p.name.clone(), source })?;
             asks.push(ask);
         }
@@ -233,12 +233,15 @@ impl PackReport {
         }
         out
     }
+    /// `policy`'s curve at load `k`%, one value per seed that has a point there.
+    pub fn values_at(&self, policy: &str, k: usize, value: impl Fn(&CurvePoint) -> f64) -> Vec<f64> {
+        self.runs_of(policy).filter_map(|r| r.curve.get(k).copied().flatten().map(|p| value(&p))).collect()
+    }
     /// Mean over seeds of `policy`'s curve at load `k`%, where every seed has a point.
     pub fn mean_at(&self, policy: &str, k: usize, value: impl Fn(&CurvePoint) -> f64) -> Option<f64> {
-        let points: Option<Vec<f64>> =
-            self.runs_of(policy).map(|r| r.curve.get(k).copied().flatten().map(|p| value(&p))).collect();
-        let points = points?;
-        (!points.is_empty()).then(|| points.iter().sum::<f64>() / points.len() as f64)
+        let points = self.values_at(policy, k, value);
+        (!points.is_empty() && points.len() == self.runs_of(policy).count())
+            .then(|| points.iter().sum::<f64>() / points.len() as f64)
     }
 }
 

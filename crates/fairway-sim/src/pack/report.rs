@@ -4,20 +4,11 @@
 use std::fmt::Write as _;
 
 use super::{CurvePoint, PackReport};
+use crate::sweep::Spread;
 
-/// Mean and standard deviation (population) of `xs`.
+/// Mean and standard deviation over seeds (NaN where no seed has the figure).
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
-    if xs.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let n = xs.len() as f64;
-    let mean = xs.iter().sum::<f64>() / n;
-    let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-    (mean, var.sqrt())
-}
-
-fn at(report: &PackReport, policy: &str, k: usize, value: fn(&CurvePoint) -> f64) -> Vec<f64> {
-    report.runs_of(policy).filter_map(|r| r.curve.get(k).copied().flatten().map(|p| value(&p))).collect()
+    Spread::of(xs).map_or((f64::NAN, f64::NAN), |s| (s.mean, s.std))
 }
 
 /// The comparison table: per policy, the GPU allocation ratio at the target load and at
@@ -48,9 +39,9 @@ pub fn write_table(report: &PackReport) -> String {
         "scores/run"
     );
     for policy in report.policies() {
-        let alloc = mean_sd(&at(report, policy, target, |p| p.alloc_percent));
-        let alloc100 = mean_sd(&at(report, policy, 100.min(target), |p| p.alloc_percent));
-        let frag = mean_sd(&at(report, policy, target, |p| p.frag_percent));
+        let alloc = mean_sd(&report.values_at(policy, target, |p| p.alloc_percent));
+        let alloc100 = mean_sd(&report.values_at(policy, 100.min(target), |p| p.alloc_percent));
+        let frag = mean_sd(&report.values_at(policy, target, |p| p.frag_percent));
         let runs: Vec<_> = report.runs_of(policy).collect();
         let failed = runs.iter().map(|r| r.failed as f64).sum::<f64>() / runs.len() as f64;
         let scored = runs.iter().map(|r| r.scored as f64).sum::<f64>() / runs.len() as f64;

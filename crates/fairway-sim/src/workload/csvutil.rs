@@ -1,6 +1,7 @@
 //! Small helpers shared by the CSV loaders: column lookup by header name and field parsing
 //! with errors that name the file, line and field.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,22 @@ use super::WorkloadError;
 pub(crate) struct Col {
     pub idx: usize,
     pub name: &'static str,
+}
+
+/// The names one file has given so far, each with the row it first appeared on.
+#[derive(Default)]
+pub(crate) struct UniqueNames(HashMap<String, u64>);
+
+impl UniqueNames {
+    /// The row's name in `col` (not empty), or a duplicate-name error naming both lines.
+    pub fn claim(&mut self, row: &Row<'_>, col: Col) -> Result<String, WorkloadError> {
+        let name = row.non_empty(col)?;
+        if let Some(&first) = self.0.get(name) {
+            return Err(row.duplicate(name.to_owned(), first));
+        }
+        self.0.insert(name.to_owned(), row.byte);
+        Ok(name.to_owned())
+    }
 }
 
 /// A CSV file with a header row, read record by record.

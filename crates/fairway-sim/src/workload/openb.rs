@@ -1,12 +1,11 @@
 //! Loaders for Alibaba's `cluster-trace-gpu-v2023` ("openb") pod and node lists.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use csv::StringRecord;
 use serde::{Deserialize, Serialize};
 
-use super::csvutil::CsvFile;
+use super::csvutil::{CsvFile, UniqueNames};
 use super::transform::finish;
 use super::{LoadReport, TierMap, TraceJob, WorkloadError, reason};
 
@@ -85,17 +84,13 @@ pub fn load_openb_pods(
         fractional: bool,
     }
     let mut report = LoadReport::default();
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut names = UniqueNames::default();
     let mut raws = Vec::new();
     let mut trace_end_ms = 0;
     let mut rec = StringRecord::new();
     while let Some(row) = csv.next(&mut rec)? {
         report.rows_read += 1;
-        let name = row.non_empty(c_name)?.to_owned();
-        if let Some(&first) = seen.get(&name) {
-            return Err(row.duplicate(name, first));
-        }
-        seen.insert(name.clone(), row.byte);
+        let name = names.claim(&row, c_name)?;
         let cpu_millis = row.u64(c_cpu)?;
         let memory_mib = row.u64(c_mem)?;
         let num_gpu = row.u32(c_gpus)?;
@@ -197,15 +192,11 @@ pub fn load_openb_nodes(path: impl AsRef<Path>) -> Result<Vec<TraceNode>, Worklo
     let c_mem = csv.col("memory_mib")?;
     let c_gpus = csv.col("gpu")?;
     let c_model = csv.col("model")?;
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut names = UniqueNames::default();
     let mut nodes = Vec::new();
     let mut rec = StringRecord::new();
     while let Some(row) = csv.next(&mut rec)? {
-        let name = row.non_empty(c_name)?.to_owned();
-        if let Some(&first) = seen.get(&name) {
-            return Err(row.duplicate(name, first));
-        }
-        seen.insert(name.clone(), row.byte);
+        let name = names.claim(&row, c_name)?;
         nodes.push(TraceNode {
             name,
             gpus: row.u32(c_gpus)?,

@@ -3,13 +3,13 @@
 //! or CPU-only pods) and lists whose time or `qos` columns are empty or absent. Only the
 //! columns placement needs are read.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use csv::StringRecord;
+use fairway_core::packing::{Ask, ModelSet, NODE_GPUS_MAX, ShapeError};
 
 use super::WorkloadError;
-use super::csvutil::CsvFile;
+use super::csvutil::{CsvFile, UniqueNames};
 
 /// One node of an openb node list.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,20 +43,14 @@ pub fn load_pack_nodes(path: impl AsRef<Path>) -> Result<Vec<PackNodeRow>, Workl
     let c_mem = csv.col("memory_mib")?;
     let c_gpus = csv.col("gpu")?;
     let c_model = csv.col_opt("model");
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut names = UniqueNames::default();
     let mut nodes = Vec::new();
     let mut rec = StringRecord::new();
     while let Some(row) = csv.next(&mut rec)? {
-        let name = row.non_empty(c_name)?.to_owned();
-        if let Some(&first) = seen.get(&name) {
-            return Err(row.duplicate(name, first));
-        }
-        seen.insert(name.clone(), row.byte);
+        let name = names.claim(&row, c_name)?;
         let gpus = row.u32(c_gpus)?;
-        if gpus > fairway_core::packing::NODE_GPUS_MAX as u32 {
-            return Err(
-                row.error(c_gpus, format!("more than {} GPUs on one node", fairway_core::packing::NODE_GPUS_MAX))
-            );
+        if gpus as usize > NODE_GPUS_MAX {
+            return Err(row.error(c_gpus, ShapeError::TooManyGpus(gpus.into()).reason()));
         }
         let model = c_model.map(|c| row.str(c)).filter(|m| !m.is_empty()).map(str::to_owned);
         if gpus > 0 && model.is_none() {
@@ -78,45 +72,24 @@ pub fn load_pack_pods(path: impl AsRef<Path>) -> Result<Vec<PackPodRow>, Workloa
     let c_gpus = csv.col("num_gpu")?;
     let c_milli = csv.col("gpu_milli")?;
     let c_spec = csv.col_opt("gpu_spec");
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut names = UniqueNames::default();
     let mut pods = Vec::new();
     let mut rec = StringRecord::new();
     while let Some(row) = csv.next(&mut rec)? {
-        let name = row.non_empty(c_name)?.to_owned();
-        if let Some(&first) = seen.get(&name) {
-            return Err(row.duplicate(name, first));
-        }
-        seen.insert(name.clone(), row.byte);
+        let name = names.claim(&row, c_name)?;
+        let cpu_milli = row.u64(c_cpu)?;
+        let memory_mib = row.u64(c_mem)?;
         let num_gpu = row.u32(c_gpus)?;
         let gpu_milli = row.u32(c_milli)?;
-        if gpu_milli > 1000 {
-            return Err(row.error(c_milli, "must be ≤ 1000 (thousandths of one GPU)"));
-        }
-        if num_gpu > 0 && gpu_milli == 0 {
-            return Err(row.error(c_milli, "must be ≥ 1 when num_gpu > 0"));
-        }
-        if num_gpu == 0 && gpu_milli != 0 {
-            return Err(row.error(c_milli, "must be 0 when num_gpu is 0"));
-        }
-        if num_gpu > 1 && gpu_milli != 1000 {
-            return Err(row.error(c_milli, "a pod of several GPUs must take whole GPUs (1000)"));
-        }
-        if num_gpu > fairway_core::packing::NODE_GPUS_MAX as u32 {
-            return Err(
-                row.error(c_gpus, format!("more than {} GPUs on one node", fairway_core::packing::NODE_GPUS_MAX))
-            );
-        }
+        // The core's rules for a request's GPUs, reported on the column at fault.
+        Ask::new(cpu_milli, memory_mib, num_gpu, gpu_milli, ModelSet::ANY).map_err(|e| {
+            let col = if e.field() == "gpu_count" { c_gpus } else { c_milli };
+            row.error(col, e.reason())
+        })?;
         let gpu_models = c_spec
             .map(|c| row.str(c).split('|').filter(|m| !m.is_empty()).map(str::to_owned).collect())
             .unwrap_or_default();
-        pods.push(PackPodRow {
-            name,
-            cpu_milli: row.u64(c_cpu)?,
-            memory_mib: row.u64(c_mem)?,
-            num_gpu,
-            gpu_milli,
-            gpu_models,
-        });
+        pods.push(PackPodRow { name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_models });
     }
     Ok(pods)
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use csv::StringRecord;
 use jiff::civil;
 
-use super::csvutil::{CsvFile, name_width};
+use super::csvutil::{CsvFile, UniqueNames, name_width};
 use super::transform::finish;
 use super::{GangSplit, LoadReport, TierMap, TraceJob, WorkloadError, reason};
 
@@ -194,18 +194,14 @@ pub fn load_philly_vc_quotas(
     let c_vc = csv.col("vc")?;
     let c_nodes = csv.col("node num")?;
     let mut quotas = BTreeMap::new();
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut names = UniqueNames::default();
     let mut rec = StringRecord::new();
     while let Some(row) = csv.next(&mut rec)? {
-        let vc = row.non_empty(c_vc)?.to_owned();
+        let vc = names.claim(&row, c_vc)?;
         let nodes = row.u32(c_nodes)?;
         let gpus = nodes
             .checked_mul(gpus_per_node)
             .ok_or_else(|| row.error(c_nodes, "node count × GPUs per node overflows u32"))?;
-        if let Some(&first) = seen.get(&vc) {
-            return Err(row.duplicate(vc, first));
-        }
-        seen.insert(vc.clone(), row.byte);
         quotas.insert(vc, gpus);
     }
     Ok(quotas)
