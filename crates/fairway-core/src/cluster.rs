@@ -44,6 +44,11 @@ pub(crate) struct Node {
     /// `Nodes::version` at its last change other than to its victim list: unique to this
     /// state of this node.
     pub version: u64,
+    /// Slots carrying shares of jobs that take part of one GPU (they are in `owned` too:
+    /// a whole-GPU job never lands there).
+    pub shared: GpuSet,
+    /// Per slot, the thousandths its shares take (0 on slots not in `shared`); at most 1000.
+    pub shares: Vec<u16>,
 }
 
 /// A placed job's expected end and what it holds on one node.
@@ -77,16 +82,19 @@ impl PlacedEnd {
     /// What the node's free room gets back when the job exits: its CPU and memory, and its
     /// slots but those `held` for a preemptor (they go to the preemptor; a hold counts its
     /// own CPU and memory apart).
+    ///
+    /// A share gives back no GPU: its slot is free only when every share on it is gone, and
+    /// the plan and the forecast do not follow slots (they count it whole until then).
     pub fn gives_back(&self, held: GpuSet) -> Resources {
-        Resources { gpus: self.slots.minus(held).len(), ..self.room }
+        let gpus = if self.room.is_share() { 0 } else { self.slots.minus(held).len() };
+        Resources { gpus, ..self.room.without_shares() }
     }
 }
 
 impl Node {
     pub fn new(spec: NodeSpec) -> Node {
         Node {
-            room: spec.capacity,
-            spec,
+            room: Resources { gpu_milli: if spec.capacity.gpus > 0 { 1000 } else { 0 }, ..spec.capacity },
             schedulable: true,
             owned: GpuSet::EMPTY,
             held: GpuSet::EMPTY,
@@ -96,6 +104,9 @@ impl Node {
             victims: Vec::new(),
             ends: Vec::new(),
             version: 0,
+            shared: GpuSet::EMPTY,
+            shares: vec![0; spec.capacity.gpus as usize],
+            spec,
         }
     }
 
@@ -132,10 +143,79 @@ impl Node {
     /// `available`, worked out from the slots and what is used and reserved.
     fn room_now(&self) -> Resources {
         let cap = self.spec.capacity;
+        let gpus = self.free_slots().len();
         Resources {
-            gpus: self.free_slots().len(),
+            gpus,
             cpu_millis: cap.cpu_millis.saturating_sub(self.used.cpu_millis + self.reserved.cpu_millis),
             memory_mib: cap.memory_mib.saturating_sub(self.used.memory_mib + self.reserved.memory_mib),
+            gpu_milli: if gpus > 0 { 1000 } else { self.share_room_max() },
+        }
+    }
+
+    /// Shared slots a new share may join: not held for a preemptor, not full.
+    fn share_slots_open(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.shared
+            .minus(self.held)
+            .iter()
+            .map(|s| (s, 1000 - u32::from(self.shares[s as usize])))
+            .filter(|&(_, free)| free > 0)
+    }
+
+    /// Has a shared slot room for another share?
+    pub fn shared_open(&self) -> bool {
+        self.share_slots_open().next().is_some()
+    }
+
+    /// The largest share a new replica may take on a slot already shared (0 if none).
+    pub fn share_room_max(&self) -> u32 {
+        self.share_slots_open().map(|(_, free)| free).max().unwrap_or(0)
+    }
+
+    /// The shared slot where a share of `milli` fits tightest, with what it leaves there
+    /// (ties: the lowest slot).
+    pub fn share_fit(&self, milli: u32) -> Option<(u32, u32)> {
+        self.share_slots_open()
+            .filter(|&(_, free)| free >= milli)
+            .map(|(s, free)| (s, free - milli))
+            .min_by_key(|&(s, left)| (left, s))
+    }
+
+    /// The slot a share of `milli` goes on: the tightest shared slot where it fits, else the
+    /// lowest free slot (a whole GPU is broken only when no shared one has room).
+    pub fn pick_share_slot(&self, milli: u32) -> Option<u32> {
+        self.share_fit(milli).map(|(s, _)| s).or_else(|| self.free_slots().iter().next())
+    }
+
+    /// Add a share of `milli` on `slot` (which must be free or shared, not held, with room).
+    pub fn take_share(&mut self, slot: u32, milli: u32) {
+        let one = GpuSet::from_bits(1 << slot);
+        assert!(
+            self.shared.contains(slot) || self.owned.is_disjoint(one),
+            "GPU {slot} on {} is taken whole; it cannot be shared",
+            self.spec.id
+        );
+        assert!(self.held.is_disjoint(one), "GPU {slot} on {} is held for another job", self.spec.id);
+        let after = u32::from(self.shares[slot as usize]) + milli;
+        assert!(after <= 1000, "GPU {slot} on {} would be shared beyond 1000 thousandths ({after})", self.spec.id);
+        self.shares[slot as usize] = after as u16;
+        self.shared = self.shared.union(one);
+        self.owned = self.owned.union(one);
+    }
+
+    /// Take back a share of `milli` from `slot`; the slot is free again when its last
+    /// share leaves.
+    pub fn give_back_share(&mut self, slot: u32, milli: u32) {
+        let used = u32::from(self.shares[slot as usize]);
+        assert!(
+            self.shared.contains(slot) && used >= milli,
+            "releasing a share of GPU {slot} on {} it does not hold",
+            self.spec.id
+        );
+        self.shares[slot as usize] = (used - milli) as u16;
+        if used == milli {
+            let one = GpuSet::from_bits(1 << slot);
+            self.shared = self.shared.minus(one);
+            self.owned = self.owned.minus(one);
         }
     }
 
@@ -156,6 +236,42 @@ impl Node {
     /// The lowest-index free slots.
     pub fn pick_slots(&self, count: u32) -> GpuSet {
         self.free_slots().lowest(count)
+    }
+
+    /// Slots for one replica of `per_replica`: whole free GPUs, or the one a share goes on.
+    pub fn pick_for(&self, per_replica: Resources) -> GpuSet {
+        if per_replica.is_share() {
+            self.pick_share_slot(per_replica.gpu_milli).map_or(GpuSet::EMPTY, |s| GpuSet::from_bits(1 << s))
+        } else {
+            self.pick_slots(per_replica.gpus)
+        }
+    }
+
+    /// Put a replica of `per_replica` on `slots` (free, unheld; for a share, one slot free
+    /// or shared with room).
+    pub fn take(&mut self, slots: GpuSet, per_replica: Resources) {
+        if per_replica.is_share() {
+            let [slot] = [slots.iter().next().expect("a share names its slot")];
+            assert_eq!(slots.len(), 1, "a share takes one GPU");
+            self.take_share(slot, per_replica.gpu_milli);
+        } else {
+            assert!(self.owned.is_disjoint(slots), "GPUs {slots} on {} assigned twice", self.spec.id);
+            assert!(self.held.is_disjoint(slots), "GPUs {slots} on {} held for another job", self.spec.id);
+            self.owned = self.owned.union(slots);
+        }
+        self.used = self.used.plus(per_replica);
+    }
+
+    /// Take a replica of `per_replica` off `slots`.
+    pub fn give_back(&mut self, slots: GpuSet, per_replica: Resources) {
+        if per_replica.is_share() {
+            let slot = slots.iter().next().expect("a share names its slot");
+            self.give_back_share(slot, per_replica.gpu_milli);
+        } else {
+            assert_eq!(self.owned.intersection(slots), slots, "releasing GPUs {slots} on {} not owned", self.spec.id);
+            self.owned = self.owned.minus(slots);
+        }
+        self.used = self.used.minus(per_replica);
     }
 }
 
@@ -243,8 +359,8 @@ impl Nodes {
         self.version += 1;
         node.version = self.version;
         let at = self.nodes.partition_point(|n| n.spec.id < node.spec.id);
-        let (model, gpus, level, schedulable) =
-            (node.spec.gpu_model, node.spec.capacity.gpus, node.available_gpus(), node.schedulable);
+        let (model, gpus, level, schedulable, node_open) =
+            (node.spec.gpu_model, node.spec.capacity.gpus, node.available_gpus(), node.schedulable, node.shared_open());
         self.ids.insert(at, node.spec.id);
         self.nodes.insert(at, node);
         let appended = at + 1 == self.nodes.len();
@@ -252,6 +368,7 @@ impl Nodes {
             self.index.ensure_model(model);
             if schedulable {
                 self.index.insert(model, level, NodeIx(at as u32));
+                self.index.set_shared_open(model, NodeIx(at as u32), node_open);
             }
         } else {
             self.rebuild_index();
@@ -273,18 +390,21 @@ impl Nodes {
         self.version += 1;
         let node = &mut self.nodes[ix.0 as usize];
         node.version = self.version;
-        let (before, was_schedulable) = (node.room.gpus, node.schedulable);
+        let (before, was_schedulable, was_open) = (node.room.gpus, node.schedulable, node.shared_open());
         let out = f(node);
         node.room = node.room_now();
-        let (after, schedulable) = (node.room.gpus, node.schedulable);
+        let (after, schedulable, open) = (node.room.gpus, node.schedulable, node.shared_open());
+        let model = node.spec.gpu_model;
         if (before, was_schedulable) != (after, schedulable) {
-            let model = node.spec.gpu_model;
             if was_schedulable {
                 self.index.remove(model, before, ix);
             }
             if schedulable {
                 self.index.insert(model, after, ix);
             }
+        }
+        if (was_open && was_schedulable) != (open && schedulable) {
+            self.index.set_shared_open(model, ix, open && schedulable);
         }
         out
     }
@@ -298,6 +418,7 @@ impl Nodes {
         for (i, node) in self.nodes.iter().enumerate() {
             if node.schedulable {
                 self.index.insert(node.spec.gpu_model, node.available_gpus(), NodeIx(i as u32));
+                self.index.set_shared_open(node.spec.gpu_model, NodeIx(i as u32), node.shared_open());
             }
         }
     }
@@ -324,6 +445,36 @@ struct ModelLevels {
     bits: Vec<u64>,
     /// Nodes per level.
     counts: Vec<u32>,
+    /// `words` bits: the nodes with a shared slot that has room for another share (at any
+    /// level), which a share tries before it breaks a whole GPU.
+    shared_open: Vec<u64>,
+    shared_open_count: u32,
+}
+
+impl ModelLevels {
+    fn new(model: GpuModel, levels: usize, words: usize) -> ModelLevels {
+        ModelLevels {
+            model,
+            bits: vec![0; levels * words],
+            counts: vec![0; levels],
+            shared_open: vec![0; words],
+            shared_open_count: 0,
+        }
+    }
+}
+
+/// The positions of the set bits of `words`, ascending.
+fn bit_positions(words: &[u64]) -> impl Iterator<Item = NodeIx> + '_ {
+    words.iter().enumerate().flat_map(|(w, &bits)| {
+        let mut rest = bits;
+        std::iter::from_fn(move || {
+            (rest != 0).then(|| {
+                let i = rest.trailing_zeros();
+                rest &= rest - 1;
+                NodeIx(w as u32 * 64 + i)
+            })
+        })
+    })
 }
 
 impl FreeIndex {
@@ -331,10 +482,7 @@ impl FreeIndex {
         let levels = gpus_largest_node as usize + 1;
         // Room to double before the next rebuild.
         let words = nodes.div_ceil(64).max(1).next_power_of_two();
-        let models = models
-            .iter()
-            .map(|&model| ModelLevels { model, bits: vec![0; levels * words], counts: vec![0; levels] })
-            .collect();
+        let models = models.iter().map(|&model| ModelLevels::new(model, levels, words)).collect();
         FreeIndex { models, words, levels }
     }
 
@@ -345,8 +493,7 @@ impl FreeIndex {
 
     fn ensure_model(&mut self, model: GpuModel) {
         if let Err(at) = self.models.binary_search_by_key(&model, |m| m.model) {
-            let levels = ModelLevels { model, bits: vec![0; self.levels * self.words], counts: vec![0; self.levels] };
-            self.models.insert(at, levels);
+            self.models.insert(at, ModelLevels::new(model, self.levels, self.words));
         }
     }
 
@@ -373,6 +520,27 @@ impl FreeIndex {
         m.counts[level as usize] -= 1;
     }
 
+    /// Note whether a node has a shared slot open to another share.
+    pub fn set_shared_open(&mut self, model: GpuModel, node: NodeIx, open: bool) {
+        let m = self.model_mut(model);
+        let (word, bit) = (node.0 as usize / 64, 1u64 << (node.0 % 64));
+        let was = m.shared_open[word] & bit != 0;
+        if was != open {
+            m.shared_open[word] ^= bit;
+            if open {
+                m.shared_open_count += 1;
+            } else {
+                m.shared_open_count -= 1;
+            }
+        }
+    }
+
+    /// Nodes of the wanted model(s) with a shared slot open to another share, by model
+    /// then id.
+    pub fn shared_open(&self, wanted: Option<GpuModel>) -> impl Iterator<Item = NodeIx> + '_ {
+        self.models(wanted).filter(|m| m.shared_open_count > 0).flat_map(|m| bit_positions(&m.shared_open))
+    }
+
     /// Models a job may use, ascending.
     fn models(&self, wanted: Option<GpuModel>) -> impl Iterator<Item = &ModelLevels> {
         self.models.iter().filter(move |m| wanted.is_none_or(|w| w == m.model))
@@ -387,18 +555,9 @@ impl FreeIndex {
     pub fn at_level(&self, wanted: Option<GpuModel>, level: u32) -> impl Iterator<Item = NodeIx> + '_ {
         let words = self.words;
         let level = level as usize;
-        self.models(wanted).filter(move |m| m.counts.get(level).is_some_and(|c| *c > 0)).flat_map(move |m| {
-            m.bits[level * words..(level + 1) * words].iter().enumerate().flat_map(|(w, &bits)| {
-                let mut rest = bits;
-                std::iter::from_fn(move || {
-                    (rest != 0).then(|| {
-                        let i = rest.trailing_zeros();
-                        rest &= rest - 1;
-                        NodeIx(w as u32 * 64 + i)
-                    })
-                })
-            })
-        })
+        self.models(wanted)
+            .filter(move |m| m.counts.get(level).is_some_and(|c| *c > 0))
+            .flat_map(move |m| bit_positions(&m.bits[level * words..(level + 1) * words]))
     }
 
     /// (most GPUs available on one node, number of schedulable nodes) for the model(s).
@@ -430,7 +589,16 @@ impl FreeIndex {
     /// per-level counts count the bits.
     pub fn check<'a>(&self, nodes: impl Iterator<Item = &'a Node>) -> Result<(), String> {
         let mut listed_total = 0;
+        let mut open_total = 0;
         for m in &self.models {
+            let open: u32 = m.shared_open.iter().map(|w| w.count_ones()).sum();
+            if open != m.shared_open_count {
+                return Err(format!(
+                    "free index counts {} nodes with a shared GPU open, lists {open}",
+                    m.shared_open_count
+                ));
+            }
+            open_total += open;
             for level in 0..self.levels {
                 let listed: u32 =
                     m.bits[level * self.words..(level + 1) * self.words].iter().map(|w| w.count_ones()).sum();
@@ -443,12 +611,13 @@ impl FreeIndex {
                 listed_total += listed;
             }
         }
-        let mut schedulable = 0;
+        let (mut schedulable, mut schedulable_open) = (0, 0);
         for (i, node) in nodes.enumerate() {
             if !node.schedulable {
                 continue;
             }
             schedulable += 1;
+            schedulable_open += u32::from(node.shared_open());
             let level = node.available_gpus() as usize;
             let at_level = self
                 .models
@@ -457,6 +626,22 @@ impl FreeIndex {
             if !at_level {
                 return Err(format!("{} is not indexed at its level {level}", node.spec.id));
             }
+            let listed_open = self
+                .models
+                .binary_search_by_key(&node.spec.gpu_model, |m| m.model)
+                .is_ok_and(|k| self.models[k].shared_open[i / 64] & (1 << (i % 64)) != 0);
+            if listed_open != node.shared_open() {
+                return Err(format!(
+                    "{} is listed with a shared GPU open: {listed_open}, has one: {}",
+                    node.spec.id,
+                    node.shared_open()
+                ));
+            }
+        }
+        if open_total != schedulable_open {
+            return Err(format!(
+                "free index lists {open_total} nodes with a shared GPU open, {schedulable_open} schedulable ones have one"
+            ));
         }
         if listed_total != schedulable {
             return Err(format!("free index lists {listed_total} nodes, {schedulable} are schedulable"));
@@ -478,7 +663,7 @@ mod tests {
     #[test]
     fn the_room_kept_follows_the_slots_and_resources() {
         let mut nodes = Nodes::default();
-        let capacity = Resources { gpus: 8, cpu_millis: 16_000, memory_mib: 64_000 };
+        let capacity = Resources::new(8, 16_000, 64_000);
         nodes.add(Node::new(NodeSpec { id: NodeId(1), gpu_model: GpuModel(0), capacity }));
         nodes.update(NodeId(1), |n| n.owned = GpuSet::first(3));
         nodes.update(NodeId(1), |n| n.held = GpuSet::first(5).minus(GpuSet::first(2)));

@@ -721,16 +721,16 @@ impl Scheduler {
             }
         }
         if memo.no_fit.get(&shape).is_none() {
-            let gpus = shape.per_replica.gpus;
+            let per_replica = shape.per_replica;
             let placement = match shape.replicas {
                 1 => self
                     .free_room()
-                    .place_one(shape.model, shape.per_replica)
-                    .map(|node| self.assign_slots(&[(node, 1)], gpus)),
+                    .place_one(shape.model, per_replica)
+                    .map(|node| self.assign_slots(&[(node, 1)], per_replica)),
                 _ => self
                     .free_room()
-                    .place(shape.model, shape.per_replica, shape.replicas)
-                    .map(|c| self.assign_slots(&c, gpus)),
+                    .place(shape.model, per_replica, shape.replicas)
+                    .map(|c| self.assign_slots(&c, per_replica)),
             };
             if let Some(placement) = placement {
                 let id = self.jobs[ix].spec.id;
@@ -817,7 +817,7 @@ impl Scheduler {
                 }
             }
         }
-        let placement = self.assign_slots(&chosen, shape.per_replica.gpus);
+        let placement = self.assign_slots(&chosen, shape.per_replica);
         let id = self.jobs[ix].spec.id;
         self.plan_started(ix, &chosen);
         self.start(ix, placement.clone(), now);
@@ -948,6 +948,8 @@ impl Scheduler {
     /// as many as fit in every dimension), counted up to `cap`: a gang of more can never
     /// start. Drained nodes count: they come back.
     pub fn replicas_fit_max(&self, model: Option<GpuModel>, per_replica: Resources, cap: u32) -> u32 {
+        // A share needs a node with a GPU; one replica is all a share job has.
+        let per_replica = per_replica.as_whole_gpus();
         let per_dimension = |capacity: u64, asked: u64| capacity.checked_div(asked).unwrap_or(u64::MAX);
         let mut total: u64 = 0;
         for n in self.nodes.iter().filter(|n| model.is_none_or(|m| m == n.spec.gpu_model)) {
@@ -971,10 +973,11 @@ impl Scheduler {
             gpus: l.gpus.max(n.spec.capacity.gpus),
             cpu_millis: l.cpu_millis.max(n.spec.capacity.cpu_millis),
             memory_mib: l.memory_mib.max(n.spec.capacity.memory_mib),
+            gpu_milli: 0,
         });
         let short = ResourceKind::ALL.into_iter().find(|k| k.of(shape.per_replica) > k.of(largest));
         PendingReason::NeverFits {
-            gpus_per_replica: shape.per_replica.gpus,
+            gpus_per_replica: shape.per_replica.slots_per_replica(),
             gpu_model: shape.model,
             resource: short,
             requested: short.map_or(0, |k| k.of(shape.per_replica)),
@@ -985,6 +988,9 @@ impl Scheduler {
     }
 
     fn no_fit_reason(&self, shape: Shape) -> PendingReason {
+        if shape.per_replica.is_share() {
+            return self.no_share_fit(shape.per_replica.gpu_milli, shape.model);
+        }
         let (gpus_free_max, nodes_matching) = self.nodes.index.summary(shape.model);
         PendingReason::NoFit {
             gpus_per_replica: shape.per_replica.gpus,
@@ -993,6 +999,18 @@ impl Scheduler {
             gpus_free_max,
             nodes_matching,
         }
+    }
+
+    /// Why a share finds no room: the most free on one GPU of the model's nodes (a free GPU
+    /// counts 1000; else the shared GPUs that are open).
+    pub(crate) fn no_share_fit(&self, gpu_milli: u32, model: Option<GpuModel>) -> PendingReason {
+        let (gpus_free_max, nodes_matching) = self.nodes.index.summary(model);
+        let share_free_max = if gpus_free_max > 0 {
+            1000
+        } else {
+            self.nodes.index.shared_open(model).map(|ix| self.nodes.at(ix).share_room_max()).max().unwrap_or(0)
+        };
+        PendingReason::NoShareFit { gpu_milli, gpu_model: model, share_free_max, nodes_matching }
     }
 
     /// The read-only view free-room placement walks.
@@ -1006,8 +1024,8 @@ impl Scheduler {
 
     /// Issue the preemptions of a plan and hold the freed GPUs for the preemptor.
     fn carry_out_preemption(&mut self, ix: JobIx, plan: VictimPlan, now: Time, out: &mut CycleOutcome) {
-        let (id, per_replica_gpus) = (self.jobs[ix].spec.id, self.jobs[ix].spec.per_replica.gpus);
-        let placement = self.assign_reserved_slots(&plan, per_replica_gpus);
+        let (id, per_replica) = (self.jobs[ix].spec.id, self.jobs[ix].spec.per_replica);
+        let placement = self.assign_reserved_slots(&plan, per_replica);
         for &(victim, vix) in &plan.victims {
             let deadline = now.plus_ms(self.jobs[vix].spec.grace_ms);
             self.begin_termination(vix, Termination::Preempted { preemptor: id, deadline });
@@ -1023,30 +1041,59 @@ impl Scheduler {
         self.reserve(ix, Reservation { placement, victims, waiting, charged: Default::default() });
     }
 
-    /// Slots for a preemptor: free, unheld slots first, then the victims' slots, lowest first.
-    fn assign_reserved_slots(&self, plan: &VictimPlan, per_replica_gpus: u32) -> Placement {
+    /// Slots for a preemptor, from what each GPU of a chosen node has free once the victims
+    /// are gone (`slot_free_after`): for whole GPUs, the free ones first, then those the
+    /// victims free, lowest first; for a share, the GPU where it fits tightest.
+    fn assign_reserved_slots(&self, plan: &VictimPlan, per_replica: Resources) -> Placement {
         let mut replicas = Vec::with_capacity(plan.chosen.iter().map(|(_, count)| *count as usize).sum());
         for &(node_id, count) in &plan.chosen {
             let node = self.nodes.by_id(node_id);
-            let need = count * per_replica_gpus;
-            let free = node.pick_slots(need);
-            let victims_slots = plan
-                .victims
-                .iter()
-                .filter_map(|&(_, vix)| match &self.jobs[vix].state {
-                    JobState::Running { placement, .. } => Some(placement),
-                    _ => None,
-                })
-                .flat_map(|p| p.replicas().iter().filter(|r| r.node == node_id).map(|r| r.gpus))
-                .fold(GpuSet::EMPTY, GpuSet::union);
-            let mut slots = free.union(victims_slots.minus(node.held).lowest(need - free.len()));
+            let after = self.slot_free_after(node, &plan.victims);
+            if per_replica.is_share() {
+                assert_eq!(count, 1, "a share is one replica");
+                let slot = (0..after.len() as u32)
+                    .filter(|&s| u32::from(after[s as usize]) >= per_replica.gpu_milli)
+                    .min_by_key(|&s| (after[s as usize], s))
+                    .unwrap_or_else(|| panic!("victim plan does not free room for a share on {node_id}"));
+                replicas.push(ReplicaPlacement { node: node_id, gpus: GpuSet::from_bits(1 << slot) });
+                continue;
+            }
+            let need = count * per_replica.gpus;
+            let whole_after = (0..after.len() as u32)
+                .filter(|&s| after[s as usize] >= 1000)
+                .fold(GpuSet::EMPTY, |set, s| set.union(GpuSet::from_bits(1 << s)));
+            let free = node.free_slots().lowest(need);
+            let mut slots = free.union(whole_after.minus(free).lowest(need - free.len()));
             assert_eq!(slots.len(), need, "victim plan does not free enough GPUs on {node_id}");
             for _ in 0..count {
-                let gpus = slots.lowest(per_replica_gpus);
+                let gpus = slots.lowest(per_replica.gpus);
                 slots = slots.minus(gpus);
                 replicas.push(ReplicaPlacement { node: node_id, gpus });
             }
         }
         Placement::new(replicas)
+    }
+
+    /// Each GPU of `node`'s thousandths free once `victims` are gone: 0 for a GPU held for
+    /// a preemptor or taken whole by a job that stays, 1000 less the shares that stay on a
+    /// shared one, 1000 for a free one.
+    fn slot_free_after(&self, node: &crate::cluster::Node, victims: &[(crate::types::JobId, JobIx)]) -> Vec<u16> {
+        let mut after: Vec<u16> = (0..node.spec.capacity.gpus)
+            .map(|s| match () {
+                _ if node.held.contains(s) => 0,
+                _ if node.shared.contains(s) => 1000 - node.shares[s as usize],
+                _ if node.owned.contains(s) => 0,
+                _ => 1000,
+            })
+            .collect();
+        for &(_, vix) in victims {
+            let victim = &self.jobs[vix];
+            let JobState::Running { placement, .. } = &victim.state else { continue };
+            let share = victim.spec.per_replica.gpu_milli;
+            for slot in crate::scheduler::slots_on(placement, node.spec.id).minus(node.held).iter() {
+                after[slot as usize] += if share > 0 { share as u16 } else { 1000 };
+            }
+        }
+        after
     }
 }

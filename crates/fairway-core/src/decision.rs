@@ -63,6 +63,10 @@ pub enum PendingReason {
     /// No placement now: `gpus_free_max` is the most free GPUs on one schedulable node
     /// of the model, `nodes_matching` how many such nodes there are.
     NoFit { gpus_per_replica: u32, replicas: u32, gpu_model: Option<GpuModel>, gpus_free_max: u32, nodes_matching: u32 },
+    /// No placement now for a share of one GPU (`gpu_milli` thousandths): `share_free_max`
+    /// is the most thousandths free on one GPU of a schedulable node of the model (1000
+    /// when a GPU is free), `nodes_matching` how many such nodes there are.
+    NoShareFit { gpu_milli: u32, gpu_model: Option<GpuModel>, share_free_max: u32, nodes_matching: u32 },
     /// Victims were asked to stop for this job; their GPUs are held for it.
     WaitingForPreemption { victims: Vec<JobId> },
     /// No lower-priority, preemptible work could free enough room.
@@ -95,7 +99,7 @@ impl PendingReason {
             PendingReason::OverQuota { .. } => "over_quota",
             PendingReason::CohortExhausted { .. } => "cohort_exhausted",
             PendingReason::NeverFits { .. } => "never_fits",
-            PendingReason::NoFit { .. } => "no_fit",
+            PendingReason::NoFit { .. } | PendingReason::NoShareFit { .. } => "no_fit",
             PendingReason::WaitingForPreemption { .. } => "waiting_for_preemption",
             PendingReason::NoPreemptionCandidates => "no_preemption_candidates",
             PendingReason::VictimsProtected { .. } => "victims_protected",
@@ -152,6 +156,11 @@ impl fmt::Display for PendingReason {
             PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => write!(
                 f,
                 "no room: needs {replicas}x{gpus_per_replica} GPUs{}; most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",
+                model_suffix(*gpu_model)
+            ),
+            PendingReason::NoShareFit { gpu_milli, gpu_model, share_free_max, nodes_matching } => write!(
+                f,
+                "no room: needs {gpu_milli}/1000 of one GPU{}; the most free on one GPU is {share_free_max}/1000 (of {nodes_matching} nodes)",
                 model_suffix(*gpu_model)
             ),
             PendingReason::WaitingForPreemption { victims } => {

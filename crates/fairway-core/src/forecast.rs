@@ -245,8 +245,9 @@ const FOREVER: Time = Time(u64::MAX);
 struct Amount([i64; 3]);
 
 impl Amount {
+    /// GPUs with shares rounded up (`ResourceKind::of`): the forecast counts a share whole.
     fn of(r: Resources) -> Amount {
-        Amount([i64::from(r.gpus), r.cpu_millis as i64, r.memory_mib as i64])
+        Amount([ResourceKind::Gpu.of(r) as i64, r.cpu_millis as i64, r.memory_mib as i64])
     }
 
     fn negated(self) -> Amount {
@@ -450,7 +451,7 @@ impl World {
             let until = start.plus_ms(s.expected_run_ms(ix));
             for (node, count) in crate::scheduler::replicas_per_node(&r.placement) {
                 if let Some(i) = world.node_index(node) {
-                    let held = Amount::of(job.spec.per_replica.times(count));
+                    let held = Amount::of(job.spec.per_replica.as_whole_gpus().times(count));
                     world.room[i].add(until, FOREVER, held);
                     world.gpus_total.add(until, FOREVER, Amount([held.0[0], 0, 0]));
                 }
@@ -506,7 +507,7 @@ impl World {
         if capped.into_iter().any(|u| (0..3).any(|k| u.cap[k].is_some_and(|cap| asks.0[k] > cap as i64))) {
             return false;
         }
-        let shape = (spec.gpu_model, spec.per_replica, spec.replicas);
+        let shape = (spec.gpu_model, spec.per_replica.as_whole_gpus(), spec.replicas);
         if let Some(&known) = self.placeable.get(&shape) {
             return known;
         }
@@ -517,7 +518,7 @@ impl World {
             .filter(|n| spec.gpu_model.is_none_or(|m| m == n.spec.gpu_model))
             .map(|n| Candidate { node: n.spec.id, available: n.spec.capacity, capacity: n.spec.capacity })
             .collect();
-        let placeable = choose_nodes(&candidates, spec.per_replica, spec.replicas, s.config.policy.scoring).is_some();
+        let placeable = choose_nodes(&candidates, shape.1, spec.replicas, s.config.policy.scoring).is_some();
         self.placeable.insert(shape, placeable);
         placeable
     }
@@ -579,7 +580,7 @@ impl World {
     /// Start the job at `t` if it fits for its whole run; its room in `last_room`.
     fn start_if_fits(&mut self, s: &Scheduler, ix: JobIx, t: Time, until: Time) -> bool {
         let spec = &s.jobs[ix].spec;
-        let (per_replica, replicas, total) = (spec.per_replica, spec.replicas, spec.total());
+        let (per_replica, replicas, total) = (spec.per_replica.as_whole_gpus(), spec.replicas, spec.total());
         let asks = Amount::of(total);
         let quota_ok = s.charged_accounts(ix).all(|a| {
             self.accounts.get(&a).is_none_or(|u| {
@@ -689,7 +690,7 @@ impl World {
     fn add_started(&mut self, s: &Scheduler, rank: usize, v: Started) {
         let spec = &s.jobs[v.ix].spec;
         if spec.preemptible {
-            *self.preemptible_gpus.entry(spec.priority).or_default() += i64::from(spec.total().gpus);
+            *self.preemptible_gpus.entry(spec.priority).or_default() += i64::from(spec.gpu_slots());
         }
         self.started.insert(rank, v);
     }
@@ -700,7 +701,7 @@ impl World {
         if spec.preemptible
             && let Some(gpus) = self.preemptible_gpus.get_mut(&spec.priority)
         {
-            *gpus -= i64::from(spec.total().gpus);
+            *gpus -= i64::from(spec.gpu_slots());
             if *gpus == 0 {
                 self.preemptible_gpus.remove(&spec.priority);
             }

@@ -28,6 +28,9 @@ impl FreeRoom<'_> {
     /// `candidate_nodes_scored_max`) at the first GPU level, in the policy's direction, that
     /// has any.
     pub fn place_one(&self, model: Option<GpuModel>, per_replica: Resources) -> Option<NodeId> {
+        if per_replica.is_share() {
+            return self.place_share(model, per_replica);
+        }
         let lowest = per_replica.gpus;
         let highest = self.nodes.index.level_max();
         if lowest > highest {
@@ -63,6 +66,36 @@ impl FreeRoom<'_> {
             }
         }
         None
+    }
+
+    /// Where a share of one GPU goes: on a GPU already shared if one has room (the
+    /// tightest such GPU, then the node with the fewest whole GPUs free, then id), so that a
+    /// whole GPU is broken only when no shared one can take it; else where one whole GPU
+    /// would go by the scoring policy. At most `candidate_nodes_scored_max` feasible nodes
+    /// are weighed.
+    fn place_share(&self, model: Option<GpuModel>, per_replica: Resources) -> Option<NodeId> {
+        let milli = per_replica.gpu_milli;
+        let mut best: Option<((u32, u32, NodeId), NodeId)> = None;
+        let mut scored = 0usize;
+        for node_ix in self.nodes.index.shared_open(model) {
+            let node = self.nodes.at(node_ix);
+            if !per_replica.without_shares().fits_in(node.available()) {
+                continue;
+            }
+            let Some((_, left)) = node.share_fit(milli) else { continue };
+            let key = (left, node.available_gpus(), node.spec.id);
+            if best.is_none_or(|(b, _)| key < b) {
+                best = Some((key, node.spec.id));
+            }
+            scored += 1;
+            if scored >= self.scored_max {
+                break;
+            }
+        }
+        if let Some((_, node)) = best {
+            return Some(node);
+        }
+        self.place_one(model, per_replica.as_whole_gpus())
     }
 
     /// Candidate nodes from the free index. One replica: walk GPU levels in the scoring

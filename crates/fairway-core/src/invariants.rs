@@ -17,7 +17,9 @@ impl Scheduler {
     /// Check every invariant; `Err` names the first one broken.
     ///
     /// - No GPU is assigned twice: the placements listed on a node own disjoint slots whose
-    ///   union is what the node records as owned.
+    ///   union is what the node records as owned; a share sits only on a slot no whole-GPU
+    ///   job owns, the shares on one slot add up to at most 1000 thousandths, and the node's
+    ///   per-slot record of shares is what its jobs' shares add up to.
     /// - Gangs are whole: every placed job has exactly `replicas` replicas of
     ///   `per_replica.gpus` GPUs each, on nodes that list it.
     /// - Usage is within quota: what is charged to each account (running and terminating
@@ -55,6 +57,7 @@ impl Scheduler {
         for node in &nodes {
             let node_id = node.spec.id;
             let (mut owned, mut used) = (GpuSet::EMPTY, Resources::ZERO);
+            let mut shares = vec![0u32; node.shares.len()];
             for (k, &ix) in node.placed.iter().enumerate() {
                 if node.placed[..k].contains(&ix) {
                     return Err(format!("{node_id} lists a job twice"));
@@ -68,7 +71,16 @@ impl Scheduler {
                 };
                 let (mut here, mut slots_here) = (0, GpuSet::EMPTY);
                 for r in placement.replicas().iter().filter(|r| r.node == node_id) {
-                    if !owned.is_disjoint(r.gpus) {
+                    if job.spec.per_replica.is_share() {
+                        let slot = r.gpus.iter().next().filter(|&s| (s as usize) < shares.len());
+                        let Some(slot) = slot.filter(|_| r.gpus.len() == 1) else {
+                            return Err(format!(
+                                "{id}'s share on {node_id} names GPUs {}, not one of the node's",
+                                r.gpus
+                            ));
+                        };
+                        shares[slot as usize] += job.spec.per_replica.gpu_milli;
+                    } else if !owned.is_disjoint(r.gpus) {
                         return Err(format!("GPUs {} on {node_id} are listed twice", owned.intersection(r.gpus)));
                     }
                     owned = owned.union(r.gpus);
@@ -114,7 +126,7 @@ impl Scheduler {
                 }
                 if running {
                     if self.tracks_victims() {
-                        let gpus = job.spec.total().gpus;
+                        let gpus = job.spec.gpu_slots();
                         if job.spec.preemptible {
                             tallies.add(job.spec.priority, gpus);
                             for a in job.accounts().filter(|a| gpus > 0 && self.ledger.is_capped(*a)) {
@@ -133,6 +145,22 @@ impl Scheduler {
             let ends_listed = if self.tracks_run_ends() { node.placed.len() } else { 0 };
             if node.ends.len() != ends_listed {
                 return Err(format!("{node_id} lists {} expected ends for {ends_listed} jobs", node.ends.len()));
+            }
+            let shared = GpuSet::from_bits(
+                shares.iter().enumerate().filter(|(_, m)| **m > 0).fold(0, |bits, (s, _)| bits | 1 << s),
+            );
+            if let Some(slot) = shares.iter().position(|m| *m > 1000) {
+                return Err(format!("GPU {slot} on {node_id} is shared beyond 1000 thousandths ({})", shares[slot]));
+            }
+            let whole = self.whole_slots_of(node);
+            if !whole.is_disjoint(shared) {
+                return Err(format!("GPUs {} on {node_id} are taken whole and shared", whole.intersection(shared)));
+            }
+            if shared != node.shared || shares.iter().zip(&node.shares).any(|(a, b)| *a != u32::from(*b)) {
+                return Err(format!(
+                    "{node_id} records shares {:?} on GPUs {}, its jobs {shares:?} on {shared}",
+                    node.shares, node.shared
+                ));
             }
             if owned != node.owned {
                 return Err(format!("{node_id} records GPUs {} as owned, its jobs own {owned}", node.owned));
@@ -181,7 +209,7 @@ impl Scheduler {
                 *reserved = reserved.plus(job.spec.per_replica);
             }
             let expected = self.hold_charges(ix, &res.victims);
-            if res.charged != expected {
+            if !res.charged.iter().zip(&expected).all(|(a, b)| a.same_amounts(*b)) {
                 return Err(format!(
                     "{id} records {:?} as its hold's charges, its victims leave {expected:?}",
                     res.charged
@@ -272,7 +300,7 @@ impl Scheduler {
         }
         for project in self.ledger.account_ids() {
             let expected = shortfall.get(&project).copied().unwrap_or_default();
-            if self.ledger.hold_shortfall(project) != expected {
+            if !self.ledger.hold_shortfall(project).same_amounts(expected) {
                 return Err(format!(
                     "{project} records {} of its holds as not charged, they add up to {expected}",
                     self.ledger.hold_shortfall(project)
@@ -304,7 +332,7 @@ impl Scheduler {
         }
         for project in self.ledger.moving_projects().into_iter().chain(moving.keys().copied()) {
             let expected = moving.get(&project).copied().unwrap_or_default();
-            if self.ledger.moving(project) != expected {
+            if !self.ledger.moving(project).same_amounts(expected) {
                 return Err(format!(
                     "{project} records {} moving to holds, its moved victims add up to {expected}",
                     self.ledger.moving(project)
@@ -322,7 +350,8 @@ impl Scheduler {
         for (node_id, replicas) in replicas_per_node(placement) {
             let node = self.nodes.by_id(node_id);
             let listed = node.victims.binary_search_by_key(&(job.spec.priority, id), VictimEntry::key).ok();
-            let expected = VictimEntry::new(job, ix, *started_at, job.spec.per_replica.times(replicas));
+            let slots = crate::scheduler::slots_on(placement, node_id);
+            let expected = VictimEntry::new(job, ix, *started_at, job.spec.per_replica.times(replicas), slots);
             match (job.spec.preemptible, listed) {
                 (true, Some(at)) if node.victims[at] == expected => {}
                 (true, Some(_)) => return Err(format!("the victim entry of {id} on {node_id} disagrees with the job")),
@@ -367,21 +396,36 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// Slots on `node` that its whole-GPU jobs list, worked out from the jobs.
+    fn whole_slots_of(&self, node: &crate::cluster::Node) -> GpuSet {
+        let mut whole = GpuSet::EMPTY;
+        for &ix in &node.placed {
+            let Some(job) = self.jobs.get_slot(ix) else { continue };
+            let (JobState::Running { placement, .. } | JobState::Terminating { placement, .. }) = &job.state else {
+                continue;
+            };
+            if !job.spec.per_replica.is_share() {
+                for r in placement.replicas().iter().filter(|r| r.node == node.spec.id) {
+                    whole = whole.union(r.gpus);
+                }
+            }
+        }
+        whole
+    }
+}
+
 /// A placement or hold covers the whole gang: `replicas` replicas of `per_replica.gpus`
-/// GPUs each.
+/// GPUs each (one for a share).
 fn check_gang(id: JobId, spec: &JobSpec, placement: &Placement, what: &str) -> Result<(), String> {
     let replicas = placement.replicas();
     if replicas.len() != spec.replicas as usize {
         return Err(format!("gang {id} has {} of {} replicas {what}", replicas.len(), spec.replicas));
     }
+    let wants = spec.per_replica.slots_per_replica();
     for r in replicas {
-        if r.gpus.len() != spec.per_replica.gpus {
-            return Err(format!(
-                "{id} replica {what} on {} has {} GPUs, wants {}",
-                r.node,
-                r.gpus.len(),
-                spec.per_replica.gpus
-            ));
+        if r.gpus.len() != wants {
+            return Err(format!("{id} replica {what} on {} has {} GPUs, wants {wants}", r.node, r.gpus.len()));
         }
     }
     Ok(())

@@ -97,6 +97,11 @@ impl Account {
         }
     }
 
+    /// `cap` in the unit usage is added up in (see `ResourceKind::amount`).
+    fn cap_amount(&self, kind: ResourceKind) -> Option<u64> {
+        self.cap(kind).map(|c| kind.amount_of_limit(c))
+    }
+
     /// Has it a cap in some dimension (or is it a cohort)?
     pub fn has_cap(&self) -> bool {
         ResourceKind::ALL.into_iter().any(|kind| self.cap(kind).is_some())
@@ -121,8 +126,9 @@ impl Account {
     pub fn over_quota(&self, extra: Resources) -> Option<(ResourceKind, u64, u64)> {
         debug_assert!(self.cohort.is_none(), "a cohort's level depends on which member is charged");
         let after = self.charged.plus(extra);
-        let kind = ResourceKind::ALL.into_iter().find(|&k| self.cap(k).is_some_and(|cap| k.of(after) > cap))?;
-        Some((kind, kind.of(self.charged), self.cap(kind).expect("exceeded a limit it has")))
+        let kind =
+            ResourceKind::ALL.into_iter().find(|&k| self.cap_amount(k).is_some_and(|cap| k.amount(after) > cap))?;
+        Some((kind, kind.limit_units(kind.amount(self.charged)), self.cap(kind).expect("exceeded a limit it has")))
     }
 
     fn charge(&mut self, r: Resources) {
@@ -131,7 +137,7 @@ impl Account {
 
     fn uncharge(&mut self, r: Resources) {
         self.charged = self.charged.minus(r);
-        self.grandfathered = self.grandfathered.min_each(self.level());
+        self.grandfathered = self.grandfathered.min_by_amount(self.level());
     }
 
     /// What is charged, less what is moving to a hold of its cohort: a member's usage as
@@ -144,15 +150,15 @@ impl Account {
     fn unused_guarantee(&self) -> Resources {
         let Some(n) = self.nominal else { return Resources::ZERO };
         let settled = self.settled();
-        Resources::from_fn(|k| n.guaranteed_of(k).saturating_sub(k.of(settled)))
+        Resources::from_amounts(|k| k.amount_of_limit(n.guaranteed_of(k)).saturating_sub(k.amount(settled)))
     }
 
     /// Is a member using more than its nominal quota in some dimension its cohort governs?
     pub fn borrowing(&self, cohort: &Cohort) -> bool {
         let Some(n) = self.nominal else { return false };
-        ResourceKind::ALL
-            .into_iter()
-            .any(|k| cohort.capacity.limit(k).is_some() && k.of(self.settled()) > n.nominal_of(k))
+        ResourceKind::ALL.into_iter().any(|k| {
+            cohort.capacity.limit(k).is_some() && k.amount(self.settled()) > k.amount_of_limit(n.nominal_of(k))
+        })
     }
 
     /// Would a member still be within its nominal quota with `extra` more, in every
@@ -160,7 +166,9 @@ impl Account {
     pub fn within_nominal_with(&self, cohort: &Cohort, extra: Resources) -> bool {
         let Some(n) = self.nominal else { return false };
         let after = self.settled().plus(extra);
-        ResourceKind::ALL.into_iter().all(|k| cohort.capacity.limit(k).is_none() || k.of(after) <= n.nominal_of(k))
+        ResourceKind::ALL
+            .into_iter()
+            .all(|k| cohort.capacity.limit(k).is_none() || k.amount(after) <= k.amount_of_limit(n.nominal_of(k)))
     }
 
     /// The GPUs the account holds beyond its own preemptible work below `level`.
@@ -172,9 +180,9 @@ impl Account {
     /// Within cap, or within what the cap grandfathered.
     pub fn within_quota(&self) -> bool {
         let level = self.level();
-        ResourceKind::ALL.into_iter().all(|kind| match self.cap(kind) {
+        ResourceKind::ALL.into_iter().all(|kind| match self.cap_amount(kind) {
             None => true,
-            Some(limit) => kind.of(level) <= limit.max(kind.of(self.grandfathered)),
+            Some(limit) => kind.amount(level) <= limit.max(kind.amount(self.grandfathered)),
         })
     }
 }
@@ -218,10 +226,10 @@ impl Ledger {
     /// over rule 2 (see the module doc): `(cohort, resource, level, capacity)`.
     pub fn over_cohort(&self, project: AccountId, extra: Resources) -> Option<(AccountId, ResourceKind, u64, u64)> {
         let (cohort, short) = self.cohort_shortage(project, extra)?;
-        let kind = ResourceKind::ALL.into_iter().find(|&k| k.of(short) > 0)?;
+        let kind = ResourceKind::ALL.into_iter().find(|&k| k.amount(short) > 0)?;
         let account = self.get(cohort).expect("a member's cohort is known");
         let capacity = account.cap(kind).expect("a cohort is short only where it has a capacity");
-        Some((cohort, kind, kind.of(account.level()), capacity))
+        Some((cohort, kind, kind.limit_units(kind.amount(account.level())), capacity))
     }
 
     /// For a member of a cohort: its cohort, and by how much starting `extra` for `project`
@@ -233,12 +241,12 @@ impl Ledger {
         let cohort_account = self.get(n.cohort).expect("a member's cohort is known");
         let cohort = cohort_account.cohort.as_ref().expect("a member's cohort is a cohort");
         let level = cohort_account.level();
-        let short = Resources::from_fn(|k| {
-            let Some(capacity) = cohort.capacity.limit(k) else { return 0 };
+        let short = Resources::from_amounts(|k| {
+            let Some(capacity) = cohort.capacity.limit(k).map(|c| k.amount_of_limit(c)) else { return 0 };
             // The job uses first what the project set aside unused: that part adds nothing.
-            let unused_own = n.guaranteed_of(k).saturating_sub(k.of(member.settled()));
-            let after = k.of(level) + k.of(extra) - k.of(extra).min(unused_own);
-            after.saturating_sub(capacity.max(k.of(cohort_account.grandfathered)))
+            let unused_own = k.amount_of_limit(n.guaranteed_of(k)).saturating_sub(k.amount(member.settled()));
+            let after = k.amount(level) + k.amount(extra) - k.amount(extra).min(unused_own);
+            after.saturating_sub(capacity.max(k.amount(cohort_account.grandfathered)))
         });
         Some((n.cohort, short))
     }
@@ -250,7 +258,7 @@ impl Ledger {
         let Some(a) = self.get(member) else { return Resources::ZERO };
         let Some(n) = a.nominal else { return Resources::ZERO };
         let u = if member == project { a.settled().plus(extra) } else { a.settled() };
-        Resources::from_fn(|k| k.of(u).saturating_sub(n.guaranteed_of(k)))
+        Resources::from_amounts(|k| k.amount(u).saturating_sub(k.amount_of_limit(n.guaranteed_of(k))))
     }
 
     pub fn get(&self, account: AccountId) -> Option<&Account> {
@@ -522,7 +530,7 @@ impl Ledger {
     pub fn keep_grandfathered(&mut self, saved: Grandfathered) {
         for (account, g) in saved.into_iter().flatten() {
             let a = self.accounts.get_mut(&account).expect("saved from an account");
-            a.grandfathered = g.min_each(a.level());
+            a.grandfathered = g.min_by_amount(a.level());
         }
     }
 
@@ -582,7 +590,7 @@ impl Ledger {
         }
         self.check_cohorts()?;
         for (((id, account), expected), own) in self.accounts.iter().zip(charged).zip(preemptible) {
-            if account.charged != *expected {
+            if !account.charged.same_amounts(*expected) {
                 return Err(format!("{id} charged {} but its jobs add up to {expected}", account.charged));
             }
             if account.preemptible_gpus != *own {
@@ -613,7 +621,7 @@ impl Ledger {
             }
             let members: Vec<AccountId> = c.members.iter().copied().collect();
             let (capacity, unused) = self.cohort_figures(&members);
-            if (capacity, unused) != (c.capacity, c.unused_guarantee) {
+            if capacity != c.capacity || !unused.same_amounts(c.unused_guarantee) {
                 return Err(format!(
                     "cohort {id} records capacity {:?} and unused guarantees {}, its members add up to {capacity:?} and {unused}",
                     c.capacity, c.unused_guarantee
@@ -646,7 +654,7 @@ pub(crate) fn hold_charges<L: Iterator<Item = AccountId>>(
             .clone()
             .filter_map(|(mut of, r)| of.any(|a| a == account).then_some(r))
             .fold(Resources::ZERO, Resources::plus);
-        charges[k] = total.saturating_minus(theirs);
+        charges[k] = total.saturating_minus_by_amount(theirs);
     }
     charges
 }

@@ -103,7 +103,7 @@ impl NodeHosting {
         self.version = node.version;
         self.capacity = node.spec.capacity;
         self.debt = debt;
-        self.now_free = node.available();
+        self.now_free = node.available().without_shares();
         self.hosted_now = hosts(self.now_free);
         self.free_after.clear();
         self.steps.clear();
@@ -142,7 +142,9 @@ impl Scheduler {
     /// learnt of each node (empty: none); it is brought up to date.
     fn shadow(&self, ix: JobIx, taken: &[Planned], now: Time, learnt: &mut Hosting) -> Option<Planned> {
         let job = &self.jobs[ix];
-        let (model, per_replica, replicas) = (job.spec.gpu_model, job.spec.per_replica, job.spec.replicas);
+        // The plan counts a share as a whole GPU (see `Resources::as_whole_gpus`).
+        let (model, per_replica, replicas) =
+            (job.spec.gpu_model, job.spec.per_replica.as_whole_gpus(), job.spec.replicas);
         let reserved_by_earlier = |node: NodeId| {
             taken
                 .iter()
@@ -394,7 +396,7 @@ impl Scheduler {
         let job = &self.jobs[ix];
         let ends_at = now.plus_ms(self.expected_run_ms(ix));
         let use_on: Vec<(NodeId, Resources)> =
-            chosen.iter().map(|&(n, c)| (n, job.spec.per_replica.times(c))).collect();
+            chosen.iter().map(|&(n, c)| (n, job.spec.per_replica.as_whole_gpus().times(c))).collect();
         // Each reservation's spare room already leaves out what those above it reserve.
         self.plan.iter().filter(|p| p.key < job.key && ends_at > p.at).find(|p| {
             p.nodes.iter().any(|(node, _, spare)| use_on.iter().any(|(n, used)| n == node && !used.fits_in(*spare)))
@@ -421,14 +423,14 @@ impl Scheduler {
                 Candidate { node: n.spec.id, available, capacity: n.spec.capacity }
             })
             .collect();
-        choose_nodes(&candidates, job.spec.per_replica, job.spec.replicas, self.config.policy.scoring)
+        choose_nodes(&candidates, job.spec.per_replica.as_whole_gpus(), job.spec.replicas, self.config.policy.scoring)
     }
 
     /// A job started on `chosen`: it used up the reservations' spare room there for the
     /// rest of the cycle.
     pub(crate) fn plan_started(&mut self, ix: JobIx, chosen: &[(NodeId, u32)]) {
         let job = &self.jobs[ix];
-        let per_replica = job.spec.per_replica;
+        let per_replica = job.spec.per_replica.as_whole_gpus();
         // Whoever starts, the room it takes is no longer spare.
         for p in &mut self.plan {
             for (node, _, spare) in &mut p.nodes {

@@ -90,10 +90,10 @@ use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
 use crate::search::{
-    Buffers, Exactness, NodeCandidate, SearchRecord, SetCost, WideCandidate, WideSearch, WideSearchRecord,
+    Buffers, Exactness, NodeCandidate, SearchRecord, SearchRoom, SetCost, WideCandidate, WideSearch, WideSearchRecord,
     best_set_on_node_with, best_wide_set,
 };
-use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, Resources, Time};
+use crate::types::{AccountId, GpuModel, GpuSet, JobId, NodeId, Priority, Resources, Time};
 use crate::victims::VictimEntry;
 use crate::victims::VictimTallies;
 
@@ -180,6 +180,8 @@ struct NodeVictim {
     /// What it frees on that node.
     freed: Resources,
     tenant_share: u64,
+    slots: GpuSet,
+    share_milli: u32,
 }
 
 /// The best set on one node so far, and the node.
@@ -387,7 +389,7 @@ impl SearchView<'_> {
             .collect();
         WideSearch {
             available: usable.iter().map(|n| n.available()).collect(),
-            per_replica: job.spec.per_replica,
+            per_replica: job.spec.per_replica.as_whole_gpus(),
             replicas: job.spec.replicas,
             quota_caps: needs.iter().map(|n| n.member_caps.iter().map(|(_, cap)| *cap).collect()).collect(),
             quota_needs: needs.into_iter().map(|n| n.need).collect(),
@@ -416,8 +418,10 @@ impl SearchView<'_> {
                 if !a.has_cap() {
                     return None;
                 }
-                let need = Resources::from_fn(|k| {
-                    a.cap(k).map_or(0, |limit| (k.of(a.charged) + k.of(total)).saturating_sub(limit))
+                let need = Resources::from_amounts(|k| {
+                    a.cap(k).map_or(0, |limit| {
+                        (k.amount(a.charged) + k.amount(total)).saturating_sub(k.amount_of_limit(limit))
+                    })
                 });
                 Some(QuotaNeed { account, need, member_caps: Vec::new() })
             }));
@@ -557,7 +561,7 @@ impl SearchView<'_> {
     fn frees_of(&self, model: Option<GpuModel>, vix: JobIx) -> Frees {
         let victim = &self.jobs[vix];
         let JobState::Running { placement, .. } = &victim.state else { unreachable!("victims run") };
-        let per_replica = victim.spec.per_replica;
+        let per_replica = victim.spec.per_replica.without_shares();
         let usable = |node_id: NodeId| self.nodes.by_id(node_id).usable_by(model);
         if let [only] = placement.replicas() {
             return if usable(only.node) { Frees::One([(only.node, per_replica)]) } else { Frees::Many(Vec::new()) };
@@ -599,7 +603,8 @@ impl SearchView<'_> {
     /// all its replicas (GPUs only).
     fn gang_could_fit(&self, ix: JobIx, inclusive: bool, now: Time, waived: bool) -> bool {
         let job = &self.jobs[ix];
-        let (priority, model, gpus) = (job.spec.priority, job.spec.gpu_model, job.spec.per_replica.gpus);
+        let (priority, model, gpus) =
+            (job.spec.priority, job.spec.gpu_model, job.spec.per_replica.as_whole_gpus().gpus);
         let Some(replicas_max) = job.spec.replicas.checked_sub(1) else { return true };
         if gpus == 0 {
             return true;
@@ -689,9 +694,11 @@ impl SearchView<'_> {
                         lost_gpu_ms: e.lost_gpu_ms(now),
                         freed: e.freed,
                         tenant_share: self.tenant_share(e.ix, now),
+                        slots: e.slots,
+                        share_milli: e.share_milli,
                     })
                     .collect();
-                (n.spec.id, n.available(), candidates)
+                (n.spec.id, search_room(n, job.spec.per_replica), candidates)
             })
             .collect();
         let chosen = plan.as_ref().map(|p| (p.chosen[0].0, p.victims.iter().map(|(id, _)| *id).collect()));
@@ -830,6 +837,8 @@ impl SearchView<'_> {
                 lost_gpu_ms: e.lost_gpu_ms(now),
                 freed: e.freed,
                 tenant_share: self.share_cached(shares, e.ix, now),
+                slots: e.slots,
+                share_milli: e.share_milli,
             }));
             scratch.candidates.clear();
             scratch.candidates.extend(scratch.on_node.iter().map(|v| NodeCandidate {
@@ -838,10 +847,12 @@ impl SearchView<'_> {
                 lost_gpu_ms: v.lost_gpu_ms,
                 freed: v.freed,
                 tenant_share: v.tenant_share,
+                slots: v.slots,
+                share_milli: v.share_milli,
             }));
             let Some(set) = best_set_on_node_with(
                 &mut scratch.node_search,
-                node.available(),
+                &search_room(node, demand),
                 demand,
                 &scratch.candidates,
                 max_victims,
@@ -867,7 +878,7 @@ impl SearchView<'_> {
     /// takes few victims; then drop every victim that is not needed (most costly first).
     fn node_by_node_set(&self, ix: JobIx, victims: &[Victim]) -> Option<VictimPlan> {
         let job = &self.jobs[ix];
-        let per_replica = job.spec.per_replica;
+        let per_replica = job.spec.per_replica.as_whole_gpus();
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let mut by_node: BTreeMap<NodeId, Vec<&Victim>> = BTreeMap::new();
         for v in victims {
@@ -1017,10 +1028,10 @@ impl SearchView<'_> {
                         .iter()
                         .filter(|v| self.jobs[v.ix].spec.project == member)
                         .fold(Resources::ZERO, |t, v| t.plus(v.total));
-                    acc.plus(taken.min_each(cap))
+                    acc.plus(taken.min_by_amount(cap))
                 })
             };
-            if !need.need.fits_in(freed) {
+            if !need.need.within_by_amount(freed) {
                 return None;
             }
         }
@@ -1032,8 +1043,31 @@ impl SearchView<'_> {
                 }
             }
         }
-        choose_nodes(&candidates, job.spec.per_replica, job.spec.replicas, self.config.policy.scoring)
+        choose_nodes(&candidates, job.spec.per_replica.as_whole_gpus(), job.spec.replicas, self.config.policy.scoring)
     }
+}
+
+/// What a node has free as the one-node search counts it for `demand`: GPU by GPU when a
+/// GPU is shared there or `demand` is a share (see `SearchRoom`), else whole.
+fn search_room(node: &Node, demand: Resources) -> SearchRoom {
+    let free = node.available();
+    if node.shared.is_empty() && !demand.is_share() {
+        return SearchRoom::whole(free);
+    }
+    let slot_free = (0..node.spec.capacity.gpus)
+        .map(|s| {
+            if node.held.contains(s) {
+                0
+            } else if node.shared.contains(s) {
+                1000 - node.shares[s as usize]
+            } else if node.owned.contains(s) {
+                0
+            } else {
+                1000
+            }
+        })
+        .collect();
+    SearchRoom { free, slot_free, held: node.held }
 }
 
 /// The next priority level above `after` among a node's examined candidates that has a
@@ -1078,7 +1112,7 @@ fn room_level(
     waived: bool,
 ) -> Option<(Priority, u64)> {
     let counts = |e: &VictimEntry| waived || e.protected_until <= now;
-    let mut room = node.available();
+    let mut room = search_room(node, demand);
     let entries = &node.victims;
     let mut level_start = 0;
     for (i, e) in entries.iter().enumerate() {
@@ -1086,13 +1120,13 @@ fn room_level(
             break;
         }
         if counts(e) {
-            room = room.plus(e.freed);
+            room.add_freed(e.freed, e.slots, e.share_milli);
         }
         let level_ends = entries.get(i + 1).is_none_or(|next| next.priority != e.priority || !examined(next));
         if level_ends {
             // The lost work is weighed only at the level that makes room: most nodes a
             // search walks make room at their first level or never.
-            if demand.fits_in(room) {
+            if room.fits(demand) {
                 let at_level = entries[level_start..=i].iter().filter(|e| counts(e));
                 let bound = at_level.map(|e| e.lost_gpu_ms(now)).min();
                 return Some((e.priority, bound.expect("a node that makes room at a level has a victim there")));

@@ -61,7 +61,7 @@ impl Scheduler {
             return invalid("only a queued job without a hold can get one back".into());
         }
         if placement.replicas().len() != job.spec.replicas as usize
-            || placement.replicas().iter().any(|r| r.gpus.len() != job.spec.per_replica.gpus)
+            || placement.replicas().iter().any(|r| r.gpus.len() != job.spec.per_replica.slots_per_replica())
         {
             return invalid("the hold does not have the job's shape".into());
         }
@@ -71,20 +71,33 @@ impl Scheduler {
                 return invalid(format!("the hold names unknown {}", replica.node));
             };
             if self.jobs[ix].spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model)
-                || !self.jobs[ix].spec.per_replica.fits_in(node.spec.capacity)
+                || !self.jobs[ix].spec.per_replica.as_whole_gpus().fits_in(node.spec.capacity)
             {
                 return invalid(format!("the hold does not fit on {}", replica.node));
             }
-            let victims_slots = leaving
-                .iter()
-                .filter_map(|v| match &self.jobs.get(*v)?.state {
-                    JobState::Terminating { placement, .. } => Some(placement),
-                    _ => None,
-                })
-                .flat_map(|p| p.replicas().iter().filter(|r| r.node == replica.node).map(|r| r.gpus))
-                .fold(GpuSet::EMPTY, GpuSet::union);
-            let others = node.owned.minus(victims_slots);
-            if !replica.gpus.is_disjoint(others) || !replica.gpus.is_disjoint(node.held) {
+            // Per GPU, the thousandths its leaving victims free there.
+            let mut victims_free = vec![0u32; node.spec.capacity.gpus as usize];
+            for v in leaving.iter().filter_map(|v| self.jobs.get(*v)) {
+                let JobState::Terminating { placement, .. } = &v.state else { continue };
+                let share = v.spec.per_replica.gpu_milli;
+                for slot in crate::scheduler::slots_on(placement, replica.node).iter() {
+                    victims_free[slot as usize] += if share > 0 { share } else { 1000 };
+                }
+            }
+            // What each GPU has free once they are gone; a share's GPU may keep other shares.
+            let free_after = |slot: u32| {
+                let taken = if node.shared.contains(slot) {
+                    u32::from(node.shares[slot as usize])
+                } else if node.owned.contains(slot) {
+                    1000
+                } else {
+                    0
+                };
+                (1000 + victims_free.get(slot as usize).copied().unwrap_or(0)).saturating_sub(taken).min(1000)
+            };
+            let per_replica = self.jobs[ix].spec.per_replica;
+            let wants = if per_replica.is_share() { per_replica.gpu_milli } else { 1000 };
+            if replica.gpus.iter().any(|slot| free_after(slot) < wants) || !replica.gpus.is_disjoint(node.held) {
                 return invalid(format!("GPUs {} on {} are no longer free for it", replica.gpus, replica.node));
             }
             if replica.gpus.iter().any(|slot| slot >= node.spec.capacity.gpus) {
@@ -110,21 +123,23 @@ impl Scheduler {
             let Some(node) = self.nodes.get(replica.node) else {
                 return invalid(format!("placement names unknown {}", replica.node));
             };
-            if replica.gpus.len() != spec.per_replica.gpus {
-                return invalid(format!(
-                    "{} GPUs on {}, spec {}",
-                    replica.gpus.len(),
-                    replica.node,
-                    spec.per_replica.gpus
-                ));
+            let wants = spec.per_replica.slots_per_replica();
+            if replica.gpus.len() != wants {
+                return invalid(format!("{} GPUs on {}, spec {wants}", replica.gpus.len(), replica.node));
             }
             if spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model) {
                 return invalid(format!("{} has another GPU model than the job asks for", replica.node));
             }
             let listed_before =
                 seen.iter().filter(|(n, _)| *n == replica.node).fold(GpuSet::EMPTY, |acc, (_, g)| acc.union(*g));
-            let taken = node.owned.union(node.held).union(listed_before);
+            let share = spec.per_replica.gpu_milli;
+            // A share may join others on a slot that has room; a whole GPU needs a free one.
+            let shareable = if share > 0 { node.shared.minus(node.held) } else { GpuSet::EMPTY };
+            let taken = node.owned.union(node.held).union(listed_before).minus(shareable);
             for slot in replica.gpus.iter() {
+                if shareable.contains(slot) && u32::from(node.shares[slot as usize]) + share > 1000 {
+                    return invalid(format!("GPU {slot} on {} has no room left for a share of {share}", replica.node));
+                }
                 if slot >= node.spec.capacity.gpus {
                     return invalid(format!("GPU {slot} does not exist on {}", replica.node));
                 }

@@ -298,6 +298,7 @@ impl Scheduler {
                 let (gpus_free_max, nodes_matching) = self.nodes.index.summary(gpu_model);
                 PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching }
             }
+            PendingReason::NoShareFit { gpu_milli, gpu_model, .. } => self.no_share_fit(gpu_milli, gpu_model),
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 let now = self.ledger.get(account);
                 let used = now.map_or(used, |a| resource.of(a.charged));
@@ -425,6 +426,22 @@ impl Scheduler {
         }
         if spec.replicas > self.config.limits.replicas_max {
             return invalid(format!("replicas {} above the limit {}", spec.replicas, self.config.limits.replicas_max));
+        }
+        if spec.per_replica.is_share() {
+            if spec.per_replica.gpu_milli >= 1000 {
+                return invalid(format!(
+                    "gpu_milli: {} is not below 1000: a share is part of one GPU (whole GPUs: gpus)",
+                    spec.per_replica.gpu_milli
+                ));
+            }
+            if spec.per_replica.gpus > 0 {
+                return invalid("gpu_milli: a replica asks for a share of one GPU or for whole GPUs, not both".into());
+            }
+            if spec.replicas > 1 {
+                return invalid(
+                    "gpu_milli: a share of one GPU is for one-replica jobs; a gang takes whole GPUs".into(),
+                );
+            }
         }
         if spec.per_replica.gpus > self.gpus_per_node_max() {
             return invalid(format!("{} GPUs per replica above the per-node limit", spec.per_replica.gpus));
@@ -750,20 +767,7 @@ impl Scheduler {
         let total = job.spec.total();
         for replica in placement.replicas() {
             self.nodes.update(replica.node, |node| {
-                assert!(
-                    node.owned.is_disjoint(replica.gpus),
-                    "GPUs {} on {} assigned twice",
-                    replica.gpus,
-                    replica.node
-                );
-                assert!(
-                    node.held.is_disjoint(replica.gpus),
-                    "GPUs {} on {} held for another job",
-                    replica.gpus,
-                    replica.node
-                );
-                node.owned = node.owned.union(replica.gpus);
-                node.used = node.used.plus(per_replica);
+                node.take(replica.gpus, per_replica);
                 node.place(ix);
             });
         }
@@ -862,9 +866,7 @@ impl Scheduler {
         let accounts = self.charged_accounts(ix);
         for replica in placement.replicas() {
             self.nodes.update(replica.node, |node| {
-                assert_eq!(node.owned.intersection(replica.gpus), replica.gpus, "releasing GPUs {id} does not own");
-                node.owned = node.owned.minus(replica.gpus);
-                node.used = node.used.minus(per_replica);
+                node.give_back(replica.gpus, per_replica);
                 node.unplace(ix);
             });
             self.changes.room_grew(replica.node);
@@ -943,19 +945,20 @@ impl Scheduler {
     fn index_victim(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
         let JobState::Running { placement, started_at } = &job.state else { unreachable!("just started") };
-        let (priority, gpus) = (job.spec.priority, job.spec.total().gpus);
+        let (priority, gpus) = (job.spec.priority, job.spec.gpu_slots());
         if !job.spec.preemptible {
             return;
         }
         self.tallies.add(priority, gpus);
         self.ledger.tally_preemptible(job.accounts(), priority, gpus, true);
-        let base = VictimEntry::new(job, ix, *started_at, Resources::ZERO);
+        let base = VictimEntry::new(job, ix, *started_at, Resources::ZERO, GpuSet::EMPTY);
         if base.protected_until > *started_at {
             self.protection_ends.insert((base.protected_until, base.id, ix));
         }
-        let per_replica = job.spec.per_replica;
+        let per_replica = job.spec.per_replica.without_shares();
         for (node, replicas) in replicas_per_node(placement) {
-            let entry = VictimEntry { freed: per_replica.times(replicas), ..base };
+            let slots = slots_on(placement, node);
+            let entry = VictimEntry { freed: per_replica.times(replicas), slots, ..base };
             victims::insert_entry(self.nodes.victims_mut(node), entry);
         }
     }
@@ -964,7 +967,7 @@ impl Scheduler {
     fn unindex_victim(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
         let JobState::Running { placement, .. } = &job.state else { unreachable!("running") };
-        let (priority, gpus) = (job.spec.priority, job.spec.total().gpus);
+        let (priority, gpus) = (job.spec.priority, job.spec.gpu_slots());
         if !job.spec.preemptible {
             return;
         }
@@ -1109,13 +1112,16 @@ impl Scheduler {
         Some(reservation)
     }
 
-    /// Turn `(node, replicas)` choices into slot assignments: the lowest free slots.
-    pub(crate) fn assign_slots(&self, chosen: &[(NodeId, u32)], per_replica_gpus: u32) -> Placement {
+    /// Turn `(node, replicas)` choices into slot assignments: the lowest free slots, or for
+    /// a share (one replica) the slot `Node::pick_share_slot` names.
+    pub(crate) fn assign_slots(&self, chosen: &[(NodeId, u32)], per_replica: Resources) -> Placement {
         if let [(node, 1)] = chosen {
-            let gpus = self.nodes.by_id(*node).pick_slots(per_replica_gpus);
-            assert_eq!(gpus.len(), per_replica_gpus, "chosen node lacks the slots");
+            let gpus = self.nodes.by_id(*node).pick_for(per_replica);
+            assert_eq!(gpus.len(), per_replica.slots_per_replica(), "chosen node lacks the slots");
             return Placement::one(ReplicaPlacement { node: *node, gpus });
         }
+        assert!(!per_replica.is_share(), "a share is one replica");
+        let per_replica_gpus = per_replica.gpus;
         let mut replicas = Vec::new();
         for &(node_id, count) in chosen {
             let mut slots = self.nodes.by_id(node_id).pick_slots(count * per_replica_gpus);
@@ -1128,6 +1134,11 @@ impl Scheduler {
         }
         Placement::new(replicas)
     }
+}
+
+/// A placement's GPUs on one node.
+pub(crate) fn slots_on(placement: &Placement, node: NodeId) -> GpuSet {
+    placement.replicas().iter().filter(|r| r.node == node).fold(GpuSet::EMPTY, |s, r| s.union(r.gpus))
 }
 
 /// A placement's nodes with the number of replicas on each, in replica order (replicas are
@@ -1157,7 +1168,7 @@ fn preemptible_gpus_of(nodes: &Nodes, jobs: &JobStore, account: AccountId) -> BT
     running.dedup();
     let mut tally = BTreeMap::new();
     for (_, priority, ix) in running {
-        *tally.entry(priority).or_default() += jobs[ix].spec.total().gpus;
+        *tally.entry(priority).or_default() += jobs[ix].spec.gpu_slots();
     }
     tally.retain(|_, gpus: &mut u32| *gpus > 0);
     tally

@@ -7,19 +7,25 @@
 //! recently submitted victims (rule 5), within the victim bound (rule 6).
 //!
 //! The search is exact:
-//! - When only GPUs must be freed (the node has the CPU and memory already), a dynamic
-//!   program over (GPUs freed, victims taken) keeps the best set for each pair: a node has
-//!   at most 64 GPUs, so there are at most 65 × (bound + 1) states.
-//! - When CPU or memory must be freed too, a branch and bound over the candidates (least
-//!   lost work first, cut when the work lost exceeds the best set's) finds the best set in
-//!   at most [`BRANCH_STEPS_MAX`] steps. Beyond that many steps it settles for the
-//!   candidates in rule order, minus those not needed, and says so ([`Exactness`]).
+//! - When only GPUs must be freed (the node has the CPU and memory already) and no GPU is
+//!   shared, a dynamic program over (GPUs freed, victims taken) keeps the best set for each
+//!   pair: a node has at most 64 GPUs, so there are at most 65 × (bound + 1) states.
+//! - When CPU or memory must be freed too, or GPUs are shared (a share of one GPU, see
+//!   `Resources::gpu_milli`), a branch and bound over the candidates (least lost work
+//!   first, cut when the work lost exceeds the best set's) finds the best set in at most
+//!   [`BRANCH_STEPS_MAX`] steps. Beyond that many steps it settles for the candidates in
+//!   rule order, minus those not needed, and says so ([`Exactness`]).
+//!
+//! With shared GPUs the room is counted GPU by GPU ([`SearchRoom`]): a GPU is free for a
+//! whole-GPU job only when every job on it goes, and a share fits on one GPU whose free
+//! thousandths (after the victims go) are at least the share: freeing 300 thousandths of a
+//! GPU that a 500 share needs is not enough. Rule 4 counts thousandths of GPUs left free.
 //!
 //! Neither depends on the scheduler: tests compare them with a brute-force search.
 
 use std::cmp::{Ordering, Reverse};
 
-use crate::types::{JobId, NodeId, Priority, Resources};
+use crate::types::{GpuSet, JobId, NodeId, Priority, Resources};
 
 /// A one-replica preemptor's victim search, as the scheduler saw it: for tests that check
 /// its choice from outside (see `Scheduler::record_searches`).
@@ -31,7 +37,7 @@ pub struct SearchRecord {
     pub victims_max: usize,
     /// Every node the preemptor could use: its id, what it has free, and the candidates on
     /// it that were examined (rules 1 and 6).
-    pub nodes: Vec<(NodeId, Resources, Vec<NodeCandidate>)>,
+    pub nodes: Vec<(NodeId, SearchRoom, Vec<NodeCandidate>)>,
     /// The node and the victims (by id) chosen, if any.
     pub chosen: Option<(NodeId, Vec<JobId>)>,
 }
@@ -43,11 +49,96 @@ pub struct NodeCandidate {
     pub priority: Priority,
     /// GPU-time it would lose (since its work was last saved, times its GPUs), in GPU·ms.
     pub lost_gpu_ms: u64,
-    /// What it frees on the node.
+    /// What it frees on the node (whole GPUs, CPU, memory; a share's GPU is in `slots`).
     pub freed: Resources,
     /// Its tenant's fair share (rule 2b), as ordered bits: the higher, the further its
     /// tenant is above its share. 0 without fair sharing.
     pub tenant_share: u64,
+    /// Its GPUs on the node (read when the node's room is counted GPU by GPU).
+    pub slots: GpuSet,
+    /// The thousandths of its one GPU it takes as a share; 0 when it takes its GPUs whole.
+    pub share_milli: u32,
+}
+
+/// The thousandths a job frees on each of its GPUs: its share, or the whole GPU.
+fn milli_per_slot(share_milli: u32) -> u16 {
+    if share_milli > 0 { share_milli as u16 } else { 1000 }
+}
+
+/// What a node has free as the one-node search counts it.
+///
+/// Without shared GPUs on the node (and a preemptor that takes whole GPUs), GPUs are
+/// counted whole (`free.gpus`) and `slot_free` is empty. Otherwise `slot_free` gives each
+/// GPU's free thousandths (1000 for a free GPU, 0 for one taken whole or held for a
+/// preemptor, `1000 − shares` for a shared one): a victim's going adds its thousandths to
+/// each of its GPUs not `held`; a whole-GPU demand needs that many GPUs at 1000, a share
+/// one GPU with at least its thousandths.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SearchRoom {
+    /// Whole GPUs free (GPU by GPU: unread), CPU and memory.
+    pub free: Resources,
+    pub slot_free: Vec<u16>,
+    /// GPUs held for a preemptor: no victim's going frees them.
+    pub held: GpuSet,
+}
+
+impl SearchRoom {
+    /// GPUs counted whole.
+    pub fn whole(free: Resources) -> SearchRoom {
+        SearchRoom { free, slot_free: Vec::new(), held: GpuSet::EMPTY }
+    }
+
+    /// Is the room counted GPU by GPU?
+    pub fn by_slot(&self) -> bool {
+        !self.slot_free.is_empty()
+    }
+
+    fn add(&mut self, c: &NodeCandidate) {
+        self.add_freed(c.freed, c.slots, c.share_milli);
+    }
+
+    fn remove(&mut self, c: &NodeCandidate) {
+        self.free = self.free.minus(c.freed);
+        if self.by_slot() {
+            for slot in c.slots.minus(self.held).iter() {
+                self.slot_free[slot as usize] -= milli_per_slot(c.share_milli);
+            }
+        }
+    }
+
+    /// A job's going: it frees `freed`, and on `slots` its share (or each whole GPU).
+    pub(crate) fn add_freed(&mut self, freed: Resources, slots: GpuSet, share_milli: u32) {
+        self.free = self.free.plus(freed);
+        if self.by_slot() {
+            for slot in slots.minus(self.held).iter() {
+                self.slot_free[slot as usize] += milli_per_slot(share_milli);
+            }
+        }
+    }
+
+    /// Does one replica of `demand` fit?
+    pub fn fits(&self, demand: Resources) -> bool {
+        if demand.cpu_millis > self.free.cpu_millis || demand.memory_mib > self.free.memory_mib {
+            return false;
+        }
+        if !self.by_slot() {
+            return demand.gpus <= self.free.gpus && !demand.is_share();
+        }
+        if demand.is_share() {
+            self.slot_free.iter().any(|&f| u32::from(f) >= demand.gpu_milli)
+        } else {
+            self.slot_free.iter().filter(|&&f| f >= 1000).count() as u32 >= demand.gpus
+        }
+    }
+
+    /// Thousandths of GPUs free.
+    fn free_milli(&self) -> u64 {
+        if self.by_slot() {
+            self.slot_free.iter().map(|&f| u64::from(f)).sum()
+        } else {
+            u64::from(self.free.gpus) * 1000
+        }
+    }
 }
 
 /// How a set of victims ranks: lower is better (rules 2 to 5, in order).
@@ -58,7 +149,8 @@ pub struct SetCost {
     /// first: the tenants furthest above their share give way first).
     pub top_share: u64,
     pub lost_gpu_ms: u64,
-    pub gpus_beyond_need: u32,
+    /// Rule 4, in thousandths of GPUs (whole GPUs count 1000).
+    pub milli_beyond_need: u64,
     pub victims: usize,
     /// The victims' ids, highest first: of two sets, the one that is larger here (the more
     /// recently submitted victims) ranks first.
@@ -67,12 +159,12 @@ pub struct SetCost {
 
 impl Ord for SetCost {
     fn cmp(&self, other: &SetCost) -> Ordering {
-        (self.top_priority, Reverse(self.top_share), self.lost_gpu_ms, self.gpus_beyond_need, self.victims)
+        (self.top_priority, Reverse(self.top_share), self.lost_gpu_ms, self.milli_beyond_need, self.victims)
             .cmp(&(
                 other.top_priority,
                 Reverse(other.top_share),
                 other.lost_gpu_ms,
-                other.gpus_beyond_need,
+                other.milli_beyond_need,
                 other.victims,
             ))
             .then_with(|| other.ids_newest_first.cmp(&self.ids_newest_first))
@@ -86,25 +178,26 @@ impl PartialOrd for SetCost {
 }
 
 impl SetCost {
-    /// The cost of taking `set` from a node with `available` free for `demand`.
-    pub fn of(set: &[NodeCandidate], available: Resources, demand: Resources) -> SetCost {
-        SetCost::of_iter(set.iter(), available, demand)
+    /// The cost of taking `set` from a node with `room` free for `demand`.
+    pub fn of(set: &[NodeCandidate], room: &SearchRoom, demand: Resources) -> SetCost {
+        SetCost::of_iter(set.iter(), room, demand)
     }
 
     fn of_iter<'a>(
         set: impl Iterator<Item = &'a NodeCandidate> + Clone,
-        available: Resources,
+        room: &SearchRoom,
         demand: Resources,
     ) -> SetCost {
         let mut ids_newest_first: Vec<JobId> = set.clone().map(|v| v.id).collect();
         ids_newest_first.sort_unstable_by(|a, b| b.cmp(a));
-        let freed_gpus: u32 = set.clone().map(|v| v.freed.gpus).sum();
         let top_priority = set.clone().map(|v| v.priority).max().unwrap_or(Priority::MIN);
+        let mut after = room.clone();
+        set.clone().for_each(|v| after.add(v));
         SetCost {
             top_priority,
             top_share: set.clone().filter(|v| v.priority == top_priority).map(|v| v.tenant_share).min().unwrap_or(0),
             lost_gpu_ms: set.map(|v| v.lost_gpu_ms).sum(),
-            gpus_beyond_need: (available.gpus + freed_gpus).saturating_sub(demand.gpus),
+            milli_beyond_need: after.free_milli().saturating_sub(demand.gpu_milli_total()),
             victims: ids_newest_first.len(),
             ids_newest_first,
         }
@@ -132,7 +225,8 @@ pub struct NodeSet {
 pub const BRANCH_STEPS_MAX: u32 = 20_000;
 
 /// The best set of at most `victims_max` candidates whose going makes room for `demand`
-/// next to `available`; `None` if no such set exists (or none is needed: `demand` fits).
+/// next to `available` (GPUs counted whole); `None` if no such set exists (or none is
+/// needed: `demand` fits). See [`best_set_on_node_in`] for a room counted GPU by GPU.
 ///
 /// Rule 2 first: the candidates are admitted level by level, lowest priority first, and
 /// the first level at which some set makes room is the set's highest priority (a set of
@@ -144,7 +238,17 @@ pub fn best_set_on_node(
     candidates: &[NodeCandidate],
     victims_max: usize,
 ) -> Option<NodeSet> {
-    best_set_on_node_with(&mut Buffers::default(), available, demand, candidates, victims_max)
+    best_set_on_node_with(&mut Buffers::default(), &SearchRoom::whole(available), demand, candidates, victims_max)
+}
+
+/// [`best_set_on_node`] on any [`SearchRoom`].
+pub fn best_set_on_node_in(
+    room: &SearchRoom,
+    demand: Resources,
+    candidates: &[NodeCandidate],
+    victims_max: usize,
+) -> Option<NodeSet> {
+    best_set_on_node_with(&mut Buffers::default(), room, demand, candidates, victims_max)
 }
 
 /// Memory the search reuses from one call to the next (the scheduler keeps one).
@@ -164,12 +268,12 @@ pub struct Buffers {
 /// [`best_set_on_node`], reusing `buffers`.
 pub fn best_set_on_node_with(
     buffers: &mut Buffers,
-    available: Resources,
+    available: &SearchRoom,
     demand: Resources,
     candidates: &[NodeCandidate],
     victims_max: usize,
 ) -> Option<NodeSet> {
-    if demand.fits_in(available) || victims_max == 0 {
+    if available.fits(demand) || victims_max == 0 {
         return None;
     }
     let mut levels = std::mem::take(&mut buffers.levels);
@@ -178,14 +282,14 @@ pub fn best_set_on_node_with(
     levels.sort_unstable();
     levels.dedup();
     buffers.admitted.clear();
-    let mut room = available;
+    let mut room = available.clone();
     let mut found = None;
     'levels: for &level in &levels {
         for (i, c) in candidates.iter().enumerate().filter(|(_, c)| c.priority == level) {
             buffers.admitted.push(i);
-            room = room.plus(c.freed);
+            room.add(c);
         }
-        if !demand.fits_in(room) {
+        if !room.fits(demand) {
             continue;
         }
         // Rule 2b: the highest floor of tenant share at this level that still leaves a set
@@ -216,7 +320,7 @@ pub fn best_set_on_node_with(
 /// those at `level` whose tenant share is at least `floor`, by index into `candidates`.
 fn best_above_floor(
     buffers: &mut Buffers,
-    available: Resources,
+    available: &SearchRoom,
     demand: Resources,
     candidates: &[NodeCandidate],
     victims_max: usize,
@@ -227,8 +331,9 @@ fn best_above_floor(
     subset.clear();
     let admits = |c: &NodeCandidate| c.priority < level || c.tenant_share >= floor;
     subset.extend(buffers.admitted.iter().copied().filter(|&i| admits(&candidates[i])));
-    let room = subset.iter().fold(available, |r, &i| r.plus(candidates[i].freed));
-    let best = if !demand.fits_in(room) {
+    let mut room = available.clone();
+    subset.iter().for_each(|&i| room.add(&candidates[i]));
+    let best = if !room.fits(demand) {
         None
     } else if subset.len() == candidates.len() {
         // Usually every candidate is admitted at once (the scheduler passes those up to the
@@ -249,13 +354,13 @@ fn best_above_floor(
 /// Rules 3 to 5 among sets of `candidates` (indices into it).
 fn best_set_up_to_level(
     buffers: &mut Buffers,
-    available: Resources,
+    available: &SearchRoom,
     demand: Resources,
     candidates: &[NodeCandidate],
     victims_max: usize,
 ) -> Option<(Vec<usize>, Exactness)> {
-    let need = demand.saturating_minus(available);
-    let gpus_only = need.cpu_millis == 0 && need.memory_mib == 0;
+    let need = demand.saturating_minus(available.free);
+    let gpus_only = need.cpu_millis == 0 && need.memory_mib == 0 && !available.by_slot();
     let holding_gpus = candidates.iter().filter(|c| c.freed.gpus > 0).count();
     if gpus_only && holding_gpus <= 64 {
         gpu_program(buffers, need.gpus, candidates, victims_max).map(|v| (v, Exactness::Exact))
@@ -348,30 +453,30 @@ fn gpu_program(
 /// taking each or not; a branch ends when its set makes room (more victims only rank
 /// lower) or loses more work than the best set found.
 fn branch_and_bound(
-    available: Resources,
+    available: &SearchRoom,
     demand: Resources,
     candidates: &[NodeCandidate],
     victims_max: usize,
 ) -> Option<(Vec<usize>, Exactness)> {
     let mut order: Vec<usize> = (0..candidates.len()).collect();
     order.sort_unstable_by_key(|&i| (candidates[i].lost_gpu_ms, std::cmp::Reverse(candidates[i].id)));
-    // What the candidates from position p on could free at most.
-    let mut rest = vec![Resources::ZERO; order.len() + 1];
-    for p in (0..order.len()).rev() {
-        rest[p] = rest[p + 1].plus(candidates[order[p]].freed);
-    }
+    // The room with every candidate from the current position on gone too: the most the
+    // branch can still reach.
+    let mut reach = available.clone();
+    candidates.iter().for_each(|c| reach.add(c));
     let mut search = Branch {
         available,
         demand,
         candidates,
         order: &order,
-        rest: &rest,
+        room: available.clone(),
+        reach,
         victims_max,
         steps: 0,
         set: Vec::new(),
         best: None,
     };
-    search.descend(0, available, 0);
+    search.descend(0, 0);
     if search.steps > BRANCH_STEPS_MAX {
         let fallback = rule_order_minimal(available, demand, candidates, victims_max)?;
         return Some((fallback, Exactness::StepsExhausted));
@@ -379,12 +484,16 @@ fn branch_and_bound(
     search.best.map(|(_, set)| (set, Exactness::Exact))
 }
 
+/// The branch and bound's state: `room` is the room with the set's victims gone, `reach`
+/// with the candidates from the current position on gone too (kept in place: each step
+/// adds or removes one candidate and undoes it on the way back).
 struct Branch<'a> {
-    available: Resources,
+    available: &'a SearchRoom,
     demand: Resources,
     candidates: &'a [NodeCandidate],
     order: &'a [usize],
-    rest: &'a [Resources],
+    room: SearchRoom,
+    reach: SearchRoom,
     victims_max: usize,
     steps: u32,
     set: Vec<usize>,
@@ -392,7 +501,7 @@ struct Branch<'a> {
 }
 
 impl Branch<'_> {
-    fn descend(&mut self, position: usize, room: Resources, lost: u64) {
+    fn descend(&mut self, position: usize, lost: u64) {
         self.steps += 1;
         if self.steps > BRANCH_STEPS_MAX {
             return;
@@ -400,7 +509,7 @@ impl Branch<'_> {
         if self.best.as_ref().is_some_and(|(b, _)| lost > b.lost_gpu_ms) {
             return;
         }
-        if self.demand.fits_in(room) {
+        if self.room.fits(self.demand) {
             let set: Vec<NodeCandidate> = self.set.iter().map(|&i| self.candidates[i]).collect();
             let cost = SetCost::of(&set, self.available, self.demand);
             if self.best.as_ref().is_none_or(|(b, _)| cost < *b) {
@@ -411,21 +520,26 @@ impl Branch<'_> {
         if position == self.order.len() || self.set.len() == self.victims_max {
             return;
         }
-        if !self.demand.fits_in(room.plus(self.rest[position])) {
+        if !self.reach.fits(self.demand) {
             return;
         }
         let i = self.order[position];
+        let c = self.candidates[i];
         self.set.push(i);
-        self.descend(position + 1, room.plus(self.candidates[i].freed), lost + self.candidates[i].lost_gpu_ms);
+        self.room.add(&c);
+        self.descend(position + 1, lost + c.lost_gpu_ms);
+        self.room.remove(&c);
         self.set.pop();
-        self.descend(position + 1, room, lost);
+        self.reach.remove(&c);
+        self.descend(position + 1, lost);
+        self.reach.add(&c);
     }
 }
 
 /// The candidates in rule order (priority, lost work, newest first) until the demand fits,
 /// then those not needed dropped, most costly first.
 fn rule_order_minimal(
-    available: Resources,
+    available: &SearchRoom,
     demand: Resources,
     candidates: &[NodeCandidate],
     victims_max: usize,
@@ -436,24 +550,25 @@ fn rule_order_minimal(
         (c.priority, c.lost_gpu_ms, std::cmp::Reverse(c.id))
     });
     let mut taken = Vec::new();
-    let mut room = available;
+    let mut room = available.clone();
     for i in order {
-        if demand.fits_in(room) {
+        if room.fits(demand) {
             break;
         }
         taken.push(i);
-        room = room.plus(candidates[i].freed);
+        room.add(&candidates[i]);
     }
-    if !demand.fits_in(room) {
+    if !room.fits(demand) {
         return None;
     }
     let mut at = taken.len();
     while at > 0 {
         at -= 1;
-        let without = room.minus(candidates[taken[at]].freed);
-        if demand.fits_in(without) {
-            room = without;
+        room.remove(&candidates[taken[at]]);
+        if room.fits(demand) {
             taken.remove(at);
+        } else {
+            room.add(&candidates[taken[at]]);
         }
     }
     (taken.len() <= victims_max).then_some(taken)
@@ -542,7 +657,7 @@ impl WideSearch {
             top_priority,
             top_share: chosen().filter(|c| c.priority == top_priority).map(|c| c.tenant_share).min().unwrap_or(0),
             lost_gpu_ms: chosen().map(|c| c.lost_gpu_ms).sum(),
-            gpus_beyond_need: u32::try_from(room_gpus.saturating_sub(self.gpus_needed())).unwrap_or(u32::MAX),
+            milli_beyond_need: room_gpus.saturating_sub(self.gpus_needed()).saturating_mul(1000),
             victims: ids_newest_first.len(),
             ids_newest_first,
         }
@@ -658,7 +773,7 @@ impl<'a> WideState<'a> {
 
     fn makes_room(&self) -> bool {
         self.hosted_total >= u64::from(self.search.replicas)
-            && self.search.quota_needs.iter().zip(&self.quota_freed).all(|(need, freed)| need.fits_in(*freed))
+            && self.search.quota_needs.iter().zip(&self.quota_freed).all(|(need, freed)| need.within_by_amount(*freed))
     }
 
     fn take(&mut self, i: usize) {
@@ -689,13 +804,13 @@ impl<'a> WideState<'a> {
                 None => (*freed, Resources::ZERO),
                 Some(caps) => {
                     let sum = &mut self.group_freed[k][c.group];
-                    let before = sum.min_each(caps[c.group]);
+                    let before = sum.min_by_amount(caps[c.group]);
                     *sum = if taken { sum.plus(*freed) } else { sum.minus(*freed) };
-                    (before, sum.min_each(caps[c.group]))
+                    (before, sum.min_by_amount(caps[c.group]))
                 }
             };
             let total = &mut self.quota_freed[k];
-            *total = total.minus(before).plus(after);
+            *total = total.plus(after).minus_by_amount(before);
         }
     }
 
@@ -860,7 +975,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             .quota_needs
             .iter()
             .enumerate()
-            .all(|(k, need)| need.fits_in(self.state.quota_freed[k].plus(self.quota_suffix[position][k])));
+            .all(|(k, need)| need.within_by_amount(self.state.quota_freed[k].plus(self.quota_suffix[position][k])));
         if !reachable || position == self.order.len() || self.set.len() == self.search.victims_max {
             return;
         }
@@ -871,8 +986,8 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         if let Some((best, _)) = &self.best {
             let room_gpus_min = self.state.room_gpus + self.state.gpus_still_needed();
             let beyond_min = room_gpus_min.saturating_sub(self.search.gpus_needed());
-            let bound = (lost + loss_min, beyond_min, self.set.len() + 1);
-            if bound > (best.lost_gpu_ms, u64::from(best.gpus_beyond_need), best.victims) {
+            let bound = (lost + loss_min, beyond_min.saturating_mul(1000), self.set.len() + 1);
+            if bound > (best.lost_gpu_ms, best.milli_beyond_need, best.victims) {
                 return;
             }
         }
@@ -1034,6 +1149,8 @@ mod tests {
             lost_gpu_ms: lost_gpu_min * 60_000,
             freed: Resources::gpus(gpus),
             tenant_share: 0,
+            slots: GpuSet::EMPTY,
+            share_milli: 0,
         }
     }
 

@@ -78,19 +78,65 @@ pub type Priority = i32;
 /// Resources of one replica, or of a node, or a quota.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Resources {
+    /// Whole GPUs.
     pub gpus: u32,
     pub cpu_millis: u64,
     pub memory_mib: u64,
+    /// Thousandths of one GPU taken as a share (openb's `gpu_milli`), apart from `gpus`:
+    /// - in a replica's demand, the share of one GPU it asks for: 1 to 999, with `gpus` 0
+    ///   (a replica takes a share of one GPU, or whole GPUs, or none);
+    /// - in what accounts, jobs and nodes hold, the shares summed (one share may sit beside
+    ///   another on a GPU, so this may pass 1000);
+    /// - in a node's room (`Node::available`), the largest share one more replica may take
+    ///   on one GPU: 1000 while a whole GPU is free, so `fits_in` answers for shares too.
+    pub gpu_milli: u32,
 }
 
 impl Resources {
-    pub const ZERO: Resources = Resources { gpus: 0, cpu_millis: 0, memory_mib: 0 };
+    pub const ZERO: Resources = Resources { gpus: 0, cpu_millis: 0, memory_mib: 0, gpu_milli: 0 };
 
     pub fn new(gpus: u32, cpu_millis: u64, memory_mib: u64) -> Resources {
-        Resources { gpus, cpu_millis, memory_mib }
+        Resources { gpus, cpu_millis, memory_mib, gpu_milli: 0 }
+    }
+    /// A share of one GPU: `gpu_milli` thousandths (see the field).
+    pub fn share(gpu_milli: u32, cpu_millis: u64, memory_mib: u64) -> Resources {
+        Resources { gpus: 0, cpu_millis, memory_mib, gpu_milli }
+    }
+    /// Is this a demand for a share of one GPU?
+    pub fn is_share(self) -> bool {
+        self.gpu_milli > 0
+    }
+    /// GPU slots a replica of this demand lists in its placement: one for a share.
+    pub fn slots_per_replica(self) -> u32 {
+        if self.is_share() { 1 } else { self.gpus }
+    }
+    /// A demand as the victim search, the reservation plan and the start-time forecast see
+    /// it: a share asks for a whole GPU there, since they count GPUs freed whole (a share
+    /// preemptor frees a whole GPU and holds it; see `preemption.rs`).
+    pub fn as_whole_gpus(self) -> Resources {
+        if self.is_share() { Resources { gpus: 1, gpu_milli: 0, ..self } } else { self }
+    }
+    /// Without the shares: what a share victim frees as the victim search counts it (its
+    /// CPU and memory; its GPU comes back only when every share on it goes).
+    pub fn without_shares(self) -> Resources {
+        Resources { gpu_milli: 0, ..self }
+    }
+    /// GPUs in thousandths, whole and shared together.
+    pub fn gpu_milli_total(self) -> u64 {
+        u64::from(self.gpus) * 1000 + u64::from(self.gpu_milli)
     }
     pub fn gpus(gpus: u32) -> Resources {
         Resources { gpus, ..Resources::ZERO }
+    }
+    /// From an amount per dimension (see [`ResourceKind::amount`]: GPUs in thousandths).
+    pub fn from_amounts(of: impl Fn(ResourceKind) -> u64) -> Resources {
+        let milli = of(ResourceKind::Gpu);
+        Resources {
+            gpus: u32::try_from(milli / 1000).unwrap_or(u32::MAX),
+            cpu_millis: of(ResourceKind::Cpu),
+            memory_mib: of(ResourceKind::Memory),
+            gpu_milli: (milli % 1000) as u32,
+        }
     }
     /// From a figure per dimension (GPUs saturating at `u32::MAX`).
     pub fn from_fn(of: impl Fn(ResourceKind) -> u64) -> Resources {
@@ -102,6 +148,7 @@ impl Resources {
             gpus: self.gpus * n,
             cpu_millis: self.cpu_millis * u64::from(n),
             memory_mib: self.memory_mib * u64::from(n),
+            gpu_milli: self.gpu_milli * n,
         }
     }
     pub fn plus(self, other: Resources) -> Resources {
@@ -109,21 +156,51 @@ impl Resources {
             gpus: self.gpus + other.gpus,
             cpu_millis: self.cpu_millis + other.cpu_millis,
             memory_mib: self.memory_mib + other.memory_mib,
+            gpu_milli: self.gpu_milli + other.gpu_milli,
         }
     }
     /// Subtraction that panics on underflow: usage accounting must never go negative.
+    ///
+    /// Whole GPUs and shares are taken apart where each suffices; otherwise whole GPUs are
+    /// broken into thousandths (a quota's charge less its own victims' may mix the two).
     pub fn minus(self, other: Resources) -> Resources {
+        let (gpus, gpu_milli) = match (self.gpus.checked_sub(other.gpus), self.gpu_milli.checked_sub(other.gpu_milli)) {
+            (Some(g), Some(m)) => (g, m),
+            _ => {
+                let milli =
+                    self.gpu_milli_total().checked_sub(other.gpu_milli_total()).expect("gpu accounting underflow");
+                split_milli(milli)
+            }
+        };
         Resources {
-            gpus: self.gpus.checked_sub(other.gpus).expect("gpu accounting underflow"),
+            gpus,
             cpu_millis: self.cpu_millis.checked_sub(other.cpu_millis).expect("cpu accounting underflow"),
             memory_mib: self.memory_mib.checked_sub(other.memory_mib).expect("memory accounting underflow"),
+            gpu_milli,
         }
     }
+    /// Subtraction down to zero, dimension by dimension (shares apart from whole GPUs: in a
+    /// node's room `gpu_milli` is not a sum, see the field).
     pub fn saturating_minus(self, other: Resources) -> Resources {
         Resources {
             gpus: self.gpus.saturating_sub(other.gpus),
             cpu_millis: self.cpu_millis.saturating_sub(other.cpu_millis),
             memory_mib: self.memory_mib.saturating_sub(other.memory_mib),
+            gpu_milli: self.gpu_milli.saturating_sub(other.gpu_milli),
+        }
+    }
+    /// Subtraction down to zero by [`ResourceKind::amount`] (GPUs as thousandths, whole and
+    /// shared together): for usage, where a whole GPU covers a share.
+    pub fn saturating_minus_by_amount(self, other: Resources) -> Resources {
+        Resources::from_amounts(|k| k.amount(self).saturating_sub(k.amount(other)))
+    }
+    /// The larger of each dimension (not `Ord::max`, which compares whole values).
+    pub fn max_each(self, other: Resources) -> Resources {
+        Resources {
+            gpus: self.gpus.max(other.gpus),
+            cpu_millis: self.cpu_millis.max(other.cpu_millis),
+            memory_mib: self.memory_mib.max(other.memory_mib),
+            gpu_milli: self.gpu_milli.max(other.gpu_milli),
         }
     }
     /// The smaller of each dimension (not `Ord::min`, which compares whole values).
@@ -132,25 +209,58 @@ impl Resources {
             gpus: self.gpus.min(other.gpus),
             cpu_millis: self.cpu_millis.min(other.cpu_millis),
             memory_mib: self.memory_mib.min(other.memory_mib),
+            gpu_milli: self.gpu_milli.min(other.gpu_milli),
         }
     }
-    /// True when every dimension of `self` is at most the same dimension of `other`.
     /// How many of `per` fit in these resources (`u32::MAX` when `per` is zero).
     pub fn count_fitting(self, per: Resources) -> u32 {
         let by = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
         let n = by(u64::from(self.gpus), u64::from(per.gpus))
             .min(by(self.cpu_millis, per.cpu_millis))
-            .min(by(self.memory_mib, per.memory_mib));
+            .min(by(self.memory_mib, per.memory_mib))
+            .min(by(u64::from(self.gpu_milli), u64::from(per.gpu_milli)));
         n.min(u64::from(u32::MAX)) as u32
     }
-    pub fn fits_in(self, other: Resources) -> bool {
-        self.gpus <= other.gpus && self.cpu_millis <= other.cpu_millis && self.memory_mib <= other.memory_mib
+    /// `fits_in` by [`ResourceKind::amount`] (GPUs as thousandths, whole and shared
+    /// together): how usage is compared with what a quota needs, since a whole GPU freed
+    /// covers a share needed.
+    pub fn within_by_amount(self, other: Resources) -> bool {
+        ResourceKind::ALL.into_iter().all(|k| k.amount(self) <= k.amount(other))
     }
+    /// Equal by amount: the same usage, however whole GPUs and shares are split.
+    pub fn same_amounts(self, other: Resources) -> bool {
+        ResourceKind::ALL.into_iter().all(|k| k.amount(self) == k.amount(other))
+    }
+    /// `min_each` by amount.
+    pub fn min_by_amount(self, other: Resources) -> Resources {
+        Resources::from_amounts(|k| k.amount(self).min(k.amount(other)))
+    }
+    /// `minus` by amount (panics on underflow, as `minus`).
+    pub fn minus_by_amount(self, other: Resources) -> Resources {
+        Resources::from_amounts(|k| k.amount(self).checked_sub(k.amount(other)).expect("quota accounting underflow"))
+    }
+    /// True when every dimension of `self` is at most the same dimension of `other`.
+    pub fn fits_in(self, other: Resources) -> bool {
+        self.gpus <= other.gpus
+            && self.cpu_millis <= other.cpu_millis
+            && self.memory_mib <= other.memory_mib
+            && self.gpu_milli <= other.gpu_milli
+    }
+}
+
+/// Thousandths of GPUs as (whole GPUs, the rest).
+fn split_milli(milli: u64) -> (u32, u32) {
+    (u32::try_from(milli / 1000).unwrap_or(u32::MAX), (milli % 1000) as u32)
 }
 
 impl fmt::Display for Resources {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} GPU, {}m CPU, {} MiB", self.gpus, self.cpu_millis, self.memory_mib)
+        if self.gpu_milli == 0 {
+            write!(f, "{} GPU, {}m CPU, {} MiB", self.gpus, self.cpu_millis, self.memory_mib)
+        } else {
+            let milli = self.gpu_milli_total();
+            write!(f, "{}.{:03} GPU, {}m CPU, {} MiB", milli / 1000, milli % 1000, self.cpu_millis, self.memory_mib)
+        }
     }
 }
 
@@ -170,11 +280,36 @@ impl ResourceKind {
             ResourceKind::Memory => "memory_mib",
         }
     }
+    /// The figure of `r` in this dimension. GPUs count shares rounded up to whole GPUs
+    /// (`gpus + ⌈gpu_milli / 1000⌉`): against a cap in whole GPUs, that is exact (shares
+    /// summing to at most `cap × 1000` thousandths pass, one more thousandth does not).
     pub fn of(self, r: Resources) -> u64 {
         match self {
-            ResourceKind::Gpu => u64::from(r.gpus),
+            ResourceKind::Gpu => u64::from(r.gpus) + u64::from(r.gpu_milli).div_ceil(1000),
             ResourceKind::Cpu => r.cpu_millis,
             ResourceKind::Memory => r.memory_mib,
+        }
+    }
+    /// The figure of `r` in this dimension in the unit quotas are added up in: thousandths
+    /// for GPUs (whole GPUs and shares together), so sums and differences of usage are exact.
+    pub fn amount(self, r: Resources) -> u64 {
+        match self {
+            ResourceKind::Gpu => r.gpu_milli_total(),
+            _ => self.of(r),
+        }
+    }
+    /// A limit in this dimension (whole GPUs for GPUs) in the unit of [`ResourceKind::amount`].
+    pub fn amount_of_limit(self, limit: u64) -> u64 {
+        match self {
+            ResourceKind::Gpu => limit.saturating_mul(1000),
+            _ => limit,
+        }
+    }
+    /// An amount back in the unit of limits, rounded up: how much of a limit it takes.
+    pub fn limit_units(self, amount: u64) -> u64 {
+        match self {
+            ResourceKind::Gpu => amount.div_ceil(1000),
+            _ => amount,
         }
     }
     pub const ALL: [ResourceKind; 3] = [ResourceKind::Gpu, ResourceKind::Cpu, ResourceKind::Memory];
@@ -261,6 +396,11 @@ impl JobSpec {
             overrides_protection: false,
             preemption_delay_ms: 0,
         }
+    }
+    /// GPUs the gang takes whole or a share of, when running: what the victim index tallies
+    /// (an upper bound of the GPUs its going frees whole).
+    pub fn gpu_slots(&self) -> u32 {
+        self.per_replica.slots_per_replica() * self.replicas
     }
     /// Everything the gang holds when running.
     pub fn total(&self) -> Resources {

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::ids::JobIx;
 use crate::model::{Job, last_progress_saved, progress_saved_at, reported_saved_at};
-use crate::types::{JobId, Priority, Resources, Time};
+use crate::types::{GpuSet, JobId, Priority, Resources, Time};
 
 /// A running preemptible job as the victim search sees it on one node. The search reads
 /// every entry of every node it weighs, so what it reads is kept flat, and in front: the
@@ -24,8 +24,12 @@ pub(crate) struct VictimEntry {
     pub priority: Priority,
     /// GPUs of the whole job (what its lost work is weighted by).
     pub gpus_total: u32,
-    /// What it frees on this node: its replicas here.
+    /// What it frees on this node: its replicas here (a share's GPU as `slots` says).
     pub freed: Resources,
+    /// Its GPUs on this node.
+    pub slots: GpuSet,
+    /// The thousandths of its one GPU a share takes; 0 for whole GPUs.
+    pub share_milli: u32,
     /// Not a victim before this (rule 1: its minimum run, its hourly maximum of preemptions).
     pub protected_until: Time,
     pub started_at: Time,
@@ -38,18 +42,22 @@ pub(crate) struct VictimEntry {
 }
 
 impl VictimEntry {
-    /// The entry of `job`, running since `started_at`, on a node where it holds `freed`.
-    pub fn new(job: &Job, ix: JobIx, started_at: Time, freed: Resources) -> VictimEntry {
+    /// The entry of `job`, running since `started_at`, on a node where it holds `freed` on
+    /// `slots`.
+    pub fn new(job: &Job, ix: JobIx, started_at: Time, freed: Resources, slots: GpuSet) -> VictimEntry {
         VictimEntry {
             priority: job.spec.priority,
             ix,
             id: job.spec.id,
-            freed,
+            // A share frees no GPU as the search counts (see `Resources::without_shares`).
+            freed: freed.without_shares(),
+            slots,
+            share_milli: job.spec.per_replica.gpu_milli,
             started_at,
             checkpoint_interval_ms: job.spec.checkpoint_interval_ms.unwrap_or(0),
             reported_saved_at: reported_saved_at(job.last_checkpoint, started_at),
             protected_until: job.protected_until(started_at),
-            gpus_total: job.spec.total().gpus,
+            gpus_total: job.spec.gpu_slots(),
         }
     }
 

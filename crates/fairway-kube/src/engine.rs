@@ -1790,6 +1790,10 @@ impl Engine {
                 "no node with {gpus_per_replica} free GPUs{} for each of its {replicas} replica(s): the most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",
                 model(*gpu_model)
             ),
+            PendingReason::NoShareFit { gpu_milli, gpu_model, share_free_max, nodes_matching } => format!(
+                "no GPU{} with {gpu_milli}/1000 free for its share: the most free on one GPU is {share_free_max}/1000 (of {nodes_matching} nodes)",
+                model(*gpu_model)
+            ),
             PendingReason::WaitingForPreemption { victims } => {
                 let names: Vec<String> = victims.iter().map(|v| name(*v)).collect();
                 format!("waiting for the preemption of {}; their GPUs are held for it", names.join(", "))

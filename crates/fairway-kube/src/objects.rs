@@ -141,18 +141,10 @@ impl PodInfo {
             }
             for c in spec.init_containers.iter().flatten() {
                 let r = container_requests(c.resources.as_ref(), settings);
-                init_max = Resources {
-                    gpus: init_max.gpus.max(r.gpus),
-                    cpu_millis: init_max.cpu_millis.max(r.cpu_millis),
-                    memory_mib: init_max.memory_mib.max(r.memory_mib),
-                };
+                init_max = init_max.max_each(r);
             }
         }
-        let requests = Resources {
-            gpus: requests.gpus.max(init_max.gpus),
-            cpu_millis: requests.cpu_millis.max(init_max.cpu_millis),
-            memory_mib: requests.memory_mib.max(init_max.memory_mib),
-        };
+        let requests = requests.max_each(init_max);
         Some(PodInfo {
             uid: meta.uid.clone()?,
             namespace: meta.namespace.clone().unwrap_or_default(),

@@ -7,11 +7,13 @@
 //! decision (never to the cluster or the backlog), so it runs over every cycle of a whole
 //! trace:
 //!
-//! 1. A start places the whole gang: `replicas` replicas of `per_replica.gpus` GPUs each,
-//!    on known nodes of the job's GPU model.
+//! 1. A start places the whole gang: `replicas` replicas of `per_replica.gpus` GPUs each
+//!    (one GPU for a share of one GPU), on known nodes of the job's GPU model.
 //! 2. No GPU is assigned twice: a started replica's slots exist on its node and no job the
-//!    driver still runs (including a victim in its grace period) occupies them; the CPU and
-//!    memory of a node's replicas stay within its capacity.
+//!    driver still runs (including a victim in its grace period) occupies them; a share
+//!    sits only on a GPU no job takes whole, and the shares on one GPU add up to at most
+//!    1000 thousandths; the CPU and memory of a node's replicas stay within its capacity.
+//!    Quotas count GPUs in thousandths (whole GPUs and shares together).
 //! 3. Usage stays within quota: what a capped account's running jobs hold never exceeds
 //!    its hard cap, nor a project in a cohort its nominal quota plus borrowing limit; and
 //!    what a cohort's members hold beyond their guarantees (nominal less lending limit)
@@ -32,8 +34,10 @@ use fairway_core::{
 /// A node as the driver sees it.
 struct NodeLedger {
     spec: NodeSpec,
-    /// Slots occupied by jobs the driver runs.
+    /// Slots occupied whole by jobs the driver runs.
     taken: GpuSet,
+    /// Per slot, the thousandths its shares take.
+    shares: Vec<u32>,
     used: Resources,
 }
 
@@ -71,7 +75,12 @@ impl Audit {
     ) -> Audit {
         let mut nodes: Vec<NodeLedger> = nodes
             .iter()
-            .map(|spec| NodeLedger { spec: spec.clone(), taken: GpuSet::EMPTY, used: Resources::ZERO })
+            .map(|spec| NodeLedger {
+                spec: spec.clone(),
+                taken: GpuSet::EMPTY,
+                shares: vec![0; spec.capacity.gpus as usize],
+                used: Resources::ZERO,
+            })
             .collect();
         nodes.sort_by_key(|n| n.spec.id);
         let mut accounts: Vec<AccountLedger> =
@@ -110,13 +119,9 @@ impl Audit {
         }
         for r in replicas {
             let node = self.node(r.node).ok_or_else(|| format!("{id} started on unknown {}", r.node))?;
-            if r.gpus.len() != spec.per_replica.gpus {
-                return Err(format!(
-                    "{id} replica on {} has {} GPUs, wants {}",
-                    r.node,
-                    r.gpus.len(),
-                    spec.per_replica.gpus
-                ));
+            let wants = spec.per_replica.slots_per_replica();
+            if r.gpus.len() != wants {
+                return Err(format!("{id} replica on {} has {} GPUs, wants {wants}", r.node, r.gpus.len()));
             }
             if spec.gpu_model.is_some_and(|m| m != node.spec.gpu_model) {
                 return Err(format!(
@@ -143,13 +148,24 @@ impl Audit {
         for (k, r) in replicas.iter().enumerate() {
             let node = self.node_mut(r.node).expect("checked above");
             let outside = r.gpus.minus(GpuSet::first(node.spec.capacity.gpus));
-            let clash = node.taken.intersection(r.gpus);
+            let share = spec.per_replica.gpu_milli;
+            let shared = r.gpus.iter().filter(|&s| node.shares.get(s as usize).is_some_and(|m| *m > 0));
+            let clash = node.taken.union(if share > 0 {
+                GpuSet::EMPTY
+            } else {
+                GpuSet::from_indices(shared).unwrap_or_default()
+            });
+            let clash = clash.intersection(r.gpus);
+            let over =
+                r.gpus.iter().find(|&s| share > 0 && node.shares.get(s as usize).is_some_and(|m| m + share > 1000));
             let used = node.used.plus(spec.per_replica);
             let problem = if !outside.is_empty() {
                 Some(format!("{id} was given GPUs {outside} that {} does not have", r.node))
             } else if !clash.is_empty() {
                 Some(format!("{id} was given GPUs {clash} on {}, which another job still holds", r.node))
-            } else if !used.fits_in(node.spec.capacity) {
+            } else if let Some(slot) = over {
+                Some(format!("{id}'s share of {share} takes GPU {slot} on {} past 1000 thousandths", r.node))
+            } else if !used.without_shares().fits_in(node.spec.capacity) {
                 Some(format!("{id} takes {} past its capacity {}", r.node, node.spec.capacity))
             } else {
                 None
@@ -158,7 +174,11 @@ impl Audit {
                 self.release_replicas(spec, &replicas[..k]);
                 return Err(problem);
             }
-            node.taken = node.taken.union(r.gpus);
+            if share > 0 {
+                r.gpus.iter().for_each(|s| node.shares[s as usize] += share);
+            } else {
+                node.taken = node.taken.union(r.gpus);
+            }
             node.used = used;
         }
         for account in spec.accounts() {
@@ -227,9 +247,10 @@ impl Audit {
             if !self.governs(cohort, kind) {
                 continue;
             }
-            let nominal = member.nominal.nominal.limit(kind).unwrap_or(0);
-            let held = kind.of(member.held) + kind.of(total);
-            if let Some(borrow) = member.nominal.borrowing_limit.limit(kind)
+            // In thousandths for GPUs (`ResourceKind::amount`), limits likewise.
+            let nominal = kind.amount_of_limit(member.nominal.nominal.limit(kind).unwrap_or(0));
+            let held = kind.amount(member.held) + kind.amount(total);
+            if let Some(borrow) = member.nominal.borrowing_limit.limit(kind).map(|b| kind.amount_of_limit(b))
                 && held > nominal + borrow
             {
                 return Err(format!(
@@ -241,10 +262,11 @@ impl Audit {
             }
             let (mut beyond, mut lent) = (0u64, 0u64);
             for m in self.members.iter().filter(|m| m.nominal.cohort == cohort) {
-                let nominal = m.nominal.nominal.limit(kind).unwrap_or(0);
-                let lends = m.nominal.lending_limit.limit(kind).map_or(nominal, |l| l.min(nominal));
-                let extra = if m.project == spec.project { kind.of(total) } else { 0 };
-                beyond += (kind.of(m.held) + extra).saturating_sub(nominal - lends);
+                let nominal = kind.amount_of_limit(m.nominal.nominal.limit(kind).unwrap_or(0));
+                let lends =
+                    m.nominal.lending_limit.limit(kind).map_or(nominal, |l| kind.amount_of_limit(l).min(nominal));
+                let extra = if m.project == spec.project { kind.amount(total) } else { 0 };
+                beyond += (kind.amount(m.held) + extra).saturating_sub(nominal - lends);
                 lent += lends;
             }
             if beyond > lent {
@@ -283,7 +305,10 @@ impl Audit {
     fn release_replicas(&mut self, spec: &JobSpec, replicas: &[fairway_core::ReplicaPlacement]) {
         for r in replicas {
             let node = self.node_mut(r.node).expect("claimed on a known node");
-            node.taken = node.taken.minus(r.gpus);
+            match spec.per_replica.gpu_milli {
+                0 => node.taken = node.taken.minus(r.gpus),
+                share => r.gpus.iter().for_each(|s| node.shares[s as usize] -= share),
+            }
             node.used = node.used.minus(spec.per_replica);
         }
     }

@@ -158,7 +158,8 @@ struct Live {
     finish_ms: Option<u64>,
     preemptions: u32,
     lost_gpu_ms: u64,
-    gpus: u32,
+    /// GPUs of the whole gang, in thousandths.
+    gpu_milli: u64,
     /// Since when it waits, while queued.
     queued_since_ms: u64,
     /// Every finished pending interval: the first wait and each re-wait.
@@ -283,7 +284,8 @@ struct Sim<'a> {
     core: Scheduler,
     live: Vec<Live>,
     timers: BinaryHeap<Timed>,
-    gpus_allocated: u32,
+    /// GPUs allocated now, in thousandths.
+    gpu_milli_allocated: u64,
     util: Vec<UtilSample>,
     clock_ms: u64,
     events: u64,
@@ -310,7 +312,7 @@ impl<'a> Sim<'a> {
                 finish_ms: None,
                 preemptions: 0,
                 lost_gpu_ms: 0,
-                gpus: j.spec.total().gpus,
+                gpu_milli: j.spec.total().gpu_milli_total(),
                 queued_since_ms: 0,
                 queued_ms: 0,
                 eta: SubmitEta::NotMeasured,
@@ -322,8 +324,8 @@ impl<'a> Sim<'a> {
             core: Scheduler::new(core_config(config)),
             live,
             timers: BinaryHeap::new(),
-            gpus_allocated: 0,
-            util: vec![UtilSample { t_ms: 0, gpus_allocated: 0 }],
+            gpu_milli_allocated: 0,
+            util: vec![UtilSample { t_ms: 0, gpu_milli_allocated: 0 }],
             clock_ms: 0,
             events: 0,
             cycles: 0,
@@ -403,11 +405,11 @@ impl<'a> Sim<'a> {
         let live = &mut self.live[index];
         // The final run's restart overhead is lost too (the overhead of a preempted run is
         // counted when it yields).
-        live.lost_gpu_ms += u64::from(live.gpus) * (live.progress_from_ms - live.started_ms);
+        live.lost_gpu_ms += live.gpu_milli * (live.progress_from_ms - live.started_ms) / 1000;
         live.phase = Phase::Finished;
         live.finish_ms = Some(t);
         live.remaining_ms = 0;
-        self.gpus_allocated -= live.gpus;
+        self.gpu_milli_allocated -= live.gpu_milli;
         ExitOutcome::Succeeded
     }
 
@@ -423,18 +425,18 @@ impl<'a> Sim<'a> {
             _ => 0,
         };
         live.remaining_ms -= saved;
-        live.lost_gpu_ms += u64::from(live.gpus) * (t - live.started_ms - saved);
+        live.lost_gpu_ms += live.gpu_milli * (t - live.started_ms - saved) / 1000;
         live.preemptions += 1;
         live.phase = Phase::Queued;
         live.queued_since_ms = t;
-        self.gpus_allocated -= live.gpus;
+        self.gpu_milli_allocated -= live.gpu_milli;
         ExitOutcome::Requeue
     }
 
     fn kill(&mut self, index: usize) -> ExitOutcome {
         let live = &mut self.live[index];
         live.phase = Phase::Failed;
-        self.gpus_allocated -= live.gpus;
+        self.gpu_milli_allocated -= live.gpu_milli;
         ExitOutcome::Failed
     }
 
@@ -456,7 +458,7 @@ impl<'a> Sim<'a> {
                 live.started_ms = t;
                 live.progress_from_ms = t + overhead;
                 live.first_start_ms.get_or_insert(t);
-                self.gpus_allocated += live.gpus;
+                self.gpu_milli_allocated += live.gpu_milli;
                 let finish_at = live.progress_from_ms + live.remaining_ms;
                 self.timers.push(Reverse((finish_at, Due::Finish, index, live.epoch)));
             }
@@ -491,7 +493,7 @@ impl<'a> Sim<'a> {
                 live.phase = Phase::Queued;
                 live.queued_since_ms = t;
                 live.epoch += 1;
-                self.gpus_allocated -= live.gpus;
+                self.gpu_milli_allocated -= live.gpu_milli;
             }
         }
         Ok(())
@@ -524,13 +526,13 @@ impl<'a> Sim<'a> {
 
     fn record_util(&mut self, t: u64) {
         let last = self.util.last().expect("starts with a sample");
-        if last.gpus_allocated == self.gpus_allocated {
+        if last.gpu_milli_allocated == self.gpu_milli_allocated {
             return;
         }
         if last.t_ms == t {
             self.util.pop();
         }
-        self.util.push(UtilSample { t_ms: t, gpus_allocated: self.gpus_allocated });
+        self.util.push(UtilSample { t_ms: t, gpu_milli_allocated: self.gpu_milli_allocated });
     }
 
     /// Every job ends exactly once: finished, or still waiting/running only if the run was
@@ -538,11 +540,11 @@ impl<'a> Sim<'a> {
     fn check_conservation(&self, cut: bool) -> Result<(), SimError> {
         let running =
             self.live.iter().filter(|l| matches!(l.phase, Phase::Running | Phase::Yielding | Phase::Stopping));
-        let allocated: u32 = running.clone().map(|l| l.gpus).sum();
-        if allocated != self.gpus_allocated {
+        let allocated: u64 = running.clone().map(|l| l.gpu_milli).sum();
+        if allocated != self.gpu_milli_allocated {
             return Err(SimError::Conservation(format!(
-                "{} GPUs recorded as allocated, running jobs hold {allocated}",
-                self.gpus_allocated
+                "{} thousandths of GPUs recorded as allocated, running jobs hold {allocated}",
+                self.gpu_milli_allocated
             )));
         }
         if !cut && running.count() > 0 {
@@ -569,7 +571,7 @@ impl<'a> Sim<'a> {
                 name: job.name.clone(),
                 tier: job.tier.clone(),
                 tenant: job.tenant.clone(),
-                gpus: live.gpus,
+                gpu_milli: live.gpu_milli,
                 submit_ms: job.submit_ms,
                 first_start_ms: live.first_start_ms,
                 finish_ms: live.finish_ms,

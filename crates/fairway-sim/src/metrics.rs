@@ -36,8 +36,8 @@ pub struct JobRecord {
     pub tier: Arc<str>,
     /// Project the job belongs to.
     pub tenant: Arc<str>,
-    /// Total GPUs of the gang.
-    pub gpus: u32,
+    /// GPUs of the whole gang in thousandths (a share of one GPU counts its thousandths).
+    pub gpu_milli: u64,
     pub submit_ms: u64,
     /// `None`: never started before the end.
     pub first_start_ms: Option<u64>,
@@ -72,7 +72,8 @@ pub enum SubmitEta {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct UtilSample {
     pub t_ms: u64,
-    pub gpus_allocated: u32,
+    /// GPUs allocated from then on, in thousandths.
+    pub gpu_milli_allocated: u64,
 }
 
 /// Everything one simulated run of one policy produced.
@@ -109,7 +110,10 @@ impl RunResult {
         }
         for s in &self.util {
             digest.u64(s.t_ms);
-            digest.u64(u64::from(s.gpus_allocated));
+            // Whole GPUs where the allocation is whole, so that the digest of a run without
+            // shares is what it was when the simulator counted whole GPUs only.
+            let milli = s.gpu_milli_allocated;
+            digest.u64(if milli.is_multiple_of(1000) { milli / 1000 } else { milli | 1 << 63 });
         }
         digest.u64(self.events_processed);
         digest.u64(self.cycles);
@@ -523,7 +527,7 @@ pub fn allocated_gpu_ms(util: &[UtilSample], end_ms: u64, from_ms: u64, to_ms: u
     }
     // First sample whose interval can reach `from_ms`.
     let first = util.partition_point(|s| s.t_ms <= from_ms).saturating_sub(1);
-    let mut total = 0u128;
+    let mut total_milli = 0u128;
     for (i, s) in util.iter().enumerate().skip(first) {
         if s.t_ms >= to_ms {
             break;
@@ -532,10 +536,10 @@ pub fn allocated_gpu_ms(util: &[UtilSample], end_ms: u64, from_ms: u64, to_ms: u
         let lo = s.t_ms.max(from_ms);
         let hi = next.min(to_ms).min(end_ms);
         if hi > lo {
-            total += u128::from(s.gpus_allocated) * u128::from(hi - lo);
+            total_milli += u128::from(s.gpu_milli_allocated) * u128::from(hi - lo);
         }
     }
-    total
+    total_milli / 1000
 }
 
 /// Summarises one run: per tier, per tenant, all jobs, and cluster-wide figures.
@@ -543,15 +547,16 @@ pub fn summarize(run: &RunResult) -> PolicySummary {
     let mut all = Acc::default();
     let mut tiers: BTreeMap<&str, Acc> = BTreeMap::new();
     let mut tenants: BTreeMap<&str, Acc> = BTreeMap::new();
-    let mut useful_gpu_ms = 0u128;
+    let mut useful_gpu_milli_ms = 0u128;
     for r in &run.records {
         all.add(r);
         tiers.entry(&r.tier).or_default().add(r);
         tenants.entry(&r.tenant).or_default().add(r);
         if r.finish_ms.is_some() {
-            useful_gpu_ms += u128::from(r.gpus) * u128::from(r.work_ms);
+            useful_gpu_milli_ms += u128::from(r.gpu_milli) * u128::from(r.work_ms);
         }
     }
+    let useful_gpu_ms = useful_gpu_milli_ms / 1000;
     let lost_gpu_ms = all.lost_gpu_ms;
     let preemptions_total = all.preemptions;
 

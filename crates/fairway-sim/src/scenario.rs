@@ -766,6 +766,7 @@ fn native_jobs(values: &[serde_json::Value]) -> Result<(Vec<TraceJob>, LoadRepor
             submit_ms: submit_s * 1000,
             duration_ms: duration_s * 1000,
             gpus_per_replica: doc.resources.gpus,
+            gpu_milli: 0,
             replicas: doc.replicas,
             user: doc.user.clone(),
             project: doc.project.clone(),
@@ -837,7 +838,10 @@ fn sim_jobs(
             priority,
             preemption_policy,
             preemptible: defaults.preemptible,
-            per_replica: Resources::new(t.gpus_per_replica, t.cpu_millis, t.memory_mib),
+            per_replica: Resources {
+                gpu_milli: t.gpu_milli,
+                ..Resources::new(t.gpus_per_replica, t.cpu_millis, t.memory_mib)
+            },
             gpu_model,
             replicas: t.replicas,
             grace_ms: defaults.grace_seconds * 1000,

@@ -15,7 +15,8 @@
 //! node remove|drain|uncordon N
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
 //! weight ACCOUNT N                                           (fair-share weight)
-//! submit J prio=0 gpus=1 replicas=1 model=M cpu=0 mem=0 user=default project=default
+//! submit J prio=0 gpus=1 share=MILLI replicas=1 model=M cpu=0 mem=0 user=default project=default
+//!        (share=: a share of one GPU in thousandths, with no whole GPU unless gpus= says)
 //!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS estimate=SECS min-run=SECS
 //!        preemptions-per-hour=N overrides-protection=yes|no preemption-delay=SECS id=N
 //! cancel J | exit J outcome=succeeded|failed|requeue | checkpoint J   (checkpoint time = at)
@@ -167,6 +168,11 @@ impl Names {
                 self.model_suffix(*gpu_model),
                 if *nodes_matching == 1 { "" } else { "s" }
             ),
+            PendingReason::NoShareFit { gpu_milli, gpu_model, share_free_max, nodes_matching } => format!(
+                "no_share_fit({gpu_milli}/1000{}; max free {share_free_max} on {nodes_matching} node{})",
+                self.model_suffix(*gpu_model),
+                if *nodes_matching == 1 { "" } else { "s" }
+            ),
             PendingReason::WaitingForPreemption { victims } => {
                 let v: Vec<String> = victims.iter().map(|v| self.j(*v)).collect();
                 format!("waiting_for_preemption({})", v.join(" "))
@@ -256,6 +262,7 @@ fn gpu_list(gpus: &[u32]) -> String {
 const SUBMIT_KEYS: &[&str] = &[
     "prio",
     "gpus",
+    "share",
     "replicas",
     "model",
     "cpu",
@@ -784,7 +791,14 @@ impl Runner {
         let mut spec = JobSpec::new(
             id,
             line.get("prio").map_or(Ok(0), |v| parse_num("prio", v))?,
-            Resources::new(num("gpus", 1)? as u32, num("cpu", 0)?, num("mem", 0)?),
+            match line.get("share") {
+                // A share of one GPU, in thousandths (no whole GPUs unless named).
+                Some(v) => Resources {
+                    gpu_milli: parse_num("share", v)?,
+                    ..Resources::new(num("gpus", 0)? as u32, num("cpu", 0)?, num("mem", 0)?)
+                },
+                None => Resources::new(num("gpus", 1)? as u32, num("cpu", 0)?, num("mem", 0)?),
+            },
         );
         spec.replicas = num("replicas", 1)? as u32;
         spec.gpu_model = line.get("model").map(|m| self.names.model(m));

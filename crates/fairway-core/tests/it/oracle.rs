@@ -208,13 +208,13 @@ impl Oracle {
         for a in accounts {
             let committed = self.committed(s, a);
             let g = self.grandfathered.get_mut(&a).expect("listed");
-            *g = g.min_each(committed);
+            *g = g.min_by_amount(committed);
         }
         let cohorts: Vec<AccountId> = self.cohort_grandfathered.keys().copied().collect();
         for c in cohorts {
             let excess = self.cohort_excess(c, |a| self.cohort_usage(s, a));
             let g = self.cohort_grandfathered.get_mut(&c).expect("listed");
-            *g = g.min_each(excess);
+            *g = g.min_by_amount(excess);
         }
     }
 
@@ -243,16 +243,13 @@ impl Oracle {
                 let nominal = n.nominal.limit(k).unwrap_or(0);
                 let lends = n.lending_limit.limit(k).map_or(nominal, |l| l.min(nominal));
                 let guaranteed = nominal - lends;
-                beyond += k.of(usage(*project)).saturating_sub(guaranteed);
-                lent += lends;
+                // In thousandths for GPUs (`ResourceKind::amount`): shares add up exactly.
+                beyond += k.amount(usage(*project)).saturating_sub(k.amount_of_limit(guaranteed));
+                lent += k.amount_of_limit(lends);
             }
             beyond.saturating_sub(lent)
         };
-        Resources::new(
-            u32::try_from(excess(ResourceKind::Gpu)).expect("small"),
-            excess(ResourceKind::Cpu),
-            excess(ResourceKind::Memory),
-        )
+        Resources::from_amounts(excess)
     }
 
     /// An account's cap in `kind`: its hard quota and, for a project in a cohort, its
@@ -306,7 +303,7 @@ impl Oracle {
         for c in cohorts {
             let excess = self.cohort_excess(c, |a| self.cohort_usage(s, a));
             let g = self.cohort_grandfathered.get(&c).copied().unwrap_or_default();
-            if !excess.fits_in(g) {
+            if !excess.within_by_amount(g) {
                 return Err(format!(
                     "cohort {c}'s members use {excess} beyond what they lend (running or leaving), grandfathered {g}"
                 ));
@@ -322,7 +319,7 @@ impl Oracle {
         let usage = self.committed(s, project);
         ResourceKind::ALL.into_iter().any(|k| {
             let governed = self.nominals.values().any(|m| m.cohort == n.cohort && m.nominal.limit(k).is_some());
-            governed && k.of(usage) > n.nominal.limit(k).unwrap_or(0)
+            governed && k.amount(usage) > k.amount_of_limit(n.nominal.limit(k).unwrap_or(0))
         })
     }
 
@@ -333,7 +330,7 @@ impl Oracle {
             let g = self.grandfathered.get(&account).copied().unwrap_or_default();
             for kind in ResourceKind::ALL {
                 let Some(limit) = self.cap_of(account, kind) else { continue };
-                if kind.of(usage) > limit.max(kind.of(g)) {
+                if kind.amount(usage) > kind.amount_of_limit(limit).max(kind.amount(g)) {
                     return Err(format!(
                         "{account}'s jobs hold {} {} (running or leaving), over its cap {limit} (grandfathered {})",
                         kind.of(usage),
@@ -530,12 +527,7 @@ impl Oracle {
                 return Err(format!("{} forecast {:?}, expected at {at}", e.job, e.start));
             }
             let spec = &self.specs[&e.job];
-            let empty: BTreeMap<NodeId, Resources> = self
-                .nodes
-                .iter()
-                .filter(|(id, _)| !self.drained.contains(id))
-                .map(|(id, n)| (*id, n.capacity))
-                .collect();
+            let empty = self.empty_room();
             let holds = matches!(s.job_status(e.job), Some(JobStatus::Pending { reserved: Some(_), .. }));
             if !holds && !self.fits(spec, &empty, &BTreeMap::new()) && e.start != StartEstimate::NotPlaceable {
                 return Err(format!("{} fits on no set of nodes, yet is forecast {:?}", e.job, e.start));
@@ -594,7 +586,7 @@ impl Oracle {
             if spec.gpu_model.is_some_and(|m| m != node.gpu_model) {
                 return Err(format!("{job} wants {:?} but started on {} ({})", spec.gpu_model, r.node, node.gpu_model));
             }
-            if r.gpus.len() != spec.per_replica.gpus {
+            if r.gpus.len() != spec.per_replica.slots_per_replica() {
                 return Err(format!("{job} replica on {} has {} GPUs", r.node, r.gpus.len()));
             }
             for g in r.gpus.iter() {
@@ -606,13 +598,21 @@ impl Oracle {
                 }
             }
         }
-        for (other, p) in &self.live {
-            for r in p.replicas() {
-                for g in r.gpus.iter() {
-                    if mine.contains(&(r.node, g)) {
-                        return Err(format!("{job} started on GPU {g} of {}, still held by {other}", r.node));
+        // A GPU is taken whole by one job, or shared by shares adding up to 1000 at most.
+        let share = spec.per_replica.gpu_milli;
+        for &(node, g) in &mine {
+            let mut shared_milli = share;
+            for (other, p) in &self.live {
+                let theirs = self.specs[other].per_replica.gpu_milli;
+                for _ in p.replicas().iter().filter(|r| r.node == node && r.gpus.contains(g)) {
+                    if share == 0 || theirs == 0 {
+                        return Err(format!("{job} started on GPU {g} of {node}, still held by {other}"));
                     }
+                    shared_milli += theirs;
                 }
+            }
+            if shared_milli > 1000 {
+                return Err(format!("{job}'s share takes GPU {g} of {node} to {shared_milli} thousandths"));
             }
         }
         self.live.insert(job, placement.clone());
@@ -632,7 +632,7 @@ impl Oracle {
         let mut total_used = 0u32;
         for (node, u) in &used {
             let spec = self.nodes.get(node).ok_or(format!("live job on unknown {node}"))?;
-            if !u.fits_in(spec.capacity) {
+            if !u.without_shares().fits_in(spec.capacity) {
                 return Err(format!("{node} over capacity: live jobs use {u}, capacity {}", spec.capacity));
             }
             total_used += u.gpus;
@@ -669,35 +669,78 @@ impl Oracle {
     }
 
     /// What a new job may take now on each schedulable node.
-    fn free_room(&self, s: &Scheduler) -> BTreeMap<NodeId, Resources> {
-        let mut free: BTreeMap<NodeId, Resources> =
-            self.nodes.iter().filter(|(id, _)| !self.drained.contains(id)).map(|(id, n)| (*id, n.capacity)).collect();
-        let mut take = |node: NodeId, r: Resources| {
-            if let Some(f) = free.get_mut(&node) {
-                *f = f.saturating_minus(r);
+    /// Each schedulable node's free room, worked out slot by slot from the live placements
+    /// and the holds: a slot is free, taken whole (by a job or a hold), or shared.
+    fn free_room(&self, s: &Scheduler) -> BTreeMap<NodeId, Room> {
+        let mut slots: BTreeMap<NodeId, Vec<Slot>> = BTreeMap::new();
+        let mut used: BTreeMap<NodeId, Resources> = BTreeMap::new();
+        let mut take = |node: NodeId, per: Resources, gpus: GpuSet, hold: bool| {
+            let Some(n) = self.nodes.get(&node) else { return };
+            let list = slots.entry(node).or_insert_with(|| vec![Slot::Free; n.capacity.gpus as usize]);
+            let len = list.len();
+            for g in gpus.iter().filter(|&g| (g as usize) < len) {
+                let slot = &mut list[g as usize];
+                *slot = match (*slot, per.is_share() && !hold) {
+                    (Slot::Shared(m), true) => Slot::Shared(m + per.gpu_milli),
+                    (Slot::Free, true) => Slot::Shared(per.gpu_milli),
+                    _ => Slot::Whole,
+                };
             }
+            let u = used.entry(node).or_default();
+            *u = u.plus(per.without_shares());
         };
         for (id, p) in &self.live {
             for r in p.replicas() {
-                take(r.node, self.specs[id].per_replica);
+                take(r.node, self.specs[id].per_replica, r.gpus, false);
             }
         }
         for (id, spec) in &self.specs {
             if let Some(JobStatus::Pending { reserved: Some(p), .. }) = s.job_status(*id) {
                 for r in p.replicas() {
-                    take(r.node, spec.per_replica);
+                    take(r.node, spec.per_replica, r.gpus, true);
                 }
             }
         }
-        free
+        self.nodes
+            .iter()
+            .filter(|(id, _)| !self.drained.contains(id))
+            .map(|(id, n)| {
+                let list = slots.remove(id).unwrap_or_else(|| vec![Slot::Free; n.capacity.gpus as usize]);
+                let rest = n.capacity.saturating_minus(used.get(id).copied().unwrap_or_default());
+                let whole_free = list.iter().filter(|s| **s == Slot::Free).count() as u32;
+                let share_free =
+                    list.iter().filter_map(|s| if let Slot::Shared(m) = s { Some(1000 - m) } else { None }).collect();
+                (*id, Room { res: Resources { gpus: whole_free, ..rest }, share_free })
+            })
+            .collect()
     }
 
-    /// Would the whole gang fit in `free` plus `extra` (per node)?
-    fn fits(&self, spec: &JobSpec, free: &BTreeMap<NodeId, Resources>, extra: &BTreeMap<NodeId, Resources>) -> bool {
+    /// Each schedulable node empty.
+    fn empty_room(&self) -> BTreeMap<NodeId, Room> {
+        self.nodes
+            .iter()
+            .filter(|(id, _)| !self.drained.contains(id))
+            .map(|(id, n)| (*id, Room { res: n.capacity, share_free: Vec::new() }))
+            .collect()
+    }
+
+    /// Would the whole gang fit in `free` plus `extra` (per node)? A share fits on a free
+    /// GPU or beside other shares on a GPU with room; with `extra` (what victims free) it
+    /// needs a whole GPU, as the core's victim search counts (a share victim frees its CPU
+    /// and memory, not its GPU).
+    fn fits(&self, spec: &JobSpec, free: &BTreeMap<NodeId, Room>, extra: &BTreeMap<NodeId, Resources>) -> bool {
+        let per = spec.per_replica;
         let fitting: u64 = free
             .iter()
             .filter(|(node, _)| spec.gpu_model.is_none_or(|m| m == self.nodes[node].gpu_model))
-            .map(|(node, f)| replicas_fitting(f.plus(extra.get(node).copied().unwrap_or_default()), spec.per_replica))
+            .map(|(node, f)| {
+                let room = f.res.plus(extra.get(node).copied().unwrap_or_default().without_shares());
+                let beside_shares = per.is_share()
+                    && extra.is_empty()
+                    && per.without_shares().fits_in(room)
+                    && f.share_free.iter().any(|&m| m >= per.gpu_milli);
+                if beside_shares { 1 } else { replicas_fitting(room, per.as_whole_gpus()) }
+            })
             .fold(0u64, u64::saturating_add);
         fitting >= u64::from(spec.replicas)
     }
@@ -805,7 +848,7 @@ impl Oracle {
             let mut slots: BTreeMap<NodeId, BTreeSet<u32>> = BTreeMap::new();
             let mut take = |node: NodeId, r: Resources, gpus: &fairway_core::GpuSet| {
                 if let Some(f) = free.get_mut(&node) {
-                    *f = f.saturating_minus(Resources { gpus: 0, ..r });
+                    *f = f.saturating_minus(Resources { gpus: 0, ..r.without_shares() });
                     slots.entry(node).or_default().extend(gpus.iter());
                 }
             };
@@ -831,8 +874,10 @@ impl Oracle {
                     *f = f.saturating_minus(*r);
                 }
             }
-            let hosted: u64 =
-                free.values().map(|f| replicas_fitting(*f, spec.per_replica).min(u64::from(spec.replicas))).sum();
+            let hosted: u64 = free
+                .values()
+                .map(|f| replicas_fitting(*f, spec.per_replica.as_whole_gpus()).min(u64::from(spec.replicas)))
+                .sum();
             if hosted < u64::from(spec.replicas) {
                 return Err(format!(
                     "the reservation of {} at {} no longer fits: the nodes hold {hosted} of its {} replicas then",
@@ -1043,9 +1088,9 @@ impl Oracle {
                 // Replica by replica onto the empty nodes: how many fit in all.
                 let mut fit = 0u64;
                 for n in self.nodes.values().filter(|n| matches_model(n)) {
-                    let mut room = n.capacity;
-                    while spec.per_replica.fits_in(room) && fit < u64::from(spec.replicas) {
-                        room = room.minus(spec.per_replica);
+                    let (mut room, per) = (n.capacity, spec.per_replica.as_whole_gpus());
+                    while per.fits_in(room) && fit < u64::from(spec.replicas) {
+                        room = room.minus(per);
                         fit += 1;
                     }
                 }
@@ -1099,11 +1144,31 @@ impl Oracle {
             let (charged, _) = s.account_usage(*a);
             let freed = freed.get(a).copied().unwrap_or_default();
             ResourceKind::ALL.into_iter().any(|k| {
-                self.cap_of(*a, k)
-                    .is_some_and(|limit| k.of(charged).saturating_sub(k.of(freed)) + k.of(spec.total()) > limit)
+                self.cap_of(*a, k).is_some_and(|limit| {
+                    k.amount(charged).saturating_sub(k.amount(freed)) + k.amount(spec.total())
+                        > k.amount_of_limit(limit)
+                })
             })
         })
     }
+}
+
+/// A GPU slot as the oracle books it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Free,
+    /// Taken by a whole-GPU job or held for a preemptor.
+    Whole,
+    /// Shares adding up to these thousandths.
+    Shared(u32),
+}
+
+/// A node's free room: `res.gpus` whole free GPUs (CPU and memory left), and what each
+/// shared GPU has left for another share.
+#[derive(Clone, Debug)]
+struct Room {
+    res: Resources,
+    share_free: Vec<u32>,
 }
 
 /// How many replicas of `per` fit in `free`.
@@ -1114,6 +1179,7 @@ fn replicas_fitting(free: Resources, per: Resources) -> u64 {
         .min(by(free.memory_mib, per.memory_mib))
 }
 
+/// The larger of each dimension, GPUs by amount (whole and shared together).
 fn max(a: Resources, b: Resources) -> Resources {
-    Resources::new(a.gpus.max(b.gpus), a.cpu_millis.max(b.cpu_millis), a.memory_mib.max(b.memory_mib))
+    Resources::from_amounts(|k| k.amount(a).max(k.amount(b)))
 }

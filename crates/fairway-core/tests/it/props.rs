@@ -44,6 +44,8 @@ struct JobShape {
     per_hour_max: Option<u32>,
     overrides_protection: bool,
     preemption_delay_s: u64,
+    /// A share of one GPU in thousandths (then no whole GPU, one replica).
+    share: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -170,13 +172,14 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
             prop_oneof![3 => Just(None), 1 => (1..3u32).prop_map(Some)],
             prop::bool::weighted(0.1),
             prop_oneof![3 => Just(0u64), 1 => 1..20u64],
+            prop_oneof![3 => Just(None), 1 => prop::sample::select(vec![100u32, 250, 300, 500, 700, 999]).prop_map(Some)],
         ),
     )
         .prop_map(
             |(
                 (priority, gpus, replicas, model, cpu, mem),
                 (user, project, preemptible, never, grace_s, ckpt_s, max_runtime_s, max_total_runtime_s),
-                (min_run_s, per_hour_max, overrides_protection, preemption_delay_s),
+                (min_run_s, per_hour_max, overrides_protection, preemption_delay_s, share),
             )| {
                 JobShape {
                     priority,
@@ -197,6 +200,7 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
                     per_hour_max,
                     overrides_protection,
                     preemption_delay_s,
+                    share,
                 }
             },
         )
@@ -510,8 +514,12 @@ impl Driver {
                 let id = JobId(self.next_job);
                 self.next_job += 1;
                 self.jobs.push(id);
-                let mut spec = JobSpec::new(id, j.priority, Resources::new(j.gpus, j.cpu, j.mem));
-                spec.replicas = j.replicas;
+                let per_replica = match j.share {
+                    Some(milli) => Resources::share(milli, j.cpu, j.mem),
+                    None => Resources::new(j.gpus, j.cpu, j.mem),
+                };
+                let mut spec = JobSpec::new(id, j.priority, per_replica);
+                spec.replicas = if j.share.is_some() { 1 } else { j.replicas };
                 spec.gpu_model = j.model.map(GpuModel);
                 spec.user = AccountId(j.user);
                 spec.project = AccountId(j.project);

@@ -7,14 +7,51 @@
 //! core picks.
 
 use fairway_core::search::{
-    Exactness, NodeCandidate, SearchRecord, WideCandidate, WideSearch, best_set_on_node, best_wide_set,
+    Exactness, NodeCandidate, SearchRecord, SearchRoom, WideCandidate, WideSearch, best_set_on_node,
+    best_set_on_node_in, best_wide_set,
 };
-use fairway_core::{JobId, NodeId, Priority, Resources};
+use fairway_core::{GpuSet, JobId, NodeId, Priority, Resources};
 use proptest::prelude::*;
 
+/// What a node has free once `set` is gone, as the rules count it: CPU and memory summed;
+/// GPUs whole, or (when the room is counted GPU by GPU) each GPU's free thousandths, a
+/// victim adding its share (or 1000) to each of its GPUs that is not held.
+fn room_after(room: &SearchRoom, set: &[NodeCandidate]) -> (Resources, Option<Vec<u32>>) {
+    let free = set.iter().fold(room.free, |r, c| r.plus(c.freed));
+    if room.slot_free.is_empty() {
+        return (free, None);
+    }
+    let mut slots: Vec<u32> = room.slot_free.iter().map(|&f| u32::from(f)).collect();
+    for c in set {
+        for s in c.slots.iter().filter(|&s| !room.held.contains(s)) {
+            slots[s as usize] += if c.share_milli > 0 { c.share_milli } else { 1000 };
+        }
+    }
+    (free, Some(slots))
+}
+
+/// Does one replica of `demand` fit: a share on one GPU with that many thousandths free,
+/// whole GPUs on GPUs wholly free.
+fn fits(after: &(Resources, Option<Vec<u32>>), demand: Resources) -> bool {
+    let (free, slots) = after;
+    if demand.cpu_millis > free.cpu_millis || demand.memory_mib > free.memory_mib {
+        return false;
+    }
+    match slots {
+        None => !demand.is_share() && demand.gpus <= free.gpus,
+        Some(slots) if demand.is_share() => slots.iter().any(|&f| f >= demand.gpu_milli),
+        Some(slots) => slots.iter().filter(|&&f| f >= 1000).count() as u32 >= demand.gpus,
+    }
+}
+
 /// The rules as a user reads them, as a sort key over one set.
-fn rank(set: &[NodeCandidate], available: Resources, demand: Resources) -> Rank {
-    let freed_gpus: u32 = set.iter().map(|c| c.freed.gpus).sum();
+fn rank(set: &[NodeCandidate], room: &SearchRoom, demand: Resources) -> Rank {
+    let (free, slots) = room_after(room, set);
+    let free_milli: u64 = match slots {
+        None => u64::from(free.gpus) * 1000,
+        Some(slots) => slots.iter().map(|&f| u64::from(f)).sum(),
+    };
+    let demand_milli = u64::from(demand.gpus) * 1000 + u64::from(demand.gpu_milli);
     let mut newest: Vec<u64> = set.iter().map(|c| c.id.0).collect();
     newest.sort_unstable_by(|a, b| b.cmp(a));
     let top = set.iter().map(|c| c.priority).max().unwrap_or(Priority::MIN);
@@ -23,7 +60,8 @@ fn rank(set: &[NodeCandidate], available: Resources, demand: Resources) -> Rank 
         // Rule 2b: the least share among the victims at the top priority, highest first.
         std::cmp::Reverse(set.iter().filter(|c| c.priority == top).map(|c| c.tenant_share).min().unwrap_or(0)),
         set.iter().map(|c| c.lost_gpu_ms).sum(),
-        (available.gpus + freed_gpus).saturating_sub(demand.gpus),
+        // Rule 4: thousandths of GPUs left free beyond need.
+        free_milli.saturating_sub(demand_milli),
         set.len(),
         // Larger ids first wins: reversed so that the smaller key is the better set.
         newest.into_iter().map(std::cmp::Reverse).collect(),
@@ -34,52 +72,46 @@ fn rank(set: &[NodeCandidate], available: Resources, demand: Resources) -> Rank 
 /// room, as indices. A set that makes room is not extended (more victims only rank lower),
 /// nor one that cannot make room with every candidate left.
 pub fn brute_force(
-    available: Resources,
+    room: &SearchRoom,
     demand: Resources,
     candidates: &[NodeCandidate],
     victims_max: usize,
 ) -> Option<Vec<usize>> {
-    if demand.fits_in(available) {
+    if fits(&room_after(room, &[]), demand) {
         return None;
     }
-    let mut rest = vec![Resources::ZERO; candidates.len() + 1];
-    for i in (0..candidates.len()).rev() {
-        rest[i] = rest[i + 1].plus(candidates[i].freed);
-    }
     let mut best = None;
-    try_sets(available, demand, candidates, victims_max, &rest, 0, &mut Vec::new(), &mut best);
+    try_sets(room, demand, candidates, victims_max, 0, &mut Vec::new(), &mut best);
     best.map(|(_, set)| set)
 }
 
-type Rank = (Priority, std::cmp::Reverse<u64>, u64, u32, usize, Vec<std::cmp::Reverse<u64>>);
+type Rank = (Priority, std::cmp::Reverse<u64>, u64, u64, usize, Vec<std::cmp::Reverse<u64>>);
 type Best = Option<(Rank, Vec<usize>)>;
 
-#[allow(clippy::too_many_arguments)]
 fn try_sets(
-    available: Resources,
+    room: &SearchRoom,
     demand: Resources,
     candidates: &[NodeCandidate],
     victims_max: usize,
-    rest: &[Resources],
     from: usize,
     set: &mut Vec<usize>,
     best: &mut Best,
 ) {
-    let room = set.iter().fold(available, |r, &i| r.plus(candidates[i].freed));
-    if demand.fits_in(room) {
-        let chosen: Vec<NodeCandidate> = set.iter().map(|&i| candidates[i]).collect();
-        let key = rank(&chosen, available, demand);
+    let chosen: Vec<NodeCandidate> = set.iter().map(|&i| candidates[i]).collect();
+    if fits(&room_after(room, &chosen), demand) {
+        let key = rank(&chosen, room, demand);
         if best.as_ref().is_none_or(|(k, _)| key < *k) {
             *best = Some((key, set.clone()));
         }
         return;
     }
-    if set.len() == victims_max || !demand.fits_in(room.plus(rest[from])) {
+    let all: Vec<NodeCandidate> = chosen.iter().copied().chain(candidates[from..].iter().copied()).collect();
+    if set.len() == victims_max || !fits(&room_after(room, &all), demand) {
         return;
     }
     for i in from..candidates.len() {
         set.push(i);
-        try_sets(available, demand, candidates, victims_max, rest, i + 1, set, best);
+        try_sets(room, demand, candidates, victims_max, i + 1, set, best);
         set.pop();
     }
 }
@@ -89,9 +121,9 @@ fn try_sets(
 pub fn brute_force_record(record: &SearchRecord) -> Option<(NodeId, Vec<JobId>)> {
     let mut best: Option<(_, NodeId, Vec<JobId>)> = None;
     for (node, available, candidates) in &record.nodes {
-        let Some(set) = brute_force(*available, record.demand, candidates, record.victims_max) else { continue };
+        let Some(set) = brute_force(available, record.demand, candidates, record.victims_max) else { continue };
         let chosen: Vec<NodeCandidate> = set.iter().map(|&i| candidates[i]).collect();
-        let key = (rank(&chosen, *available, record.demand), *node);
+        let key = (rank(&chosen, available, record.demand), *node);
         if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
             let mut ids: Vec<JobId> = chosen.iter().map(|c| c.id).collect();
             ids.sort_unstable();
@@ -124,7 +156,7 @@ pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
             for g in 0..groups {
                 let of_group = set.iter().map(|&i| &search.candidates[i]).filter(|c| caps.is_none() || c.group == g);
                 let sum = of_group.fold(Resources::ZERO, |t, c| t.plus(c.quota_frees[k]));
-                *q = q.plus(caps.map_or(sum, |caps| sum.min_each(caps[g])));
+                *q = q.plus(caps.map_or(sum, |caps| sum.min_by_amount(caps[g])));
             }
         }
         let per = search.per_replica;
@@ -138,7 +170,8 @@ pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
                     .min(u64::from(search.replicas))
             })
             .sum();
-        hosted >= u64::from(search.replicas) && search.quota_needs.iter().zip(&quota).all(|(n, q)| n.fits_in(*q))
+        hosted >= u64::from(search.replicas)
+            && search.quota_needs.iter().zip(&quota).all(|(n, q)| n.within_by_amount(*q))
     };
     if makes_room(&[]) {
         return None;
@@ -217,6 +250,8 @@ fn case() -> impl Strategy<Value = (Resources, Resources, Vec<NodeCandidate>, us
                     lost_gpu_ms: lost * u64::from(gpus.max(1)),
                     freed: Resources::new(gpus, cpu, mem),
                     tenant_share,
+                    slots: GpuSet::EMPTY,
+                    share_milli: 0,
                 })
                 .collect();
             (Resources::new(avail.0, avail.1, avail.2), Resources::new(want.0, want.1, want.2), candidates, victims_max)
@@ -229,12 +264,150 @@ proptest! {
     #[test]
     fn the_node_search_finds_the_set_the_rules_rank_first((available, demand, candidates, victims_max) in case()) {
         let found = best_set_on_node(available, demand, &candidates, victims_max);
-        let reference = brute_force(available, demand, &candidates, victims_max);
+        let reference = brute_force(&SearchRoom::whole(available), demand, &candidates, victims_max);
         prop_assert_eq!(found.as_ref().map(|s| s.victims.clone()), reference, "{:?}", found);
         if let Some(found) = found {
             prop_assert_eq!(found.exactness, Exactness::Exact);
         }
     }
+}
+
+/// One GPU of a node as generated: free, held for a preemptor, taken whole by one job (a
+/// victim candidate or not; over this GPU and the next one too with `span` 2), or shared by
+/// jobs of shares in hundreds of thousandths (each a candidate or not), cut where the
+/// shares would pass 1000. A held GPU may carry shares too.
+#[derive(Clone, Debug)]
+enum SlotShape {
+    Free,
+    Held(Vec<(u32, bool)>),
+    Whole { candidate: bool, span: u32 },
+    Shared(Vec<(u32, bool)>),
+}
+
+fn slot_shape() -> impl Strategy<Value = SlotShape> {
+    let sharers = prop::collection::vec((1..=6u32, prop::bool::weighted(0.8)), 1..=3);
+    prop_oneof![
+        2 => Just(SlotShape::Free),
+        1 => prop::collection::vec((1..=6u32, prop::bool::weighted(0.8)), 0..=2).prop_map(SlotShape::Held),
+        2 => (prop::bool::weighted(0.8), 1..=2u32).prop_map(|(candidate, span)| SlotShape::Whole { candidate, span }),
+        4 => sharers.prop_map(SlotShape::Shared),
+    ]
+}
+
+/// A node whose GPUs are counted one by one, its candidates and a demand (a share or whole
+/// GPUs, maybe CPU too).
+fn slot_case() -> impl Strategy<Value = (SearchRoom, Resources, Vec<NodeCandidate>, usize)> {
+    (
+        prop::collection::vec(slot_shape(), 1..=4),
+        prop::collection::vec(candidate(), 12),
+        prop_oneof![2 => prop::sample::select(vec![100u32, 300, 500, 800, 999]).prop_map(|m| (0u32, m)), 1 => (1..=3u32).prop_map(|g| (g, 0u32))],
+        prop::sample::select(vec![0u64, 2_000]),
+        prop::sample::select(vec![0u64, 2_000]),
+        prop_oneof![1 => 1..=3usize, 1 => Just(32usize)],
+    )
+        .prop_map(|(slots, attributes, (gpus, share), cpu_free, cpu_wanted, victims_max)| {
+            let mut slot_free = vec![1000u16; slots.len()];
+            let mut held = GpuSet::EMPTY;
+            let mut candidates = Vec::new();
+            let mut attributes = attributes.into_iter();
+            let mut add = |slots: GpuSet, share_milli: u32, candidates: &mut Vec<NodeCandidate>| {
+                let ((priority, _, cpu, _, lost), tenant_share) = attributes.next().unwrap_or(((0, 0, 0, 0, 0), 0));
+                let id = JobId(candidates.len() as u64 * 5 + 2);
+                let whole = if share_milli > 0 { 0 } else { slots.len() };
+                candidates.push(NodeCandidate {
+                    id,
+                    priority,
+                    lost_gpu_ms: lost,
+                    freed: Resources::new(whole, cpu, 0),
+                    tenant_share,
+                    slots,
+                    share_milli,
+                });
+            };
+            let mut skip = 0;
+            for (s, shape) in slots.iter().enumerate() {
+                let one = GpuSet::from_bits(1 << s);
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                match shape {
+                    SlotShape::Free => {}
+                    SlotShape::Whole { candidate, span } => {
+                        let span = (*span as usize).min(slots.len() - s);
+                        let mut set = GpuSet::EMPTY;
+                        for (t, free) in slot_free.iter_mut().enumerate().skip(s).take(span) {
+                            *free = 0;
+                            set = set.union(GpuSet::from_bits(1 << t));
+                        }
+                        skip = span - 1;
+                        if *candidate {
+                            add(set, 0, &mut candidates);
+                        }
+                    }
+                    SlotShape::Held(sharers) | SlotShape::Shared(sharers) => {
+                        let mut used = 0;
+                        for &(hundreds, candidate) in sharers {
+                            if used + hundreds * 100 > 1000 {
+                                break;
+                            }
+                            used += hundreds * 100;
+                            if candidate {
+                                add(one, hundreds * 100, &mut candidates);
+                            }
+                        }
+                        slot_free[s] = (1000 - used) as u16;
+                        if matches!(shape, SlotShape::Held(_)) {
+                            held = held.union(one);
+                            slot_free[s] = 0;
+                        }
+                    }
+                }
+            }
+            let whole_free = slot_free.iter().filter(|&&f| f == 1000).count() as u32;
+            let room = SearchRoom { free: Resources::new(whole_free, cpu_free, 0), slot_free, held };
+            let demand = Resources { gpu_milli: share, ..Resources::new(gpus, cpu_wanted, 0) };
+            (room, demand, candidates, victims_max)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
+
+    /// Shared GPUs: a whole GPU comes free only when every job on it goes, a share needs one
+    /// GPU with room enough once its victims go.
+    #[test]
+    fn the_node_search_counts_shared_gpus_one_by_one((room, demand, candidates, victims_max) in slot_case()) {
+        let found = best_set_on_node_in(&room, demand, &candidates, victims_max);
+        let reference = brute_force(&room, demand, &candidates, victims_max);
+        prop_assert_eq!(found.as_ref().map(|s| s.victims.clone()), reference, "{:?}", found);
+        if let Some(found) = found {
+            prop_assert_eq!(found.exactness, Exactness::Exact);
+        }
+    }
+}
+
+/// Freeing 300 thousandths of a GPU a 500 share needs is not enough: of two shares of 300
+/// on a full GPU (with 400 more held by a job that stays), one is not enough, two are.
+#[test]
+fn a_share_needs_enough_thousandths_on_one_gpu() {
+    let share = |id: u64, lost: u64| NodeCandidate {
+        id: JobId(id),
+        priority: 0,
+        lost_gpu_ms: lost,
+        freed: Resources::ZERO,
+        tenant_share: 0,
+        slots: GpuSet::from_bits(1),
+        share_milli: 300,
+    };
+    let room = SearchRoom { free: Resources::ZERO, slot_free: vec![0], held: GpuSet::EMPTY };
+    let set = best_set_on_node_in(&room, Resources::share(500, 0, 0), &[share(1, 10), share(2, 20)], 32).unwrap();
+    assert_eq!(set.victims, [0, 1]);
+    // A 300 share fits once the cheaper one goes.
+    let set = best_set_on_node_in(&room, Resources::share(300, 0, 0), &[share(1, 10), share(2, 20)], 32).unwrap();
+    assert_eq!(set.victims, [0]);
+    // A whole GPU: the job that stays keeps it taken.
+    assert_eq!(best_set_on_node_in(&room, Resources::gpus(1), &[share(1, 10), share(2, 20)], 32), None);
 }
 
 /// The reproduction, by hand: the greedy prefix took A and B (18 GPU-min); C alone
@@ -247,9 +420,11 @@ fn c_alone_beats_a_and_b() {
         lost_gpu_ms: lost_gpu_min * 60_000,
         freed: Resources::gpus(gpus),
         tenant_share: 0,
+        slots: GpuSet::EMPTY,
+        share_milli: 0,
     };
     let candidates = [v(1, 3, 3), v(2, 1, 15), v(3, 4, 16)];
-    assert_eq!(brute_force(Resources::ZERO, Resources::gpus(4), &candidates, 32), Some(vec![2]));
+    assert_eq!(brute_force(&SearchRoom::whole(Resources::ZERO), Resources::gpus(4), &candidates, 32), Some(vec![2]));
     assert_eq!(best_set_on_node(Resources::ZERO, Resources::gpus(4), &candidates, 32).unwrap().victims, [2]);
 }
 

@@ -166,6 +166,13 @@ impl Engine {
                 ),
                 json!({"gpus_per_replica": gpus_per_replica, "replicas": replicas, "gpu_model": model(*gpu_model), "gpus_free_max": gpus_free_max, "nodes_matching": nodes_matching}),
             ),
+            PendingReason::NoShareFit { gpu_milli, gpu_model, share_free_max, nodes_matching } => (
+                format!(
+                    "no room: needs {gpu_milli}/1000 of one GPU{}; the most free on one GPU is {share_free_max}/1000 (of {nodes_matching} nodes)",
+                    model(*gpu_model).map(|m| format!(" of {m}")).unwrap_or_default()
+                ),
+                json!({"gpu_milli": gpu_milli, "gpu_model": model(*gpu_model), "share_free_max": share_free_max, "nodes_matching": nodes_matching}),
+            ),
             PendingReason::WaitingForPreemption { victims } => {
                 let ids: Vec<i64> = victims.iter().map(|v| v.0 as i64).collect();
                 (

@@ -376,16 +376,17 @@ fn util_points(run: &RunResult, x_of: impl Fn(u64) -> f64) -> Vec<(f64, f64)> {
     let end = run.end_ms;
     if 2 * util.len() <= MAX_POINTS {
         let mut points = Vec::with_capacity(2 * util.len());
-        let mut prev: Option<u32> = None;
+        let mut prev: Option<f64> = None;
         for s in &util {
             if let Some(p) = prev {
-                points.push((x_of(s.t_ms), f64::from(p)));
+                points.push((x_of(s.t_ms), p));
             }
-            points.push((x_of(s.t_ms), f64::from(s.gpus_allocated)));
-            prev = Some(s.gpus_allocated);
+            let gpus = s.gpu_milli_allocated as f64 / 1000.0;
+            points.push((x_of(s.t_ms), gpus));
+            prev = Some(gpus);
         }
         if let Some(p) = prev.filter(|_| end > util[util.len() - 1].t_ms) {
-            points.push((x_of(end), f64::from(p)));
+            points.push((x_of(end), p));
         }
         points
     } else {
@@ -413,7 +414,9 @@ pub(super) fn utilization_svg(runs: &[RunResult]) -> Result<String, String> {
     let x_of = |ms: u64| ms as f64 / unit_ms;
     let x = Axis::nice(x_of(end_max), 10);
     let capacity = runs.iter().map(|r| r.capacity_gpus).max().unwrap_or(0);
-    let alloc_max = runs.iter().flat_map(|r| r.util.iter().map(|s| s.gpus_allocated)).max().unwrap_or(0);
+    let alloc_max =
+        runs.iter().flat_map(|r| r.util.iter().map(|s| s.gpu_milli_allocated.div_ceil(1000))).max().unwrap_or(0);
+    let alloc_max = u32::try_from(alloc_max).unwrap_or(u32::MAX);
     // 10% headroom so that lines at capacity do not hide in the frame.
     let y = Axis::nice(f64::from(capacity.max(alloc_max)) * 1.1, 6);
     let mut series: Vec<Series> = runs

@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use gang::GangSplit;
-pub use openb::{MissingDeletion, OpenbOptions, TraceNode, load_openb_nodes, load_openb_pods};
+pub use openb::{GpuShares, MissingDeletion, OpenbOptions, TraceNode, load_openb_nodes, load_openb_pods};
 pub use openb_pack::{PackNodeRow, PackPodRow, load_pack_nodes, load_pack_pods};
 pub use philly::{PolluxFilter, load_philly_chronus, load_philly_pollux, load_philly_vc_quotas};
 pub use spec::{TierMap, TraceSource, Transform, WorkloadSpec};
@@ -50,8 +50,12 @@ pub struct TraceJob {
     pub submit_ms: u64,
     /// Run time when run alone, in milliseconds; always > 0.
     pub duration_ms: u64,
-    /// GPUs per replica, ≥ 1.
+    /// Whole GPUs per replica (0 for a share of one GPU).
     pub gpus_per_replica: u32,
+    /// A share of one GPU, in thousandths (1 to 999), for a one-replica job with no whole
+    /// GPU; 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_milli: u32,
     /// Number of replicas (a gang when > 1), ≥ 1.
     pub replicas: u32,
     /// User name; traces without users use the project.
@@ -68,6 +72,10 @@ pub struct TraceJob {
     pub memory_mib: u64,
     /// How often the job checkpoints, if known.
     pub checkpoint_interval_ms: Option<u64>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl TraceJob {

@@ -23,6 +23,18 @@ pub enum MissingDeletion {
     TraceEnd,
 }
 
+/// How a pod asking for part of one GPU (`num_gpu = 1`, `gpu_milli < 1000`) is loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuShares {
+    /// As a share of one GPU (`TraceJob::gpu_milli`): it may sit beside other shares.
+    #[default]
+    Share,
+    /// As a whole GPU, counted in [`LoadReport::adjusted`] as
+    /// [`reason::FRACTIONAL_GPU_ROUNDED`] (how the simulator ran openb before it knew shares).
+    RoundUp,
+}
+
 /// Options for [`load_openb_pods`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenbOptions {
@@ -34,11 +46,18 @@ pub struct OpenbOptions {
     /// the default list), counting them as [`reason::NEVER_SCHEDULED`]. Off by default: the
     /// published packing benchmark places every pod.
     pub skip_unscheduled: bool,
+    /// Shares of one GPU: kept as shares, or rounded up to whole GPUs.
+    pub gpu_shares: GpuShares,
 }
 
 impl Default for OpenbOptions {
     fn default() -> Self {
-        Self { qos_tiers: TierMap::openb_default(), missing_deletion: MissingDeletion::Skip, skip_unscheduled: false }
+        Self {
+            qos_tiers: TierMap::openb_default(),
+            missing_deletion: MissingDeletion::Skip,
+            skip_unscheduled: false,
+            gpu_shares: GpuShares::Share,
+        }
     }
 }
 
@@ -50,11 +69,13 @@ impl Default for OpenbOptions {
 ///   An empty `deletion_time` is handled by [`OpenbOptions::missing_deletion`]; a pod with
 ///   `deletion_time ≤ creation_time` (one in the default list) is skipped and counted as
 ///   [`reason::NON_POSITIVE_LIFETIME`].
-/// - GPUs: `num_gpu` GPUs of `gpu_milli`/1000 each. Fractional GPUs are not supported, so a
-///   request with `gpu_milli < 1000` becomes `num_gpu` whole GPUs, counted in
-///   [`LoadReport::adjusted`] as [`reason::FRACTIONAL_GPU_ROUNDED`]. `num_gpu = 0` (CPU-only)
-///   pods are skipped and counted as [`reason::ZERO_GPU`]. A pod is always one replica (openb's
-///   multi-GPU pods must fit on one node).
+/// - GPUs: `num_gpu` GPUs of `gpu_milli`/1000 each. One GPU with `gpu_milli < 1000` is a
+///   share of one GPU (`TraceJob::gpu_milli`), or with [`GpuShares::RoundUp`] a whole GPU,
+///   counted in [`LoadReport::adjusted`] as [`reason::FRACTIONAL_GPU_ROUNDED`]. Several GPUs
+///   each less than whole (no such row in the published lists) are rounded up alike: a
+///   share is of one GPU. `num_gpu = 0` (CPU-only) pods are skipped and counted as
+///   [`reason::ZERO_GPU`]. A pod is always one replica (openb's multi-GPU pods must fit on
+///   one node).
 /// - `qos` → tier by [`OpenbOptions::qos_tiers`]; `cpu_milli`, `memory_mib` per replica;
 ///   a non-empty `gpu_spec` becomes `gpu_model` (verbatim).
 /// - `project` and `user` are the constant `"openb"` (the trace has no tenants).
@@ -81,7 +102,7 @@ pub fn load_openb_pods(
         job: TraceJob,
         created_ms: u64,
         deleted_ms: Option<u64>,
-        fractional: bool,
+        rounded: bool,
     }
     let mut report = LoadReport::default();
     let mut names = UniqueNames::default();
@@ -125,12 +146,14 @@ pub fn load_openb_pods(
             report.skip(reason::NEVER_SCHEDULED, 1);
             continue;
         }
+        let share = num_gpu == 1 && gpu_milli < 1000 && options.gpu_shares == GpuShares::Share;
         raws.push(Raw {
             job: TraceJob {
                 name,
                 submit_ms: created_ms,
                 duration_ms: 0,
-                gpus_per_replica: num_gpu,
+                gpus_per_replica: if share { 0 } else { num_gpu },
+                gpu_milli: if share { gpu_milli } else { 0 },
                 replicas: 1,
                 user: "openb".into(),
                 project: "openb".into(),
@@ -142,7 +165,7 @@ pub fn load_openb_pods(
             },
             created_ms,
             deleted_ms,
-            fractional: gpu_milli < 1000,
+            rounded: gpu_milli < 1000 && !share,
         });
     }
 
@@ -163,7 +186,7 @@ pub fn load_openb_pods(
             report.skip(reason::NON_POSITIVE_LIFETIME, 1);
             continue;
         }
-        if raw.fractional {
+        if raw.rounded {
             report.adjust(reason::FRACTIONAL_GPU_ROUNDED, 1);
         }
         let mut job = raw.job;

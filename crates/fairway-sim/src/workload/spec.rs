@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::transform::{self, derive_seed};
 use super::{
-    GangSplit, LoadReport, MissingDeletion, OpenbOptions, PolluxFilter, SyntheticSpec, TraceJob, WorkloadError,
-    generate, load_openb_pods, load_philly_chronus, load_philly_pollux, reason,
+    GangSplit, GpuShares, LoadReport, MissingDeletion, OpenbOptions, PolluxFilter, SyntheticSpec, TraceJob,
+    WorkloadError, generate, load_openb_pods, load_philly_chronus, load_philly_pollux, reason,
 };
 
 /// Maps a trace's priority label (Chronus `job_type`, openb `qos`) to a tier name.
@@ -103,6 +103,9 @@ pub enum TraceSource {
         missing_deletion: MissingDeletion,
         #[serde(default)]
         skip_unscheduled: bool,
+        /// `share` (the default) or `round-up` (see [`GpuShares`]).
+        #[serde(default)]
+        gpu_shares: GpuShares,
         #[serde(default)]
         max_jobs: Option<usize>,
     },
@@ -149,11 +152,12 @@ impl TraceSource {
                 let (jobs, report) = load_philly_chronus(resolve(path), tiers, gang_split)?;
                 (jobs, report, *max_jobs)
             }
-            Self::OpenbPods { path, qos_tiers, missing_deletion, skip_unscheduled, max_jobs } => {
+            Self::OpenbPods { path, qos_tiers, missing_deletion, skip_unscheduled, gpu_shares, max_jobs } => {
                 let options = OpenbOptions {
                     qos_tiers: qos_tiers.clone(),
                     missing_deletion: *missing_deletion,
                     skip_unscheduled: *skip_unscheduled,
+                    gpu_shares: *gpu_shares,
                 };
                 let (jobs, report) = load_openb_pods(resolve(path), &options)?;
                 (jobs, report, *max_jobs)

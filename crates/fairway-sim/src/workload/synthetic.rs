@@ -356,6 +356,7 @@ pub fn generate(spec: &SyntheticSpec, seed: u64) -> Result<Vec<TraceJob>, Worklo
             submit_ms,
             duration_ms,
             gpus_per_replica,
+            gpu_milli: 0,
             replicas,
             user: project.clone(),
             project,

@@ -92,18 +92,19 @@ fn every_job_ends_exactly_once_and_gpu_time_is_conserved() {
     for run in run_all(&s) {
         let mut allocated_gpu_ms: u128 = 0;
         for pair in run.util.windows(2) {
-            allocated_gpu_ms += u128::from(pair[0].gpus_allocated) * u128::from(pair[1].t_ms - pair[0].t_ms);
+            allocated_gpu_ms +=
+                u128::from(pair[0].gpu_milli_allocated) * u128::from(pair[1].t_ms - pair[0].t_ms) / 1000;
         }
-        assert_eq!(run.util.last().map(|u| u.gpus_allocated), Some(0), "{}: GPUs left allocated", run.policy);
+        assert_eq!(run.util.last().map(|u| u.gpu_milli_allocated), Some(0), "{}: GPUs left allocated", run.policy);
         let mut useful: u128 = 0;
         for r in &run.records {
             match (r.first_start_ms, r.finish_ms) {
                 (Some(start), Some(finish)) => {
                     assert!(start >= r.submit_ms && finish >= start + r.work_ms, "{}: {r:?}", run.policy);
-                    useful += u128::from(r.gpus) * u128::from(r.work_ms);
+                    useful += u128::from(r.gpu_milli) * u128::from(r.work_ms) / 1000;
                 }
                 // Only a job whose request exceeds its tenant's quota may never start.
-                (None, None) => assert!(r.gpus > 1, "{}: {} never started", run.policy, r.name),
+                (None, None) => assert!(r.gpu_milli > 1000, "{}: {} never started", run.policy, r.name),
                 other => panic!("{}: {} ended inconsistently: {other:?}", run.policy, r.name),
             }
         }

@@ -24,7 +24,7 @@ fn job(
         name: name.into(),
         tier: tier.into(),
         tenant: tenant.into(),
-        gpus,
+        gpu_milli: u64::from(gpus) * 1000,
         submit_ms,
         first_start_ms,
         finish_ms,
@@ -41,7 +41,10 @@ fn run(policy: &str, capacity_gpus: u32, records: Vec<JobRecord>, util: &[(u64, 
         policy: policy.to_owned(),
         capacity_gpus,
         records,
-        util: util.iter().map(|&(t_ms, gpus_allocated)| UtilSample { t_ms, gpus_allocated }).collect(),
+        util: util
+            .iter()
+            .map(|&(t_ms, gpus)| UtilSample { t_ms, gpu_milli_allocated: u64::from(gpus) * 1000 })
+            .collect(),
         events_processed: 10,
         cycles: 5,
         end_ms: 100_000,
@@ -696,7 +699,7 @@ fn long_series_are_downsampled() {
     // 10,000 allocation changes and 5,000 distinct waits.
     let mut r = tiny("fifo");
     r.end_ms = 100_000_000;
-    r.util = (0..10_000u64).map(|i| UtilSample { t_ms: i * 10_000, gpus_allocated: (i % 5) as u32 }).collect();
+    r.util = (0..10_000u64).map(|i| UtilSample { t_ms: i * 10_000, gpu_milli_allocated: (i % 5) * 1000 }).collect();
     r.records = (0..5_000u64)
         .map(|i| job(&format!("j{i}"), "high", "t", 1, 0, Some(i * 1_000), Some(i * 1_000 + 1), 1))
         .collect();

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use fairway_sim::workload::{
-    DurationDist, GangSplit, JobClass, LoadReport, MissingDeletion, OpenbOptions, PolluxFilter, SyntheticSpec, TierMap,
-    TraceJob, TraceSource, Transform, Weighted, WorkloadError, WorkloadSpec, assign_tiers, compress_time, generate,
-    load_openb_nodes, load_openb_pods, load_philly_chronus, load_philly_pollux, load_philly_vc_quotas, normalise_start,
-    reason, sort_jobs, take, window,
+    DurationDist, GangSplit, GpuShares, JobClass, LoadReport, MissingDeletion, OpenbOptions, PolluxFilter,
+    SyntheticSpec, TierMap, TraceJob, TraceSource, Transform, Weighted, WorkloadError, WorkloadSpec, assign_tiers,
+    compress_time, generate, load_openb_nodes, load_openb_pods, load_philly_chronus, load_philly_pollux,
+    load_philly_vc_quotas, normalise_start, reason, sort_jobs, take, window,
 };
 use jiff::civil;
 
@@ -53,7 +53,9 @@ fn check_invariants(jobs: &[TraceJob], report: &LoadReport) {
     assert_eq!(names.len(), jobs.len(), "unique names");
     for j in jobs {
         assert!(j.duration_ms > 0, "{}", j.name);
-        assert!(j.gpus_per_replica >= 1 && j.replicas >= 1, "{}", j.name);
+        let share = (1..1000).contains(&j.gpu_milli) && j.gpus_per_replica == 0 && j.replicas == 1;
+        assert!((j.gpus_per_replica >= 1 && j.gpu_milli == 0) || share, "{}", j.name);
+        assert!(j.replicas >= 1, "{}", j.name);
     }
 }
 
@@ -91,6 +93,7 @@ fn pollux_fixture_loads_sorted_with_exact_rows() {
             submit_ms: 0,
             duration_ms: 1_336_914_000,
             gpus_per_replica: 1,
+            gpu_milli: 0,
             replicas: 1,
             user: "6214e9".into(),
             project: "6214e9".into(),
@@ -235,7 +238,14 @@ fn chronus_tier_map_default_and_custom() {
 // ---------------------------------------------------------------- Alibaba openb
 
 #[test]
-fn openb_pods_fixture_rounding_and_skips() {
+fn openb_pods_fixture_shares_rounding_and_skips() {
+    // Rounded up, as before shares: 34 pods asking for part of one GPU take a whole one.
+    let round_up = OpenbOptions { gpu_shares: GpuShares::RoundUp, ..OpenbOptions::default() };
+    let (rounded, report) = load_openb_pods(fixture("openb_pods_sample.csv"), &round_up).unwrap();
+    check_invariants(&rounded, &report);
+    assert_eq!(report.adjusted_count(reason::FRACTIONAL_GPU_ROUNDED), 34);
+    assert_eq!(rounded.iter().filter(|j| j.gpu_milli > 0).count(), 0);
+
     let (jobs, report) = load_openb_pods(fixture("openb_pods_sample.csv"), &OpenbOptions::default()).unwrap();
     check_invariants(&jobs, &report);
     assert_eq!(report.rows_read, 104);
@@ -243,7 +253,17 @@ fn openb_pods_fixture_rounding_and_skips() {
     assert_eq!(report.skipped_count(reason::ZERO_GPU), 6);
     assert_eq!(report.skipped_count(reason::NON_POSITIVE_LIFETIME), 1);
     assert_eq!(report.skipped.len(), 2);
-    assert_eq!(report.adjusted_count(reason::FRACTIONAL_GPU_ROUNDED), 34);
+    assert_eq!(report.adjusted_count(reason::FRACTIONAL_GPU_ROUNDED), 0);
+    // The same 34 are shares of one GPU by default, the rest as loaded before.
+    assert_eq!(jobs.iter().filter(|j| j.gpu_milli > 0).count(), 34);
+    for (share, whole) in jobs.iter().zip(&rounded) {
+        let expected = if share.gpu_milli > 0 {
+            TraceJob { gpus_per_replica: 1, gpu_milli: 0, ..share.clone() }
+        } else {
+            share.clone()
+        };
+        assert_eq!(&expected, whole);
+    }
     assert!(!jobs.iter().any(|j| j.name == "openb-pod-7285"));
 
     assert_eq!(
@@ -253,6 +273,7 @@ fn openb_pods_fixture_rounding_and_skips() {
             submit_ms: 0,
             duration_ms: 12_537_496_000,
             gpus_per_replica: 1,
+            gpu_milli: 0,
             replicas: 1,
             user: "openb".into(),
             project: "openb".into(),
@@ -263,12 +284,12 @@ fn openb_pods_fixture_rounding_and_skips() {
             checkpoint_interval_ms: None,
         }
     );
-    // 46% of one GPU, rounded up to one GPU.
+    // 46% of one GPU: a share of 460 thousandths.
     let j1 = &jobs[1];
     assert_eq!(j1.name, "openb-pod-0001");
     assert_eq!(j1.submit_ms, 427_061_000);
     assert_eq!(j1.duration_ms, (12_902_960 - 427_061) * 1000);
-    assert_eq!((j1.replicas, j1.gpus_per_replica), (1, 1));
+    assert_eq!((j1.replicas, j1.gpus_per_replica, j1.gpu_milli), (1, 0, 460));
     assert_eq!((j1.cpu_millis, j1.memory_mib), (6000, 12_288));
 
     assert_eq!(tier_counts(&jobs), counts(&[("high", 52), ("medium", 1), ("low", 44)]));
@@ -277,7 +298,7 @@ fn openb_pods_fixture_rounding_and_skips() {
         assert_eq!(j.replicas, 1, "openb pods are never split");
         *by_gpus.entry(j.gpus_per_replica).or_default() += 1;
     }
-    assert_eq!(by_gpus, BTreeMap::from([(1, 94), (2, 1), (4, 1), (8, 1)]));
+    assert_eq!(by_gpus, BTreeMap::from([(0, 34), (1, 60), (2, 1), (4, 1), (8, 1)]));
     assert_eq!(job(&jobs, "openb-pod-0129").tier.as_deref(), Some("high")); // Guaranteed
 
     let options = OpenbOptions {
@@ -316,7 +337,8 @@ fn openb_missing_deletion_handling() {
     check_invariants(&jobs, &report);
     assert_eq!(jobs.len(), 3);
     assert_eq!(report.adjusted_count(reason::DELETION_AT_TRACE_END), 2);
-    assert_eq!(report.adjusted_count(reason::FRACTIONAL_GPU_ROUNDED), 1);
+    assert_eq!(report.adjusted_count(reason::FRACTIONAL_GPU_ROUNDED), 0);
+    assert_eq!(job(&jobs, "p2").gpu_milli, 500);
     // The trace ends at the latest time in the file: 50 s.
     assert_eq!(job(&jobs, "p0").duration_ms, 40_000);
     assert_eq!(job(&jobs, "p0").submit_ms, 0);
