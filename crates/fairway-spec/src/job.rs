@@ -2,7 +2,7 @@
 //! resolved job's explicit conversion to the core's `JobSpec`. The job as read is in
 //! `model.rs`.
 
-use fairway_core::{JobId, JobSpec, PreemptionPolicy, Priority, Resources};
+use fairway_core::{JobId, JobSpec, PreemptionPolicy, Priority};
 
 use crate::error::SpecError;
 use crate::interner::{AccountKind, Interner};
@@ -69,6 +69,10 @@ impl ResolvedJob {
             let field = if doc.replicas == 0 { Field::Replicas } else { Field::Gpus };
             return Err(doc.origin.error(field, "must be at least 1"));
         }
+        if doc.resources.gpu_milli.is_some() && doc.replicas > 1 {
+            let reason = "a share of one GPU (resources.gpu_milli) is for one-replica jobs; a gang takes whole GPUs";
+            return Err(doc.origin.error(Field::Replicas, reason));
+        }
         let user = interner
             .account_of(AccountKind::User, &doc.user)
             .map_err(|e| doc.origin.error(Field::Name, e.to_string()))?;
@@ -88,7 +92,7 @@ impl ResolvedJob {
             priority: self.priority,
             preemption_policy: self.preemption_policy,
             preemptible: doc.preemptible,
-            per_replica: Resources::new(doc.resources.gpus, doc.resources.cpu_millis, doc.resources.memory_mib),
+            per_replica: doc.resources.per_replica(),
             gpu_model,
             replicas: doc.replicas,
             grace_ms: secs_to_ms(doc.preemption_grace_seconds),

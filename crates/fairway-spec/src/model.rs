@@ -90,13 +90,28 @@ impl std::fmt::Display for PriorityRef {
 /// Resources of one replica.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ResourcesDoc {
-    /// At least 1.
+    /// At least 1 (1 for a share of one GPU).
     pub gpus: u32,
+    /// A share of one GPU, in thousandths (1 to 999): the replica runs beside other shares
+    /// on the one GPU `gpus` then counts. `None`: whole GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_milli: Option<u32>,
     /// `None`: any model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_model: Option<String>,
     pub cpu_millis: u64,
     pub memory_mib: u64,
+}
+
+impl ResourcesDoc {
+    /// The core's resources of one replica: whole GPUs, or a share of one GPU.
+    pub fn per_replica(&self) -> fairway_core::Resources {
+        let r = fairway_core::Resources::new(self.gpus, self.cpu_millis, self.memory_mib);
+        match self.gpu_milli {
+            Some(milli) => fairway_core::Resources::share(milli, r.cpu_millis, r.memory_mib),
+            None => r,
+        }
+    }
 }
 
 /// Which format a document was written in.
@@ -115,6 +130,7 @@ pub enum Field {
     Name,
     Priority,
     Gpus,
+    GpuMilli,
     GpuModel,
     Cpu,
     Memory,
@@ -138,6 +154,7 @@ impl Field {
             Field::Name => "name",
             Field::Priority => "priority",
             Field::Gpus => "resources.gpus",
+            Field::GpuMilli => "resources.gpu_milli",
             Field::GpuModel => "resources.gpu_model",
             Field::Cpu => "resources.cpu_millis",
             Field::Memory => "resources.memory_mib",

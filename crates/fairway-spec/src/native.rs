@@ -36,7 +36,7 @@ const FIELDS: &[&str] = &[
     "checkpoint_interval_seconds",
     "preemption_policy",
 ];
-const RESOURCE_FIELDS: &[&str] = &["gpus", "gpu_model", "cpu_millis", "memory_mib"];
+const RESOURCE_FIELDS: &[&str] = &["gpus", "gpu_milli", "gpu_model", "cpu_millis", "memory_mib"];
 
 /// Gang size bounds: a gang must start all at once, and past this no cluster does that.
 pub(crate) const REPLICAS: (u64, u64) = (1, 1024);
@@ -76,7 +76,14 @@ pub(crate) fn read(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Issues
     origin.tenant = tenant.origin;
     let priority = obj.take("priority").map_or(Some(PriorityRef::Default), |(v, path)| priority_ref(v, &path, issues));
     let resources = obj.require("resources", issues).and_then(|(v, path)| resources(v, path, issues));
+    let replicas_path = obj.path().field("replicas");
     let replicas = obj.take("replicas").map_or(Some(1), |(v, path)| replicas(v, &path, issues));
+    if let (Some(r), Some(n)) = (&resources, replicas)
+        && r.gpu_milli.is_some()
+        && n > 1
+    {
+        issues.error(&replicas_path, "a share of one GPU (resources.gpu_milli) is for one-replica jobs; a gang takes whole GPUs");
+    }
     let image_given = obj.has("image");
     let image = obj.take("image").and_then(|(v, path)| image_reference(v, &path, issues));
     let image_optional = obj.take("image_optional").map_or(Some(false), |(v, path)| value::boolean(v, &path, issues));
@@ -131,6 +138,7 @@ fn native_origin(root: &Path, document: usize) -> Origin {
         (Field::Priority, root.field("priority")),
         (Field::Replicas, root.field("replicas")),
         (Field::Gpus, resources.field("gpus")),
+        (Field::GpuMilli, resources.field("gpu_milli")),
         (Field::GpuModel, resources.field("gpu_model")),
         (Field::Cpu, resources.field("cpu_millis")),
         (Field::Memory, resources.field("memory_mib")),
@@ -242,7 +250,29 @@ fn tenant(v: &Value, path: Path, options: &ParseOptions, issues: &mut Issues) ->
 
 fn resources(v: &Value, path: Path, issues: &mut Issues) -> Option<ResourcesDoc> {
     let mut obj = Obj::new(v, path, issues)?;
-    let gpus = obj.require("gpus", issues).and_then(|(v, path)| gpu_count(v, &path, issues));
+    // A share of one GPU (`gpu_milli`) needs no `gpus`; with one, it must be 1.
+    let gpu_milli = obj.take("gpu_milli").and_then(|(v, path)| {
+        let milli = uint_in(v, &path, issues, (1, 999), "thousandths of one GPU, 1 to 999 (whole GPUs: gpus)")?;
+        Some((u32::try_from(milli).ok()?, path))
+    });
+    let gpus = match &gpu_milli {
+        None => obj.require("gpus", issues).and_then(|(v, path)| gpu_count(v, &path, issues)),
+        Some((_, milli_path)) => match obj.take("gpus") {
+            None => Some(1),
+            Some((v, path)) => match gpu_count(v, &path, issues) {
+                Some(1) => Some(1),
+                Some(n) => {
+                    issues.error(
+                        milli_path,
+                        format!("a share is part of one GPU: with gpu_milli, gpus must be 1 or left out, got {n}"),
+                    );
+                    None
+                }
+                None => None,
+            },
+        },
+    };
+    let gpu_milli = gpu_milli.map(|(milli, _)| milli);
     let gpu_model = obj.take("gpu_model").and_then(|(v, path)| token(v, &path, issues));
     let cpu = obj.take("cpu_millis").map_or(Some(0), |(v, path)| {
         uint_in(v, &path, issues, (0, u64::MAX), "a non-negative integer number of millicores")
@@ -251,7 +281,7 @@ fn resources(v: &Value, path: Path, issues: &mut Issues) -> Option<ResourcesDoc>
         .take("memory_mib")
         .map_or(Some(0), |(v, path)| uint_in(v, &path, issues, (0, u64::MAX), "a non-negative integer number of MiB"));
     obj.reject_rest(issues, RESOURCE_FIELDS);
-    Some(ResourcesDoc { gpus: gpus?, gpu_model, cpu_millis: cpu?, memory_mib: memory? })
+    Some(ResourcesDoc { gpus: gpus?, gpu_milli, gpu_model, cpu_millis: cpu?, memory_mib: memory? })
 }
 
 pub(crate) fn gpu_count(v: &Value, path: &Path, issues: &mut Issues) -> Option<u32> {

@@ -497,3 +497,59 @@ fn a_replica_that_failed_while_the_server_was_down_fails_its_gang() {
     second.child.wait().unwrap();
     kill_jobs_under(dir.path());
 }
+
+/// Shares of one GPU: two jobs asking for 600 and 400 thousandths run side by side on the one
+/// GPU of the node, each told its device (the same index) and its share; a third share finds
+/// no room and says how much one GPU has free. A restarted server adopts both runs where
+/// they are, and the third still waits; when the 400 share ends, the third takes its place.
+#[test]
+fn shares_of_one_gpu_run_side_by_side_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("{}.{}", std::process::id(), 3031);
+    let share = |name: &str, milli: u32| {
+        format!(
+            "name: {name}\ntenant: {{ project: p }}\nresources: {{ gpu_milli: {milli} }}\nshell: true\n\
+             command: [\"echo \\\"$CUDA_VISIBLE_DEVICES $FAIRWAY_GPU_SHARE_MILLI\\\" > $FAIRWAY_CHECKPOINT_DIR/seen; \
+             exec sleep {marker}\"]\n"
+        )
+    };
+    let mut first = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&first.base, dir.path());
+    let big = api.submit(&share("big", 600))[0];
+    let small = api.submit(&share("small", 400))[0];
+    api.wait_for("both shares to run", |_| (sleeping(&marker) == 2).then_some(()));
+    let seen = |id: i64| std::fs::read_to_string(dir.path().join(format!("jobs/{id}/checkpoint/seen"))).unwrap();
+    assert_eq!(seen(big).trim(), "0 600");
+    assert_eq!(seen(small).trim(), "0 400");
+    for id in [big, small] {
+        let job = api.job(id);
+        assert_eq!(job.job.placement.len(), 1);
+        assert_eq!(job.job.placement[0].gpus, vec![0], "{:?}", job.job.placement);
+        assert_eq!(job.spec["resources"]["gpu_milli"], serde_json::json!(if id == big { 600 } else { 400 }));
+    }
+    let third = api.submit(&share("third", 300))[0];
+    let (_, why) = api.json("GET", &format!("/v1/jobs/{third}/why"), None);
+    let text = why.to_string();
+    assert!(text.contains("300/1000 of one GPU") && text.contains("0/1000"), "{text}");
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let mut second = serve_with(dir.path(), &["--gpus", "1"], None);
+    let api = api_of(&second.base, dir.path());
+    assert_eq!(api.wait_state(big, JobState::Running).job.restart_count, 0);
+    assert_eq!(api.wait_state(small, JobState::Running).job.restart_count, 0);
+    assert_eq!(api.job(third).job.state, JobState::Pending);
+    assert_eq!(sleeping(&marker), 2, "the runs were adopted, not started again");
+
+    api.json("POST", &format!("/v1/jobs/{small}/cancel"), None);
+    api.wait_state(small, JobState::Cancelled);
+    api.wait_state(third, JobState::Running);
+    let path = dir.path().join(format!("jobs/{third}/checkpoint/seen"));
+    let line = api.wait_for("the third share to see its GPU", |_| {
+        std::fs::read_to_string(&path).ok().filter(|s| s.ends_with('\n'))
+    });
+    assert_eq!(line.trim(), "0 300");
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    kill_jobs_under(dir.path());
+}

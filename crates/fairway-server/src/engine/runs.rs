@@ -246,6 +246,11 @@ impl Engine {
                 let mut env = doc.env.clone();
                 env.insert("CUDA_VISIBLE_DEVICES".into(), devices.join(","));
                 env.insert("NVIDIA_VISIBLE_DEVICES".into(), devices.join(","));
+                // A share of one GPU: its device is shared with other jobs' shares. The
+                // figure is advisory: nothing enforces it unless MPS or MIG does.
+                if let Some(milli) = doc.resources.gpu_milli {
+                    env.insert("FAIRWAY_GPU_SHARE_MILLI".into(), milli.to_string());
+                }
                 env.insert("FAIRWAY_JOB_ID".into(), id.to_string());
                 env.insert("FAIRWAY_JOB_NAME".into(), doc.name.clone());
                 env.insert("FAIRWAY_RESTART_COUNT".into(), job.run.to_string());

@@ -203,8 +203,7 @@ impl Engine {
             return None;
         }
         let model = job.resources.gpu_model.as_deref().and_then(|m| self.interner.gpu_model_id(m));
-        let per_replica =
-            fairway_core::Resources::new(job.resources.gpus, job.resources.cpu_millis, job.resources.memory_mib);
+        let per_replica = job.resources.per_replica();
         let most = self.core.replicas_fit_max(model, per_replica, job.replicas);
         (most < job.replicas).then(|| {
             SpecError::new(
@@ -356,7 +355,10 @@ impl Engine {
 /// `4 GPUs`, or `1 GPU, 64000 MiB of memory`: what one replica asks, CPU and memory only
 /// when asked, so that a gang held back by memory says so.
 fn replica_size(r: &fairway_spec::ResourcesDoc) -> String {
-    let mut parts = vec![format!("{} GPU{}", r.gpus, if r.gpus == 1 { "" } else { "s" })];
+    let mut parts = vec![match r.gpu_milli {
+        Some(milli) => format!("{milli}/1000 of one GPU"),
+        None => format!("{} GPU{}", r.gpus, if r.gpus == 1 { "" } else { "s" }),
+    }];
     if r.cpu_millis > 0 {
         parts.push(format!("{} millicores of CPU", r.cpu_millis));
     }

@@ -7,6 +7,20 @@ use serde_json::json;
 
 use crate::support::*;
 
+/// A share of one GPU: `gpu_milli` alone (or with `gpus: 1`) converts to the core's share,
+/// and the document keeps both figures.
+#[test]
+fn a_share_of_one_gpu_converts_to_a_core_share() {
+    for resources in ["{ gpu_milli: 250, cpu_millis: 4000 }", "{ gpus: 1, gpu_milli: 250, cpu_millis: 4000 }"] {
+        let input = NATIVE_JOB.replace("{ gpus: 2, gpu_model: A100, cpu_millis: 8000, memory_mib: 65536 }", resources);
+        let (jobs, _) = load(input.as_bytes(), &mut PriorityClasses::builtin()).unwrap();
+        assert_eq!((jobs[0].doc.resources.gpus, jobs[0].doc.resources.gpu_milli), (1, Some(250)), "{resources}");
+        let spec = jobs[0].to_core(JobId(1), &mut Interner::new()).unwrap();
+        assert_eq!(spec.per_replica, Resources::share(250, 4000, 0), "{resources}");
+        assert_eq!(spec.total().gpu_milli_total(), 250);
+    }
+}
+
 #[test]
 fn a_native_job_converts_field_by_field() {
     let (jobs, warnings) = load(NATIVE_JOB.as_bytes(), &mut PriorityClasses::builtin()).unwrap();
