@@ -1129,7 +1129,8 @@ impl Engine {
             .map_err(|errors| {
                 errors.iter().map(|e| format!("{}: {}", e.path, e.reason)).collect::<Vec<_>>().join("; ")
             })?;
-        let doc = parsed.jobs.into_iter().next().ok_or("not a job")?;
+        let mut doc = parsed.jobs.into_iter().next().ok_or("not a job")?;
+        doc.resources.gpu_milli = crate::workload::gpu_share_of(&as_job, doc.replicas, &self.settings)?;
         let class = match &doc.priority {
             PriorityRef::Class(name) => match self.classes.get_key_value(name) {
                 Some(found) => Some(found),

@@ -30,8 +30,10 @@ impl NodeInfo {
         let status = node.status.as_ref();
         let allocatable = status.and_then(|s| s.allocatable.as_ref());
         let get = |key: &str| allocatable.and_then(|a| a.get(key));
-        let gpus =
+        let reported =
             get(&settings.gpu_resource).and_then(|q| fairway_spec::quantity::whole_count(&q.0).ok()).unwrap_or(0);
+        // A device plugin that shares GPUs may report each one several times.
+        let gpus = reported / settings.gpu_share.as_ref().map_or(1, |s| u64::from(s.splits_per_gpu));
         let cpu_millis = get("cpu").and_then(|q| fairway_spec::quantity::cpu_millis(&q.0).ok()).unwrap_or(0);
         let memory_mib = get("memory").and_then(|q| memory_mib_down(&q.0)).unwrap_or(0);
         let labels = node.metadata.labels.as_ref();

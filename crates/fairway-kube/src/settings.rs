@@ -46,6 +46,11 @@ pub struct Settings {
     /// Fair sharing between namespaces (projects) inside one priority; `None`: off. A
     /// namespace's weight is its `fairway.dev/fair-share-weight` annotation (1 without).
     pub fair_share: Option<FairShareSettings>,
+    /// Shares of one GPU: the extended resource a pod asks for part of one GPU by, where a
+    /// device plugin shares GPUs (HAMi's `nvidia.com/gpucores`, Volcano's
+    /// `volcano.sh/vgpu-cores`); `None`: GPUs are not shared, and a Job asking for a share
+    /// is refused with the reason (see `docs/kubernetes.md`).
+    pub gpu_share: Option<GpuShareSettings>,
     /// Reservations with backfill for Jobs that cannot be admitted (the core's `plan.rs`);
     /// `None`: off.
     pub reservations: Option<fairway_spec::ReservationsDoc>,
@@ -59,6 +64,30 @@ pub struct Settings {
 pub struct FairShareSettings {
     /// Past usage counts half as much this long after (0: only current holdings count).
     pub half_life_seconds: u64,
+}
+
+/// How a pod asks for a share of one GPU: `resource` units of `units_per_gpu` per GPU, beside
+/// one `gpu_resource` (HAMi: `nvidia.com/gpu: 1` and `nvidia.com/gpucores: 50` is half a GPU).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GpuShareSettings {
+    pub resource: String,
+    /// What one whole GPU counts in `resource` (100 for a percentage).
+    #[serde(default = "percent")]
+    pub units_per_gpu: u32,
+    /// How many `gpu_resource` a node reports per physical GPU, so that the kubelet admits
+    /// several pods to one GPU (HAMi's `deviceSplitCount`): a node's GPUs are its
+    /// allocatable `gpu_resource` divided by it.
+    #[serde(default = "one")]
+    pub splits_per_gpu: u32,
+}
+
+fn percent() -> u32 {
+    100
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// The longest half-life accepted: ten years.
@@ -150,6 +179,7 @@ impl Default for Settings {
             writes_in_flight_max: 64,
             status_writes_per_second_max: 100,
             fair_share: None,
+            gpu_share: None,
             reservations: None,
             metrics: fairway_server::config::MetricsConfig::default(),
         }
@@ -192,6 +222,23 @@ impl Settings {
         }
         if self.scheduler_name.is_empty() || self.gpu_resource.is_empty() {
             return Err("scheduler_name and gpu_resource must not be empty".into());
+        }
+        if let Some(s) = &self.gpu_share {
+            if s.resource.is_empty() || s.resource == self.gpu_resource {
+                return Err(format!(
+                    "gpu_share.resource: must name a resource other than gpu_resource, got {:?}",
+                    s.resource
+                ));
+            }
+            if s.splits_per_gpu == 0 {
+                return Err("gpu_share.splits_per_gpu: at least 1".into());
+            }
+            if s.units_per_gpu < 2 {
+                return Err(format!(
+                    "gpu_share.units_per_gpu: at least 2 (a share is less than one GPU), got {}",
+                    s.units_per_gpu
+                ));
+            }
         }
         if self.writes_in_flight_max == 0 || self.status_writes_per_second_max == 0 {
             return Err("writes_in_flight_max and status_writes_per_second_max must be at least 1".into());

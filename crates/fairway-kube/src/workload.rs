@@ -11,6 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 
+use crate::settings::Settings;
+
 /// The annotation that records an admission: the nodes of its replicas, in order. Kept
 /// until the workload's pods are gone, so that a restarted controller knows where it runs.
 pub const ADMISSION: &str = "fairway.dev/admission";
@@ -343,6 +345,77 @@ impl AdmittedCondition {
             message: c["message"].as_str().unwrap_or_default().to_owned(),
         })
     }
+}
+
+/// Extended resources and pod annotations by which device plugins and schedulers that share
+/// GPUs ask for part of one: a Job naming one is refused while `gpu_share` is off, rather
+/// than given a whole GPU it did not ask for or none at all.
+pub const GPU_SHARE_HINTS: &[&str] = &[
+    "nvidia.com/gpucores",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "volcano.sh/vgpu-cores",
+    "volcano.sh/vgpu-memory",
+    "aliyun.com/gpu-mem",
+    "gpu-fraction",
+    "gpu-memory",
+];
+
+/// A Job's share of one GPU in thousandths, from its pod template (`None`: whole GPUs), or
+/// why it cannot have one: with `gpu_share` set, the containers' `gpu_share.resource` adds up
+/// to the share (`units_per_gpu` or more: a whole GPU); it must come with one
+/// `gpu_resource` and one pod. Without it, a template asking for a share by any of
+/// [`GPU_SHARE_HINTS`] is refused.
+pub fn gpu_share_of(as_job: &Value, replicas: u32, settings: &Settings) -> Result<Option<u32>, String> {
+    let template = as_job.pointer("/spec/template").unwrap_or(&Value::Null);
+    let containers: Vec<&Value> =
+        template.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten().collect();
+    let asked = |key: &str| -> u128 {
+        containers
+            .iter()
+            .map(|c| {
+                let of = |map: &str| c.pointer(&format!("/resources/{map}")).and_then(|m| m.get(key)).cloned();
+                of("requests").or_else(|| of("limits")).map_or(0, |v| {
+                    let text = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+                    Quantity::of(key, text).amount
+                })
+            })
+            .sum()
+    };
+    let annotations = template.pointer("/metadata/annotations").and_then(Value::as_object);
+    let hint = GPU_SHARE_HINTS
+        .iter()
+        .find(|h| asked(h) > 0 || annotations.is_some_and(|a| a.contains_key(**h)))
+        .filter(|h| settings.gpu_share.as_ref().is_none_or(|s| s.resource != **h));
+    let Some(share) = &settings.gpu_share else {
+        return match hint {
+            Some(h) => Err(format!(
+                "asks for a share of one GPU by {h}, and this controller shares no GPU: set gpu_share in its settings \
+                 to the extended resource your device plugin shares GPUs by, or ask for whole {}",
+                settings.gpu_resource
+            )),
+            None => Ok(None),
+        };
+    };
+    if let Some(h) = hint {
+        return Err(format!("asks for a share of one GPU by {h}; this cluster reads shares from {}", share.resource));
+    }
+    let units = asked(&share.resource);
+    if units == 0 || units >= u128::from(share.units_per_gpu) {
+        return Ok(None);
+    }
+    let gpus = asked(&settings.gpu_resource);
+    if gpus != 1 {
+        return Err(format!(
+            "{}: a share of one GPU comes with {} 1, got {gpus}",
+            share.resource, settings.gpu_resource
+        ));
+    }
+    if replicas != 1 {
+        return Err(format!("{}: a share of one GPU is for one-pod Jobs; a gang takes whole GPUs", share.resource));
+    }
+    let milli = (units * 1000 / u128::from(share.units_per_gpu)).max(1);
+    Ok(Some(milli as u32))
 }
 
 fn opted_out(meta: &ObjectMeta) -> bool {

@@ -82,7 +82,10 @@ pub(crate) fn read(mut obj: Obj<'_>, options: &ParseOptions, issues: &mut Issues
         && r.gpu_milli.is_some()
         && n > 1
     {
-        issues.error(&replicas_path, "a share of one GPU (resources.gpu_milli) is for one-replica jobs; a gang takes whole GPUs");
+        issues.error(
+            &replicas_path,
+            "a share of one GPU (resources.gpu_milli) is for one-replica jobs; a gang takes whole GPUs",
+        );
     }
     let image_given = obj.has("image");
     let image = obj.take("image").and_then(|(v, path)| image_reference(v, &path, issues));

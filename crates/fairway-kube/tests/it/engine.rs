@@ -1109,3 +1109,73 @@ fn a_pending_jobs_condition_gives_its_place_in_the_queue_and_its_expected_start(
         "the same reason: no Event ({said:?})"
     );
 }
+
+/// A managed Job of one pod asking `nvidia.com/gpu: 1` and `cores` of HAMi's
+/// `nvidia.com/gpucores` (a percentage of one GPU).
+fn share_job(name: &str, cores: u32, gpus: u32, parallelism: u32, created_s: u64) -> Job {
+    let created = jiff::Timestamp::from_second(1_800_000_000 + created_s as i64).unwrap();
+    from_yaml(&format!(
+        "metadata: {{ name: {name}, namespace: ads, uid: uid-{name}, creationTimestamp: \"{created}\" }}\n\
+         spec:\n  suspend: true\n  parallelism: {parallelism}\n  template:\n    spec:\n      schedulerName: fairway\n\
+         \x20     priorityClassName: medium\n      restartPolicy: Never\n\
+         \x20     containers: [{{ name: c, image: busybox, resources: {{ limits: {{ nvidia.com/gpu: \"{gpus}\", nvidia.com/gpucores: \"{cores}\" }} }} }}]\n"
+    ))
+}
+
+fn refusals(said: &[Action]) -> Vec<String> {
+    said.iter()
+        .filter_map(|a| match a {
+            Action::Event { warning: true, message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// With `gpu_share` set to HAMi's convention, `nvidia.com/gpucores: 60` beside
+/// `nvidia.com/gpu: 1` is a share of 600 thousandths: shares of 60 and 40 go on the one GPU
+/// of a node that reports it ten times (`splits_per_gpu: 10`); one of 30 waits; 100 cores is
+/// a whole GPU. A share with 2 GPUs, or of a 2-pod Job, is refused by field.
+#[test]
+fn shares_are_read_from_the_configured_share_resource() {
+    let settings =
+        Settings::parse("gpu_share: { resource: nvidia.com/gpucores, units_per_gpu: 100, splits_per_gpu: 10 }\n")
+            .expect("valid settings");
+    let mut h = Harness::with_settings(settings);
+    let jobs = vec![
+        share_job("a", 60, 1, 1, 0),
+        share_job("b", 40, 1, 1, 1),
+        share_job("c", 30, 1, 1, 2),
+        share_job("two-gpus", 30, 2, 1, 3),
+        share_job("gang", 30, 1, 2, 4),
+    ];
+    h.start(vec![node("n1", 10)], vec![class("medium", 1000)], jobs, vec![], vec![]);
+    let mut got = admitted(&h.cycle());
+    got.sort();
+    assert_eq!(got, [("a".to_owned(), vec!["n1".to_owned()]), ("b".to_owned(), vec!["n1".to_owned()])]);
+    let said = refusals(&h.background());
+    assert!(
+        said.iter().any(|m| m.contains("nvidia.com/gpucores") && m.contains("with nvidia.com/gpu 1, got 2")),
+        "{said:?}"
+    );
+    assert!(said.iter().any(|m| m.contains("one-pod Jobs")), "{said:?}");
+}
+
+/// Without `gpu_share`, a Job asking for part of a GPU by a sharing device plugin's resource
+/// (or a sharing scheduler's annotation) is refused, the reason naming the setting; it is not
+/// given a whole GPU it did not ask for.
+#[test]
+fn a_share_is_refused_where_the_controller_shares_no_gpu() {
+    let mut h = Harness::new();
+    h.start(vec![node("n1", 8)], vec![class("medium", 1000)], vec![share_job("a", 50, 1, 1, 0)], vec![], vec![]);
+    assert!(admitted(&h.cycle()).is_empty());
+    let said = refusals(&h.background());
+    assert!(said.iter().any(|m| m.contains("nvidia.com/gpucores") && m.contains("set gpu_share")), "{said:?}");
+    for bad in [
+        "gpu_share: { resource: nvidia.com/gpu }\n",
+        "gpu_share: { resource: nvidia.com/gpucores, units_per_gpu: 1 }\n",
+        "gpu_share: { resource: nvidia.com/gpucores, splits_per_gpu: 0 }\n",
+    ] {
+        let err = Settings::parse(bad).expect_err(bad);
+        assert!(err.starts_with("gpu_share."), "{err}");
+    }
+}
