@@ -1,6 +1,8 @@
 //! Policy knobs and limits. The simulator's `fifo`, `priority` and `fairway` presets are
 //! three values of [`Policy`].
 
+use crate::packing::PackPolicy;
+
 /// How the queue is ordered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueOrder {
@@ -49,6 +51,10 @@ pub struct Policy {
     /// When true, later jobs may start on GPUs the blocked job cannot use.
     pub backfill: bool,
     pub scoring: ScoringPolicy,
+    /// A placement policy of `docs/placement.md` (FGD's and the paper's baselines, and
+    /// Fairway's own) for one-replica jobs placed on free room; `None`: `scoring` places
+    /// them. Gangs, and nodes of more than 16 GPUs, are placed by `scoring` either way.
+    pub packing: Option<PackPolicy>,
     /// Fair sharing between tenants inside one priority (see `fairshare.rs`); `None`: jobs
     /// of one priority go in submit order. Applies with backfill only: under strict order
     /// the queue's order is the submit order by definition.
@@ -102,6 +108,7 @@ impl Policy {
             preemption: false,
             backfill: false,
             scoring: ScoringPolicy::BestFit,
+            packing: None,
             fair_share: None,
             reservations: None,
             estimates: RuntimeEstimates::default(),
@@ -114,6 +121,7 @@ impl Policy {
             preemption: false,
             backfill: true,
             scoring: ScoringPolicy::BestFit,
+            packing: None,
             fair_share: None,
             reservations: None,
             estimates: RuntimeEstimates::default(),
@@ -126,6 +134,7 @@ impl Policy {
             preemption: true,
             backfill: true,
             scoring: ScoringPolicy::BestFit,
+            packing: None,
             fair_share: None,
             reservations: None,
             estimates: RuntimeEstimates::default(),

@@ -306,6 +306,9 @@ impl Scheduler {
         out.decisions.append(&mut self.outbox);
         out.stats = CycleStats::default();
         self.budget_spent_at = None;
+        if self.config.policy.packing.is_some() {
+            self.arrivals.refresh();
+        }
         self.enforce_runtime_limits(now, out);
         self.end_protections(now);
         self.start_ready_preemptors(now, out);
@@ -725,8 +728,8 @@ impl Scheduler {
             let placement = match shape.replicas {
                 1 => self
                     .free_room()
-                    .place_one(shape.model, per_replica)
-                    .map(|node| self.assign_slots(&[(node, 1)], per_replica)),
+                    .place_one_with_gpus(shape.model, per_replica)
+                    .map(|(node, gpus)| self.assign_one(node, gpus, per_replica)),
                 _ => self
                     .free_room()
                     .place(shape.model, per_replica, shape.replicas)
@@ -801,14 +804,21 @@ impl Scheduler {
     /// (`Failed`); `None` when there is no free room for it at all.
     fn start_around_plan(&mut self, ix: JobIx, shape: Shape, now: Time, out: &mut CycleOutcome) -> Option<Considered> {
         let free = self.free_room();
+        let mut gpus = None;
         let mut chosen = match shape.replicas {
-            1 => free.place_one(shape.model, shape.per_replica).map(|node| vec![(node, 1)]),
+            1 => free.place_one_with_gpus(shape.model, shape.per_replica).map(|(node, g)| {
+                gpus = g;
+                vec![(node, 1)]
+            }),
             _ => free.place(shape.model, shape.per_replica, shape.replicas),
         }?;
         if let Some(p) = self.delays_reservation(ix, &chosen, now) {
             let (job, at) = (p.id, p.at);
             match self.place_around_plan(ix, now) {
-                Some(other) => chosen = other,
+                Some(other) => {
+                    chosen = other;
+                    gpus = None;
+                }
                 None => {
                     let reasons = Reasons::one(PendingReason::HeldForReservation { job, at });
                     // Room elsewhere, the reservation's start, or the plan changing.
@@ -817,7 +827,10 @@ impl Scheduler {
                 }
             }
         }
-        let placement = self.assign_slots(&chosen, shape.per_replica);
+        let placement = match (&chosen[..], gpus) {
+            ([(node, 1)], Some(g)) => self.assign_one(*node, Some(g), shape.per_replica),
+            _ => self.assign_slots(&chosen, shape.per_replica),
+        };
         let id = self.jobs[ix].spec.id;
         self.plan_started(ix, &chosen);
         self.start(ix, placement.clone(), now);
@@ -1016,6 +1029,7 @@ impl Scheduler {
     /// The read-only view free-room placement walks.
     fn free_room(&self) -> FreeRoom<'_> {
         FreeRoom {
+            packing: self.config.policy.packing.map(|p| (p, &self.jobs, self.arrivals.model())),
             nodes: &self.nodes,
             scoring: self.config.policy.scoring,
             scored_max: self.config.limits.candidate_nodes_scored_max as usize,

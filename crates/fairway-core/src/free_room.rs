@@ -2,10 +2,15 @@
 //! that finds candidate nodes, and the choice among them (`placement.rs`), over a read-only
 //! view of the nodes. Pure: it returns where, and the cycle starts the job there.
 
-use crate::cluster::Nodes;
+use std::collections::VecDeque;
+
+use crate::cluster::{Node, Nodes};
 use crate::config::ScoringPolicy;
+use crate::jobs::JobStore;
+use crate::model::JobState;
+use crate::packing::{self, Ask, GpuPick, KindCounts, ModelSet, NodeRoom, PackPolicy, WorkloadModel};
 use crate::placement::{Candidate, choose_nodes, score};
-use crate::types::{GpuModel, NodeId, Resources};
+use crate::types::{GpuModel, GpuSet, NodeId, Resources};
 
 /// What free-room placement reads.
 #[derive(Clone, Copy)]
@@ -14,9 +19,165 @@ pub(crate) struct FreeRoom<'a> {
     pub scoring: ScoringPolicy,
     /// `Limits::candidate_nodes_scored_max`.
     pub scored_max: usize,
+    /// `Policy::packing`, with what it reads: the jobs placed (gpu-clustering counts their
+    /// kinds per node) and the typical asks learnt from recent arrivals (FGD, Fairway).
+    pub packing: Option<(PackPolicy, &'a JobStore, Option<&'a WorkloadModel>)>,
+}
+
+/// Arrivals remembered to learn the typical asks from, and how many arrivals the learnt
+/// model may be behind.
+const ARRIVALS_KEPT: usize = 4096;
+const ARRIVALS_PER_REFRESH: u32 = 256;
+
+/// The typical asks of the workload for FGD's and Fairway's placement, learnt online from the
+/// asks of the latest [`ARRIVALS_KEPT`] submissions (FGD's paper takes them from the whole
+/// trace, which a scheduler does not have): the asks covering 95% of them, learnt again
+/// every [`ARRIVALS_PER_REFRESH`] submissions. A function of the submissions only, so
+/// deterministic.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Arrivals {
+    recent: VecDeque<Ask>,
+    model: Option<WorkloadModel>,
+    since_model: u32,
+}
+
+impl Arrivals {
+    pub fn note(&mut self, ask: Ask) {
+        if self.recent.len() == ARRIVALS_KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(ask);
+        self.since_model += 1;
+    }
+
+    /// Learn again if the model is missing or behind.
+    pub fn refresh(&mut self) {
+        let stale = self.model.is_none() || self.since_model >= ARRIVALS_PER_REFRESH;
+        if stale && self.since_model > 0 {
+            self.model = Some(WorkloadModel::from_asks(self.recent.iter(), 95));
+            self.since_model = 0;
+        }
+    }
+
+    pub fn model(&self) -> Option<&WorkloadModel> {
+        self.model.as_ref()
+    }
+}
+
+/// A replica's resources as the packing policies see them (`None`: beyond their model, more
+/// than 16 GPUs).
+pub(crate) fn ask_of(per_replica: Resources, model: Option<GpuModel>) -> Option<Ask> {
+    let (count, milli) = match per_replica {
+        r if r.is_share() => (1, r.gpu_milli),
+        r if r.gpus == 0 => (0, 0),
+        r => (r.gpus, 1000),
+    };
+    let models = model.and_then(|m| ModelSet::of([m])).unwrap_or(ModelSet::ANY);
+    Ask::new(per_replica.cpu_millis, per_replica.memory_mib, count, milli, models).ok()
+}
+
+/// A node as the packing policies see it: each GPU's free thousandths (a GPU held for a
+/// preemptor or taken whole: 0), CPU and memory free.
+fn room_of(node: &Node) -> Option<NodeRoom> {
+    let gpu_free: Vec<u16> = (0..node.spec.capacity.gpus)
+        .map(|s| match () {
+            _ if node.held.contains(s) => 0,
+            _ if node.shared.contains(s) => 1000 - node.shares[s as usize],
+            _ if node.owned.contains(s) => 0,
+            _ => 1000,
+        })
+        .collect();
+    let (cap, free) = (node.spec.capacity, node.available());
+    NodeRoom::with_free(
+        (cap.cpu_millis, cap.memory_mib),
+        (free.cpu_millis, free.memory_mib),
+        Some(node.spec.gpu_model),
+        &gpu_free,
+    )
+    .ok()
+}
+
+/// The kinds of the asks running on a node (gpu-clustering groups alike asks).
+fn kinds_of(node: &Node, jobs: &JobStore) -> KindCounts {
+    let mut kinds = KindCounts::default();
+    for &ix in &node.placed {
+        let job = &jobs[ix];
+        let (JobState::Running { placement, .. } | JobState::Terminating { placement, .. }) = &job.state else {
+            continue;
+        };
+        if let Some(ask) = ask_of(job.spec.per_replica, None) {
+            for _ in placement.replicas().iter().filter(|r| r.node == node.spec.id) {
+                kinds.add(ask.kind());
+            }
+        }
+    }
+    kinds
 }
 
 impl FreeRoom<'_> {
+    /// Where one replica goes on free room, with its GPUs when a packing policy chose them.
+    pub fn place_one_with_gpus(&self, model: Option<GpuModel>, per_replica: Resources) -> Option<(NodeId, Option<GpuSet>)> {
+        if let Some((policy, jobs, arrivals)) = self.packing
+            && let Some(ask) = ask_of(per_replica, model)
+            && (!policy.needs_workload_model() || arrivals.is_some())
+        {
+            return self.place_packed(policy, jobs, arrivals, &ask, per_replica, model);
+        }
+        self.place_one(model, per_replica).map(|node| (node, None))
+    }
+
+    /// A packing policy's choice among the first `candidate_nodes_scored_max` nodes where
+    /// the replica fits (shared GPUs with room first for a share, then by free GPUs
+    /// ascending): the best score, ties to the lowest node id. Nodes of more than 16 GPUs
+    /// are left to `scoring`.
+    fn place_packed(
+        &self,
+        policy: PackPolicy,
+        jobs: &JobStore,
+        arrivals: Option<&WorkloadModel>,
+        ask: &Ask,
+        per_replica: Resources,
+        model: Option<GpuModel>,
+    ) -> Option<(NodeId, Option<GpuSet>)> {
+        let index = &self.nodes.index;
+        let lowest = per_replica.as_whole_gpus().gpus;
+        let shared = per_replica.is_share().then(|| index.shared_open(model)).into_iter().flatten();
+        let levels = (lowest..=index.level_max()).flat_map(|level| index.at_level(model, level));
+        let mut best: Option<((i64, std::cmp::Reverse<NodeId>), GpuPick)> = None;
+        let mut scored = 0usize;
+        let mut seen = Vec::new();
+        for node_ix in shared.chain(levels) {
+            let node = self.nodes.at(node_ix);
+            if per_replica.is_share() && node.available_gpus() > 0 && node.shared_open() {
+                // Met already among the shared nodes.
+                if seen.contains(&node.spec.id) {
+                    continue;
+                }
+            }
+            if !per_replica.fits_in(node.available()) {
+                continue;
+            }
+            let Some(room) = room_of(node) else { continue };
+            if !room.fits(ask) {
+                continue;
+            }
+            seen.push(node.spec.id);
+            let entropy = u64::from(node.spec.id.0) ^ node.version;
+            let (score, pick) = packing::score_node(policy, arrivals, &room, &kinds_of(node, jobs), ask, entropy);
+            let key = (score, std::cmp::Reverse(node.spec.id));
+            if best.as_ref().is_none_or(|(b, _)| key > *b) {
+                best = Some((key, pick));
+            }
+            scored += 1;
+            if scored >= self.scored_max {
+                break;
+            }
+        }
+        let ((_, std::cmp::Reverse(node)), pick) = best?;
+        let gpus = pick.devices().fold(GpuSet::EMPTY, |set, d| set.union(GpuSet::from_bits(1 << d)));
+        Some((node, Some(gpus)))
+    }
+
     /// Free room on schedulable nodes for the job's shape: `(node, replicas)` or `None`.
     pub fn place(&self, model: Option<GpuModel>, per_replica: Resources, replicas: u32) -> Option<Vec<(NodeId, u32)>> {
         let candidates = self.candidates(model, per_replica, replicas);

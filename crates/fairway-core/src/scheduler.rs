@@ -110,6 +110,9 @@ pub struct Scheduler {
     pub(crate) tallies: VictimTallies,
     /// Scratch space of the victim search, kept between searches.
     pub(crate) search_scratch: SearchScratch,
+    /// Recent arrivals' asks, for the packing policies that learn the typical asks
+    /// (`Policy::packing`: FGD, Fairway).
+    pub(crate) arrivals: crate::free_room::Arrivals,
     /// The nodes where room grew since the last cycle (positions), for this cycle's wakes.
     pub(crate) grown_nodes: Vec<crate::ids::NodeIx>,
     /// The cycle's memo of answers, kept for its allocations.
@@ -168,6 +171,7 @@ impl Scheduler {
             queue: PendingQueue::default(),
             tallies: VictimTallies::default(),
             search_scratch: SearchScratch::default(),
+            arrivals: Default::default(),
             plan: Vec::new(),
             history: Default::default(),
             run_ends: BTreeSet::new(),
@@ -453,6 +457,11 @@ impl Scheduler {
                 (Reverse(spec.priority), spec.max_runtime_ms.or(spec.runtime_estimate_ms).unwrap_or(u64::MAX))
             }
         };
+        if self.config.policy.packing.is_some_and(|p| p.needs_workload_model())
+            && let Some(ask) = crate::free_room::ask_of(spec.per_replica, spec.gpu_model)
+        {
+            self.arrivals.note(ask);
+        }
         let ix = self.jobs.next_ix();
         let key = QueueKey { rank, expected_ms, submitted_at: now, id: spec.id, ix };
         let job = Job {
@@ -1110,6 +1119,17 @@ impl Scheduler {
         self.reserving.remove(&id);
         self.ready_preemptors.remove(&id);
         Some(reservation)
+    }
+
+    /// One replica on `node`: on the GPUs a packing policy chose, else as `assign_slots`.
+    pub(crate) fn assign_one(&self, node: NodeId, gpus: Option<GpuSet>, per_replica: Resources) -> Placement {
+        match gpus {
+            Some(gpus) => {
+                assert_eq!(gpus.len(), per_replica.slots_per_replica(), "a packing policy picked the wrong GPUs");
+                Placement::one(ReplicaPlacement { node, gpus })
+            }
+            None => self.assign_slots(&[(node, 1)], per_replica),
+        }
     }
 
     /// Turn `(node, replicas)` choices into slot assignments: the lowest free slots, or for

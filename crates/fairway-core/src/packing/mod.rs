@@ -20,6 +20,8 @@ mod tests;
 
 pub use frag::{FragBreakdown, TypicalShape, WorkloadModel};
 pub use packer::{PackError, PackStats, Packer, Placement};
+pub(crate) use packer::score_node;
+pub(crate) use policy::KindCounts;
 pub use policy::{PackPolicy, UnknownPolicy};
 
 use crate::types::GpuModel;
@@ -237,6 +239,22 @@ impl NodeRoom {
             gpus: gpus as u8,
             gpu_free,
         })
+    }
+    /// A node with `gpu_free` thousandths free on its GPUs (each at most 1000; at most
+    /// [`NODE_GPUS_MAX`] GPUs) and the CPU and memory given free.
+    pub fn with_free(
+        capacity: (u64, u64),
+        free: (u64, u64),
+        model: Option<GpuModel>,
+        gpu_free: &[u16],
+    ) -> Result<NodeRoom, ShapeError> {
+        let mut room = NodeRoom::new(capacity.0, capacity.1, gpu_free.len(), model)?;
+        room.cpu_milli_free = free.0.min(capacity.0);
+        room.memory_mib_free = free.1.min(capacity.1);
+        for (slot, &f) in room.gpu_free.iter_mut().zip(gpu_free) {
+            *slot = f.min(MILLI_PER_GPU);
+        }
+        Ok(room)
     }
     pub fn gpus(&self) -> usize {
         self.gpus.into()

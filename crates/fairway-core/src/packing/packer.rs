@@ -96,6 +96,27 @@ struct FragMemo<'m> {
     stats: &'m mut PackStats,
 }
 
+/// One node's score and GPUs for `ask` (which fits it) under `policy`, scored from scratch:
+/// the scheduler's placement weighs a bounded list of candidates, without the packer's
+/// indexes. `kinds` counts the asks running on the node by kind (gpu-clustering reads it).
+pub(crate) fn score_node(
+    policy: PackPolicy,
+    model: Option<&WorkloadModel>,
+    room: &NodeRoom,
+    kinds: &KindCounts,
+    ask: &Ask,
+    entropy: u64,
+) -> (Score, GpuPick) {
+    let mut memo = FastMap::default();
+    let mut stats = PackStats::default();
+    let mut frag = FragMemo { model, memo: &mut memo, stats: &mut stats };
+    let now = if model.is_some() { frag.frag_of(room) } else { 0.0 };
+    let view = NodeView { room, kinds, frag: now };
+    let score = policy::score(policy, &view, ask, &mut frag);
+    let pick = policy::pick(policy, &view, ask, &mut frag, splitmix(entropy));
+    (score, pick)
+}
+
 /// States remembered before the memo starts again.
 const FRAG_MEMO_MAX: usize = 1 << 20;
 /// Changes logged before the indexes are rebuilt from scratch.

@@ -102,7 +102,7 @@ impl KindCounts {
             AskKind::Whole(k) => Some(usize::from(k)),
         }
     }
-    pub(super) fn add(&mut self, kind: AskKind) {
+    pub(crate) fn add(&mut self, kind: AskKind) {
         if let Some(i) = Self::slot(kind) {
             self.0[i] += 1;
         }

@@ -8,6 +8,7 @@
 //!
 //! ```text
 //! config policy=fifo|priority|fairway backfill=on|off preemption=on|off scoring=best-fit|spread
+//!        packing=random|dot-product|gpu-clustering|gpu-packing|best-fit|fgd|fairway
 //!        order=fifo|priority victims-max=N candidates-max=N attempts-max=N starts-max=N
 //!        nodes-scored-max=N fair-half-life=TIME|off reservations=N|off default-runtime=TIME
 //!        history=N                                           (before any other command)
@@ -37,6 +38,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use fairway_core::*;
+use fairway_core::packing;
 
 use crate::oracle::Oracle;
 
@@ -561,6 +563,7 @@ impl Runner {
             "backfill",
             "preemption",
             "scoring",
+            "packing",
             "order",
             "victims-max",
             "candidates-max",
@@ -590,6 +593,9 @@ impl Runner {
                 "preemption" => self.config.policy.preemption = parse_bool(k, v)?,
                 "scoring" => {
                     self.config.policy.scoring = ScoringPolicy::from_name(v).ok_or(format!("unknown scoring {v}"))?
+                }
+                "packing" => {
+                    self.config.policy.packing = Some(v.parse().map_err(|e: packing::UnknownPolicy| e.to_string())?)
                 }
                 "order" => {
                     self.config.policy.order = match v {

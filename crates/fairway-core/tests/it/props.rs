@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use fairway_core::*;
+use fairway_core::packing::PackPolicy;
 
 use crate::oracle::Oracle;
 
@@ -253,6 +254,7 @@ fn config() -> impl Strategy<Value = Config> {
                     .prop_map(|(count_max, s)| Some((Reservations { count_max }, s * 1000))),
             ],
             prop_oneof![3 => Just(0u32), 1 => Just(4u32)],
+            prop_oneof![3 => Just(None), 1 => prop::sample::select(PackPolicy::ALL.to_vec()).prop_map(Some)],
         ),
     )
         .prop_map(
@@ -262,7 +264,7 @@ fn config() -> impl Strategy<Value = Config> {
                 spread,
                 victims_max,
                 attempts_max,
-                (candidates, scored, starts, cycle_victims, fair_share, reservations, history_runs_max),
+                (candidates, scored, starts, cycle_victims, fair_share, reservations, history_runs_max, packing),
             )| {
                 if flip_backfill {
                     policy.backfill = !policy.backfill;
@@ -271,6 +273,7 @@ fn config() -> impl Strategy<Value = Config> {
                     policy.scoring = ScoringPolicy::Spread;
                 }
                 policy.fair_share = fair_share;
+                policy.packing = packing;
                 policy.reservations = reservations.map(|(r, _)| r);
                 // The oracle's expected ends follow rules 1, 2 and 4 of `estimate.rs`; with
                 // a history (rule 3, which has its own tests) it checks reservations only
