@@ -87,6 +87,12 @@ pub struct ScenarioFile {
     pub cost_model: CostSpec,
     #[serde(default = "default_policies")]
     pub policies: Vec<PolicySpec>,
+    /// The placement policy of `docs/placement.md` every policy places one-replica jobs by
+    /// (`random`, `dot-product`, `gpu-clustering`, `gpu-packing`, `best-fit`, `fgd`,
+    /// `fairway`), unless a custom policy names its own; none or `core`: the core's own
+    /// scoring (`best-fit`).
+    #[serde(default)]
+    pub placement: Option<String>,
     #[serde(default)]
     pub limits: LimitsSpec,
     #[serde(default)]
@@ -274,6 +280,9 @@ pub struct CustomPolicy {
     /// start reserve the GPUs they need (see the core's `plan.rs`).
     #[serde(default)]
     pub reservations: Option<ReservationsSpec>,
+    /// Its placement policy, instead of the scenario's `placement`.
+    #[serde(default)]
+    pub placement: Option<String>,
     /// What the scenario's nominal quotas (its cohorts) are to this policy: `cohort`
     /// (default: lent and borrowed within each cohort), `hard_caps` (each member's nominal
     /// quota is its hard cap, nothing is lent: the article's ResourceQuota set-aside) or
@@ -442,7 +451,27 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
     let classes = priority_classes(&file.priority_classes)?;
     let nodes = nodes(&file.cluster, base_dir, overrides.nodes.or(file.cluster.nodes_max), &mut names)?;
     let (quotas, nominals) = quotas(&file, base_dir, &mut names)?;
-    let policies = policies(&file.policies, overrides.policies.as_deref(), &quotas, &nominals, &mut names)?;
+    let mut policies = policies(&file.policies, overrides.policies.as_deref(), &quotas, &nominals, &mut names)?;
+    // `core`: the core's own scoring, no packing policy.
+    let placement = |name: &str, field: String| -> Result<Option<fairway_core::packing::PackPolicy>, ScenarioError> {
+        if name == "core" {
+            return Ok(None);
+        }
+        name.parse().map(Some).map_err(|e: fairway_core::packing::UnknownPolicy| {
+            invalid(field, format!("{e} (or core: the core's own scoring)"))
+        })
+    };
+    let scenario_placement = file.placement.as_deref().map(|p| placement(p, "placement".into())).transpose()?.flatten();
+    for p in &mut policies {
+        let own = file.policies.iter().enumerate().find_map(|(i, spec)| match spec {
+            PolicySpec::Custom(c) if c.name == p.name => c.placement.as_deref().map(|name| (i, name)),
+            _ => None,
+        });
+        p.policy.packing = match own {
+            Some((i, name)) => placement(name, format!("policies[{i}].placement"))?,
+            None => scenario_placement,
+        };
+    }
     let trace_override = overrides.trace_path.clone().zip(file.workload.as_mut());
     if trace_override.is_some_and(|(path, workload)| !workload.source.set_path(path)) {
         return Err(invalid("--trace", "the scenario's workload is synthetic, not a trace file"));
@@ -976,6 +1005,7 @@ fn policies(
                     preemption: c.preemption,
                     backfill: c.backfill,
                     scoring,
+                    packing: None,
                     fair_share,
                     reservations,
                     estimates,

@@ -140,6 +140,8 @@ fn bad_scenarios_name_the_field() {
         ("policies: [{ name: x, order: sideways, preemption: false }]", "policies[0].order"),
         ("cluster: { nodes: [{ name: n, gpus: 0, gpu_model: A100 }] }", "cluster.nodes[0].gpus"),
         ("quotas: [{ gpus_max: 3 }]", "quotas[0]"),
+        ("placement: tightest", "placement: unknown placement policy"),
+        ("policies: [{ name: x, order: priority, preemption: true, placement: fdg }]", "policies[0].placement"),
         ("preemption_protection: { urgent: { min_run_seconds: 60 } }", "preemption_protection.urgent"),
         (
             "preemption_protection: { low: { preemptions_per_hour_max: 0 } }",
@@ -592,4 +594,22 @@ fn the_sjf_oracle_starts_the_shortest_true_duration_first() {
     assert_eq!(starts(&runs[1]), [400, 100, 200]);
     let e = inline_scenario("sjf-bad", &text.replace("order: sjf-oracle", "order: shortest")).unwrap_err();
     assert!(e.contains("policies[1].order") && e.contains("sjf-oracle"), "{e}");
+}
+
+/// Shares of one GPU in the simulator, with the scenario's placement policy and a policy
+/// that keeps the core's own scoring (see the fixture for the hand-checked figures).
+#[test]
+fn shares_run_side_by_side_and_count_in_thousandths() {
+    let s = load("tiny-shares.yaml", &Overrides::default());
+    let packing: Vec<_> = s.policies.iter().map(|p| p.policy.packing.map(|p| p.name())).collect();
+    assert_eq!(packing, [Some("gpu-packing"), None]);
+    for run in run_all(&s) {
+        let start = |name: &str| record(&run, name).first_start_ms;
+        assert_eq!((start("a1"), start("a2"), start("b")), (Some(0), Some(0), Some(0)), "{}", run.policy);
+        assert_eq!(start("c"), Some(60_000), "{}", run.policy);
+        assert_eq!(record(&run, "c").finish_ms, Some(90_000), "{}", run.policy);
+        assert_eq!((record(&run, "a1").gpu_milli, record(&run, "b").gpu_milli), (500, 1000));
+        let allocated = fairway_sim::metrics::allocated_gpu_ms(&run.util, run.end_ms, 0, run.end_ms);
+        assert_eq!(allocated, 135_000, "{}: 2 GPUs for 60 s, then half a GPU for 30 s", run.policy);
+    }
 }
