@@ -273,3 +273,62 @@ fn submit_100k(bencher: Bencher) {
         black_box(s)
     });
 }
+
+/// A cluster whose one-replica jobs are placed by Fairway's packing policy
+/// (`Policy::packing`, `docs/placement.md`).
+fn packing_on(nodes: u32) -> Scheduler {
+    let mut config = Config::default();
+    config.policy.packing = Some(fairway_core::packing::PackPolicy::Fairway);
+    cluster_with(nodes, config)
+}
+
+/// `cycle_after_exit_100k_pending` with the `fairway` placement policy on.
+#[divan::bench(sample_count = 20)]
+fn cycle_after_exit_100k_pending_packing(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            let (mut s, running) = full_cluster_with_backlog_on(packing_on(NODES));
+            s.apply(Event::Exited { job: running[4_321], outcome: ExitOutcome::Succeeded }, Time(2)).unwrap();
+            s
+        })
+        .bench_local_values(|mut s| {
+            let out = s.cycle(Time(2));
+            (s, out)
+        });
+}
+
+/// `cycle_cold_fill_100k_pending` with the `fairway` placement policy on.
+#[divan::bench(sample_count = 5)]
+fn cycle_cold_fill_100k_pending_packing(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            let mut s = packing_on(NODES);
+            for i in 0..PENDING {
+                s.apply(Event::Submit(job(i, 0)), Time::ZERO).unwrap();
+            }
+            s
+        })
+        .bench_local_values(|mut s| {
+            let out = s.cycle(Time::ZERO);
+            assert!(out.stats.started > 2_000, "started {}", out.stats.started);
+            (s, out)
+        });
+}
+
+/// `place_10k_single_gpu` with the `fairway` placement policy on.
+#[divan::bench(sample_count = 5)]
+fn place_10k_single_gpu_packing(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            let mut s = packing_on(2 * NODES);
+            for i in 0..10_000 {
+                s.apply(Event::Submit(JobSpec::new(JobId(i), 0, Resources::new(1, 1_000, 1_024))), Time::ZERO).unwrap();
+            }
+            s
+        })
+        .bench_local_values(|mut s| {
+            let out = s.cycle(Time::ZERO);
+            assert_eq!(out.stats.started, 10_000);
+            (s, out)
+        });
+}

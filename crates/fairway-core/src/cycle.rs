@@ -161,7 +161,13 @@ impl GrownNodes<'_> {
 
 /// GPUs on `node` free or held by preemptible work below `priority`.
 fn reclaimable_gpus(node: &Node, priority: Priority) -> u32 {
-    node.available_gpus() + node.victims.iter().take_while(|e| e.priority < priority).map(|e| e.freed.gpus).sum::<u32>()
+    node.available_gpus()
+        + node
+            .victims
+            .iter()
+            .take_while(|e| e.priority < priority)
+            .map(crate::victims::VictimEntry::gpus_freed_at_most)
+            .sum::<u32>()
 }
 
 impl GrownRoom for GrownNodes<'_> {
@@ -203,7 +209,7 @@ impl GrownSnapshot {
             let start = self.levels.len();
             let mut sum = 0;
             for e in &node.victims {
-                sum += e.freed.gpus;
+                sum += e.gpus_freed_at_most();
                 let same_level = self.levels.len() > start && self.levels.last().is_some_and(|(p, _)| *p == e.priority);
                 match self.levels.last_mut() {
                     Some((_, s)) if same_level => *s = sum,

@@ -116,7 +116,11 @@ fn kinds_of(node: &Node, jobs: &JobStore) -> KindCounts {
 
 impl FreeRoom<'_> {
     /// Where one replica goes on free room, with its GPUs when a packing policy chose them.
-    pub fn place_one_with_gpus(&self, model: Option<GpuModel>, per_replica: Resources) -> Option<(NodeId, Option<GpuSet>)> {
+    pub fn place_one_with_gpus(
+        &self,
+        model: Option<GpuModel>,
+        per_replica: Resources,
+    ) -> Option<(NodeId, Option<GpuSet>)> {
         if let Some((policy, jobs, arrivals)) = self.packing
             && let Some(ask) = ask_of(per_replica, model)
             && (!policy.needs_workload_model() || arrivals.is_some())

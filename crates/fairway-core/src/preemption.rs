@@ -564,7 +564,17 @@ impl SearchView<'_> {
         let per_replica = victim.spec.per_replica.without_shares();
         let usable = |node_id: NodeId| self.nodes.by_id(node_id).usable_by(model);
         if let [only] = placement.replicas() {
-            return if usable(only.node) { Frees::One([(only.node, per_replica)]) } else { Frees::Many(Vec::new()) };
+            if !usable(only.node) {
+                return Frees::Many(Vec::new());
+            }
+            // A share alone on its GPU frees the GPU; one of several frees only its CPU and
+            // memory here (the search over the whole cluster counts GPUs freed whole).
+            let share = victim.spec.per_replica.gpu_milli;
+            let node = self.nodes.by_id(only.node);
+            let alone = share > 0
+                && only.gpus.iter().all(|s| u32::from(node.shares[s as usize]) == share && !node.held.contains(s));
+            let freed = if alone { Resources { gpus: 1, ..per_replica } } else { per_replica };
+            return Frees::One([(only.node, freed)]);
         }
         let mut frees: Vec<(NodeId, Resources)> = Vec::new();
         for replica in placement.replicas().iter().filter(|r| usable(r.node)) {
@@ -618,7 +628,7 @@ impl SearchView<'_> {
                 .take_while(|e| e.priority < priority || (inclusive && e.priority == priority))
                 .filter(|e| waived || e.protected_until <= now)
                 .filter(|e| e.priority < priority || reclaimable(e.ix))
-                .map(|e| e.freed.gpus)
+                .map(VictimEntry::gpus_freed_at_most)
                 .sum();
             hosted += (node.available_gpus() + below) / gpus;
             if hosted > replicas_max {

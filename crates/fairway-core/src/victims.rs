@@ -61,6 +61,13 @@ impl VictimEntry {
         }
     }
 
+    /// The most whole GPUs its going may free on this node: its whole GPUs, or for a share
+    /// the GPU it shares (free only if the others on it go too). What the necessary
+    /// conditions and wake-ups count, which must not count less than a search may find.
+    pub fn gpus_freed_at_most(&self) -> u32 {
+        self.freed.gpus + u32::from(self.share_milli > 0)
+    }
+
     /// The list order: rule 2 (lowest priority first), then id.
     pub fn key(&self) -> (Priority, JobId) {
         (self.priority, self.id)

@@ -252,7 +252,7 @@ fn sixty() -> u64 {
 pub enum PolicySpec {
     /// `fifo`, `priority` or `fairway`.
     Preset(String),
-    Custom(CustomPolicy),
+    Custom(Box<CustomPolicy>),
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -19,8 +19,8 @@ mod policy;
 mod tests;
 
 pub use frag::{FragBreakdown, TypicalShape, WorkloadModel};
-pub use packer::{PackError, PackStats, Packer, Placement};
 pub(crate) use packer::score_node;
+pub use packer::{PackError, PackStats, Packer, Placement};
 pub(crate) use policy::KindCounts;
 pub use policy::{PackPolicy, UnknownPolicy};
 

@@ -37,8 +37,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use fairway_core::*;
 use fairway_core::packing;
+use fairway_core::*;
 
 use crate::oracle::Oracle;
 

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use fairway_core::*;
 use fairway_core::packing::PackPolicy;
+use fairway_core::*;
 
 use crate::oracle::Oracle;
 
