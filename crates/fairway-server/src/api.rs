@@ -213,10 +213,21 @@ pub struct NodeView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuView {
     pub index: u32,
-    /// The job on it, if any.
+    /// The job on it, if any (a shared GPU: its largest share's job).
     pub job: Option<i64>,
     /// The preemptor it is held for while victims terminate, if any.
     pub held_for: Option<i64>,
+    /// The shares of one GPU on it, by job id (empty unless the GPU is shared).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareView>,
+}
+
+/// A job's share of one GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareView {
+    pub job: i64,
+    /// Thousandths of the GPU.
+    pub gpu_milli: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

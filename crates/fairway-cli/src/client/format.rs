@@ -269,7 +269,8 @@ pub fn nodes_table(nodes: &[NodeView], wide: bool) -> String {
     table(&headers, &rows)
 }
 
-/// `0:12 1:12 2:- 3:-(held-for-14)`: each GPU's job, `-` when free.
+/// `0:12 1:12 2:- 3:-(held-for-14) 4:15+16`: each GPU's job (a shared GPU's jobs joined by
+/// `+`), `-` when free.
 fn gpu_jobs(gpus: &[GpuView]) -> String {
     if gpus.is_empty() {
         return NONE.to_string();
@@ -277,7 +278,11 @@ fn gpu_jobs(gpus: &[GpuView]) -> String {
     let cells: Vec<String> = gpus
         .iter()
         .map(|g| {
-            let job = g.job.map_or_else(|| NONE.to_string(), |j| j.to_string());
+            let job = if g.shares.is_empty() {
+                g.job.map_or_else(|| NONE.to_string(), |j| j.to_string())
+            } else {
+                g.shares.iter().map(|s| s.job.to_string()).collect::<Vec<_>>().join("+")
+            };
             match g.held_for {
                 Some(preemptor) => format!("{}:{job}(held-for-{preemptor})", g.index),
                 None => format!("{}:{job}", g.index),
@@ -763,7 +768,7 @@ ID   NAME        PROJECT   USER    PRIORITY   STATE        GPUS   MODEL   AGE   
     }
 
     fn gpu(index: u32, job: Option<i64>, held_for: Option<i64>) -> GpuView {
-        GpuView { index, job, held_for }
+        GpuView { index, job, held_for, shares: Vec::new() }
     }
 
     #[test]

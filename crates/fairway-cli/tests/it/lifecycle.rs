@@ -527,6 +527,12 @@ fn shares_of_one_gpu_run_side_by_side_and_survive_a_restart() {
         assert_eq!(job.job.placement[0].gpus, vec![0], "{:?}", job.job.placement);
         assert_eq!(job.spec["resources"]["gpu_milli"], serde_json::json!(if id == big { 600 } else { 400 }));
     }
+    // The node view lists both shares on GPU 0, the larger as its job.
+    let (_, nodes) = api.json("GET", "/v1/nodes", None);
+    let gpu0 = &nodes["nodes"][0]["gpus"][0];
+    assert_eq!(gpu0["job"], serde_json::json!(big), "{nodes}");
+    let shares = serde_json::json!([{"job": big, "gpu_milli": 600}, {"job": small, "gpu_milli": 400}]);
+    assert_eq!(gpu0["shares"], shares, "{nodes}");
     let third = api.submit(&share("third", 300))[0];
     let (_, why) = api.json("GET", &format!("/v1/jobs/{third}/why"), None);
     let text = why.to_string();

@@ -37,7 +37,7 @@ fn pending(id: i64, tenant: &str, tier: &str, priority: i32, position: u64, wait
 /// One node of four GPUs: 0 and 1 held by job 1 (ads), 2 by job 2 (vision), 3 held for job 3
 /// (vision's preemptor).
 fn inputs(jobs: Vec<DashJob>) -> Inputs {
-    let gpu = |index, job, held_for| GpuView { index, job, held_for };
+    let gpu = |index, job, held_for| GpuView { index, job, held_for, shares: Vec::new() };
     let node = NodeView {
         name: "node-0".into(),
         gpu_model: "A100".into(),

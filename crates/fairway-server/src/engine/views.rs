@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{AccountKind, Command, Engine, LiveView, core_id};
 use crate::api::{
     FORECAST_JOBS_MAX, GpuView, Health, NodeList, NodeView, PreemptionView, PriorityClassList, PriorityClassView,
-    QuotaList, ReasonView, StartEstimateView,
+    QuotaList, ReasonView, ShareView, StartEstimateView,
 };
 use crate::dashboard::{DashJob, Inputs, PENDING_LISTED_MAX};
 
@@ -302,7 +302,11 @@ impl Engine {
                 cpu_millis: n.cpu_millis,
                 memory_mib: n.memory_mib,
                 schedulable: true,
-                gpus: n.gpus.iter().map(|g| GpuView { index: g.index, job: None, held_for: None }).collect(),
+                gpus: n
+                    .gpus
+                    .iter()
+                    .map(|g| GpuView { index: g.index, job: None, held_for: None, shares: Vec::new() })
+                    .collect(),
             })
             .collect();
         for (&id, job) in &self.jobs {
@@ -315,15 +319,21 @@ impl Engine {
                 Some(JobStatus::Pending { reserved: Some(placement), .. }) => (placement, true),
                 _ => continue,
             };
-            let _ = job;
+            let share = job.resolved.doc.resources.gpu_milli;
             for replica in placement.replicas() {
                 let Some(node) = nodes.get_mut(replica.node.0 as usize) else { continue };
                 for g in replica.gpus.iter() {
                     let Some(gpu) = node.gpus.get_mut(g as usize) else { continue };
-                    if held {
-                        gpu.held_for = Some(id);
-                    } else {
-                        gpu.job = Some(id);
+                    match (held, share) {
+                        (true, _) => gpu.held_for = Some(id),
+                        (false, None) => gpu.job = Some(id),
+                        (false, Some(gpu_milli)) => {
+                            let largest = gpu.shares.iter().map(|s| s.gpu_milli).max().unwrap_or(0);
+                            if gpu_milli > largest {
+                                gpu.job = Some(id);
+                            }
+                            gpu.shares.push(ShareView { job: id, gpu_milli });
+                        }
                     }
                 }
             }
