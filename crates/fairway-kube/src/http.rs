@@ -286,7 +286,8 @@ fn view(engine: &Engine, id: JobId, now: u64, estimates: &BTreeMap<JobId, Estima
             .and_then(|v| v.as_str())
             .map(str::to_owned),
         state,
-        gpus_per_replica: spec.map_or(0, |s| s.per_replica.gpus),
+        gpus_per_replica: spec.map_or(0, |s| s.per_replica.slots_per_replica()),
+        gpu_milli: spec.map(|s| s.per_replica.gpu_milli).filter(|m| *m > 0),
         replicas: spec.map_or(1, |s| s.replicas),
         gpu_model: spec.and_then(|s| s.gpu_model).and_then(|m| engine.interner().name_of(m)).map(str::to_owned),
         submitted_at_ms: w.created_ms,

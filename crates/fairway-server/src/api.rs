@@ -64,6 +64,10 @@ pub struct JobView {
     pub priority_class: Option<String>,
     pub state: JobState,
     pub gpus_per_replica: u32,
+    /// A share of one GPU, in thousandths (`resources.gpu_milli`); `gpus_per_replica` is
+    /// then the 1 GPU it shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_milli: Option<u32>,
     pub replicas: u32,
     pub gpu_model: Option<String>,
     pub submitted_at_ms: u64,

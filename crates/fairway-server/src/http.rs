@@ -782,6 +782,7 @@ pub(crate) fn job_view(state: &AppState, row: &JobRow, live: Option<&LiveView>) 
         priority_class: row.priority_class.clone(),
         state: row.state,
         gpus_per_replica: resources["gpus"].as_u64().unwrap_or(0) as u32,
+        gpu_milli: resources["gpu_milli"].as_u64().map(|m| m as u32),
         replicas: spec["replicas"].as_u64().unwrap_or(1) as u32,
         gpu_model: resources["gpu_model"].as_str().map(str::to_owned),
         submitted_at_ms: row.submitted_at_ms,

@@ -98,13 +98,22 @@ fn priority(job: &JobView) -> String {
     job.priority_class.clone().unwrap_or_else(|| job.priority.to_string())
 }
 
-/// `4`, or `2x4` for a gang of two replicas of four GPUs.
+/// `4`, or `2x4` for a gang of two replicas of four GPUs, or `0.25` for a share of one GPU.
 fn gpus(job: &JobView) -> String {
+    if let Some(milli) = job.gpu_milli {
+        return share(milli);
+    }
     if job.replicas == 1 {
         job.gpus_per_replica.to_string()
     } else {
         format!("{}x{}", job.replicas, job.gpus_per_replica)
     }
+}
+
+/// Thousandths of one GPU as a decimal: `500` is `0.5`, `125` is `0.125`.
+fn share(milli: u32) -> String {
+    let text = format!("0.{milli:03}");
+    text.trim_end_matches('0').to_owned()
 }
 
 fn gpu_list(gpus: &[u32]) -> String {
@@ -523,7 +532,9 @@ fn describe_fields(out: &mut String, job: &JobView, now_ms: u64) {
     }
     field(out, "State", job.state.as_str());
     let model = job.gpu_model.as_deref().unwrap_or("any model");
-    if job.replicas == 1 {
+    if let Some(milli) = job.gpu_milli {
+        field(out, "GPUs", format!("{} of one GPU, shared ({model})", share(milli)));
+    } else if job.replicas == 1 {
         field(out, "GPUs", format!("{} ({model})", job.gpus_per_replica));
     } else {
         let total = u64::from(job.replicas) * u64::from(job.gpus_per_replica);
@@ -597,6 +608,7 @@ mod tests {
             priority_class: Some("high".to_string()),
             state,
             gpus_per_replica: 2,
+            gpu_milli: None,
             replicas: 1,
             gpu_model: Some("A100".to_string()),
             submitted_at_ms: T0,
@@ -897,6 +909,20 @@ priorityclass/urgent configured
         for (state, reasons, want) in cases {
             assert_eq!(why(&WhyView { id: 5, state, reasons }), want);
         }
+    }
+
+    /// A share of one GPU reads as a decimal of one GPU in `ls` and `describe`.
+    #[test]
+    fn a_share_of_one_gpu_reads_as_a_decimal() {
+        let mut shared = job(7, "notebook", JobState::Running);
+        (shared.gpus_per_replica, shared.gpu_milli, shared.gpu_model) = (1, Some(250), None);
+        assert_eq!(gpus(&shared), "0.25");
+        assert_eq!(share(500), "0.5");
+        assert_eq!(share(999), "0.999");
+        assert_eq!(share(1), "0.001");
+        let detail = JobDetail { job: shared, spec: serde_json::Value::Null, events: vec![] };
+        let text = describe(&detail, None, NOW);
+        assert!(text.contains("GPUs:            0.25 of one GPU, shared (any model)"), "{text}");
     }
 
     #[test]
