@@ -1035,7 +1035,7 @@ impl Scheduler {
     /// The read-only view free-room placement walks.
     fn free_room(&self) -> FreeRoom<'_> {
         FreeRoom {
-            packing: self.config.policy.packing.map(|p| (p, &self.jobs, self.arrivals.model())),
+            packing: self.config.policy.packing.map(|p| (p, &self.jobs, &self.arrivals)),
             nodes: &self.nodes,
             scoring: self.config.policy.scoring,
             scored_max: self.config.limits.candidate_nodes_scored_max as usize,

@@ -2,13 +2,14 @@
 //! that finds candidate nodes, and the choice among them (`placement.rs`), over a read-only
 //! view of the nodes. Pure: it returns where, and the cycle starts the job there.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 
 use crate::cluster::{Node, Nodes};
 use crate::config::ScoringPolicy;
 use crate::jobs::JobStore;
 use crate::model::JobState;
-use crate::packing::{self, Ask, GpuPick, KindCounts, ModelSet, NodeRoom, PackPolicy, WorkloadModel};
+use crate::packing::{self, Ask, FragCache, GpuPick, KindCounts, ModelSet, NodeRoom, PackPolicy, WorkloadModel};
 use crate::placement::{Candidate, choose_nodes, score};
 use crate::types::{GpuModel, GpuSet, NodeId, Resources};
 
@@ -21,7 +22,7 @@ pub(crate) struct FreeRoom<'a> {
     pub scored_max: usize,
     /// `Policy::packing`, with what it reads: the jobs placed (gpu-clustering counts their
     /// kinds per node) and the typical asks learnt from recent arrivals (FGD, Fairway).
-    pub packing: Option<(PackPolicy, &'a JobStore, Option<&'a WorkloadModel>)>,
+    pub packing: Option<(PackPolicy, &'a JobStore, &'a Arrivals)>,
 }
 
 /// Arrivals remembered to learn the typical asks from, and how many arrivals the learnt
@@ -39,6 +40,8 @@ pub(crate) struct Arrivals {
     recent: VecDeque<Ask>,
     model: Option<WorkloadModel>,
     since_model: u32,
+    /// Fragmentation of node states under `model`, emptied when the model is learnt again.
+    frag: RefCell<FragCache>,
 }
 
 impl Arrivals {
@@ -56,6 +59,7 @@ impl Arrivals {
         if stale && self.since_model > 0 {
             self.model = Some(WorkloadModel::from_asks(self.recent.iter(), 95));
             self.since_model = 0;
+            *self.frag.get_mut() = FragCache::default();
         }
     }
 
@@ -123,7 +127,7 @@ impl FreeRoom<'_> {
     ) -> Option<(NodeId, Option<GpuSet>)> {
         if let Some((policy, jobs, arrivals)) = self.packing
             && let Some(ask) = ask_of(per_replica, model)
-            && (!policy.needs_workload_model() || arrivals.is_some())
+            && (!policy.needs_workload_model() || arrivals.model().is_some())
         {
             return self.place_packed(policy, jobs, arrivals, &ask, per_replica, model);
         }
@@ -138,7 +142,7 @@ impl FreeRoom<'_> {
         &self,
         policy: PackPolicy,
         jobs: &JobStore,
-        arrivals: Option<&WorkloadModel>,
+        arrivals: &Arrivals,
         ask: &Ask,
         per_replica: Resources,
         model: Option<GpuModel>,
@@ -167,7 +171,9 @@ impl FreeRoom<'_> {
             }
             seen.push(node.spec.id);
             let entropy = u64::from(node.spec.id.0) ^ node.version;
-            let (score, pick) = packing::score_node(policy, arrivals, &room, &kinds_of(node, jobs), ask, entropy);
+            let mut cache = arrivals.frag.borrow_mut();
+            let kinds = kinds_of(node, jobs);
+            let (score, pick) = packing::score_node(policy, arrivals.model(), &mut cache, &room, &kinds, ask, entropy);
             let key = (score, std::cmp::Reverse(node.spec.id));
             if best.as_ref().is_none_or(|(b, _)| key > *b) {
                 best = Some((key, pick));

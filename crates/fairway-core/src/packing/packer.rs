@@ -96,20 +96,35 @@ struct FragMemo<'m> {
     stats: &'m mut PackStats,
 }
 
-/// One node's score and GPUs for `ask` (which fits it) under `policy`, scored from scratch:
-/// the scheduler's placement weighs a bounded list of candidates, without the packer's
-/// indexes. `kinds` counts the asks running on the node by kind (gpu-clustering reads it).
+/// Fragmentation of node states under one workload model, memoised across placements (the
+/// scheduler keeps one per model: a value depends on the model, so a new model needs a new
+/// cache). Only what a pure function gave is kept, so it changes no decision.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FragCache {
+    memo: FastMap<FragKey, f64>,
+    stats: PackStats,
+}
+
+impl std::fmt::Debug for FragKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FragKey({}, {}, {:?})", self.model, self.cpu_step, self.free_desc)
+    }
+}
+
+/// One node's score and GPUs for `ask` (which fits it) under `policy`: the scheduler's
+/// placement weighs a bounded list of candidates, without the packer's indexes, fragmentation
+/// memoised in `cache`. `kinds` counts the asks running on the node by kind (gpu-clustering
+/// reads it).
 pub(crate) fn score_node(
     policy: PackPolicy,
     model: Option<&WorkloadModel>,
+    cache: &mut FragCache,
     room: &NodeRoom,
     kinds: &KindCounts,
     ask: &Ask,
     entropy: u64,
 ) -> (Score, GpuPick) {
-    let mut memo = FastMap::default();
-    let mut stats = PackStats::default();
-    let mut frag = FragMemo { model, memo: &mut memo, stats: &mut stats };
+    let mut frag = FragMemo { model, memo: &mut cache.memo, stats: &mut cache.stats };
     let now = if model.is_some() { frag.frag_of(room) } else { 0.0 };
     let view = NodeView { room, kinds, frag: now };
     let score = policy::score(policy, &view, ask, &mut frag);
