@@ -49,6 +49,8 @@ pub(crate) struct Node {
     pub shared: GpuSet,
     /// Per slot, the thousandths its shares take (0 on slots not in `shared`); at most 1000.
     pub shares: Vec<u16>,
+    /// The container images it holds, sorted (`Event::NodeImages`).
+    pub images: Vec<crate::types::ImageId>,
 }
 
 /// A placed job's expected end and what it holds on one node.
@@ -106,6 +108,7 @@ impl Node {
             version: 0,
             shared: GpuSet::EMPTY,
             shares: vec![0; spec.capacity.gpus as usize],
+            images: Vec::new(),
             spec,
         }
     }
@@ -159,6 +162,11 @@ impl Node {
             .iter()
             .map(|s| (s, 1000 - u32::from(self.shares[s as usize])))
             .filter(|&(_, free)| free > 0)
+    }
+
+    /// Does it hold `image`? (No image asked: no.)
+    pub fn holds(&self, image: Option<crate::types::ImageId>) -> bool {
+        image.is_some_and(|i| self.images.binary_search(&i).is_ok())
     }
 
     /// Has a shared slot room for another share?
@@ -336,6 +344,12 @@ impl Nodes {
         let node = &mut self.nodes[ix.0 as usize];
         node.version = self.version;
         &mut node.ends
+    }
+
+    /// A node's images (changing them leaves the free index as it is: they are a preference).
+    pub fn images_mut(&mut self, id: NodeId) -> &mut Vec<crate::types::ImageId> {
+        let ix = self.ix_of(id).expect("a known node");
+        &mut self.nodes[ix.0 as usize].images
     }
 
     /// A node's victim list (changing it leaves the free index as it is).

@@ -55,6 +55,12 @@ pub struct Policy {
     /// Fairway's own) for one-replica jobs placed on free room; `None`: `scoring` places
     /// them. Gangs, and nodes of more than 16 GPUs, are placed by `scoring` either way.
     pub packing: Option<PackPolicy>,
+    /// Image locality: among the nodes a one-replica job's GPUs fit equally well, one that
+    /// holds the job's image wins unless another is tighter in CPU and memory by more than
+    /// this many thousandths of a node's capacity (best-fit's tie-breakers; see
+    /// `placement.rs`). It never outweighs priority or the GPU fit; with a packing policy it
+    /// breaks ties of its score only. 0: off.
+    pub image_locality_permille: u32,
     /// Fair sharing between tenants inside one priority (see `fairshare.rs`); `None`: jobs
     /// of one priority go in submit order. Applies with backfill only: under strict order
     /// the queue's order is the submit order by definition.
@@ -100,6 +106,10 @@ pub struct FairSharing {
     pub half_life_ms: u64,
 }
 
+/// The presets' image-locality weight: a node holding the image wins over one up to a tenth
+/// of a node's CPU tighter.
+pub const IMAGE_LOCALITY_PERMILLE_DEFAULT: u32 = 100;
+
 impl Policy {
     /// Strict first-come first-served: no priorities, no preemption, no backfill.
     pub fn fifo() -> Policy {
@@ -109,6 +119,7 @@ impl Policy {
             backfill: false,
             scoring: ScoringPolicy::BestFit,
             packing: None,
+            image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,
             estimates: RuntimeEstimates::default(),
@@ -122,6 +133,7 @@ impl Policy {
             backfill: true,
             scoring: ScoringPolicy::BestFit,
             packing: None,
+            image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,
             estimates: RuntimeEstimates::default(),
@@ -135,6 +147,7 @@ impl Policy {
             backfill: true,
             scoring: ScoringPolicy::BestFit,
             packing: None,
+            image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,
             estimates: RuntimeEstimates::default(),

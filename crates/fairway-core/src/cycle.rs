@@ -734,6 +734,7 @@ impl Scheduler {
             let placement = match shape.replicas {
                 1 => self
                     .free_room()
+                    .with_image(self.jobs[ix].spec.image)
                     .place_one_with_gpus(shape.model, per_replica)
                     .map(|(node, gpus)| self.assign_one(node, gpus, per_replica)),
                 _ => self
@@ -809,7 +810,7 @@ impl Scheduler {
     /// reservation ranked above the job (`Started`), or say that one holds it back
     /// (`Failed`); `None` when there is no free room for it at all.
     fn start_around_plan(&mut self, ix: JobIx, shape: Shape, now: Time, out: &mut CycleOutcome) -> Option<Considered> {
-        let free = self.free_room();
+        let free = self.free_room().with_image(self.jobs[ix].spec.image);
         let mut gpus = None;
         let mut chosen = match shape.replicas {
             1 => free.place_one_with_gpus(shape.model, shape.per_replica).map(|(node, g)| {
@@ -1036,6 +1037,8 @@ impl Scheduler {
     fn free_room(&self) -> FreeRoom<'_> {
         FreeRoom {
             packing: self.config.policy.packing.map(|p| (p, &self.jobs, &self.arrivals)),
+            image: None,
+            image_permille: self.config.policy.image_locality_permille,
             nodes: &self.nodes,
             scoring: self.config.policy.scoring,
             scored_max: self.config.limits.candidate_nodes_scored_max as usize,

@@ -2,7 +2,7 @@
 //! into one of these and hand it to [`crate::Scheduler::apply`] with the current time.
 
 use crate::decision::StopCause;
-use crate::types::{AccountId, JobId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, Quota, Time};
+use crate::types::{AccountId, ImageId, JobId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, Quota, Time};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -33,6 +33,12 @@ pub enum Event {
     NodeDrained(NodeId),
     /// Undo a drain.
     NodeUncordoned(NodeId),
+    /// The container images a node holds now (all of them: the list replaces the last one;
+    /// at most [`IMAGES_PER_NODE_MAX`]). Placement prefers a node holding a job's image.
+    NodeImages {
+        node: NodeId,
+        images: Vec<ImageId>,
+    },
     /// Set (or with `None` clear) an account's hard cap. Lowering a cap evicts nobody.
     SetQuota {
         account: AccountId,
@@ -54,6 +60,9 @@ pub enum Event {
         weight: u32,
     },
 }
+
+/// The most images a node may report (`Event::NodeImages`).
+pub const IMAGES_PER_NODE_MAX: usize = 4096;
 
 /// How a job's process ended, as the driver saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

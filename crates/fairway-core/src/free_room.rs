@@ -11,7 +11,7 @@ use crate::jobs::JobStore;
 use crate::model::JobState;
 use crate::packing::{self, Ask, FragCache, GpuPick, KindCounts, ModelSet, NodeRoom, PackPolicy, WorkloadModel};
 use crate::placement::{Candidate, choose_nodes, score};
-use crate::types::{GpuModel, GpuSet, NodeId, Resources};
+use crate::types::{GpuModel, GpuSet, ImageId, NodeId, Resources};
 
 /// What free-room placement reads.
 #[derive(Clone, Copy)]
@@ -23,6 +23,9 @@ pub(crate) struct FreeRoom<'a> {
     /// `Policy::packing`, with what it reads: the jobs placed (gpu-clustering counts their
     /// kinds per node) and the typical asks learnt from recent arrivals (FGD, Fairway).
     pub packing: Option<(PackPolicy, &'a JobStore, &'a Arrivals)>,
+    /// The image of the job being placed, and `Policy::image_locality_permille`.
+    pub image: Option<ImageId>,
+    pub image_permille: u32,
 }
 
 /// Arrivals remembered to learn the typical asks from, and how many arrivals the learnt
@@ -67,6 +70,10 @@ impl Arrivals {
         self.model.as_ref()
     }
 }
+
+/// A packing policy's ranking of a node: its score, then whether it holds the job's image,
+/// then the lower id.
+type PackedKey = (i64, bool, std::cmp::Reverse<NodeId>);
 
 /// A replica's resources as the packing policies see them (`None`: beyond their model, more
 /// than 16 GPUs).
@@ -119,6 +126,21 @@ fn kinds_of(node: &Node, jobs: &JobStore) -> KindCounts {
 }
 
 impl FreeRoom<'_> {
+    /// The same view, placing a job of `image`.
+    pub fn with_image(self, image: Option<ImageId>) -> Self {
+        FreeRoom { image, ..self }
+    }
+
+    /// The image-locality bonus of `node` in the core's scores (thousandths of CPU and
+    /// memory tightness, as `placement::score` counts them).
+    fn locality_bonus(&self, node: &Node) -> i64 {
+        if self.image_permille > 0 && node.holds(self.image) {
+            i64::from(self.image_permille.min(1000)) * 1000
+        } else {
+            0
+        }
+    }
+
     /// Where one replica goes on free room, with its GPUs when a packing policy chose them.
     pub fn place_one_with_gpus(
         &self,
@@ -151,7 +173,7 @@ impl FreeRoom<'_> {
         let lowest = per_replica.as_whole_gpus().gpus;
         let shared = per_replica.is_share().then(|| index.shared_open(model)).into_iter().flatten();
         let levels = (lowest..=index.level_max()).flat_map(|level| index.at_level(model, level));
-        let mut best: Option<((i64, std::cmp::Reverse<NodeId>), GpuPick)> = None;
+        let mut best: Option<(PackedKey, GpuPick)> = None;
         let mut scored = 0usize;
         let mut seen = Vec::new();
         for node_ix in shared.chain(levels) {
@@ -174,7 +196,8 @@ impl FreeRoom<'_> {
             let mut cache = arrivals.frag.borrow_mut();
             let kinds = kinds_of(node, jobs);
             let (score, pick) = packing::score_node(policy, arrivals.model(), &mut cache, &room, &kinds, ask, entropy);
-            let key = (score, std::cmp::Reverse(node.spec.id));
+            let holds = self.image_permille > 0 && node.holds(self.image);
+            let key = (score, holds, std::cmp::Reverse(node.spec.id));
             if best.as_ref().is_none_or(|(b, _)| key > *b) {
                 best = Some((key, pick));
             }
@@ -183,7 +206,7 @@ impl FreeRoom<'_> {
                 break;
             }
         }
-        let ((_, std::cmp::Reverse(node)), pick) = best?;
+        let ((_, _, std::cmp::Reverse(node)), pick) = best?;
         let gpus = pick.devices().fold(GpuSet::EMPTY, |set, d| set.union(GpuSet::from_bits(1 << d)));
         Some((node, Some(gpus)))
     }
@@ -223,7 +246,8 @@ impl FreeRoom<'_> {
                     continue;
                 }
                 let candidate = Candidate { node: node.spec.id, available, capacity: node.spec.capacity };
-                let key = (score(policy, &candidate, per_replica), std::cmp::Reverse(node.spec.id));
+                let scored_here = score(policy, &candidate, per_replica) + self.locality_bonus(node);
+                let key = (scored_here, std::cmp::Reverse(node.spec.id));
                 if best.is_none_or(|b| key > b) {
                     best = Some(key);
                 }
@@ -246,7 +270,7 @@ impl FreeRoom<'_> {
     /// are weighed.
     fn place_share(&self, model: Option<GpuModel>, per_replica: Resources) -> Option<NodeId> {
         let milli = per_replica.gpu_milli;
-        let mut best: Option<((u32, u32, NodeId), NodeId)> = None;
+        let mut best: Option<((u32, bool, u32, NodeId), NodeId)> = None;
         let mut scored = 0usize;
         for node_ix in self.nodes.index.shared_open(model) {
             let node = self.nodes.at(node_ix);
@@ -254,7 +278,7 @@ impl FreeRoom<'_> {
                 continue;
             }
             let Some((_, left)) = node.share_fit(milli) else { continue };
-            let key = (left, node.available_gpus(), node.spec.id);
+            let key = (left, !node.holds(self.image), node.available_gpus(), node.spec.id);
             if best.is_none_or(|(b, _)| key < b) {
                 best = Some((key, node.spec.id));
             }

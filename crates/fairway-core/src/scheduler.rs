@@ -241,6 +241,7 @@ impl Scheduler {
             Event::NodeRemoved(node) => self.remove_node(node, now),
             Event::NodeDrained(node) => self.set_schedulable(node, false),
             Event::NodeUncordoned(node) => self.set_schedulable(node, true),
+            Event::NodeImages { node, images } => self.set_node_images(node, images),
             Event::SetQuota { account, quota } => {
                 self.set_quota(account, quota);
                 Ok(())
@@ -596,6 +597,21 @@ impl Scheduler {
         let removed = self.nodes.remove(id).expect("checked above");
         self.fair.change_capacity(removed.spec.capacity, false);
         self.changes.nodes_lost = true;
+        Ok(())
+    }
+
+    /// A node's images, sorted (a preference only: nobody wakes for it).
+    fn set_node_images(&mut self, id: NodeId, mut images: Vec<crate::types::ImageId>) -> Result<(), CoreError> {
+        if self.nodes.get(id).is_none() {
+            return Err(CoreError::UnknownNode(id));
+        }
+        if images.len() > crate::event::IMAGES_PER_NODE_MAX {
+            let reason = format!("images: {} above the limit {}", images.len(), crate::event::IMAGES_PER_NODE_MAX);
+            return Err(CoreError::InvalidNode { node: id, reason });
+        }
+        images.sort_unstable();
+        images.dedup();
+        self.nodes.images_mut(id).clone_from(&images);
         Ok(())
     }
 

@@ -72,6 +72,17 @@ impl fmt::Display for GpuModel {
     }
 }
 
+/// A container image (its reference, interned by the driver): what a job runs and what a
+/// node may hold already, so that the job starts without a pull.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ImageId(pub u32);
+
+impl fmt::Display for ImageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "image#{}", self.0)
+    }
+}
+
 /// Priority value, as in a Kubernetes `PriorityClass`: higher runs first.
 pub type Priority = i32;
 
@@ -337,6 +348,9 @@ pub struct JobSpec {
     pub per_replica: Resources,
     /// `None`: any model.
     pub gpu_model: Option<GpuModel>,
+    /// The container image it runs, if any: placement prefers nodes that hold it already
+    /// (`Policy::image_locality_permille`).
+    pub image: Option<ImageId>,
     /// Gang size: all replicas start together or none does. At least 1.
     pub replicas: u32,
     /// Time between SIGTERM and SIGKILL when preempted.
@@ -385,6 +399,7 @@ impl JobSpec {
             preemptible: true,
             per_replica,
             gpu_model: None,
+            image: None,
             replicas: 1,
             grace_ms: 30_000,
             max_runtime_ms: None,

@@ -872,6 +872,8 @@ fn sim_jobs(
                 ..Resources::new(t.gpus_per_replica, t.cpu_millis, t.memory_mib)
             },
             gpu_model,
+            // Drivers do not report nodes' images yet (issue 15): no image to prefer.
+            image: None,
             replicas: t.replicas,
             grace_ms: defaults.grace_seconds * 1000,
             max_runtime_ms: None,
@@ -1006,6 +1008,7 @@ fn policies(
                     backfill: c.backfill,
                     scoring,
                     packing: None,
+                    image_locality_permille: fairway_core::config::IMAGE_LOCALITY_PERMILLE_DEFAULT,
                     fair_share,
                     reservations,
                     estimates,

@@ -94,6 +94,8 @@ impl ResolvedJob {
             preemptible: doc.preemptible,
             per_replica: doc.resources.per_replica(),
             gpu_model,
+            // Drivers do not report nodes' images yet (issue 15): no image to prefer.
+            image: None,
             replicas: doc.replicas,
             grace_ms: secs_to_ms(doc.preemption_grace_seconds),
             max_runtime_ms: doc.max_runtime_seconds.map(secs_to_ms),

@@ -14,10 +14,12 @@
 //!        history=N                                           (before any other command)
 //! node [add] N gpus=8 model=A100 cpu=64000 mem=512000        (these are the defaults)
 //! node remove|drain|uncordon N
+//! images N IMG,IMG...                                        (the images node N holds now)
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
 //! weight ACCOUNT N                                           (fair-share weight)
 //! submit J prio=0 gpus=1 share=MILLI replicas=1 model=M cpu=0 mem=0 user=default project=default
-//!        (share=: a share of one GPU in thousandths, with no whole GPU unless gpus= says)
+//!        (share=: a share of one GPU in thousandths, with no whole GPU unless gpus= says;
+//!        image=IMG: the container image it runs)
 //!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS estimate=SECS min-run=SECS
 //!        preemptions-per-hour=N overrides-protection=yes|no preemption-delay=SECS id=N
 //! cancel J | exit J outcome=succeeded|failed|requeue | checkpoint J   (checkpoint time = at)
@@ -51,6 +53,7 @@ struct Names {
     nodes: Vec<String>,
     accounts: Vec<String>,
     models: Vec<String>,
+    images: Vec<String>,
 }
 
 fn intern(list: &mut Vec<String>, name: &str) -> usize {
@@ -69,6 +72,9 @@ impl Names {
     }
     fn account(&mut self, name: &str) -> AccountId {
         AccountId(intern(&mut self.accounts, name) as u32)
+    }
+    fn image(&mut self, name: &str) -> ImageId {
+        ImageId(intern(&mut self.images, name) as u32)
     }
     fn model(&mut self, name: &str) -> GpuModel {
         GpuModel(intern(&mut self.models, name) as u16)
@@ -265,6 +271,7 @@ const SUBMIT_KEYS: &[&str] = &[
     "prio",
     "gpus",
     "share",
+    "image",
     "replicas",
     "model",
     "cpu",
@@ -422,6 +429,13 @@ impl Runner {
         match line.cmd {
             "config" => self.config(&line),
             "node" => self.node(&line),
+            "images" => {
+                line.only(&[])?;
+                let node = self.names.node(line.arg(0)?);
+                let list = line.args.get(1).copied().unwrap_or("");
+                let images = list.split(',').filter(|n| !n.is_empty()).map(|n| self.names.image(n)).collect();
+                self.apply(text, Event::NodeImages { node, images })
+            }
             "quota" => self.quota(&line),
             "member" => self.member(&line),
             "weight" => {
@@ -564,6 +578,7 @@ impl Runner {
             "preemption",
             "scoring",
             "packing",
+            "image-locality",
             "order",
             "victims-max",
             "candidates-max",
@@ -594,6 +609,7 @@ impl Runner {
                 "scoring" => {
                     self.config.policy.scoring = ScoringPolicy::from_name(v).ok_or(format!("unknown scoring {v}"))?
                 }
+                "image-locality" => self.config.policy.image_locality_permille = parse_num(k, v)?,
                 "packing" => {
                     self.config.policy.packing = Some(v.parse().map_err(|e: packing::UnknownPolicy| e.to_string())?)
                 }
@@ -808,6 +824,7 @@ impl Runner {
         );
         spec.replicas = num("replicas", 1)? as u32;
         spec.gpu_model = line.get("model").map(|m| self.names.model(m));
+        spec.image = line.get("image").map(|i| self.names.image(i));
         spec.user = self.names.account(line.get("user").unwrap_or("default"));
         spec.project = self.names.account(line.get("project").unwrap_or("default"));
         spec.preemptible = line.get("preemptible").map_or(Ok(true), |v| parse_bool("preemptible", v))?;

@@ -170,7 +170,8 @@ impl Oracle {
             Event::Cancel(_)
             | Event::Exited { .. }
             | Event::CheckpointReported { .. }
-            | Event::SetFairShareWeight { .. } => {}
+            | Event::SetFairShareWeight { .. }
+            | Event::NodeImages { .. } => {}
         }
         // Started jobs back in the queue (an exit requeued, a node removed) entered it now.
         for &id in self.live.keys() {

@@ -47,6 +47,8 @@ struct JobShape {
     preemption_delay_s: u64,
     /// A share of one GPU in thousandths (then no whole GPU, one replica).
     share: Option<u32>,
+    /// The container image it runs (of three), if any.
+    image: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -96,6 +98,11 @@ enum Op {
     /// The driver restarts: a new scheduler rebuilt from what the old one knew (`Restore`
     /// and `RestoreHold`, as the daemon and the Kubernetes controller rebuild).
     Restart,
+    /// A node reports the images it holds (of three).
+    Images {
+        pick: usize,
+        images: Vec<u32>,
+    },
 }
 
 /// A project's place in a cohort, as generated: GPUs only, the lending limit at most the
@@ -174,13 +181,14 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
             prop::bool::weighted(0.1),
             prop_oneof![3 => Just(0u64), 1 => 1..20u64],
             prop_oneof![3 => Just(None), 1 => prop::sample::select(vec![100u32, 250, 300, 500, 700, 999]).prop_map(Some)],
+            prop_oneof![1 => Just(None), 1 => (0..3u32).prop_map(Some)],
         ),
     )
         .prop_map(
             |(
                 (priority, gpus, replicas, model, cpu, mem),
                 (user, project, preemptible, never, grace_s, ckpt_s, max_runtime_s, max_total_runtime_s),
-                (min_run_s, per_hour_max, overrides_protection, preemption_delay_s, share),
+                (min_run_s, per_hour_max, overrides_protection, preemption_delay_s, share, image),
             )| {
                 JobShape {
                     priority,
@@ -202,6 +210,7 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
                     overrides_protection,
                     preemption_delay_s,
                     share,
+                    image,
                 }
             },
         )
@@ -232,6 +241,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (PROJECT_BASE..PROJECT_BASE + PROJECTS, prop::option::weighted(0.8, member()))
             .prop_map(|(project, member)| Op::SetNominal { project, member }),
         1 => Just(Op::Restart),
+        1 => (pick, prop::collection::vec(0..3u32, 0..=3)).prop_map(|(pick, images)| Op::Images { pick, images }),
     ]
 }
 
@@ -524,6 +534,7 @@ impl Driver {
                 let mut spec = JobSpec::new(id, j.priority, per_replica);
                 spec.replicas = if j.share.is_some() { 1 } else { j.replicas };
                 spec.gpu_model = j.model.map(GpuModel);
+                spec.image = j.image.map(ImageId);
                 spec.user = AccountId(j.user);
                 spec.project = AccountId(j.project);
                 spec.preemptible = j.preemptible;
@@ -585,6 +596,13 @@ impl Driver {
                 }
                 let node = self.nodes.remove(pick % self.nodes.len());
                 self.apply(Event::NodeRemoved(node))
+            }
+            Op::Images { pick, images } => {
+                if self.nodes.is_empty() {
+                    return Ok(());
+                }
+                let node = self.nodes[pick % self.nodes.len()];
+                self.apply(Event::NodeImages { node, images: images.iter().copied().map(ImageId).collect() })
             }
             Op::Drain { pick } | Op::Uncordon { pick } => {
                 if self.nodes.is_empty() {
@@ -854,6 +872,10 @@ fn script_line(event: &Event, now: Time) -> String {
         Event::NodeRemoved(n) => format!("node remove n{} {at}", n.0),
         Event::NodeDrained(n) => format!("node drain n{} {at}", n.0),
         Event::NodeUncordoned(n) => format!("node uncordon n{} {at}", n.0),
+        Event::NodeImages { node, images } => {
+            let list: Vec<String> = images.iter().map(|i| format!("i{}", i.0)).collect();
+            format!("images n{} {} {at}", node.0, list.join(","))
+        }
         Event::SetQuota { account, quota: None } => format!("quota {} none {at}", acct(*account)),
         Event::SetFairShareWeight { account, weight } => format!("weight {} {weight}", acct(*account)),
         Event::SetQuota { account, quota: Some(q) } => {
@@ -890,6 +912,12 @@ fn spec_line(verb: &str, j: &JobSpec, now: Time) -> String {
     );
     if let Some(m) = j.gpu_model {
         line += &format!(" model=m{}", m.0);
+    }
+    if j.per_replica.gpu_milli > 0 {
+        line += &format!(" share={}", j.per_replica.gpu_milli);
+    }
+    if let Some(i) = j.image {
+        line += &format!(" image=i{}", i.0);
     }
     if !j.preemptible {
         line += " preemptible=no";

@@ -38,6 +38,7 @@ fn a_native_job_converts_field_by_field() {
             preemptible: true,
             per_replica: Resources::new(2, 8000, 65536),
             gpu_model: Some(GpuModel(0)),
+            image: None,
             replicas: 1,
             grace_ms: 30_000,
             max_runtime_ms: Some(7_200_000),
