@@ -282,6 +282,8 @@ struct CoreNode {
     capacity: fairway_core::Resources,
     gpu_model: String,
     drained: bool,
+    /// The images last told to the core.
+    images: Vec<String>,
 }
 
 /// Bit that marks an occupant's job id (managed workloads never have it).
@@ -563,6 +565,7 @@ impl Engine {
         }
         self.resize_pending.remove(&id);
         self.set_core_drained(id, info.drained, now);
+        self.set_core_images(id, &info.images, now);
     }
 
     fn set_core_drained(&mut self, id: NodeId, drained: bool, now: u64) {
@@ -586,9 +589,22 @@ impl Engine {
         let Ok(gpu_model) = self.interner.gpu_model(&info.gpu_model) else { return };
         let spec = NodeSpec { id, gpu_model, capacity: info.capacity };
         self.core_apply(Event::NodeAdded(spec), now);
-        let core = CoreNode { capacity: info.capacity, gpu_model: info.gpu_model.clone(), drained: false };
+        let core =
+            CoreNode { capacity: info.capacity, gpu_model: info.gpu_model.clone(), drained: false, images: vec![] };
         self.core_nodes.insert(id, core);
         self.set_core_drained(id, info.drained, now);
+        self.set_core_images(id, &info.images, now);
+    }
+
+    /// Tell the core which images a node holds now (image locality), when that changed.
+    fn set_core_images(&mut self, id: NodeId, images: &[String], now: u64) {
+        let Some(core) = self.core_nodes.get_mut(&id) else { return };
+        if core.images == images {
+            return;
+        }
+        core.images = images.to_vec();
+        let ids = images.iter().filter_map(|i| self.interner.image(i).ok()).collect();
+        self.core_apply(Event::NodeImages { node: id, images: ids }, now);
     }
 
     fn core_node_removed(&mut self, id: NodeId, now: u64) {

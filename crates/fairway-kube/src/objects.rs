@@ -22,6 +22,10 @@ pub struct NodeInfo {
     /// The first `NoSchedule`/`NoExecute` taint that keeps Fairway's pods off it
     /// (`key=value:Effect`), if any.
     pub taint: Option<String>,
+    /// The container images it holds (`status.images[].names`), canonical references
+    /// (`fairway_spec::canonical_reference`), sorted, at most
+    /// `fairway_core::event::IMAGES_PER_NODE_MAX`.
+    pub images: Vec<String>,
 }
 
 impl NodeInfo {
@@ -48,6 +52,16 @@ impl NodeInfo {
             .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
             .is_some_and(|c| c.status == "True");
         let taint = foreign_taint(node, settings);
+        let mut images: Vec<String> = status
+            .and_then(|s| s.images.as_ref())
+            .into_iter()
+            .flatten()
+            .flat_map(|i| i.names.iter().flatten())
+            .map(|n| fairway_spec::canonical_reference(n))
+            .collect();
+        images.sort_unstable();
+        images.dedup();
+        images.truncate(fairway_core::event::IMAGES_PER_NODE_MAX);
         Some(NodeInfo {
             name,
             gpu_model,
@@ -55,6 +69,7 @@ impl NodeInfo {
             capacity: Resources::new(u32::try_from(gpus).unwrap_or(u32::MAX).min(64), cpu_millis, memory_mib),
             drained: cordoned || !ready || taint.is_some(),
             taint,
+            images,
         })
     }
 }

@@ -872,7 +872,7 @@ fn sim_jobs(
                 ..Resources::new(t.gpus_per_replica, t.cpu_millis, t.memory_mib)
             },
             gpu_model,
-            // Drivers do not report nodes' images yet (issue 15): no image to prefer.
+            // The simulator has no image model yet (pull times, node caches): no image.
             image: None,
             replicas: t.replicas,
             grace_ms: defaults.grace_seconds * 1000,

@@ -30,6 +30,40 @@ const TAG_MAX: usize = 128;
 const DIGEST_PREFIX: &str = "sha256:";
 const DIGEST_HEX_LEN: usize = 64;
 
+/// A reference as a container runtime names it, so that the same image matches however it
+/// is written: Docker Hub's host (`docker.io/`) and its `library/` for one-part names are
+/// added, and `:latest` when neither tag nor digest is given (`pytorch/pytorch` and
+/// `docker.io/pytorch/pytorch:latest` are one image). What image locality compares.
+pub fn canonical_reference(reference: &str) -> String {
+    let (name, rest) = split_name(reference);
+    let first = name.split('/').next().unwrap_or("");
+    let has_host = name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut out = String::with_capacity(reference.len() + 24);
+    if !has_host {
+        out.push_str("docker.io/");
+        if !name.contains('/') {
+            out.push_str("library/");
+        }
+    }
+    out.push_str(name);
+    if rest.is_empty() {
+        out.push_str(":latest");
+    } else {
+        out.push_str(rest);
+    }
+    out
+}
+
+/// A reference's name, and its `:tag` and/or `@digest` (empty when it has neither). A `:`
+/// before the last `/` is a registry's port, not a tag.
+fn split_name(reference: &str) -> (&str, &str) {
+    let last_slash = reference.rfind('/').map_or(0, |i| i + 1);
+    match reference[last_slash..].find([':', '@']) {
+        Some(i) => reference.split_at(last_slash + i),
+        None => (reference, ""),
+    }
+}
+
 /// `Ok` for a valid reference; otherwise the reason, naming the reference and the part
 /// that is wrong.
 pub(crate) fn check_reference(reference: &str) -> Result<(), String> {
@@ -201,5 +235,27 @@ mod tests {
         for bad in ["a..b", "a___b", "a._b", "a-.b", ".a", "a.", "_a", "a-"] {
             assert!(check_reference(bad).is_err(), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod canonical_tests {
+    use super::canonical_reference;
+
+    #[test]
+    fn references_name_one_image_however_written() {
+        for (given, canonical) in [
+            ("ubuntu", "docker.io/library/ubuntu:latest"),
+            ("ubuntu:24.04", "docker.io/library/ubuntu:24.04"),
+            ("pytorch/pytorch", "docker.io/pytorch/pytorch:latest"),
+            ("docker.io/pytorch/pytorch:2.4", "docker.io/pytorch/pytorch:2.4"),
+            ("nvcr.io/nvidia/pytorch:24.05-py3", "nvcr.io/nvidia/pytorch:24.05-py3"),
+            ("localhost:5000/team/img", "localhost:5000/team/img:latest"),
+            ("localhost/img", "localhost/img:latest"),
+        ] {
+            assert_eq!(canonical_reference(given), canonical, "{given}");
+        }
+        let digest = format!("img@sha256:{}", "a".repeat(64));
+        assert_eq!(canonical_reference(&digest), format!("docker.io/library/{digest}"));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fairway_core::{AccountId, GpuModel};
+use fairway_core::{AccountId, GpuModel, ImageId};
 
 /// The id spaces are full (a limit of the core's id types, not of this crate).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -13,6 +13,8 @@ pub enum InternError {
     TooManyAccounts { max: u64 },
     #[error("too many distinct GPU models: the limit is {max}")]
     TooManyGpuModels { max: u64 },
+    #[error("too many distinct container images: the limit is {max}")]
+    TooManyImages { max: u64 },
 }
 
 /// Whose account: users and projects are separate namespaces. A user and a project with the
@@ -54,6 +56,7 @@ impl AccountKind {
 pub struct Interner {
     accounts: Names,
     gpu_models: Names,
+    images: Names,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -103,6 +106,15 @@ impl Interner {
         let max = usize::from(u16::MAX);
         let i = self.gpu_models.intern(name, max).ok_or(InternError::TooManyGpuModels { max: max as u64 })?;
         u16::try_from(i).map(GpuModel).map_err(|_| InternError::TooManyGpuModels { max: max as u64 })
+    }
+
+    /// The id of a container image, by its canonical reference (`canonical_reference`: the
+    /// same image however written), new ids in first-seen order.
+    pub fn image(&mut self, reference: &str) -> Result<ImageId, InternError> {
+        let max = 1usize << 24;
+        let canonical = crate::image::canonical_reference(reference);
+        let i = self.images.intern(&canonical, max).ok_or(InternError::TooManyImages { max: max as u64 })?;
+        Ok(ImageId(i as u32))
     }
 
     /// The id of an account already seen, without adding one.

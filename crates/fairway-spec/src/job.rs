@@ -94,8 +94,12 @@ impl ResolvedJob {
             preemptible: doc.preemptible,
             per_replica: doc.resources.per_replica(),
             gpu_model,
-            // Drivers do not report nodes' images yet (issue 15): no image to prefer.
-            image: None,
+            image: match &doc.image {
+                Some(reference) => {
+                    Some(interner.image(reference).map_err(|e| doc.origin.error(Field::Name, e.to_string()))?)
+                }
+                None => None,
+            },
             replicas: doc.replicas,
             grace_ms: secs_to_ms(doc.preemption_grace_seconds),
             max_runtime_ms: doc.max_runtime_seconds.map(secs_to_ms),

@@ -26,6 +26,7 @@ mod document;
 mod envelope;
 mod error;
 mod image;
+pub use image::canonical_reference;
 mod input;
 mod interner;
 mod job;

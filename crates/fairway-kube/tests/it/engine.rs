@@ -1179,3 +1179,34 @@ fn a_share_is_refused_where_the_controller_shares_no_gpu() {
         assert!(err.starts_with("gpu_share."), "{err}");
     }
 }
+
+/// A node whose `status.images` lists these names.
+fn node_with_images(name: &str, gpus: u32, images: &[&str]) -> Node {
+    let list: Vec<String> = images.iter().map(|i| format!("{{ names: [\"{i}\"], sizeBytes: 1000 }}")).collect();
+    from_yaml(&format!(
+        "metadata: {{ name: {name}, labels: {{ nvidia.com/gpu.product: A100 }} }}\n\
+         status:\n  allocatable: {{ nvidia.com/gpu: \"{gpus}\", cpu: \"64\", memory: 512Gi }}\n\
+         \x20 conditions: [{{ type: Ready, status: \"True\" }}]\n\
+         \x20 images: [{}]\n",
+        list.join(", ")
+    ))
+}
+
+/// Image locality from `node.status.images`: of two equal nodes, the Job (image `busybox`)
+/// goes to the one that holds `docker.io/library/busybox:latest` (the same image, written
+/// out), not to the lower name; without it, to the lower name.
+#[test]
+fn a_job_goes_to_the_node_that_holds_its_image() {
+    let placed_on = |nodes: Vec<Node>| {
+        let mut h = Harness::new();
+        h.start(nodes, vec![class("medium", 1000)], vec![job("ads", "j", "medium", 1, 1, 0, None)], vec![], vec![]);
+        admitted(&h.cycle())
+    };
+    let with = placed_on(vec![
+        node("n1", 8),
+        node_with_images("n2", 8, &["docker.io/library/busybox:latest", "nvcr.io/nvidia/pytorch:24.05-py3"]),
+    ]);
+    assert_eq!(with, [("j".to_owned(), vec!["n2".to_owned()])]);
+    let without = placed_on(vec![node("n1", 8), node_with_images("n2", 8, &["docker.io/library/ubuntu:24.04"])]);
+    assert_eq!(without, [("j".to_owned(), vec!["n1".to_owned()])]);
+}

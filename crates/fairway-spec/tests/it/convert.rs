@@ -1,6 +1,6 @@
 //! From documents to the core's `JobSpec`, and the serde-friendly embedding of native jobs.
 
-use fairway_core::{AccountId, GpuModel, JobId, JobSpec, PreemptionPolicy, Resources};
+use fairway_core::{AccountId, GpuModel, ImageId, JobId, JobSpec, PreemptionPolicy, Resources};
 use fairway_spec::{AccountKind, Interner, JobDoc, PriorityClasses, PriorityRef, load, parse_native_job};
 use serde::Deserialize;
 use serde_json::json;
@@ -38,7 +38,7 @@ fn a_native_job_converts_field_by_field() {
             preemptible: true,
             per_replica: Resources::new(2, 8000, 65536),
             gpu_model: Some(GpuModel(0)),
-            image: None,
+            image: Some(ImageId(0)),
             replicas: 1,
             grace_ms: 30_000,
             max_runtime_ms: Some(7_200_000),
