@@ -128,9 +128,14 @@ fn forecast_1000_of_100k_pending(bencher: Bencher) {
 /// One cycle after one running job exits: the woken groups are asked again.
 #[divan::bench(sample_count = 20)]
 fn cycle_after_exit_100k_pending(bencher: Bencher) {
+    after_exit(bencher, cluster);
+}
+
+/// `cycle_after_exit_100k_pending` on a cluster made by `make`.
+fn after_exit(bencher: Bencher, make: fn(u32) -> Scheduler) {
     bencher
         .with_inputs(|| {
-            let (mut s, running) = full_cluster_with_backlog();
+            let (mut s, running) = full_cluster_with_backlog_on(make(NODES));
             s.apply(Event::Exited { job: running[4_321], outcome: ExitOutcome::Succeeded }, Time(2)).unwrap();
             s
         })
@@ -229,9 +234,14 @@ fn cycle_preemption_searches_100k_pending_all_on(bencher: Bencher) {
 /// fill it. Divide the jobs started by the time for placements per second.
 #[divan::bench(sample_count = 10)]
 fn cycle_cold_fill_100k_pending(bencher: Bencher) {
+    cold_fill(bencher, cluster);
+}
+
+/// `cycle_cold_fill_100k_pending` on a cluster made by `make`.
+fn cold_fill(bencher: Bencher, make: fn(u32) -> Scheduler) {
     bencher
         .with_inputs(|| {
-            let mut s = cluster(NODES);
+            let mut s = make(NODES);
             for i in 0..PENDING {
                 s.apply(Event::Submit(job(i, 0)), Time::ZERO).unwrap();
             }
@@ -247,9 +257,14 @@ fn cycle_cold_fill_100k_pending(bencher: Bencher) {
 /// 10,000 one-GPU placements onto an empty 1,000 x 8 cluster.
 #[divan::bench(sample_count = 10)]
 fn place_10k_single_gpu(bencher: Bencher) {
+    place_10k(bencher, cluster);
+}
+
+/// `place_10k_single_gpu` on a cluster made by `make`.
+fn place_10k(bencher: Bencher, make: fn(u32) -> Scheduler) {
     bencher
         .with_inputs(|| {
-            let mut s = cluster(2 * NODES);
+            let mut s = make(2 * NODES);
             for i in 0..10_000 {
                 s.apply(Event::Submit(JobSpec::new(JobId(i), 0, Resources::new(1, 1_000, 1_024))), Time::ZERO).unwrap();
             }
@@ -285,50 +300,17 @@ fn packing_on(nodes: u32) -> Scheduler {
 /// `cycle_after_exit_100k_pending` with the `fairway` placement policy on.
 #[divan::bench(sample_count = 20)]
 fn cycle_after_exit_100k_pending_packing(bencher: Bencher) {
-    bencher
-        .with_inputs(|| {
-            let (mut s, running) = full_cluster_with_backlog_on(packing_on(NODES));
-            s.apply(Event::Exited { job: running[4_321], outcome: ExitOutcome::Succeeded }, Time(2)).unwrap();
-            s
-        })
-        .bench_local_values(|mut s| {
-            let out = s.cycle(Time(2));
-            (s, out)
-        });
+    after_exit(bencher, packing_on);
 }
 
 /// `cycle_cold_fill_100k_pending` with the `fairway` placement policy on.
 #[divan::bench(sample_count = 5)]
 fn cycle_cold_fill_100k_pending_packing(bencher: Bencher) {
-    bencher
-        .with_inputs(|| {
-            let mut s = packing_on(NODES);
-            for i in 0..PENDING {
-                s.apply(Event::Submit(job(i, 0)), Time::ZERO).unwrap();
-            }
-            s
-        })
-        .bench_local_values(|mut s| {
-            let out = s.cycle(Time::ZERO);
-            assert!(out.stats.started > 2_000, "started {}", out.stats.started);
-            (s, out)
-        });
+    cold_fill(bencher, packing_on);
 }
 
 /// `place_10k_single_gpu` with the `fairway` placement policy on.
 #[divan::bench(sample_count = 5)]
 fn place_10k_single_gpu_packing(bencher: Bencher) {
-    bencher
-        .with_inputs(|| {
-            let mut s = packing_on(2 * NODES);
-            for i in 0..10_000 {
-                s.apply(Event::Submit(JobSpec::new(JobId(i), 0, Resources::new(1, 1_000, 1_024))), Time::ZERO).unwrap();
-            }
-            s
-        })
-        .bench_local_values(|mut s| {
-            let out = s.cycle(Time::ZERO);
-            assert_eq!(out.stats.started, 10_000);
-            (s, out)
-        });
+    place_10k(bencher, packing_on);
 }

@@ -169,6 +169,19 @@ impl Node {
         image.is_some_and(|i| self.images.binary_search(&i).is_ok())
     }
 
+    /// Each GPU's free thousandths: 1000 for a free GPU, `1000 − shares` for a shared one,
+    /// 0 for one taken whole or held for a preemptor.
+    pub fn slot_free(&self) -> Vec<u16> {
+        (0..self.spec.capacity.gpus)
+            .map(|s| match () {
+                _ if self.held.contains(s) => 0,
+                _ if self.shared.contains(s) => 1000 - self.shares[s as usize],
+                _ if self.owned.contains(s) => 0,
+                _ => 1000,
+            })
+            .collect()
+    }
+
     /// Has a shared slot room for another share?
     pub fn shared_open(&self) -> bool {
         self.share_slots_open().next().is_some()

@@ -1101,14 +1101,7 @@ impl Scheduler {
     /// a preemptor or taken whole by a job that stays, 1000 less the shares that stay on a
     /// shared one, 1000 for a free one.
     fn slot_free_after(&self, node: &crate::cluster::Node, victims: &[(crate::types::JobId, JobIx)]) -> Vec<u16> {
-        let mut after: Vec<u16> = (0..node.spec.capacity.gpus)
-            .map(|s| match () {
-                _ if node.held.contains(s) => 0,
-                _ if node.shared.contains(s) => 1000 - node.shares[s as usize],
-                _ if node.owned.contains(s) => 0,
-                _ => 1000,
-            })
-            .collect();
+        let mut after = node.slot_free();
         for &(_, vix) in victims {
             let victim = &self.jobs[vix];
             let JobState::Running { placement, .. } = &victim.state else { continue };

@@ -90,14 +90,7 @@ pub(crate) fn ask_of(per_replica: Resources, model: Option<GpuModel>) -> Option<
 /// A node as the packing policies see it: each GPU's free thousandths (a GPU held for a
 /// preemptor or taken whole: 0), CPU and memory free.
 fn room_of(node: &Node) -> Option<NodeRoom> {
-    let gpu_free: Vec<u16> = (0..node.spec.capacity.gpus)
-        .map(|s| match () {
-            _ if node.held.contains(s) => 0,
-            _ if node.shared.contains(s) => 1000 - node.shares[s as usize],
-            _ if node.owned.contains(s) => 0,
-            _ => 1000,
-        })
-        .collect();
+    let gpu_free = node.slot_free();
     let (cap, free) = (node.spec.capacity, node.available());
     NodeRoom::with_free(
         (cap.cpu_millis, cap.memory_mib),
@@ -175,14 +168,11 @@ impl FreeRoom<'_> {
         let levels = (lowest..=index.level_max()).flat_map(|level| index.at_level(model, level));
         let mut best: Option<(PackedKey, GpuPick)> = None;
         let mut scored = 0usize;
-        let mut seen = Vec::new();
-        for node_ix in shared.chain(levels) {
+        for (node_ix, among_shared) in shared.map(|ix| (ix, true)).chain(levels.map(|ix| (ix, false))) {
             let node = self.nodes.at(node_ix);
-            if per_replica.is_share() && node.available_gpus() > 0 && node.shared_open() {
+            if per_replica.is_share() && !among_shared && node.shared_open() {
                 // Met already among the shared nodes.
-                if seen.contains(&node.spec.id) {
-                    continue;
-                }
+                continue;
             }
             if !per_replica.fits_in(node.available()) {
                 continue;
@@ -191,10 +181,10 @@ impl FreeRoom<'_> {
             if !room.fits(ask) {
                 continue;
             }
-            seen.push(node.spec.id);
             let entropy = u64::from(node.spec.id.0) ^ node.version;
             let mut cache = arrivals.frag.borrow_mut();
-            let kinds = kinds_of(node, jobs);
+            // Only gpu-clustering reads the kinds of the asks a node runs.
+            let kinds = if policy == PackPolicy::GpuClustering { kinds_of(node, jobs) } else { KindCounts::default() };
             let (score, pick) = packing::score_node(policy, arrivals.model(), &mut cache, &room, &kinds, ask, entropy);
             let holds = self.image_permille > 0 && node.holds(self.image);
             let key = (score, holds, std::cmp::Reverse(node.spec.id));

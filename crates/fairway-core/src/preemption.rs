@@ -1064,20 +1064,7 @@ fn search_room(node: &Node, demand: Resources) -> SearchRoom {
     if node.shared.is_empty() && !demand.is_share() {
         return SearchRoom::whole(free);
     }
-    let slot_free = (0..node.spec.capacity.gpus)
-        .map(|s| {
-            if node.held.contains(s) {
-                0
-            } else if node.shared.contains(s) {
-                1000 - node.shares[s as usize]
-            } else if node.owned.contains(s) {
-                0
-            } else {
-                1000
-            }
-        })
-        .collect();
-    SearchRoom { free, slot_free, held: node.held }
+    SearchRoom { free, slot_free: node.slot_free(), held: node.held }
 }
 
 /// The next priority level above `after` among a node's examined candidates that has a

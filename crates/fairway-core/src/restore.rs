@@ -84,24 +84,16 @@ impl Scheduler {
                     victims_free[slot as usize] += if share > 0 { share } else { 1000 };
                 }
             }
-            // What each GPU has free once they are gone; a share's GPU may keep other shares.
-            let free_after = |slot: u32| {
-                let taken = if node.shared.contains(slot) {
-                    u32::from(node.shares[slot as usize])
-                } else if node.owned.contains(slot) {
-                    1000
-                } else {
-                    0
-                };
-                (1000 + victims_free.get(slot as usize).copied().unwrap_or(0)).saturating_sub(taken).min(1000)
-            };
-            let per_replica = self.jobs[ix].spec.per_replica;
-            let wants = if per_replica.is_share() { per_replica.gpu_milli } else { 1000 };
-            if replica.gpus.iter().any(|slot| free_after(slot) < wants) || !replica.gpus.is_disjoint(node.held) {
-                return invalid(format!("GPUs {} on {} are no longer free for it", replica.gpus, replica.node));
-            }
             if replica.gpus.iter().any(|slot| slot >= node.spec.capacity.gpus) {
                 return invalid(format!("the hold names GPUs {} that {} lacks", replica.gpus, replica.node));
+            }
+            // What each GPU has free once they are gone; a share's GPU may keep other shares.
+            let now_free = node.slot_free();
+            let free_after = |slot: u32| (u32::from(now_free[slot as usize]) + victims_free[slot as usize]).min(1000);
+            let per_replica = self.jobs[ix].spec.per_replica;
+            let wants = if per_replica.is_share() { per_replica.gpu_milli } else { 1000 };
+            if !replica.gpus.is_disjoint(node.held) || replica.gpus.iter().any(|slot| free_after(slot) < wants) {
+                return invalid(format!("GPUs {} on {} are no longer free for it", replica.gpus, replica.node));
             }
         }
         let waiting = leaving.len() as u32;
