@@ -268,7 +268,8 @@ impl FreeRoom<'_> {
                 continue;
             }
             let Some((_, left)) = node.share_fit(milli) else { continue };
-            let key = (left, !node.holds(self.image), node.available_gpus(), node.spec.id);
+            let holds = self.image_permille > 0 && node.holds(self.image);
+            let key = (left, !holds, node.available_gpus(), node.spec.id);
             if best.is_none_or(|(b, _)| key < b) {
                 best = Some((key, node.spec.id));
             }

@@ -13,6 +13,11 @@
 //!
 //! Cost of a preemption: the victim holds its GPUs for the grace period, loses the work
 //! done since its last checkpoint, and pays `restart_overhead` when it resumes.
+//!
+//! Images (when `EngineConfig::images` is set, see [`crate::images`]): a start on a node
+//! without the job's image waits for a pull there before the job makes progress (and
+//! before any restart overhead); the nodes report their images to the core as pulls end,
+//! so that placement can prefer nodes holding a job's image.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -24,6 +29,7 @@ use fairway_core::{
 };
 
 use crate::audit::Audit;
+use crate::images::{Caches, ImagePulls};
 use crate::metrics::{JobRecord, RunResult, SubmitEta, UtilSample};
 
 /// One job as the simulator plays it.
@@ -43,7 +49,8 @@ pub struct SimJob {
 /// What a preemption costs in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CostModel {
-    /// Time a resumed job spends before making progress again (reload, image, warm-up).
+    /// Time a resumed job spends before making progress again (reload, warm-up; and image
+    /// pulls when the run has no image model, see `EngineConfig::images`).
     pub restart_overhead_ms: u64,
     /// When true, a victim saves all its progress on SIGTERM; otherwise it keeps only what
     /// its periodic checkpoints saved.
@@ -71,6 +78,9 @@ pub struct EngineConfig {
     /// still wait get the core's forecast (`Scheduler::forecast_jobs`), over at most this
     /// many queued jobs; 0: not measured.
     pub eta_jobs_max: usize,
+    /// The image model: pull times and node caches (see [`crate::images`]); `None`: images
+    /// cost nothing and nodes report none.
+    pub images: Option<ImagePulls>,
 }
 
 /// The core's configuration for a run: as given, except that a run in which nothing reads
@@ -166,6 +176,14 @@ struct Live {
     queued_ms: u64,
     /// The start-time estimate it got when submitted.
     eta: SubmitEta,
+    /// How long this run waits for its image before it makes progress.
+    image_wait_ms: u64,
+    /// Each start's wait for its image (image model only).
+    image_waits_ms: Vec<u64>,
+    /// GPU-ms held while waiting for images, over every run.
+    image_wait_gpu_ms: u64,
+    /// The nodes this run acquired its image on (image model only).
+    image_nodes: Vec<u32>,
 }
 
 /// Timed events; at equal times finishes come before victims' exits, so a victim that
@@ -175,6 +193,8 @@ enum Due {
     Finish,
     YieldDeadline,
     Kill,
+    /// A pull ended on a node (the index is the node's, the epoch 0).
+    ImagePulled,
 }
 
 type Timed = Reverse<(u64, Due, usize, u32)>;
@@ -201,6 +221,15 @@ pub fn simulate(
         sim.core
             .apply(Event::NodeAdded(node.clone()), Time::ZERO)
             .map_err(|source| SimError::Core { at: Time::ZERO, source })?;
+    }
+    if let Some(model) = &config.images {
+        let ids_end = nodes.iter().map(|n| n.id.0 as usize + 1).max().unwrap_or(0);
+        sim.caches = Some(Caches::new(model, ids_end));
+        if !model.prepulled.is_empty() {
+            for node in nodes {
+                sim.report_images(node.id.0 as usize, 0)?;
+            }
+        }
     }
     for (account, quota) in quotas {
         sim.core
@@ -296,6 +325,8 @@ struct Sim<'a> {
     /// Cycles run since the core's whole-state check last ran (`u64::MAX` before the first
     /// cycle, so that the first is checked).
     cycles_since_whole_check: u64,
+    /// The nodes' images by node id, with the image model.
+    caches: Option<Caches>,
 }
 
 impl<'a> Sim<'a> {
@@ -316,6 +347,10 @@ impl<'a> Sim<'a> {
                 queued_since_ms: 0,
                 queued_ms: 0,
                 eta: SubmitEta::NotMeasured,
+                image_wait_ms: 0,
+                image_waits_ms: Vec::new(),
+                image_wait_gpu_ms: 0,
+                image_nodes: Vec::new(),
             })
             .collect();
         Sim {
@@ -332,6 +367,7 @@ impl<'a> Sim<'a> {
             check: config.check,
             audit,
             cycles_since_whole_check: u64::MAX,
+            caches: None,
         }
     }
 
@@ -381,18 +417,23 @@ impl<'a> Sim<'a> {
                 break;
             }
             self.timers.pop();
+            if due == Due::ImagePulled {
+                self.report_images(index, t)?;
+                continue;
+            }
             if self.live[index].epoch != epoch {
                 continue; // A timer of an earlier run.
             }
             let outcome = match (due, self.live[index].phase) {
                 (Due::Finish, Phase::Running | Phase::Yielding) => self.finish(index, t),
                 (Due::YieldDeadline, Phase::Yielding) => self.yield_gpus(index, t),
-                (Due::Kill, Phase::Stopping) => self.kill(index),
+                (Due::Kill, Phase::Stopping) => self.kill(index, t),
                 _ => continue, // Already handled by an earlier timer at the same time.
             };
             if let Some(audit) = &mut self.audit {
                 audit.exited(index, &self.jobs[index].spec);
             }
+            self.release_image(index, t)?;
             self.events += 1;
             self.core
                 .apply(Event::Exited { job: JobId(index as u64), outcome }, Time(t))
@@ -404,8 +445,10 @@ impl<'a> Sim<'a> {
     fn finish(&mut self, index: usize, t: u64) -> ExitOutcome {
         let live = &mut self.live[index];
         // The final run's restart overhead is lost too (the overhead of a preempted run is
-        // counted when it yields).
-        live.lost_gpu_ms += live.gpu_milli * (live.progress_from_ms - live.started_ms) / 1000;
+        // counted when it yields); its wait for the image is counted apart.
+        let held_ms = live.progress_from_ms - live.started_ms;
+        live.lost_gpu_ms += live.gpu_milli * (held_ms - live.image_wait_ms) / 1000;
+        live.image_wait_gpu_ms += live.gpu_milli * live.image_wait_ms / 1000;
         live.phase = Phase::Finished;
         live.finish_ms = Some(t);
         live.remaining_ms = 0;
@@ -425,7 +468,10 @@ impl<'a> Sim<'a> {
             _ => 0,
         };
         live.remaining_ms -= saved;
-        live.lost_gpu_ms += live.gpu_milli * (t - live.started_ms - saved) / 1000;
+        // Any wait for the image is counted apart from what the preemption lost.
+        let image_wait_ms = live.image_wait_ms.min(t - live.started_ms);
+        live.lost_gpu_ms += live.gpu_milli * (t - live.started_ms - saved - image_wait_ms) / 1000;
+        live.image_wait_gpu_ms += live.gpu_milli * image_wait_ms / 1000;
         live.preemptions += 1;
         live.phase = Phase::Queued;
         live.queued_since_ms = t;
@@ -433,8 +479,9 @@ impl<'a> Sim<'a> {
         ExitOutcome::Requeue
     }
 
-    fn kill(&mut self, index: usize) -> ExitOutcome {
+    fn kill(&mut self, index: usize, t: u64) -> ExitOutcome {
         let live = &mut self.live[index];
+        live.image_wait_gpu_ms += live.gpu_milli * live.image_wait_ms.min(t - live.started_ms) / 1000;
         live.phase = Phase::Failed;
         self.gpu_milli_allocated -= live.gpu_milli;
         ExitOutcome::Failed
@@ -450,13 +497,15 @@ impl<'a> Sim<'a> {
                 }
                 let overhead =
                     if self.live[index].first_start_ms.is_some() { self.cost.restart_overhead_ms } else { 0 };
+                let image_wait_ms = self.acquire_image(index, &placement, t).map_err(|e| e.to_string())?;
                 let live = &mut self.live[index];
                 debug_assert_eq!(live.phase, Phase::Queued);
                 live.phase = Phase::Running;
                 live.queued_ms += t - live.queued_since_ms;
                 live.epoch += 1;
                 live.started_ms = t;
-                live.progress_from_ms = t + overhead;
+                live.image_wait_ms = image_wait_ms;
+                live.progress_from_ms = t + image_wait_ms + overhead;
                 live.first_start_ms.get_or_insert(t);
                 self.gpu_milli_allocated += live.gpu_milli;
                 let finish_at = live.progress_from_ms + live.remaining_ms;
@@ -489,7 +538,9 @@ impl<'a> Sim<'a> {
                 if let Some(audit) = &mut self.audit {
                     audit.exited(index, &self.jobs[index].spec);
                 }
+                self.release_image(index, t).map_err(|e| e.to_string())?;
                 let live = &mut self.live[index];
+                live.image_wait_gpu_ms += live.gpu_milli * live.image_wait_ms.min(t - live.started_ms) / 1000;
                 live.phase = Phase::Queued;
                 live.queued_since_ms = t;
                 live.epoch += 1;
@@ -497,6 +548,58 @@ impl<'a> Sim<'a> {
             }
         }
         Ok(())
+    }
+
+    /// With the image model, a start takes the job's image on each of its nodes: how long it
+    /// waits for the slowest (0 without the model or an image). Pulls it begins are reported
+    /// to the core when they end; removals now.
+    fn acquire_image(&mut self, index: usize, placement: &fairway_core::Placement, t: u64) -> Result<u64, SimError> {
+        let (Some(caches), Some(image)) = (&mut self.caches, self.jobs[index].spec.image) else {
+            return Ok(0);
+        };
+        let mut nodes: Vec<u32> = placement.replicas().iter().map(|r| r.node.0).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let mut ready_ms = t;
+        let mut removed_on = Vec::new();
+        for &node in &nodes {
+            let got = caches.acquire(node as usize, image, t);
+            ready_ms = ready_ms.max(got.ready_ms);
+            if got.pulled {
+                self.timers.push(Reverse((got.ready_ms, Due::ImagePulled, node as usize, 0)));
+            }
+            if got.removed {
+                removed_on.push(node as usize);
+            }
+        }
+        for node in removed_on {
+            self.report_images(node, t)?;
+        }
+        let live = &mut self.live[index];
+        live.image_nodes = nodes;
+        live.image_waits_ms.push(ready_ms - t);
+        Ok(ready_ms - t)
+    }
+
+    /// The run of job `index` ended at `t`: its nodes no longer use its image.
+    fn release_image(&mut self, index: usize, t: u64) -> Result<(), SimError> {
+        let (Some(caches), Some(image)) = (&mut self.caches, self.jobs[index].spec.image) else {
+            return Ok(());
+        };
+        for node in std::mem::take(&mut self.live[index].image_nodes) {
+            caches.release(node as usize, image, t);
+        }
+        Ok(())
+    }
+
+    /// Tells the core which images node `node` holds at `t` (image rule 4).
+    fn report_images(&mut self, node: usize, t: u64) -> Result<(), SimError> {
+        let caches = self.caches.as_ref().expect("only the image model reports images");
+        let images = caches.held(node, t);
+        self.events += 1;
+        self.core
+            .apply(Event::NodeImages { node: fairway_core::NodeId(node as u32), images }, Time(t))
+            .map_err(|source| SimError::Core { at: Time(t), source })
     }
 
     /// The estimates of the jobs just submitted: a job the cycle started got its start; the
@@ -579,6 +682,8 @@ impl<'a> Sim<'a> {
                 preemptions: live.preemptions,
                 lost_gpu_ms: live.lost_gpu_ms,
                 eta_at_submit: live.eta,
+                image_waits_ms: live.image_waits_ms.clone(),
+                image_wait_gpu_ms: live.image_wait_gpu_ms,
                 queued_ms: match live.phase {
                     Phase::Queued => live.queued_ms + end_ms.saturating_sub(live.queued_since_ms),
                     _ => live.queued_ms,

@@ -5,6 +5,7 @@
 pub mod anomaly;
 mod audit;
 pub mod engine;
+pub mod images;
 pub mod metrics;
 pub mod pack;
 pub mod report;

@@ -54,6 +54,11 @@ pub struct JobRecord {
     pub queued_ms: u64,
     /// The start-time estimate it got when submitted.
     pub eta_at_submit: SubmitEta,
+    /// Each start's wait for its image to be pulled, in start order (empty without the
+    /// image model).
+    pub image_waits_ms: Vec<u64>,
+    /// GPU-ms held while waiting for images (not part of `lost_gpu_ms`).
+    pub image_wait_gpu_ms: u64,
 }
 
 /// A job's start-time estimate at submit, as the simulator measured it.
@@ -216,6 +221,20 @@ pub struct EtaStats {
     pub bias_seconds_mean: Option<f64>,
 }
 
+/// Starts' waits for their images (all zero and `null` when the run has no image model).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ImageStats {
+    /// Starts, first ones and restarts, of jobs with an image.
+    pub starts: u64,
+    /// Of them, those that waited for a pull.
+    pub starts_waited: u64,
+    /// Each start's wait for its image, in seconds (0 when its nodes held it).
+    pub wait_seconds: WaitStats,
+    /// GPU-hours held while waiting for images.
+    #[serde(serialize_with = "ser_f64")]
+    pub gpu_hours_waiting: f64,
+}
+
 /// The least wait for which an estimate's error is also counted against the wait: below a
 /// minute, nobody reads an estimate.
 pub const ETA_WAIT_COUNTED_MS: u64 = 60_000;
@@ -247,6 +266,8 @@ pub struct GroupSummary {
     pub gpu_hours_lost: f64,
     /// Start-time estimates given at submit against the actual starts.
     pub eta: EtaStats,
+    /// Starts' waits for image pulls.
+    pub images: ImageStats,
 }
 
 /// Cluster-wide figures of one run.
@@ -406,6 +427,8 @@ struct Acc {
     eta_errors_ms: Vec<u64>,
     eta_errors_of_wait: Vec<f64>,
     eta_bias_ms: i128,
+    image_waits_ms: Vec<u64>,
+    image_wait_gpu_ms: u128,
 }
 
 impl Acc {
@@ -430,6 +453,8 @@ impl Acc {
         self.preemptions_per_job.push(r.preemptions);
         self.preemptions += u64::from(r.preemptions);
         self.lost_gpu_ms += u128::from(r.lost_gpu_ms);
+        self.image_waits_ms.extend_from_slice(&r.image_waits_ms);
+        self.image_wait_gpu_ms += u128::from(r.image_wait_gpu_ms);
     }
 
     fn add_eta(&mut self, eta: SubmitEta, start_ms: u64, wait_ms: u64) {
@@ -465,8 +490,20 @@ impl Acc {
         }
     }
 
+    fn images(&mut self) -> ImageStats {
+        self.image_waits_ms.sort_unstable();
+        let w = &self.image_waits_ms;
+        ImageStats {
+            starts: w.len() as u64,
+            starts_waited: w.iter().filter(|&&ms| ms > 0).count() as u64,
+            wait_seconds: seconds_stats(w),
+            gpu_hours_waiting: self.image_wait_gpu_ms as f64 / MS_PER_HOUR,
+        }
+    }
+
     fn finish(mut self) -> GroupSummary {
         let eta = self.eta();
+        let images = self.images();
         self.waits_ms.sort_unstable();
         self.queued_ms.sort_unstable();
         self.preemptions_per_job.sort_unstable();
@@ -505,6 +542,7 @@ impl Acc {
             preemptions: self.preemptions,
             gpu_hours_lost: self.lost_gpu_ms as f64 / MS_PER_HOUR,
             eta,
+            images,
         }
     }
 }

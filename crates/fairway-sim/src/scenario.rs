@@ -19,7 +19,11 @@
 //!       - { project: speech, nominal: { gpus: 4 }, lending_limit: { gpus: 1 } }
 //! workload: { source: { kind: synthetic, ... }, transforms: [...] }   # or `jobs:` (native specs)
 //! job_defaults: { checkpoint_interval_seconds: 1800, grace_seconds: 30 }
-//! cost_model: { restart_overhead_seconds: 60 }
+//! cost_model:
+//!   restart_overhead_seconds: 60
+//!   image_pull_seconds: 180                             # the image model (crate::images):
+//!   node_image_cache_max: 8                             #   pulls, node caches, and
+//!   prepulled_images: [image-0]                         #   images warm on every node
 //! policies:
 //!   - fairway                                           # a preset: fifo, priority, fairway
 //!   - name: fair                                        # or a custom policy
@@ -32,6 +36,7 @@
 //!     nominal_quotas: hard_caps                         # cohort (default), hard_caps, ignore
 //!     cohorts: [...]                                    # this policy's own, as `cohorts:`
 //!     reservations: { count: 1, default_runtime_hours: 4 }   # EASY backfill (plan.rs)
+//!     image_locality_permille: 0                        # 0: placement ignores images
 //! ```
 
 use std::collections::BTreeMap;
@@ -39,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fairway_core::{
-    AccountId, Config, FairSharing, GpuModel, JobId, JobSpec, Limits, NodeId, NodeSpec, NominalQuota, Policy,
+    AccountId, Config, FairSharing, GpuModel, ImageId, JobId, JobSpec, Limits, NodeId, NodeSpec, NominalQuota, Policy,
     PreemptionPolicy, QueueOrder, Quota, ResourceKind, Resources, ScoringPolicy,
 };
 use fairway_spec::{
@@ -49,6 +54,7 @@ use fairway_spec::{
 use serde::Deserialize;
 
 use crate::engine::{CheckLevel, CostModel, EngineConfig, SimJob};
+use crate::images::ImagePulls;
 use crate::workload::{LoadReport, TraceJob, WorkloadSpec, load_openb_nodes, load_philly_vc_quotas};
 
 /// Largest scenario file read, in bytes.
@@ -235,13 +241,34 @@ pub struct CostSpec {
     pub restart_overhead_seconds: u64,
     #[serde(default)]
     pub checkpoint_on_preempt: bool,
+    /// The image model (see `crate::images`): how long a node takes to pull an image it
+    /// lacks. Unset: images cost nothing (and `restart_overhead_seconds` covers them).
+    #[serde(default)]
+    pub image_pull_seconds: Option<u64>,
+    /// Images a node keeps besides the pre-pulled ones (default 8).
+    #[serde(default)]
+    pub node_image_cache_max: Option<u32>,
+    /// Images on every node from the start, never removed.
+    #[serde(default)]
+    pub prepulled_images: Vec<String>,
 }
 
 impl Default for CostSpec {
     fn default() -> CostSpec {
-        CostSpec { restart_overhead_seconds: 60, checkpoint_on_preempt: false }
+        CostSpec {
+            restart_overhead_seconds: 60,
+            checkpoint_on_preempt: false,
+            image_pull_seconds: None,
+            node_image_cache_max: None,
+            prepulled_images: Vec::new(),
+        }
     }
 }
+
+/// A node's image cache unless the scenario says otherwise.
+pub const NODE_IMAGE_CACHE_DEFAULT: u32 = 8;
+/// The longest image pull accepted: an hour.
+pub const IMAGE_PULL_SECONDS_MAX: u64 = 3_600;
 
 fn sixty() -> u64 {
     60
@@ -283,6 +310,10 @@ pub struct CustomPolicy {
     /// Its placement policy, instead of the scenario's `placement`.
     #[serde(default)]
     pub placement: Option<String>,
+    /// Image locality for this policy's placement, in thousandths of a node's capacity (see
+    /// `Policy::image_locality_permille`; default the presets' 100; 0: off).
+    #[serde(default)]
+    pub image_locality_permille: Option<u32>,
     /// What the scenario's nominal quotas (its cohorts) are to this policy: `cohort`
     /// (default: lent and borrowed within each cohort), `hard_caps` (each member's nominal
     /// quota is its hard cap, nothing is lent: the article's ResourceQuota set-aside) or
@@ -406,6 +437,8 @@ pub struct Scenario {
     pub cost: CostModel,
     pub horizon_ms: Option<u64>,
     pub load_report: LoadReport,
+    /// The image model, if the cost model sets `image_pull_seconds`.
+    pub images: Option<ImagePulls>,
 }
 
 impl Scenario {
@@ -424,6 +457,7 @@ impl Scenario {
             weights: policy.weights.clone(),
             nominals: policy.nominals.clone(),
             eta_jobs_max: 0,
+            images: self.images.clone(),
         }
     }
     pub fn capacity_gpus(&self) -> u32 {
@@ -514,6 +548,7 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
         }
     }
     let jobs = sim_jobs(&trace_jobs, &file.job_defaults, &classes, &file.preemption_protection, &mut names)?;
+    let images = image_model(&file.cost_model, &mut names)?;
     Ok(Scenario {
         name: file.name,
         description: file.description,
@@ -528,7 +563,58 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
         },
         horizon_ms: file.horizon_seconds.map(|s| s * 1000),
         load_report,
+        images,
     })
+}
+
+/// The cost model's image fields, checked: `None` without `image_pull_seconds`.
+fn image_model(cost: &CostSpec, names: &mut Names) -> Result<Option<ImagePulls>, ScenarioError> {
+    let Some(pull_seconds) = cost.image_pull_seconds else {
+        let stray = if cost.node_image_cache_max.is_some() {
+            Some("node_image_cache_max")
+        } else {
+            (!cost.prepulled_images.is_empty()).then_some("prepulled_images")
+        };
+        return match stray {
+            Some(field) => Err(invalid(
+                format!("cost_model.{field}"),
+                "needs cost_model.image_pull_seconds (the image model is off without it)",
+            )),
+            None => Ok(None),
+        };
+    };
+    if !(1..=IMAGE_PULL_SECONDS_MAX).contains(&pull_seconds) {
+        return Err(invalid(
+            "cost_model.image_pull_seconds",
+            format!("must be from 1 to {IMAGE_PULL_SECONDS_MAX} seconds, got {pull_seconds}"),
+        ));
+    }
+    let node_cache_max = cost.node_image_cache_max.unwrap_or(NODE_IMAGE_CACHE_DEFAULT);
+    if !(1..=crate::images::NODE_IMAGE_CACHE_MAX).contains(&node_cache_max) {
+        return Err(invalid(
+            "cost_model.node_image_cache_max",
+            format!("must be from 1 to {}, got {node_cache_max}", crate::images::NODE_IMAGE_CACHE_MAX),
+        ));
+    }
+    if cost.prepulled_images.len() > fairway_core::event::IMAGES_PER_NODE_MAX / 2 {
+        return Err(invalid(
+            "cost_model.prepulled_images",
+            format!(
+                "at most {} images, got {}",
+                fairway_core::event::IMAGES_PER_NODE_MAX / 2,
+                cost.prepulled_images.len()
+            ),
+        ));
+    }
+    let mut prepulled = Vec::with_capacity(cost.prepulled_images.len());
+    for (i, name) in cost.prepulled_images.iter().enumerate() {
+        let field = format!("cost_model.prepulled_images[{i}]");
+        fairway_spec::check_image_reference(name).map_err(|reason| invalid(field.clone(), reason))?;
+        prepulled.push(names.image(name, &field)?);
+    }
+    prepulled.sort_unstable();
+    prepulled.dedup();
+    Ok(Some(ImagePulls { pull_ms: pull_seconds * 1000, node_cache_max, prepulled }))
 }
 
 /// Names to core ids. Users and projects share the account id space, so each gets a prefix.
@@ -544,6 +630,9 @@ impl Names {
     }
     fn gpu_model(&mut self, name: &str) -> Result<GpuModel, ScenarioError> {
         self.0.gpu_model(name).map_err(|e| invalid("gpu_model", e.to_string()))
+    }
+    fn image(&mut self, name: &str, field: &str) -> Result<ImageId, ScenarioError> {
+        self.0.image(name).map_err(|e| invalid(field, e.to_string()))
     }
     fn known_gpu_model(&self, name: &str) -> Option<GpuModel> {
         self.0.gpu_model_id(name)
@@ -808,6 +897,7 @@ fn native_jobs(values: &[serde_json::Value]) -> Result<(Vec<TraceJob>, LoadRepor
             cpu_millis: doc.resources.cpu_millis,
             memory_mib: doc.resources.memory_mib,
             checkpoint_interval_ms: doc.checkpoint_interval_seconds.map(|s| s * 1000),
+            image: doc.image.clone(),
         });
     }
     let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
@@ -872,8 +962,7 @@ fn sim_jobs(
                 ..Resources::new(t.gpus_per_replica, t.cpu_millis, t.memory_mib)
             },
             gpu_model,
-            // The simulator has no image model yet (pull times, node caches): no image.
-            image: None,
+            image: t.image.as_deref().map(|i| names.image(i, &format!("job {:?}.image", t.name))).transpose()?,
             replicas: t.replicas,
             grace_ms: defaults.grace_seconds * 1000,
             max_runtime_ms: None,
@@ -1002,13 +1091,21 @@ fn policies(
                         Some(r)
                     }
                 };
+                let image_locality_permille =
+                    c.image_locality_permille.unwrap_or(fairway_core::config::IMAGE_LOCALITY_PERMILLE_DEFAULT);
+                if image_locality_permille > 1000 {
+                    return Err(invalid(
+                        format!("policies[{i}].image_locality_permille"),
+                        format!("must be from 0 to 1000 thousandths of a node, got {image_locality_permille}"),
+                    ));
+                }
                 let policy = Policy {
                     order,
                     preemption: c.preemption,
                     backfill: c.backfill,
                     scoring,
                     packing: None,
-                    image_locality_permille: fairway_core::config::IMAGE_LOCALITY_PERMILLE_DEFAULT,
+                    image_locality_permille,
                     fair_share,
                     reservations,
                     estimates,

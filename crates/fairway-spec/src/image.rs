@@ -66,7 +66,7 @@ fn split_name(reference: &str) -> (&str, &str) {
 
 /// `Ok` for a valid reference; otherwise the reason, naming the reference and the part
 /// that is wrong.
-pub(crate) fn check_reference(reference: &str) -> Result<(), String> {
+pub fn check_reference(reference: &str) -> Result<(), String> {
     if reference.is_empty() {
         return Err("must be an image reference such as \"ubuntu:24.04\", got an empty string".to_owned());
     }

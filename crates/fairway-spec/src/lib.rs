@@ -26,7 +26,7 @@ mod document;
 mod envelope;
 mod error;
 mod image;
-pub use image::canonical_reference;
+pub use image::{canonical_reference, check_reference as check_image_reference};
 mod input;
 mod interner;
 mod job;

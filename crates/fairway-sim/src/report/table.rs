@@ -202,6 +202,9 @@ pub(super) fn blocks(report: &SimReport) -> Vec<Block> {
         });
     }
     out.push(Block { title: "Cluster".to_owned(), table: cluster_table(policies) });
+    if policies.iter().any(|p| p.all.images.starts > 0) {
+        out.push(Block { title: "Image pulls at starts (wait in minutes)".to_owned(), table: image_table(report) });
+    }
     if policies.iter().any(|p| p.all.eta.jobs > 0) {
         out.push(Block {
             title: "Start-time estimates at submit against the actual start (error in minutes)".to_owned(),
@@ -241,6 +244,31 @@ fn eta_table(report: &SimReport) -> Table {
                 ratio(e.error_of_wait.p50),
                 ratio(e.error_of_wait.p90),
                 minutes(e.bias_seconds_mean),
+            ]);
+        }
+    }
+    Table { header: header.iter().map(|h| (*h).to_owned()).collect(), rows }
+}
+
+/// Per policy and tier: how long starts waited for their images.
+fn image_table(report: &SimReport) -> Table {
+    let header =
+        ["policy", "tier", "starts", "waited", "waited %", "wait mean", "wait p95", "wait max", "GPU-h waiting"];
+    let mut rows = Vec::new();
+    for p in &report.policies {
+        let groups = std::iter::once(("all", &p.all)).chain(p.tiers.iter().map(|(t, g)| (t.as_str(), g)));
+        for (tier, g) in groups {
+            let i = &g.images;
+            rows.push(vec![
+                p.policy.clone(),
+                tier.to_owned(),
+                i.starts.to_string(),
+                i.starts_waited.to_string(),
+                percent((i.starts > 0).then(|| i.starts_waited as f64 / i.starts as f64)),
+                minutes(i.wait_seconds.mean),
+                minutes(i.wait_seconds.p95),
+                minutes(i.wait_seconds.max),
+                format!("{:.2}", i.gpu_hours_waiting),
             ]);
         }
     }

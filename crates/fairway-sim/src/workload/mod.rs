@@ -39,7 +39,7 @@ pub use openb_pack::{PackNodeRow, PackPodRow, load_pack_nodes, load_pack_pods};
 pub use philly::{PolluxFilter, load_philly_chronus, load_philly_pollux, load_philly_vc_quotas};
 pub use spec::{TierMap, TraceSource, Transform, WorkloadSpec};
 pub use synthetic::{DurationDist, JobClass, MAX_SYNTHETIC_JOBS, SyntheticSpec, Weighted, generate};
-pub use transform::{assign_tiers, compress_time, normalise_start, sort_jobs, take, window};
+pub use transform::{ImagesBy, assign_images, assign_tiers, compress_time, normalise_start, sort_jobs, take, window};
 
 /// One job of a workload, independent of the trace it came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +72,10 @@ pub struct TraceJob {
     pub memory_mib: u64,
     /// How often the job checkpoints, if known.
     pub checkpoint_interval_ms: Option<u64>,
+    /// Its container image, if the trace or an assignment gives one (see
+    /// [`assign_images`]); the simulator's pull model reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 fn is_zero(v: &u32) -> bool {

@@ -162,6 +162,7 @@ pub fn load_openb_pods(
                 cpu_millis,
                 memory_mib,
                 checkpoint_interval_ms: None,
+                image: None,
             },
             created_ms,
             deleted_ms,

@@ -105,6 +105,7 @@ pub fn load_philly_pollux(
                 cpu_millis: 0,
                 memory_mib: 0,
                 checkpoint_interval_ms: None,
+                image: None,
             }
         })
         .collect();
@@ -182,6 +183,7 @@ pub fn load_philly_chronus(
             cpu_millis: 0,
             memory_mib: 0,
             checkpoint_interval_ms: None,
+            image: None,
         });
     }
     Ok(finish(jobs, report))

@@ -187,6 +187,7 @@ impl TraceSource {
 /// - { op: window, from_ms: 0, to_ms: 86400000 }
 /// - { op: compress-time, factor: 4 }
 /// - { op: assign-tiers, shares: { high: 0.2, medium: 0.3, low: 0.5 } }
+/// - { op: assign-images, images: 16, zipf_exponent: 1.0, by: project }
 /// - { op: take, jobs: 5000 }
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -212,6 +213,24 @@ pub enum Transform {
         #[serde(default)]
         seed: Option<u64>,
     },
+    /// [`assign_images`](super::assign_images): `images` distinct images by Zipf's law
+    /// (`zipf_exponent`, default 1), drawn per job, project or user (`by`, default job).
+    /// Without `seed`, as for `assign-tiers`.
+    AssignImages {
+        images: u32,
+        #[serde(default = "zipf_default")]
+        zipf_exponent: f64,
+        #[serde(default)]
+        by: super::ImagesBy,
+        #[serde(default)]
+        overwrite: bool,
+        #[serde(default)]
+        seed: Option<u64>,
+    },
+}
+
+fn zipf_default() -> f64 {
+    1.0
 }
 
 /// A trace source plus transforms: what a scenario file embeds.
@@ -259,6 +278,10 @@ impl WorkloadSpec {
                     let shares: Vec<(String, f64)> = shares.iter().map(|(k, v)| (k.clone(), *v)).collect();
                     let s = own_seed.unwrap_or_else(|| derive_seed(seed, i as u64 + 1));
                     transform::assign_tiers(jobs, &shares, s, *overwrite)?
+                }
+                Transform::AssignImages { images, zipf_exponent, by, overwrite, seed: own_seed } => {
+                    let s = own_seed.unwrap_or_else(|| derive_seed(seed, i as u64 + 1));
+                    transform::assign_images(jobs, *images, *zipf_exponent, *by, s, *overwrite)?
                 }
             };
         }

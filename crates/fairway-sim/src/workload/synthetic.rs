@@ -365,6 +365,7 @@ pub fn generate(spec: &SyntheticSpec, seed: u64) -> Result<Vec<TraceJob>, Worklo
             cpu_millis: class.cpu_millis,
             memory_mib: class.memory_mib,
             checkpoint_interval_ms: class.checkpoint_interval_ms,
+            image: None,
         });
         sampler.count += 1;
         t += gaps.sample(&mut rng);

@@ -1,6 +1,8 @@
 //! Pure, deterministic transforms on job lists. Each returns the jobs sorted by
 //! `(submit_ms, name)`.
 
+use serde::{Deserialize, Serialize};
+
 use super::{LoadReport, TraceJob, WorkloadError};
 
 /// Sorts by `(submit_ms, name)`, the canonical workload order.
@@ -72,6 +74,67 @@ pub fn assign_tiers(
         let u = unit_f64(mix(seed ^ fnv1a(job.name.as_bytes())));
         let i = pick(&cumulative, u);
         job.tier = Some(shares[i].0.clone());
+    }
+    sort_in_place(&mut jobs);
+    Ok(jobs)
+}
+
+/// Whose choice a job's image is (see [`assign_images`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImagesBy {
+    /// Each job draws its own image.
+    #[default]
+    Job,
+    /// Every job of a project uses the project's image (a team's training image).
+    Project,
+    /// Every job of a user uses the user's image.
+    User,
+}
+
+/// The most distinct images [`assign_images`] hands out.
+pub const IMAGES_ASSIGNED_MAX: u32 = 4096;
+
+/// Gives jobs a container image named `image-0` … `image-{count − 1}`, drawn by Zipf's law
+/// with exponent `zipf_exponent`: image `k` weighs `1 / (k + 1)^s`, so a few images are
+/// common and many rare, as in clusters where teams build on a handful of base images
+/// (0: every image as likely). `image-0` is the most common.
+///
+/// Only jobs without an image are changed unless `overwrite` is set. The draw depends only
+/// on `seed` and the name it is keyed by (the job's, its project's or its user's, by `by`),
+/// so a job gets the same image whatever window or subset of the workload it is loaded with.
+pub fn assign_images(
+    mut jobs: Vec<TraceJob>,
+    count: u32,
+    zipf_exponent: f64,
+    by: ImagesBy,
+    seed: u64,
+    overwrite: bool,
+) -> Result<Vec<TraceJob>, WorkloadError> {
+    if count == 0 || count > IMAGES_ASSIGNED_MAX {
+        return Err(WorkloadError::Spec(format!(
+            "assign-images: images must be 1 to {IMAGES_ASSIGNED_MAX}, got {count}"
+        )));
+    }
+    if !zipf_exponent.is_finite() || !(0.0..=8.0).contains(&zipf_exponent) {
+        return Err(WorkloadError::Spec(format!(
+            "assign-images: zipf_exponent must be from 0 to 8, got {zipf_exponent}"
+        )));
+    }
+    let names: Vec<String> = (0..count).map(|k| format!("image-{k}")).collect();
+    let weights = (0..count).map(|k| f64::from(k + 1).powf(-zipf_exponent));
+    let cumulative = cumulative_weights(names.iter().map(String::as_str).zip(weights), "image")?;
+    for job in &mut jobs {
+        if job.image.is_some() && !overwrite {
+            continue;
+        }
+        let key = match by {
+            ImagesBy::Job => &job.name,
+            ImagesBy::Project => &job.project,
+            ImagesBy::User => &job.user,
+        };
+        let u = unit_f64(mix(seed ^ fnv1a(key.as_bytes())));
+        job.image = Some(names[pick(&cumulative, u)].clone());
     }
     sort_in_place(&mut jobs);
     Ok(jobs)

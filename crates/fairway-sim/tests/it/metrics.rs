@@ -33,6 +33,8 @@ fn job(
         lost_gpu_ms: 0,
         queued_ms: first_start_ms.unwrap_or(100_000).saturating_sub(submit_ms),
         eta_at_submit: SubmitEta::NotMeasured,
+        image_waits_ms: Vec::new(),
+        image_wait_gpu_ms: 0,
     }
 }
 
@@ -319,6 +321,18 @@ const TINY_JSON: &str = r#"{
             "p90": null
           },
           "bias_seconds_mean": null
+        },
+        "images": {
+          "starts": 0,
+          "starts_waited": 0,
+          "wait_seconds": {
+            "mean": null,
+            "p50": null,
+            "p95": null,
+            "p99": null,
+            "max": null
+          },
+          "gpu_hours_waiting": 0.0
         }
       },
       "tiers": {
@@ -372,6 +386,18 @@ const TINY_JSON: &str = r#"{
               "p90": null
             },
             "bias_seconds_mean": null
+          },
+          "images": {
+            "starts": 0,
+            "starts_waited": 0,
+            "wait_seconds": {
+              "mean": null,
+              "p50": null,
+              "p95": null,
+              "p99": null,
+              "max": null
+            },
+            "gpu_hours_waiting": 0.0
           }
         },
         "low": {
@@ -424,6 +450,18 @@ const TINY_JSON: &str = r#"{
               "p90": null
             },
             "bias_seconds_mean": null
+          },
+          "images": {
+            "starts": 0,
+            "starts_waited": 0,
+            "wait_seconds": {
+              "mean": null,
+              "p50": null,
+              "p95": null,
+              "p99": null,
+              "max": null
+            },
+            "gpu_hours_waiting": 0.0
           }
         }
       },
@@ -478,6 +516,18 @@ const TINY_JSON: &str = r#"{
               "p90": null
             },
             "bias_seconds_mean": null
+          },
+          "images": {
+            "starts": 0,
+            "starts_waited": 0,
+            "wait_seconds": {
+              "mean": null,
+              "p50": null,
+              "p95": null,
+              "p99": null,
+              "max": null
+            },
+            "gpu_hours_waiting": 0.0
           }
         },
         "b": {
@@ -530,6 +580,18 @@ const TINY_JSON: &str = r#"{
               "p90": null
             },
             "bias_seconds_mean": null
+          },
+          "images": {
+            "starts": 0,
+            "starts_waited": 0,
+            "wait_seconds": {
+              "mean": null,
+              "p50": null,
+              "p95": null,
+              "p99": null,
+              "max": null
+            },
+            "gpu_hours_waiting": 0.0
           }
         }
       },

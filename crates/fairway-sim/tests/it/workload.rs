@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use fairway_sim::workload::{
-    DurationDist, GangSplit, GpuShares, JobClass, LoadReport, MissingDeletion, OpenbOptions, PolluxFilter,
-    SyntheticSpec, TierMap, TraceJob, TraceSource, Transform, Weighted, WorkloadError, WorkloadSpec, assign_tiers,
-    compress_time, generate, load_openb_nodes, load_openb_pods, load_philly_chronus, load_philly_pollux,
+    DurationDist, GangSplit, GpuShares, ImagesBy, JobClass, LoadReport, MissingDeletion, OpenbOptions, PolluxFilter,
+    SyntheticSpec, TierMap, TraceJob, TraceSource, Transform, Weighted, WorkloadError, WorkloadSpec, assign_images,
+    assign_tiers, compress_time, generate, load_openb_nodes, load_openb_pods, load_philly_chronus, load_philly_pollux,
     load_philly_vc_quotas, normalise_start, reason, sort_jobs, take, window,
 };
 use jiff::civil;
@@ -102,6 +102,7 @@ fn pollux_fixture_loads_sorted_with_exact_rows() {
             cpu_millis: 0,
             memory_mib: 0,
             checkpoint_interval_ms: None,
+            image: None,
         }
     );
     // Next: 2017-09-24 14:11:50, 462,279 s later.
@@ -282,6 +283,7 @@ fn openb_pods_fixture_shares_rounding_and_skips() {
             cpu_millis: 12_000,
             memory_mib: 16_384,
             checkpoint_interval_ms: None,
+            image: None,
         }
     );
     // 46% of one GPU: a share of 460 thousandths.
@@ -648,6 +650,38 @@ fn synthetic_spec_validation() {
 }
 
 // ---------------------------------------------------------------- transforms
+
+#[test]
+fn assign_images_follows_zipf_per_job_or_per_project() {
+    let jobs = generate(&mixed_spec(20_000), 3).unwrap();
+    let imaged = assign_images(jobs.clone(), 4, 1.0, ImagesBy::Job, 5, false).unwrap();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for j in &imaged {
+        *counts.entry(j.image.clone().expect("every job gets one")).or_default() += 1;
+    }
+    // Zipf with exponent 1 over 4 images: weights 1, 1/2, 1/3, 1/4 of 25/12.
+    for (k, weight) in [1.0, 0.5, 1.0 / 3.0, 0.25].into_iter().enumerate() {
+        let expected = weight / (25.0 / 12.0);
+        let got = share(counts[&format!("image-{k}")], 20_000);
+        assert!((got - expected).abs() < 0.02, "image-{k}: {got} vs {expected}");
+    }
+    assert_eq!(imaged, assign_images(jobs.clone(), 4, 1.0, ImagesBy::Job, 5, false).unwrap());
+    // By project: every job of a project has the project's image.
+    let by_project = assign_images(jobs.clone(), 64, 0.0, ImagesBy::Project, 5, false).unwrap();
+    let mut of_project: BTreeMap<&str, &str> = BTreeMap::new();
+    for j in &by_project {
+        let image = j.image.as_deref().unwrap();
+        assert_eq!(*of_project.entry(&j.project).or_insert(image), image, "{}", j.project);
+    }
+    // Images given by the trace are kept unless overwrite is set.
+    let mut pre = jobs.clone();
+    pre[0].image = Some("registry.example/own:1".into());
+    assert_eq!(assign_images(pre.clone(), 4, 1.0, ImagesBy::Job, 5, false).unwrap()[0].image, pre[0].image);
+    for (count, s) in [(0, 1.0), (4097, 1.0), (4, -1.0), (4, f64::NAN)] {
+        let err = assign_images(jobs.clone(), count, s, ImagesBy::Job, 5, false).unwrap_err().to_string();
+        assert!(err.contains("assign-images"), "{err}");
+    }
+}
 
 #[test]
 fn assign_tiers_shares_determinism_and_stability() {
