@@ -946,7 +946,7 @@ impl Scheduler {
         }
         let c = self.ledger.cohort(cohort).expect("a cohort");
         let reclaim = self.ledger.get(job.spec.project).expect("a member").within_nominal_with(c, total);
-        let requested = resource.of(total);
+        let requested = resource.amount(total);
         Some((cohort, PendingReason::CohortExhausted { cohort, resource, requested, used, limit }, reclaim))
     }
 
@@ -959,7 +959,7 @@ impl Scheduler {
         let total = job.spec.total();
         job.accounts().find_map(|account| {
             let (resource, used, limit) = self.ledger.over_quota(account, total)?;
-            let requested = resource.of(total);
+            let requested = resource.amount(total);
             Some((account, PendingReason::OverQuota { account, resource, requested, used, limit }))
         })
     }

@@ -38,7 +38,9 @@ pub enum RequeueCause {
 pub enum PendingReason {
     /// Starting the job would take `account` over its cap for `resource`: its hard quota,
     /// or for a project in a cohort its nominal quota plus borrowing limit, whichever is
-    /// lower.
+    /// lower. The figures of this reason and of `CohortExhausted` are amounts
+    /// (`ResourceKind::amount`: thousandths of a GPU for GPUs, so that shares show as they
+    /// are), written by `ResourceKind::format_amount`.
     OverQuota { account: AccountId, resource: ResourceKind, requested: u64, used: u64, limit: u64 },
     /// Starting the job would make its project borrow more than `cohort` lends: of the
     /// cohort's `limit` (its members' nominal quotas), `used` is in use or set aside for
@@ -117,13 +119,17 @@ impl fmt::Display for PendingReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
+                let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
                 write!(f, "over quota: {account} uses {used} of {limit} {}, job asks {requested}", resource.name())
             }
-            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => write!(
-                f,
-                "cohort exhausted: {used} of {cohort}'s {limit} {} are in use or set aside for their owners, job asks {requested}",
-                resource.name()
-            ),
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+                let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
+                write!(
+                    f,
+                    "cohort exhausted: {used} of {cohort}'s {limit} {} are in use or set aside for their owners, job asks {requested}",
+                    resource.name()
+                )
+            }
             PendingReason::NeverFits { gpus_per_replica, gpu_model, replicas, replicas_max, .. }
                 if *replicas_max > 0 =>
             {

@@ -98,7 +98,7 @@ impl Account {
     }
 
     /// `cap` in the unit usage is added up in (see `ResourceKind::amount`).
-    fn cap_amount(&self, kind: ResourceKind) -> Option<u64> {
+    pub fn cap_amount(&self, kind: ResourceKind) -> Option<u64> {
         self.cap(kind).map(|c| kind.amount_of_limit(c))
     }
 
@@ -128,7 +128,7 @@ impl Account {
         let after = self.charged.plus(extra);
         let kind =
             ResourceKind::ALL.into_iter().find(|&k| self.cap_amount(k).is_some_and(|cap| k.amount(after) > cap))?;
-        Some((kind, kind.limit_units(kind.amount(self.charged)), self.cap(kind).expect("exceeded a limit it has")))
+        Some((kind, kind.amount(self.charged), self.cap_amount(kind).expect("exceeded a limit it has")))
     }
 
     fn charge(&mut self, r: Resources) {
@@ -228,8 +228,8 @@ impl Ledger {
         let (cohort, short) = self.cohort_shortage(project, extra)?;
         let kind = ResourceKind::ALL.into_iter().find(|&k| k.amount(short) > 0)?;
         let account = self.get(cohort).expect("a member's cohort is known");
-        let capacity = account.cap(kind).expect("a cohort is short only where it has a capacity");
-        Some((cohort, kind, kind.limit_units(kind.amount(account.level())), capacity))
+        let capacity = account.cap_amount(kind).expect("a cohort is short only where it has a capacity");
+        Some((cohort, kind, kind.amount(account.level()), capacity))
     }
 
     /// For a member of a cohort: its cohort, and by how much starting `extra` for `project`

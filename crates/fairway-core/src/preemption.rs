@@ -114,6 +114,9 @@ pub(crate) enum PreemptionScope {
 struct FitCheck {
     needs: Vec<QuotaNeed>,
     nodes: Vec<Candidate>,
+    /// Each node's room as the search counts it (GPU by GPU where a GPU is shared or the job
+    /// asks for a share), in the order of `nodes`.
+    rooms: Vec<SearchRoom>,
 }
 
 /// What a preemptor's victims must give back to one account for the job to fit within its
@@ -143,19 +146,22 @@ struct Victim {
     priority: Priority,
     lost_gpu_ms: u64,
     total: Resources,
-    /// Resources it frees on each node the job could use.
+    /// Resources it frees on each node the job could use, with its GPUs there (whole GPUs in
+    /// `Resources`; a share's GPU only in the set).
     frees: Frees,
+    /// The thousandths of its one GPU it takes as a share; 0 when it takes GPUs whole.
+    share_milli: u32,
 }
 
 /// Most victims run on one node: keep that case free of allocation.
 #[derive(Clone, Debug)]
 enum Frees {
-    One([(NodeId, Resources); 1]),
-    Many(Vec<(NodeId, Resources)>),
+    One([(NodeId, Resources, GpuSet); 1]),
+    Many(Vec<(NodeId, Resources, GpuSet)>),
 }
 
 impl Frees {
-    fn as_slice(&self) -> &[(NodeId, Resources)] {
+    fn as_slice(&self) -> &[(NodeId, Resources, GpuSet)] {
         match self {
             Frees::One(one) => one,
             Frees::Many(many) => many,
@@ -379,7 +385,13 @@ impl SearchView<'_> {
                 priority: v.priority,
                 lost_gpu_ms: v.lost_gpu_ms,
                 tenant_share: self.tenant_share(v.ix, now),
-                frees: v.frees.as_slice().iter().filter_map(|&(node, r)| Some((position(node)?, r))).collect(),
+                frees: v
+                    .frees
+                    .as_slice()
+                    .iter()
+                    .filter_map(|&(node, r, slots)| Some((position(node)?, r, slots)))
+                    .collect(),
+                share_milli: v.share_milli,
                 quota_frees: needs
                     .iter()
                     .map(|n| if self.charged_to(v.ix, n.account) { v.total } else { Resources::ZERO })
@@ -388,8 +400,8 @@ impl SearchView<'_> {
             })
             .collect();
         WideSearch {
-            available: usable.iter().map(|n| n.available()).collect(),
-            per_replica: job.spec.per_replica.as_whole_gpus(),
+            available: usable.iter().map(|n| search_room(n, job.spec.per_replica)).collect(),
+            per_replica: job.spec.per_replica,
             replicas: job.spec.replicas,
             quota_caps: needs.iter().map(|n| n.member_caps.iter().map(|(_, cap)| *cap).collect()).collect(),
             quota_needs: needs.into_iter().map(|n| n.need).collect(),
@@ -529,6 +541,7 @@ impl SearchView<'_> {
                 lost_gpu_ms: victim.lost_gpu_ms(now),
                 total: victim.spec.total(),
                 frees,
+                share_milli: victim.spec.per_replica.gpu_milli,
             });
         }
         // Keys end in the job id, so they are unique: an unstable sort is still deterministic.
@@ -561,29 +574,27 @@ impl SearchView<'_> {
     fn frees_of(&self, model: Option<GpuModel>, vix: JobIx) -> Frees {
         let victim = &self.jobs[vix];
         let JobState::Running { placement, .. } = &victim.state else { unreachable!("victims run") };
+        // A share frees no whole GPU by itself: the searches count its thousandths on its GPU
+        // (`SearchRoom`), where the GPU is whole again once every share on it goes.
         let per_replica = victim.spec.per_replica.without_shares();
         let usable = |node_id: NodeId| self.nodes.by_id(node_id).usable_by(model);
         if let [only] = placement.replicas() {
             if !usable(only.node) {
                 return Frees::Many(Vec::new());
             }
-            // A share alone on its GPU frees the GPU; one of several frees only its CPU and
-            // memory here (the search over the whole cluster counts GPUs freed whole).
-            let share = victim.spec.per_replica.gpu_milli;
-            let node = self.nodes.by_id(only.node);
-            let alone = share > 0
-                && only.gpus.iter().all(|s| u32::from(node.shares[s as usize]) == share && !node.held.contains(s));
-            let freed = if alone { Resources { gpus: 1, ..per_replica } } else { per_replica };
-            return Frees::One([(only.node, freed)]);
+            return Frees::One([(only.node, per_replica, only.gpus)]);
         }
-        let mut frees: Vec<(NodeId, Resources)> = Vec::new();
+        let mut frees: Vec<(NodeId, Resources, GpuSet)> = Vec::new();
         for replica in placement.replicas().iter().filter(|r| usable(r.node)) {
-            match frees.iter_mut().find(|(n, _)| *n == replica.node) {
-                Some((_, r)) => *r = r.plus(per_replica),
-                None => frees.push((replica.node, per_replica)),
+            match frees.iter_mut().find(|(n, _, _)| *n == replica.node) {
+                Some((_, r, slots)) => {
+                    *r = r.plus(per_replica);
+                    *slots = slots.union(replica.gpus);
+                }
+                None => frees.push((replica.node, per_replica, replica.gpus)),
             }
         }
-        frees.sort_by_key(|(n, _)| *n);
+        frees.sort_by_key(|(n, _, _)| *n);
         Frees::Many(frees)
     }
 
@@ -892,7 +903,7 @@ impl SearchView<'_> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let mut by_node: BTreeMap<NodeId, Vec<&Victim>> = BTreeMap::new();
         for v in victims {
-            for &(node, _) in v.frees.as_slice() {
+            for &(node, _, _) in v.frees.as_slice() {
                 by_node.entry(node).or_default().push(v);
             }
         }
@@ -915,8 +926,14 @@ impl SearchView<'_> {
             let mut prefix = Vec::new();
             let mut best = (before, 0usize);
             for v in on_node {
-                let freed =
-                    v.frees.as_slice().iter().find(|(n, _)| *n == node.spec.id).map(|(_, r)| *r).unwrap_or_default();
+                // Counted whole: a share frees no GPU here (only `minimise`'s check counts it).
+                let freed = v
+                    .frees
+                    .as_slice()
+                    .iter()
+                    .find(|(n, _, _)| *n == node.spec.id)
+                    .map(|(_, r, _)| *r)
+                    .unwrap_or_default();
                 room = room.plus(freed);
                 prefix.push(*v);
                 let k = fits(room);
@@ -1013,15 +1030,14 @@ impl SearchView<'_> {
     /// What `fits_with` reads of the scheduler for the job at `ix`, for asking it of many
     /// sets in turn: its quota needs and the usable nodes as they are, in id order.
     fn fit_check(&self, ix: JobIx, scope: PreemptionScope) -> FitCheck {
-        let model = self.jobs[ix].spec.gpu_model;
+        let spec = &self.jobs[ix].spec;
+        let usable = || self.nodes.iter().filter(|n| n.usable_by(spec.gpu_model));
         FitCheck {
             needs: self.quota_needs(ix, scope),
-            nodes: self
-                .nodes
-                .iter()
-                .filter(|n| n.usable_by(model))
+            nodes: usable()
                 .map(|n| Candidate { node: n.spec.id, available: n.available(), capacity: n.spec.capacity })
                 .collect(),
+            rooms: usable().map(|n| search_room(n, spec.per_replica)).collect(),
         }
     }
 
@@ -1045,15 +1061,27 @@ impl SearchView<'_> {
                 return None;
             }
         }
-        let mut candidates = check.nodes.clone();
+        let mut rooms = check.rooms.clone();
         for v in gone {
-            for &(node, r) in v.frees.as_slice() {
-                if let Ok(at) = candidates.binary_search_by_key(&node, |c| c.node) {
-                    candidates[at].available = candidates[at].available.plus(r);
+            for &(node, r, slots) in v.frees.as_slice() {
+                if let Ok(at) = check.nodes.binary_search_by_key(&node, |c| c.node) {
+                    rooms[at].add_freed(r, slots, v.share_milli);
                 }
             }
         }
-        choose_nodes(&candidates, job.spec.per_replica.as_whole_gpus(), job.spec.replicas, self.config.policy.scoring)
+        // Each node as the search counts it: its whole GPUs, or for a share one GPU when the
+        // share fits on one of them.
+        let per_replica = job.spec.per_replica;
+        let candidates: Vec<Candidate> = check
+            .nodes
+            .iter()
+            .zip(&rooms)
+            .map(|(c, room)| {
+                let gpus = if per_replica.is_share() { u32::from(room.fits(per_replica)) } else { room.whole_gpus() };
+                Candidate { available: Resources { gpus, ..room.free }, ..*c }
+            })
+            .collect();
+        choose_nodes(&candidates, per_replica.as_whole_gpus(), job.spec.replicas, self.config.policy.scoring)
     }
 }
 

@@ -306,14 +306,14 @@ impl Scheduler {
             PendingReason::NoShareFit { gpu_milli, gpu_model, .. } => self.no_share_fit(gpu_milli, gpu_model),
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 let now = self.ledger.get(account);
-                let used = now.map_or(used, |a| resource.of(a.charged));
-                let limit = now.and_then(|a| a.cap(resource)).unwrap_or(limit);
+                let used = now.map_or(used, |a| resource.amount(a.charged));
+                let limit = now.and_then(|a| a.cap_amount(resource)).unwrap_or(limit);
                 PendingReason::OverQuota { account, resource, requested, used, limit }
             }
             PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
                 let now = self.ledger.get(cohort).filter(|a| a.cohort.is_some());
-                let used = now.map_or(used, |a| resource.of(a.level()));
-                let limit = now.and_then(|a| a.cap(resource)).unwrap_or(limit);
+                let used = now.map_or(used, |a| resource.amount(a.level()));
+                let limit = now.and_then(|a| a.cap_amount(resource)).unwrap_or(limit);
                 PendingReason::CohortExhausted { cohort, resource, requested, used, limit }
             }
             ref other => other.clone(),

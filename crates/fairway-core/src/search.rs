@@ -20,6 +20,7 @@
 //! whole-GPU job only when every job on it goes, and a share fits on one GPU whose free
 //! thousandths (after the victims go) are at least the share: freeing 300 thousandths of a
 //! GPU that a 500 share needs is not enough. Rule 4 counts thousandths of GPUs left free.
+//! The search over the whole cluster ([`best_wide_set`]) counts each node the same way.
 //!
 //! Neither depends on the scheduler: tests compare them with a brute-force search.
 
@@ -98,12 +99,53 @@ impl SearchRoom {
     }
 
     fn remove(&mut self, c: &NodeCandidate) {
-        self.free = self.free.minus(c.freed);
+        self.remove_freed(c.freed, c.slots, c.share_milli);
+    }
+
+    /// Undoes `add_freed`.
+    fn remove_freed(&mut self, freed: Resources, slots: GpuSet, share_milli: u32) {
+        self.free = self.free.minus(freed);
         if self.by_slot() {
-            for slot in c.slots.minus(self.held).iter() {
-                self.slot_free[slot as usize] -= milli_per_slot(c.share_milli);
+            for slot in slots.minus(self.held).iter() {
+                self.slot_free[slot as usize] -= milli_per_slot(share_milli);
             }
         }
+    }
+
+    /// The thousandths a job's going adds here: its share or whole GPUs, on its GPUs not
+    /// held (GPU by GPU), or its whole GPUs × 1000.
+    fn milli_freed(&self, freed: Resources, slots: GpuSet, share_milli: u32) -> u64 {
+        if self.by_slot() {
+            u64::from(slots.minus(self.held).len()) * u64::from(milli_per_slot(share_milli))
+        } else {
+            u64::from(freed.gpus) * 1000
+        }
+    }
+
+    /// Whole GPUs free: GPU by GPU, those at 1000.
+    pub(crate) fn whole_gpus(&self) -> u32 {
+        if self.by_slot() { self.slot_free.iter().filter(|&&f| f >= 1000).count() as u32 } else { self.free.gpus }
+    }
+
+    /// The least thousandths that victims must still free here for `more` whole GPUs: the
+    /// GPUs closest to whole, each up to 1000 (`None`: fewer GPUs than that may ever be
+    /// whole). GPUs held for a preemptor never come free.
+    fn milli_short_of(&self, more: u32) -> Option<u64> {
+        if more == 0 {
+            return Some(0);
+        }
+        if !self.by_slot() {
+            return Some(u64::from(more) * 1000);
+        }
+        let mut short: Vec<u16> = (0..self.slot_free.len())
+            .filter(|&s| !self.held.contains(s as u32) && self.slot_free[s] < 1000)
+            .map(|s| 1000 - self.slot_free[s])
+            .collect();
+        if short.len() < more as usize {
+            return None;
+        }
+        short.sort_unstable();
+        Some(short[..more as usize].iter().map(|&m| u64::from(m)).sum())
     }
 
     /// A job's going: it frees `freed`, and on `slots` its share (or each whole GPU).
@@ -132,7 +174,7 @@ impl SearchRoom {
     }
 
     /// Thousandths of GPUs free.
-    fn free_milli(&self) -> u64 {
+    pub(crate) fn free_milli(&self) -> u64 {
         if self.by_slot() {
             self.slot_free.iter().map(|&f| u64::from(f)).sum()
         } else {
@@ -583,8 +625,12 @@ pub struct WideCandidate {
     pub priority: Priority,
     /// GPU-time it would lose, in GPU·ms.
     pub lost_gpu_ms: u64,
-    /// (node position, what it frees there), by position.
-    pub frees: Vec<(usize, Resources)>,
+    /// (node position, what it frees there, its GPUs there), by position. On a node counted
+    /// GPU by GPU, its going adds to each of those GPUs its share (or 1000); elsewhere the
+    /// GPUs in `Resources` count whole and the set is not read.
+    pub frees: Vec<(usize, Resources, GpuSet)>,
+    /// The thousandths of its one GPU it takes as a share; 0 when it takes its GPUs whole.
+    pub share_milli: u32,
     /// What it gives back to each quota of [`WideSearch::quota_needs`], in the same order.
     pub quota_frees: Vec<Resources>,
     /// Its group (its project) where a need counts what a group gives back only up to a
@@ -598,8 +644,9 @@ pub struct WideCandidate {
 /// must also come within quota.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WideSearch {
-    /// What each usable node has free, by position.
-    pub available: Vec<Resources>,
+    /// What each usable node has free, by position: GPU by GPU where a GPU is shared or the
+    /// job asks for a share (see [`SearchRoom`]).
+    pub available: Vec<SearchRoom>,
     pub per_replica: Resources,
     pub replicas: u32,
     /// For each capped account of the job, what its victims must give back so that the job
@@ -627,28 +674,24 @@ pub struct WideSearchRecord {
 /// Steps the search over the whole cluster may take.
 pub const WIDE_STEPS_MAX: u32 = 2_000;
 
-impl WideCandidate {
-    /// GPUs it frees on the usable nodes.
-    fn gpus_freed(&self) -> u64 {
-        self.frees.iter().map(|(_, r)| u64::from(r.gpus)).sum()
-    }
-}
-
 impl WideSearch {
     /// Replicas one node can hold in `room`.
-    pub fn replicas_in(&self, room: Resources) -> u32 {
-        room.count_fitting(self.per_replica).min(self.replicas)
+    pub fn replicas_in(&self, room: &SearchRoom) -> u32 {
+        if self.per_replica.is_share() {
+            return u32::from(room.fits(self.per_replica)).min(self.replicas);
+        }
+        Resources { gpus: room.whole_gpus(), ..room.free }.count_fitting(self.per_replica).min(self.replicas)
     }
 
-    /// GPUs all the replicas need.
-    fn gpus_needed(&self) -> u64 {
-        u64::from(self.per_replica.gpus) * u64::from(self.replicas)
+    /// Thousandths of GPUs all the replicas need.
+    fn milli_needed(&self) -> u64 {
+        self.per_replica.gpu_milli_total() * u64::from(self.replicas)
     }
 
-    /// The rank of `set` (rules 2 to 5), `room_gpus` being the GPUs free on all usable
-    /// nodes once it has gone: for a search over the whole cluster, rule 4 counts what is
-    /// left of them once the job has what it needs.
-    fn cost_of(&self, set: &[usize], room_gpus: u64) -> SetCost {
+    /// The rank of `set` (rules 2 to 5), `room_milli` being the thousandths of GPUs free on
+    /// all usable nodes once it has gone: for a search over the whole cluster, rule 4 counts
+    /// what is left of them once the job has what it needs.
+    fn cost_of(&self, set: &[usize], room_milli: u64) -> SetCost {
         let chosen = || set.iter().map(|&i| &self.candidates[i]);
         let mut ids_newest_first: Vec<JobId> = chosen().map(|c| c.id).collect();
         ids_newest_first.sort_unstable_by(|a, b| b.cmp(a));
@@ -657,7 +700,7 @@ impl WideSearch {
             top_priority,
             top_share: chosen().filter(|c| c.priority == top_priority).map(|c| c.tenant_share).min().unwrap_or(0),
             lost_gpu_ms: chosen().map(|c| c.lost_gpu_ms).sum(),
-            milli_beyond_need: room_gpus.saturating_sub(self.gpus_needed()).saturating_mul(1000),
+            milli_beyond_need: room_milli.saturating_sub(self.milli_needed()),
             victims: ids_newest_first.len(),
             ids_newest_first,
         }
@@ -686,11 +729,12 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
     // A candidate that frees nothing is in no best set (without it a set still makes room
     // and ranks no lower): leaving it out keeps the branching to those that count.
     let frees_something = |c: &WideCandidate| {
-        c.frees.iter().any(|(_, r)| *r != Resources::ZERO)
-            || c.quota_frees.iter().enumerate().any(|(k, r)| {
-                *r != Resources::ZERO
-                    && search.quota_caps.get(k).is_none_or(|caps| caps.is_empty() || caps[c.group] != Resources::ZERO)
-            })
+        c.frees.iter().any(|(node, r, slots)| {
+            *r != Resources::ZERO || search.available[*node].milli_freed(*r, *slots, c.share_milli) > 0
+        }) || c.quota_frees.iter().enumerate().any(|(k, r)| {
+            *r != Resources::ZERO
+                && search.quota_caps.get(k).is_none_or(|caps| caps.is_empty() || caps[c.group] != Resources::ZERO)
+        })
     };
     for level in levels {
         // Rule 2b: floors of tenant share at this level, highest first (one floor, 0,
@@ -742,11 +786,11 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
 /// The cluster as a set of victims leaves it, kept up to date one victim at a time.
 struct WideState<'a> {
     search: &'a WideSearch,
-    room: Vec<Resources>,
+    room: Vec<SearchRoom>,
     hosted: Vec<u32>,
     hosted_total: u64,
-    /// GPUs free on all usable nodes, the victims taken gone.
-    room_gpus: u64,
+    /// Thousandths of GPUs free on all usable nodes, the victims taken gone.
+    room_milli: u64,
     /// What the victims taken give back to each quota, in the order of the needs (capped
     /// per group where the need has caps).
     quota_freed: Vec<Resources>,
@@ -757,12 +801,12 @@ struct WideState<'a> {
 
 impl<'a> WideState<'a> {
     fn new(search: &'a WideSearch) -> WideState<'a> {
-        let hosted: Vec<u32> = search.available.iter().map(|&r| search.replicas_in(r)).collect();
+        let hosted: Vec<u32> = search.available.iter().map(|r| search.replicas_in(r)).collect();
         WideState {
             search,
             room: search.available.clone(),
             hosted_total: hosted.iter().map(|&h| u64::from(h)).sum(),
-            room_gpus: search.available.iter().map(|r| u64::from(r.gpus)).sum(),
+            room_milli: search.available.iter().map(SearchRoom::free_milli).sum(),
             hosted,
             quota_freed: vec![Resources::ZERO; search.quota_needs.len()],
             group_freed: (0..search.quota_needs.len())
@@ -778,16 +822,20 @@ impl<'a> WideState<'a> {
 
     fn take(&mut self, i: usize) {
         let c = &self.search.candidates[i];
-        for &(node, r) in &c.frees {
-            self.set_room(node, self.room[node].plus(r));
+        for &(node, r, slots) in &c.frees {
+            self.room_milli -= self.room[node].free_milli();
+            self.room[node].add_freed(r, slots, c.share_milli);
+            self.room_changed(node);
         }
         self.quota_move(i, true);
     }
 
     fn give_back(&mut self, i: usize) {
         let c = &self.search.candidates[i];
-        for &(node, r) in &c.frees {
-            self.set_room(node, self.room[node].minus(r));
+        for &(node, r, slots) in &c.frees {
+            self.room_milli -= self.room[node].free_milli();
+            self.room[node].remove_freed(r, slots, c.share_milli);
+            self.room_changed(node);
         }
         self.quota_move(i, false);
     }
@@ -814,20 +862,11 @@ impl<'a> WideState<'a> {
         }
     }
 
-    /// GPUs the victims still to be taken must free at least, for the replicas that do not
-    /// fit yet: the GPUs left over on the nodes (too few there for a replica) may combine
-    /// with freed ones, so only the rest is certain.
-    fn gpus_still_needed(&self) -> u64 {
-        let per = u64::from(self.search.per_replica.gpus);
-        let missing = u64::from(self.search.replicas).saturating_sub(self.hosted_total);
-        let left_over = self.room_gpus.saturating_sub(per * self.hosted_total);
-        (missing * per).saturating_sub(left_over)
-    }
-
-    fn set_room(&mut self, node: usize, room: Resources) {
-        self.room_gpus = self.room_gpus - u64::from(self.room[node].gpus) + u64::from(room.gpus);
-        self.room[node] = room;
-        let hosted = self.search.replicas_in(room);
+    /// After `room[node]` changed: its share of `room_milli` (taken out before the change)
+    /// and the replicas it hosts.
+    fn room_changed(&mut self, node: usize) {
+        self.room_milli += self.room[node].free_milli();
+        let hosted = self.search.replicas_in(&self.room[node]);
         self.hosted_total = self.hosted_total - u64::from(self.hosted[node]) + u64::from(hosted);
         self.hosted[node] = hosted;
     }
@@ -837,9 +876,9 @@ struct WideBranch<'s, 'a> {
     search: &'a WideSearch,
     /// The candidates of the level, least lost work first.
     order: &'s [usize],
-    /// Per node: (position in `order`, GPUs it frees there, its share of the work it
-    /// loses), least work lost per GPU first: for the bound on what the replicas still
-    /// missing must cost.
+    /// Per node: (position in `order`, thousandths of GPUs it frees there, its share of the
+    /// work it loses), least work lost per thousandth first: for the bound on what the
+    /// replicas still missing must cost.
     by_node: Vec<Vec<(usize, u64, u64)>>,
     /// Per node: the least work the candidates not yet decided must lose for one more
     /// replica there (`u64::MAX`: they cannot make room for one), kept up to date as the
@@ -861,11 +900,14 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         let mut by_node: Vec<Vec<(usize, u64, u64)>> = vec![Vec::new(); search.available.len()];
         for (position, &i) in order.iter().enumerate() {
             let c = &search.candidates[i];
-            let gpus = c.gpus_freed();
+            let milli_on = |&(node, r, slots): &(usize, Resources, GpuSet)| {
+                (node, search.available[node].milli_freed(r, slots, c.share_milli))
+            };
+            let milli: u64 = c.frees.iter().map(|f| milli_on(f).1).sum();
             // A victim on several nodes loses its work once: each node bears its GPUs' share.
-            for &(node, r) in c.frees.iter().filter(|(_, r)| r.gpus > 0) {
-                let share = (u128::from(c.lost_gpu_ms) * u128::from(r.gpus) / u128::from(gpus)) as u64;
-                by_node[node].push((position, u64::from(r.gpus), share));
+            for (node, m) in c.frees.iter().map(milli_on).filter(|(_, m)| *m > 0) {
+                let share = (u128::from(c.lost_gpu_ms) * u128::from(m) / u128::from(milli)) as u64;
+                by_node[node].push((position, m, share));
             }
         }
         for list in &mut by_node {
@@ -896,13 +938,14 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     }
 
     /// The least work that candidates from `position` on must lose on `node` for one more
-    /// replica there: the GPUs a replica needs beyond what the node has left over, freed at
-    /// the node's best ratios of work lost per GPU (a fractional knapsack, a lower bound).
+    /// replica there: the thousandths of the GPUs a replica needs beyond the whole GPUs the
+    /// node has left over (GPU by GPU, from the GPUs closest to whole), freed at the node's
+    /// best ratios of work lost per thousandth (a fractional knapsack, a lower bound).
     fn next_replica_loss_on(&self, node: usize, position: usize) -> Option<u64> {
-        let per = u64::from(self.search.per_replica.gpus);
-        let room = u64::from(self.state.room[node].gpus);
-        let left_over = room.saturating_sub(per * u64::from(self.state.hosted[node]));
-        let mut need = per.saturating_sub(left_over);
+        let per = self.search.per_replica.gpus;
+        let room = &self.state.room[node];
+        let left_over = room.whole_gpus().saturating_sub(per * self.state.hosted[node]);
+        let mut need = room.milli_short_of(per.saturating_sub(left_over))?;
         let mut cost = 0u64;
         for &(_, g, l) in self.by_node[node].iter().filter(|(p, _, _)| *p >= position) {
             if need == 0 {
@@ -934,7 +977,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     fn refresh(&mut self, i: usize, position: usize) -> [(usize, u64); 2] {
         let mut saved = [(usize::MAX, u64::MAX); 2];
         let frees = &self.search.candidates[i].frees;
-        for (k, &(node, _)) in frees.iter().enumerate() {
+        for (k, &(node, _, _)) in frees.iter().enumerate() {
             let now = self.next_replica_loss_on(node, position).unwrap_or(u64::MAX);
             let before = self.next_replica_loss.replace(node, now);
             if let Some(slot) = saved.get_mut(k) {
@@ -951,7 +994,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
                 self.next_replica_loss.replace(node, before);
             }
         } else {
-            for &(node, _) in frees {
+            for &(node, _, _) in frees {
                 let now = self.next_replica_loss_on(node, position).unwrap_or(u64::MAX);
                 self.next_replica_loss.replace(node, now);
             }
@@ -964,7 +1007,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             return;
         }
         if self.state.makes_room() {
-            let cost = self.search.cost_of(&self.set, self.state.room_gpus);
+            let cost = self.search.cost_of(&self.set, self.state.room_milli);
             if self.best.as_ref().is_none_or(|(b, _)| cost < *b) {
                 self.best = Some((cost, self.set.clone()));
             }
@@ -984,9 +1027,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         // a branch whose bound ranks after the best set found cannot win.
         let Some(loss_min) = self.least_loss_for_missing() else { return };
         if let Some((best, _)) = &self.best {
-            let room_gpus_min = self.state.room_gpus + self.state.gpus_still_needed();
-            let beyond_min = room_gpus_min.saturating_sub(self.search.gpus_needed());
-            let bound = (lost + loss_min, beyond_min.saturating_mul(1000), self.set.len() + 1);
+            // Room only grows as victims go, and the job needs its thousandths free.
+            let beyond_min = self.state.room_milli.max(self.search.milli_needed()) - self.search.milli_needed();
+            let bound = (lost + loss_min, beyond_min, self.set.len() + 1);
             if bound > (best.lost_gpu_ms, best.milli_beyond_need, best.victims) {
                 return;
             }
@@ -1012,7 +1055,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         while u64::from(self.search.replicas) > self.state.hosted_total {
             let mut cheapest: Option<(u64, usize, usize)> = None;
             for (node, list) in self.by_node.iter().enumerate() {
-                let (mut room, mut lost, mut count) = (self.state.room[node], 0u64, 0usize);
+                let (mut room, mut lost, mut count) = (self.state.room[node].clone(), 0u64, 0usize);
                 let hosted = self.state.hosted[node];
                 for &(position, _, _) in list {
                     let i = self.order[position];
@@ -1020,11 +1063,12 @@ impl<'s, 'a> WideBranch<'s, 'a> {
                         continue;
                     }
                     let c = &self.search.candidates[i];
-                    let on_node = c.frees.iter().find(|(n, _)| *n == node).map_or(Resources::ZERO, |(_, r)| *r);
-                    room = room.plus(on_node);
+                    if let Some(&(_, r, slots)) = c.frees.iter().find(|(n, _, _)| *n == node) {
+                        room.add_freed(r, slots, c.share_milli);
+                    }
                     lost += c.lost_gpu_ms;
                     count += 1;
-                    if self.search.replicas_in(room) > hosted {
+                    if self.search.replicas_in(&room) > hosted {
                         if cheapest.is_none_or(|(l, _, _)| lost < l) {
                             cheapest = Some((lost, node, count));
                         }
@@ -1059,7 +1103,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
                 }
             }
             if taken.len() <= self.search.victims_max {
-                self.best = Some((self.search.cost_of(&taken, self.state.room_gpus), taken.clone()));
+                self.best = Some((self.search.cost_of(&taken, self.state.room_milli), taken.clone()));
             }
         }
         for &i in &taken {

@@ -323,6 +323,18 @@ impl ResourceKind {
             _ => amount,
         }
     }
+    /// An amount (see [`ResourceKind::amount`]) in this dimension's unit, as people read
+    /// it: GPUs with up to three decimals (`2`, `0.6`, `1.25`), others as they are.
+    pub fn format_amount(self, amount: u64) -> String {
+        match self {
+            ResourceKind::Gpu if !amount.is_multiple_of(1000) => {
+                let decimals = format!("{:03}", amount % 1000);
+                format!("{}.{}", amount / 1000, decimals.trim_end_matches('0'))
+            }
+            ResourceKind::Gpu => (amount / 1000).to_string(),
+            _ => amount.to_string(),
+        }
+    }
     pub const ALL: [ResourceKind; 3] = [ResourceKind::Gpu, ResourceKind::Cpu, ResourceKind::Memory];
 }
 
@@ -715,6 +727,15 @@ impl fmt::Display for Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amounts_read_as_gpus_with_decimals_and_others_as_they_are() {
+        let gpu = |a| ResourceKind::Gpu.format_amount(a);
+        assert_eq!([gpu(0), gpu(2000), gpu(600), gpu(1250), gpu(1005)], ["0", "2", "0.6", "1.25", "1.005"]);
+        assert_eq!(ResourceKind::Cpu.format_amount(1500), "1500");
+        let share = Resources { gpu_milli: 250, ..Resources::new(0, 0, 0) };
+        assert_eq!(ResourceKind::Gpu.format_amount(ResourceKind::Gpu.amount(share)), "0.25");
+    }
 
     #[test]
     fn gpu_sets_are_slot_masks() {

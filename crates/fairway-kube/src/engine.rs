@@ -1792,17 +1792,21 @@ impl Engine {
                     fairway_core::ResourceKind::Cpu => ("m", "cpu"),
                     fairway_core::ResourceKind::Memory => ("Mi", "memory"),
                 };
+                let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
                 format!(
                     "over quota: namespace {} uses {used}{unit} of its {limit}{unit} {name} (ResourceQuota); it asks {requested}{unit}",
                     self.interner.account_name(*account).map_or("?", |(_, name)| name),
                 )
             }
-            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => format!(
-                "cohort {} lends no more: {used} of its {limit} {} are in use or kept for their owners (namespaces' {} annotations); it asks {requested}",
-                self.interner.account_name(*cohort).map_or("?", |(_, name)| name),
-                resource.name(),
-                crate::workload::COHORT
-            ),
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+                let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
+                format!(
+                    "cohort {} lends no more: {used} of its {limit} {} are in use or kept for their owners (namespaces' {} annotations); it asks {requested}",
+                    self.interner.account_name(*cohort).map_or("?", |(_, name)| name),
+                    resource.name(),
+                    crate::workload::COHORT
+                )
+            }
             PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching } => format!(
                 "no node with {gpus_per_replica} free GPUs{} for each of its {replicas} replica(s): the most free on one node is {gpus_free_max} (of {nodes_matching} nodes)",
                 model(*gpu_model)

@@ -148,13 +148,17 @@ impl Names {
     fn reason(&self, r: &PendingReason) -> String {
         match r {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
+                let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
                 format!("over_quota({} {}: used {used} + {requested} > {limit})", self.a(*account), resource.name())
             }
-            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => format!(
-                "cohort_exhausted({} {}: used {used} + {requested} > {limit})",
-                self.a(*cohort),
-                resource.name()
-            ),
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+                let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
+                format!(
+                    "cohort_exhausted({} {}: used {used} + {requested} > {limit})",
+                    self.a(*cohort),
+                    resource.name()
+                )
+            }
             PendingReason::NeverFits {
                 gpus_per_replica,
                 gpu_model,

@@ -141,15 +141,34 @@ pub fn brute_force_record(record: &SearchRecord) -> Option<(NodeId, Vec<JobId>)>
 /// the rules as written, rule 4
 /// counting the GPUs left free on all usable nodes. The best set, as ascending indices.
 pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
-    let makes_room = |set: &[usize]| {
+    // The nodes once `set` has gone: on a node counted GPU by GPU, each victim adds its
+    // share (or 1000) to each of its GPUs there not held for a preemptor.
+    let rooms_after = |set: &[usize]| {
         let mut room = search.available.clone();
-        let mut quota = vec![Resources::ZERO; search.quota_needs.len()];
         for &i in set {
             let c = &search.candidates[i];
-            for &(node, r) in &c.frees {
-                room[node] = room[node].plus(r);
+            for &(node, r, slots) in &c.frees {
+                let room = &mut room[node];
+                room.free = room.free.plus(r);
+                if !room.slot_free.is_empty() {
+                    for slot in slots.iter().filter(|s| !room.held.contains(*s)) {
+                        room.slot_free[slot as usize] += if c.share_milli > 0 { c.share_milli as u16 } else { 1000 };
+                    }
+                }
             }
         }
+        room
+    };
+    let free_milli = |room: &SearchRoom| -> u64 {
+        if room.slot_free.is_empty() {
+            u64::from(room.free.gpus) * 1000
+        } else {
+            room.slot_free.iter().map(|&f| u64::from(f)).sum()
+        }
+    };
+    let makes_room = |set: &[usize]| {
+        let room = rooms_after(set);
+        let mut quota = vec![Resources::ZERO; search.quota_needs.len()];
         for (k, q) in quota.iter_mut().enumerate() {
             let caps = search.quota_caps.get(k).filter(|caps| !caps.is_empty());
             let groups = caps.map_or(1, Vec::len);
@@ -164,10 +183,20 @@ pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
         let hosted: u64 = room
             .iter()
             .map(|r| {
-                fit(u64::from(r.gpus), u64::from(per.gpus))
-                    .min(fit(r.cpu_millis, per.cpu_millis))
-                    .min(fit(r.memory_mib, per.memory_mib))
-                    .min(u64::from(search.replicas))
+                let (cpu, memory) = (fit(r.free.cpu_millis, per.cpu_millis), fit(r.free.memory_mib, per.memory_mib));
+                let gpus = if per.gpu_milli > 0 {
+                    // A share: one replica, on a GPU with at least its thousandths free.
+                    let on_one_gpu = r.slot_free.iter().any(|&f| u32::from(f) >= per.gpu_milli);
+                    if on_one_gpu { 1 } else { 0 }
+                } else {
+                    let whole = if r.slot_free.is_empty() {
+                        u64::from(r.free.gpus)
+                    } else {
+                        r.slot_free.iter().filter(|&&f| f >= 1000).count() as u64
+                    };
+                    fit(whole, u64::from(per.gpus))
+                };
+                gpus.min(cpu).min(memory).min(u64::from(search.replicas))
             })
             .sum();
         hosted >= u64::from(search.replicas)
@@ -176,11 +205,11 @@ pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
     if makes_room(&[]) {
         return None;
     }
-    let free_gpus: u64 = search.available.iter().map(|r| u64::from(r.gpus)).sum();
-    let need_gpus = u64::from(search.per_replica.gpus) * u64::from(search.replicas);
+    let need_milli = (u64::from(search.per_replica.gpus) * 1000 + u64::from(search.per_replica.gpu_milli))
+        * u64::from(search.replicas);
     let rank = |set: &[usize]| {
         let chosen: Vec<&WideCandidate> = set.iter().map(|&i| &search.candidates[i]).collect();
-        let freed: u64 = chosen.iter().flat_map(|c| c.frees.iter()).map(|(_, r)| u64::from(r.gpus)).sum();
+        let free_after: u64 = rooms_after(set).iter().map(free_milli).sum();
         let mut newest: Vec<u64> = chosen.iter().map(|c| c.id.0).collect();
         newest.sort_unstable_by(|a, b| b.cmp(a));
         let top = chosen.iter().map(|c| c.priority).max().unwrap_or(Priority::MIN);
@@ -188,7 +217,7 @@ pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
             top,
             std::cmp::Reverse(chosen.iter().filter(|c| c.priority == top).map(|c| c.tenant_share).min().unwrap_or(0)),
             chosen.iter().map(|c| c.lost_gpu_ms).sum::<u64>(),
-            (free_gpus + freed).saturating_sub(need_gpus),
+            free_after.saturating_sub(need_milli),
             set.len(),
             newest.into_iter().map(std::cmp::Reverse).collect::<Vec<_>>(),
         )
@@ -454,22 +483,23 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
                 .into_iter()
                 .enumerate()
                 .map(|(i, (priority, lost, frees, charged, tenant_share, group))| {
-                    let mut per_node: Vec<(usize, Resources)> = Vec::new();
+                    let mut per_node: Vec<(usize, Resources, GpuSet)> = Vec::new();
                     for (n, g, c) in frees {
                         let n = n % nodes.len();
-                        match per_node.iter_mut().find(|(m, _)| *m == n) {
-                            Some((_, r)) => *r = r.plus(Resources::new(g, c, 0)),
-                            None => per_node.push((n, Resources::new(g, c, 0))),
+                        match per_node.iter_mut().find(|(m, _, _)| *m == n) {
+                            Some((_, r, _)) => *r = r.plus(Resources::new(g, c, 0)),
+                            None => per_node.push((n, Resources::new(g, c, 0), GpuSet::EMPTY)),
                         }
                     }
-                    per_node.sort_by_key(|(n, _)| *n);
-                    let total = per_node.iter().fold(Resources::ZERO, |t, (_, r)| t.plus(*r));
+                    per_node.sort_by_key(|(n, _, _)| *n);
+                    let total = per_node.iter().fold(Resources::ZERO, |t, (_, r, _)| t.plus(*r));
                     WideCandidate {
                         // Ids in another order than the list's.
                         id: JobId((i as u64 * 7 + 3) % 11),
                         priority,
                         lost_gpu_ms: lost * u64::from(total.gpus.max(1)),
                         frees: per_node,
+                        share_milli: 0,
                         quota_frees: quota_gpus
                             .map(|_| if charged { total } else { Resources::ZERO })
                             .into_iter()
@@ -480,7 +510,7 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
                 })
                 .collect();
             WideSearch {
-                available: nodes.into_iter().map(|(g, c)| Resources::new(g, c, 0)).collect(),
+                available: nodes.into_iter().map(|(g, c)| SearchRoom::whole(Resources::new(g, c, 0))).collect(),
                 per_replica: Resources::new(gpus, cpu, 0),
                 replicas,
                 quota_needs: quota_gpus.map(Resources::gpus).into_iter().collect(),
@@ -489,6 +519,88 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
                     .map(|_| group_caps.map_or(Vec::new(), |(a, b)| vec![Resources::gpus(a), Resources::gpus(b)]))
                     .into_iter()
                     .collect(),
+                candidates,
+                victims_max,
+            }
+        })
+}
+
+/// A search over up to three nodes where GPUs are shared: some nodes are counted GPU by GPU
+/// (each GPU free, taken, held for a preemptor, or shared with 300 or 500 thousandths
+/// left), victims are shares of one GPU or take whole GPUs, and the job asks for whole GPUs
+/// (a gang) or a share; half the time a quota need, as in `wide_case`.
+fn wide_case_with_shares() -> impl Strategy<Value = WideSearch> {
+    let node = (
+        prop::option::of(prop::collection::vec(prop::sample::select(vec![0u16, 300, 500, 1000]), 1..=4)),
+        0..=3u32,
+        0..16u32,
+        prop::sample::select(vec![0u64, 2_000, 8_000]),
+    );
+    let candidate = (
+        prop::sample::select(vec![0, 5, 10]),
+        prop::sample::select(vec![60_000u64, 120_000, 240_000]),
+        (0..3usize, 0..16u32, prop::sample::select(vec![0u64, 2_000])),
+        prop_oneof![1 => Just(0u32), 1 => prop::sample::select(vec![200u32, 500, 700])],
+        any::<bool>(),
+    );
+    (
+        prop::collection::vec(node, 1..=3),
+        prop_oneof![1 => (1..=3u32).prop_map(|g| (g, 0u32)), 1 => prop::sample::select(vec![300u32, 600]).prop_map(|m| (0, m))],
+        prop::sample::select(vec![0u64, 2_000]),
+        1..=3u32,
+        prop::collection::vec(candidate, 0..=9),
+        prop_oneof![1 => Just(None), 1 => (0..=4u32).prop_map(Some)],
+        prop_oneof![1 => 1..=3usize, 1 => Just(32usize)],
+    )
+        .prop_map(|(nodes, (gpus, milli), cpu, replicas, shapes, quota_milli, victims_max)| {
+            let rooms: Vec<SearchRoom> = nodes
+                .into_iter()
+                .map(|(slots, whole, held_bits, node_cpu)| match slots {
+                    None => SearchRoom::whole(Resources::new(whole, node_cpu, 0)),
+                    Some(mut slot_free) => {
+                        let held = GpuSet::from_bits(u64::from(held_bits) & ((1 << slot_free.len()) - 1));
+                        for slot in held.iter() {
+                            slot_free[slot as usize] = 0;
+                        }
+                        let free_gpus = slot_free.iter().filter(|&&f| f == 1000).count() as u32;
+                        SearchRoom { free: Resources::new(free_gpus, node_cpu, 0), slot_free, held }
+                    }
+                })
+                .collect();
+            let candidates = shapes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (priority, lost, (n, bits, c), share_milli, charged))| {
+                    let n = n % rooms.len();
+                    let width = if rooms[n].slot_free.is_empty() { 4 } else { rooms[n].slot_free.len() };
+                    let mut slots = GpuSet::from_bits(u64::from(bits) & ((1 << width) - 1));
+                    if share_milli > 0 {
+                        // A share sits on one GPU.
+                        slots = slots.lowest(1);
+                    }
+                    let gpus = if share_milli > 0 { 0 } else { slots.len().max(1) };
+                    let freed = Resources::new(gpus, c, 0);
+                    let total = Resources { gpu_milli: share_milli, ..freed };
+                    WideCandidate {
+                        id: JobId((i as u64 * 7 + 3) % 11),
+                        priority,
+                        lost_gpu_ms: lost,
+                        frees: vec![(n, freed, slots)],
+                        share_milli,
+                        quota_frees: quota_milli.map(|_| if charged { total } else { Resources::ZERO }).into_iter().collect(),
+                        tenant_share: 0,
+                        group: 0,
+                    }
+                })
+                .collect();
+            let per_replica = Resources { gpu_milli: milli, ..Resources::new(gpus, cpu, 0) };
+            WideSearch {
+                available: rooms,
+                per_replica,
+                replicas: if milli > 0 { 1 } else { replicas },
+                // A need in thousandths of a GPU, so that shares give back part of it.
+                quota_needs: quota_milli.map(|m| Resources { gpu_milli: m * 250, ..Resources::ZERO }).into_iter().collect(),
+                quota_caps: quota_milli.map(|_| Vec::new()).into_iter().collect(),
                 candidates,
                 victims_max,
             }
@@ -504,6 +616,13 @@ proptest! {
         prop_assert_eq!(exactness, Exactness::Exact);
         prop_assert_eq!(found, brute_force_wide(&search));
     }
+
+    #[test]
+    fn the_wide_search_counts_shared_gpus_one_by_one(search in wide_case_with_shares()) {
+        let (found, exactness) = best_wide_set(&search);
+        prop_assert_eq!(exactness, Exactness::Exact);
+        prop_assert_eq!(found, brute_force_wide(&search));
+    }
 }
 
 /// A gang's victim that spans two nodes frees room on both but loses its work once: here
@@ -514,13 +633,14 @@ fn a_victim_on_two_nodes_counts_its_loss_once() {
         id: JobId(id),
         priority: 10,
         lost_gpu_ms: lost_gpu_min * 60_000,
-        frees,
+        frees: frees.into_iter().map(|(n, r)| (n, r, GpuSet::EMPTY)).collect(),
+        share_milli: 0,
         quota_frees: Vec::new(),
         tenant_share: 0,
         group: 0,
     };
     let search = WideSearch {
-        available: vec![Resources::ZERO, Resources::ZERO],
+        available: vec![SearchRoom::whole(Resources::ZERO), SearchRoom::whole(Resources::ZERO)],
         per_replica: Resources::gpus(2),
         replicas: 2,
         quota_needs: Vec::new(),

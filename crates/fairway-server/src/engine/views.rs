@@ -107,6 +107,7 @@ impl Engine {
         let (message, data) = match reason {
             PendingReason::OverQuota { account, resource, requested, used, limit } => {
                 let (kind, name) = self.account_name(*account);
+                let [requested, used, limit] = [requested, used, limit].map(|a| amount_value(*resource, *a));
                 (
                     format!(
                         "over quota: {kind} {name} uses {used} of its {limit} {}; the job asks {requested}",
@@ -117,6 +118,7 @@ impl Engine {
             }
             PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
                 let (_, name) = self.account_name(*cohort);
+                let [requested, used, limit] = [requested, used, limit].map(|a| amount_value(*resource, *a));
                 (
                     format!(
                         "cohort {name} lends no more: {used} of its {limit} {} are in use or kept for their owners; the job asks {requested}",
@@ -400,5 +402,27 @@ impl Engine {
             container_runtime: self.runtime.as_ref().map(|r| r.kind.program().to_owned()),
             images: self.images.read().map(|i| i.clone()).unwrap_or_default(),
         }
+    }
+}
+
+/// A reason's amount (`ResourceKind::amount`) as the API gives it: GPUs in GPUs, an integer
+/// when whole and a decimal for shares (`0.6`); CPU and memory as they are.
+fn amount_value(kind: fairway_core::ResourceKind, amount: u64) -> serde_json::Value {
+    match kind {
+        fairway_core::ResourceKind::Gpu if !amount.is_multiple_of(1000) => json!(amount as f64 / 1000.0),
+        fairway_core::ResourceKind::Gpu => json!(amount / 1000),
+        _ => json!(amount),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fairway_core::ResourceKind;
+
+    #[test]
+    fn reason_amounts_are_gpus_integers_when_whole_decimals_for_shares() {
+        assert_eq!(super::amount_value(ResourceKind::Gpu, 4000).to_string(), "4");
+        assert_eq!(super::amount_value(ResourceKind::Gpu, 600).to_string(), "0.6");
+        assert_eq!(super::amount_value(ResourceKind::Memory, 600).to_string(), "600");
     }
 }
