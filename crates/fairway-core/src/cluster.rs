@@ -172,14 +172,17 @@ impl Node {
     /// Each GPU's free thousandths: 1000 for a free GPU, `1000 − shares` for a shared one,
     /// 0 for one taken whole or held for a preemptor.
     pub fn slot_free(&self) -> Vec<u16> {
-        (0..self.spec.capacity.gpus)
-            .map(|s| match () {
-                _ if self.held.contains(s) => 0,
-                _ if self.shared.contains(s) => 1000 - self.shares[s as usize],
-                _ if self.owned.contains(s) => 0,
-                _ => 1000,
-            })
-            .collect()
+        (0..self.spec.capacity.gpus).map(|s| self.slot_free_of(s)).collect()
+    }
+
+    /// One GPU's free thousandths, as [`Node::slot_free`] gives them.
+    pub fn slot_free_of(&self, slot: u32) -> u16 {
+        match () {
+            _ if self.held.contains(slot) => 0,
+            _ if self.shared.contains(slot) => 1000 - self.shares[slot as usize],
+            _ if self.owned.contains(slot) => 0,
+            _ => 1000,
+        }
     }
 
     /// Has a shared slot room for another share?

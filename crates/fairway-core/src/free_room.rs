@@ -45,6 +45,8 @@ pub(crate) struct Arrivals {
     since_model: u32,
     /// Fragmentation of node states under `model`, emptied when the model is learnt again.
     frag: RefCell<FragCache>,
+    /// One placement's scores by node state (see `FreeRoom::place_packed`), emptied at each.
+    rooms: RefCell<crate::packing::FastMap<NodeRoom, (i64, GpuPick)>>,
 }
 
 impl Arrivals {
@@ -90,13 +92,21 @@ pub(crate) fn ask_of(per_replica: Resources, model: Option<GpuModel>) -> Option<
 /// A node as the packing policies see it: each GPU's free thousandths (a GPU held for a
 /// preemptor or taken whole: 0), CPU and memory free.
 fn room_of(node: &Node) -> Option<NodeRoom> {
-    let gpu_free = node.slot_free();
+    let gpus = node.spec.capacity.gpus as usize;
+    if gpus > packing::NODE_GPUS_MAX {
+        return None;
+    }
+    // On the stack: this runs for every candidate of every packed placement.
+    let mut gpu_free = [0u16; packing::NODE_GPUS_MAX];
+    for (slot, free) in gpu_free[..gpus].iter_mut().enumerate() {
+        *free = node.slot_free_of(slot as u32);
+    }
     let (cap, free) = (node.spec.capacity, node.available());
     NodeRoom::with_free(
         (cap.cpu_millis, cap.memory_mib),
         (free.cpu_millis, free.memory_mib),
         Some(node.spec.gpu_model),
-        &gpu_free,
+        &gpu_free[..gpus],
     )
     .ok()
 }
@@ -168,6 +178,11 @@ impl FreeRoom<'_> {
         let levels = (lowest..=index.level_max()).flat_map(|level| index.at_level(model, level));
         let mut best: Option<(PackedKey, GpuPick)> = None;
         let mut scored = 0usize;
+        // Nodes in the same state score alike, so each state is scored once a placement;
+        // not under random (a draw per node) or gpu-clustering (it reads what a node runs).
+        let by_room = !matches!(policy, PackPolicy::Random | PackPolicy::GpuClustering);
+        let mut rooms = arrivals.rooms.borrow_mut();
+        rooms.clear();
         for (node_ix, among_shared) in shared.map(|ix| (ix, true)).chain(levels.map(|ix| (ix, false))) {
             let node = self.nodes.at(node_ix);
             if per_replica.is_share() && !among_shared && node.shared_open() {
@@ -181,11 +196,21 @@ impl FreeRoom<'_> {
             if !room.fits(ask) {
                 continue;
             }
-            let entropy = u64::from(node.spec.id.0) ^ node.version;
-            let mut cache = arrivals.frag.borrow_mut();
-            // Only gpu-clustering reads the kinds of the asks a node runs.
-            let kinds = if policy == PackPolicy::GpuClustering { kinds_of(node, jobs) } else { KindCounts::default() };
-            let (score, pick) = packing::score_node(policy, arrivals.model(), &mut cache, &room, &kinds, ask, entropy);
+            let (score, pick) = match by_room.then(|| rooms.get(&room).copied()).flatten() {
+                Some(known) => known,
+                None => {
+                    let entropy = u64::from(node.spec.id.0) ^ node.version;
+                    let mut cache = arrivals.frag.borrow_mut();
+                    // Only gpu-clustering reads the kinds of the asks a node runs.
+                    let kinds =
+                        if policy == PackPolicy::GpuClustering { kinds_of(node, jobs) } else { KindCounts::default() };
+                    let got = packing::score_node(policy, arrivals.model(), &mut cache, &room, &kinds, ask, entropy);
+                    if by_room {
+                        rooms.insert(room, got);
+                    }
+                    got
+                }
+            };
             let holds = self.image_permille > 0 && node.holds(self.image);
             let key = (score, holds, std::cmp::Reverse(node.spec.id));
             if best.as_ref().is_none_or(|(b, _)| key > *b) {

@@ -12,7 +12,6 @@
 //! nodes; the fragmentation ratio is that over all free GPU thousandths.
 
 use std::cmp::Reverse;
-use std::collections::HashMap;
 
 use super::{Ask, ModelSet, NodeRoom};
 
@@ -70,7 +69,9 @@ impl WorkloadModel {
     /// to sum to 1. The paper uses 95.
     pub fn from_asks<'a>(asks: impl IntoIterator<Item = &'a Ask>, coverage_percent: u32) -> WorkloadModel {
         type Key = (u64, u16, u8, ModelSet);
-        let mut counts: HashMap<Key, u64> = HashMap::new();
+        // Counted by a fast hash: the scheduler learns again every few hundred arrivals, and
+        // the ranking below, not the map's order, decides the model.
+        let mut counts: super::FastMap<Key, u64> = super::FastMap::default();
         let mut total = 0u64;
         for a in asks {
             *counts.entry((a.cpu_milli, a.gpu_milli, a.gpu_count, a.models)).or_default() += 1;

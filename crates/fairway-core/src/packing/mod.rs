@@ -19,7 +19,7 @@ mod policy;
 mod tests;
 
 pub use frag::{FragBreakdown, TypicalShape, WorkloadModel};
-pub(crate) use packer::{FragCache, score_node};
+pub(crate) use packer::{FastMap, FragCache, score_node};
 pub use packer::{PackError, PackStats, Packer, Placement};
 pub(crate) use policy::KindCounts;
 pub use policy::{PackPolicy, UnknownPolicy};

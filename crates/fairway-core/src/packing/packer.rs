@@ -18,7 +18,7 @@ use std::collections::{BinaryHeap, HashMap};
 use super::policy::{self, FragOf, KindCounts, NodeView, Score};
 use super::{Ask, GpuPick, NODE_GPUS_MAX, NodeRoom, PackPolicy, RoomError, WorkloadModel};
 
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
 /// Where an ask went: the node's index and its GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
