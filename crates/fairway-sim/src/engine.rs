@@ -178,12 +178,17 @@ struct Live {
     eta: SubmitEta,
     /// How long this run waits for its image before it makes progress.
     image_wait_ms: u64,
-    /// Each start's wait for its image (image model only).
-    image_waits_ms: Vec<u64>,
     /// GPU-ms held while waiting for images, over every run.
     image_wait_gpu_ms: u64,
-    /// The nodes this run acquired its image on (image model only).
-    image_nodes: Vec<u32>,
+}
+
+/// A job's image pulls, with the image model (apart from `Live`, which every run walks).
+#[derive(Clone, Debug, Default)]
+struct JobImages {
+    /// Each start's wait for its image.
+    waits_ms: Vec<u64>,
+    /// The nodes its run acquired its image on.
+    nodes: Vec<u32>,
 }
 
 /// Timed events; at equal times finishes come before victims' exits, so a victim that
@@ -225,6 +230,7 @@ pub fn simulate(
     if let Some(model) = &config.images {
         let ids_end = nodes.iter().map(|n| n.id.0 as usize + 1).max().unwrap_or(0);
         sim.caches = Some(Caches::new(model, ids_end));
+        sim.job_images = vec![JobImages::default(); jobs.len()];
         if !model.prepulled.is_empty() {
             for node in nodes {
                 sim.report_images(node.id.0 as usize, 0)?;
@@ -327,6 +333,8 @@ struct Sim<'a> {
     cycles_since_whole_check: u64,
     /// The nodes' images by node id, with the image model.
     caches: Option<Caches>,
+    /// Per job, with the image model (empty without).
+    job_images: Vec<JobImages>,
 }
 
 impl<'a> Sim<'a> {
@@ -348,9 +356,7 @@ impl<'a> Sim<'a> {
                 queued_ms: 0,
                 eta: SubmitEta::NotMeasured,
                 image_wait_ms: 0,
-                image_waits_ms: Vec::new(),
                 image_wait_gpu_ms: 0,
-                image_nodes: Vec::new(),
             })
             .collect();
         Sim {
@@ -368,6 +374,7 @@ impl<'a> Sim<'a> {
             audit,
             cycles_since_whole_check: u64::MAX,
             caches: None,
+            job_images: Vec::new(),
         }
     }
 
@@ -575,9 +582,9 @@ impl<'a> Sim<'a> {
         for node in removed_on {
             self.report_images(node, t)?;
         }
-        let live = &mut self.live[index];
-        live.image_nodes = nodes;
-        live.image_waits_ms.push(ready_ms - t);
+        let images = &mut self.job_images[index];
+        images.nodes = nodes;
+        images.waits_ms.push(ready_ms - t);
         Ok(ready_ms - t)
     }
 
@@ -586,7 +593,7 @@ impl<'a> Sim<'a> {
         let (Some(caches), Some(image)) = (&mut self.caches, self.jobs[index].spec.image) else {
             return Ok(());
         };
-        for node in std::mem::take(&mut self.live[index].image_nodes) {
+        for node in std::mem::take(&mut self.job_images[index].nodes) {
             caches.release(node as usize, image, t);
         }
         Ok(())
@@ -665,7 +672,8 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
-    fn into_result(self, policy: &str, capacity_gpus: u32, end_ms: u64) -> RunResult {
+    fn into_result(mut self, policy: &str, capacity_gpus: u32, end_ms: u64) -> RunResult {
+        let mut waits = self.job_images.iter_mut().map(|i| std::mem::take(&mut i.waits_ms));
         let records = self
             .jobs
             .iter()
@@ -682,7 +690,7 @@ impl<'a> Sim<'a> {
                 preemptions: live.preemptions,
                 lost_gpu_ms: live.lost_gpu_ms,
                 eta_at_submit: live.eta,
-                image_waits_ms: live.image_waits_ms.clone(),
+                image_waits_ms: waits.next().unwrap_or_default(),
                 image_wait_gpu_ms: live.image_wait_gpu_ms,
                 queued_ms: match live.phase {
                     Phase::Queued => live.queued_ms + end_ms.saturating_sub(live.queued_since_ms),

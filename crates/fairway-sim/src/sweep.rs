@@ -69,8 +69,9 @@ pub struct SeedSweep {
 
 type Pick = Box<dyn Fn(&PolicySummary) -> Option<f64>>;
 
-/// The figures a sweep reports, in display order: cluster-wide, then per tier.
-fn figures(tiers: &BTreeSet<String>) -> Vec<(String, &'static str, Pick)> {
+/// The figures a sweep reports, in display order: cluster-wide (image pulls when a run
+/// modelled them), then per tier.
+fn figures(tiers: &BTreeSet<String>, images: bool) -> Vec<(String, &'static str, Pick)> {
     let minutes = |s: Option<f64>| s.map(|s| s / 60.0);
     let mut out: Vec<(String, &'static str, Pick)> = vec![
         ("GPU utilization, useful".into(), "%", Box::new(|p| p.cluster.gpu_utilization_useful.map(|u| u * 100.0))),
@@ -79,6 +80,19 @@ fn figures(tiers: &BTreeSet<String>) -> Vec<(String, &'static str, Pick)> {
         ("GPU-hours lost".into(), "GPU-h", Box::new(|p| Some(p.cluster.gpu_hours_lost))),
         ("makespan".into(), "h", Box::new(|p| Some(p.cluster.makespan_seconds / 3600.0))),
     ];
+    if images {
+        let waited = |p: &PolicySummary| {
+            let i = &p.all.images;
+            (i.starts > 0).then(|| i.starts_waited as f64 / i.starts as f64 * 100.0)
+        };
+        out.push(("starts that waited for an image pull".into(), "%", Box::new(waited)));
+        out.push((
+            "wait for the image per start, mean".into(),
+            "min",
+            Box::new(move |p| minutes(p.all.images.wait_seconds.mean)),
+        ));
+        out.push(("GPU-hours held pulling images".into(), "GPU-h", Box::new(|p| Some(p.all.images.gpu_hours_waiting))));
+    }
     for tier in tiers {
         let t = tier.clone();
         out.push((format!("{tier}: wait to first start, mean"), "min", {
@@ -109,7 +123,8 @@ impl SeedSweep {
             reports.first().map_or_else(Vec::new, |r| r.policies.iter().map(|p| p.policy.clone()).collect());
         let tiers: BTreeSet<String> =
             reports.iter().flat_map(|r| r.policies.iter().flat_map(|p| p.tiers.keys().cloned())).collect();
-        let figures = figures(&tiers)
+        let images = reports.iter().any(|r| r.policies.iter().any(|p| p.all.images.starts > 0));
+        let figures = figures(&tiers, images)
             .into_iter()
             .map(|(figure, unit, pick)| {
                 let per_policy = policies

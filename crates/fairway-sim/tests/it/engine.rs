@@ -677,3 +677,19 @@ fn the_image_example_pulls_less_with_locality_on_the_philly_excerpt() {
     // No start waits longer than one pull.
     assert!(runs.iter().flat_map(|r| &r.records).flat_map(|r| &r.image_waits_ms).all(|&w| w <= 180_000));
 }
+
+/// A sweep over seeds reports image pulls when a run modelled them, and only then.
+#[test]
+fn a_sweep_reports_image_pulls_only_when_modelled() {
+    use fairway_sim::sweep::SeedSweep;
+    let with = load("tiny-images.yaml", &Overrides::default());
+    let report = SimReport::from_runs(&with.name, with.seed, &run_all(&with));
+    let sweep = SeedSweep::from_reports(&[1, 1], &[report.clone(), report]);
+    let pulled = sweep.figures.iter().find(|f| f.figure == "starts that waited for an image pull").expect("reported");
+    let means: Vec<f64> = pulled.policies.iter().map(|s| s.as_ref().unwrap().mean).collect();
+    assert_eq!(means, [50.0, 100.0]);
+    let without = load("tiny-preemption.yaml", &Overrides::default());
+    let report = SimReport::from_runs(&without.name, without.seed, &run_all(&without));
+    let sweep = SeedSweep::from_reports(&[1], &[report]);
+    assert!(sweep.figures.iter().all(|f| !f.figure.contains("image")));
+}
