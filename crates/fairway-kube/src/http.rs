@@ -451,16 +451,7 @@ fn quota_list(engine: &Engine) -> QuotaList {
         .filter_map(|ns| {
             let account = engine.interner().account_id(fairway_spec::AccountKind::Project, &ns)?;
             let (used, quota) = engine.core().account_usage(account);
-            Some(QuotaView {
-                kind: "project".into(),
-                account: ns,
-                gpus_max: quota.and_then(|q| q.gpus_max),
-                cpu_millis_max: quota.and_then(|q| q.cpu_millis_max),
-                memory_mib_max: quota.and_then(|q| q.memory_mib_max),
-                gpus_used: used.gpus,
-                cpu_millis_used: used.cpu_millis,
-                memory_mib_used: used.memory_mib,
-            })
+            Some(QuotaView::of("project", &ns, used, quota))
         })
         .collect();
     QuotaList { quotas }

@@ -275,9 +275,41 @@ pub struct QuotaView {
     pub gpus_max: Option<u32>,
     pub cpu_millis_max: Option<u64>,
     pub memory_mib_max: Option<u64>,
+    /// GPUs held, shares of one GPU rounded up to whole GPUs (`gpu_milli_used` is exact).
     pub gpus_used: u32,
+    /// GPUs held in thousandths, whole GPUs and shares together: what the cap counts.
+    #[serde(default)]
+    pub gpu_milli_used: u64,
     pub cpu_millis_used: u64,
     pub memory_mib_used: u64,
+}
+
+impl QuotaView {
+    /// An account's view: what it holds (`used`, from `Scheduler::account_usage`) against
+    /// its quota.
+    pub fn of(
+        kind: &str,
+        account: &str,
+        used: fairway_core::Resources,
+        quota: Option<fairway_core::Quota>,
+    ) -> QuotaView {
+        QuotaView {
+            kind: kind.into(),
+            account: account.into(),
+            gpus_max: quota.and_then(|q| q.gpus_max),
+            cpu_millis_max: quota.and_then(|q| q.cpu_millis_max),
+            memory_mib_max: quota.and_then(|q| q.memory_mib_max),
+            gpus_used: gpus_rounded_up(used),
+            gpu_milli_used: used.gpu_milli_total(),
+            cpu_millis_used: used.cpu_millis,
+            memory_mib_used: used.memory_mib,
+        }
+    }
+}
+
+/// Whole GPUs and shares, shares rounded up to whole GPUs.
+fn gpus_rounded_up(r: fairway_core::Resources) -> u32 {
+    u32::try_from(fairway_core::ResourceKind::Gpu.of(r)).unwrap_or(u32::MAX)
 }
 
 /// `PUT /v1/quotas/{kind}/{account}` body. Absent fields are unlimited.
@@ -303,8 +335,12 @@ pub struct CohortView {
     /// The members' nominal quotas added up, per resource they name.
     pub capacity: fairway_spec::LimitsDoc,
     /// What the members use, plus the guarantees (nominal less lending limit) they leave
-    /// unused: the cohort lends nothing beyond `capacity` of it.
+    /// unused: the cohort lends nothing beyond `capacity` of it. Shares of one GPU are
+    /// rounded up to whole GPUs (`gpu_milli_in_use` is exact).
     pub gpus_in_use: u32,
+    /// The same GPUs in thousandths.
+    #[serde(default)]
+    pub gpu_milli_in_use: u64,
     pub cpu_millis_in_use: u64,
     pub memory_mib_in_use: u64,
 }
@@ -313,7 +349,11 @@ pub struct CohortView {
 pub struct CohortMemberView {
     #[serde(flatten)]
     pub member: fairway_spec::MemberDoc,
+    /// GPUs its project uses, shares rounded up to whole GPUs (`gpu_milli_used` is exact).
     pub gpus_used: u32,
+    /// The same GPUs in thousandths.
+    #[serde(default)]
+    pub gpu_milli_used: u64,
     pub cpu_millis_used: u64,
     pub memory_mib_used: u64,
     /// Uses more than its nominal quota: a member within its own may reclaim from it.
@@ -338,7 +378,8 @@ impl CohortView {
                 cpu_millis: capacity.cpu_millis_max,
                 memory_mib: capacity.memory_mib_max,
             },
-            gpus_in_use: level.gpus,
+            gpus_in_use: gpus_rounded_up(level),
+            gpu_milli_in_use: level.gpu_milli_total(),
             cpu_millis_in_use: level.cpu_millis,
             memory_mib_in_use: level.memory_mib,
         }
@@ -356,7 +397,8 @@ impl CohortMemberView {
         let used = project.map(|id| core.account_usage(id).0).unwrap_or_default();
         CohortMemberView {
             member: member.clone(),
-            gpus_used: used.gpus,
+            gpus_used: gpus_rounded_up(used),
+            gpu_milli_used: used.gpu_milli_total(),
             cpu_millis_used: used.cpu_millis,
             memory_mib_used: used.memory_mib,
             borrowing: project.is_some_and(|id| core.borrowing(id)),

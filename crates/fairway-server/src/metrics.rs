@@ -524,6 +524,7 @@ mod tests {
                     .map(|gpus| fairway_spec::LimitsDoc { gpus: Some(gpus), ..Default::default() }),
             },
             gpus_used: used,
+            gpu_milli_used: u64::from(used) * 1000,
             cpu_millis_used: 0,
             memory_mib_used: 0,
             borrowing: false,

@@ -301,6 +301,12 @@ fn gpu_jobs(gpus: &[GpuView]) -> String {
     cells.join(" ")
 }
 
+/// GPUs held, exact (`0.6`) from the thousandths a server gives, else its whole GPUs (a
+/// server that predates shares).
+fn gpus_held(gpus: u32, gpu_milli: u64) -> String {
+    if gpu_milli > 0 { fairway_core::ResourceKind::Gpu.format_amount(gpu_milli) } else { gpus.to_string() }
+}
+
 /// `fairway quota`: usage against caps.
 pub fn quotas_table(quotas: &[QuotaView]) -> String {
     let rows: Vec<Vec<String>> = quotas
@@ -309,7 +315,7 @@ pub fn quotas_table(quotas: &[QuotaView]) -> String {
             vec![
                 q.kind.clone(),
                 q.account.clone(),
-                used_of(q.gpus_used.to_string(), q.gpus_max.map(|m| m.to_string())),
+                used_of(gpus_held(q.gpus_used, q.gpu_milli_used), q.gpus_max.map(|m| m.to_string())),
                 used_of(cpu(q.cpu_millis_used), q.cpu_millis_max.map(cpu)),
                 used_of(memory(q.memory_mib_used), q.memory_mib_max.map(memory)),
             ]
@@ -323,7 +329,7 @@ pub fn quotas_table(quotas: &[QuotaView]) -> String {
 pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     for c in cohorts {
-        let in_use = used_of(c.gpus_in_use.to_string(), c.capacity.gpus.map(|g| g.to_string()));
+        let in_use = used_of(gpus_held(c.gpus_in_use, c.gpu_milli_in_use), c.capacity.gpus.map(|g| g.to_string()));
         for m in &c.members {
             let limit = |l: Option<fairway_spec::LimitsDoc>, sign: &str| {
                 l.and_then(|l| l.gpus).map_or("-".to_string(), |g| format!("{sign}{g}"))
@@ -332,7 +338,7 @@ pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
                 c.name.clone(),
                 in_use.clone(),
                 m.member.project.clone(),
-                used_of(m.gpus_used.to_string(), m.member.nominal.gpus.map(|g| g.to_string())),
+                used_of(gpus_held(m.gpus_used, m.gpu_milli_used), m.member.nominal.gpus.map(|g| g.to_string())),
                 limit(m.member.borrowing_limit, "+"),
                 limit(m.member.lending_limit, "-"),
                 if m.borrowing { "yes" } else { "no" }.to_string(),
@@ -820,6 +826,7 @@ node-b   A100    2      0           7500m   1000Mi   false         0:- 1:-
                 cpu_millis_max: None,
                 memory_mib_max: Some(131_072),
                 gpus_used: 6,
+                gpu_milli_used: 6_000,
                 cpu_millis_used: 24_000,
                 memory_mib_used: 98_304,
             },
@@ -829,15 +836,17 @@ node-b   A100    2      0           7500m   1000Mi   false         0:- 1:-
                 gpus_max: None,
                 cpu_millis_max: None,
                 memory_mib_max: None,
+                // A whole GPU and a share of 0.6: the exact figure is shown.
                 gpus_used: 2,
+                gpu_milli_used: 1_600,
                 cpu_millis_used: 500,
                 memory_mib_used: 0,
             },
         ];
         let want = "\
-KIND      ACCOUNT   GPUS   CPU      MEMORY
-project   ads       6/8    24/-     96Gi/128Gi
-user      bob       2/-    500m/-   0Mi/-
+KIND      ACCOUNT   GPUS    CPU      MEMORY
+project   ads       6/8     24/-     96Gi/128Gi
+user      bob       1.6/-   500m/-   0Mi/-
 ";
         assert_eq!(quotas_table(&quotas), want);
         assert_eq!(quota_caps(Some(8), None, Some(2_048)), "gpus 8, cpu unlimited, memory 2Gi");

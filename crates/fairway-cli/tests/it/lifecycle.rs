@@ -533,6 +533,10 @@ fn shares_of_one_gpu_run_side_by_side_and_survive_a_restart() {
     assert_eq!(gpu0["job"], serde_json::json!(big), "{nodes}");
     let shares = serde_json::json!([{"job": big, "gpu_milli": 600}, {"job": small, "gpu_milli": 400}]);
     assert_eq!(gpu0["shares"], shares, "{nodes}");
+    // The project holds one GPU in thousandths, which quotas count exactly.
+    let (_, quotas) = api.json("GET", "/v1/quotas", None);
+    let p = quotas["quotas"].as_array().unwrap().iter().find(|q| q["account"] == "p").expect("p holds GPUs");
+    assert_eq!((p["gpu_milli_used"].as_u64(), p["gpus_used"].as_u64()), (Some(1000), Some(1)), "{quotas}");
     let third = api.submit(&share("third", 300))[0];
     let (_, why) = api.json("GET", &format!("/v1/jobs/{third}/why"), None);
     let text = why.to_string();
@@ -555,6 +559,9 @@ fn shares_of_one_gpu_run_side_by_side_and_survive_a_restart() {
         std::fs::read_to_string(&path).ok().filter(|s| s.ends_with('\n'))
     });
     assert_eq!(line.trim(), "0 300");
+    let (_, quotas) = api.json("GET", "/v1/quotas", None);
+    let p = quotas["quotas"].as_array().unwrap().iter().find(|q| q["account"] == "p").expect("p holds GPUs");
+    assert_eq!((p["gpu_milli_used"].as_u64(), p["gpus_used"].as_u64()), (Some(900), Some(1)), "{quotas}");
     second.child.kill().unwrap();
     second.child.wait().unwrap();
     kill_jobs_under(dir.path());

@@ -1165,6 +1165,7 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
         cpu_millis_max: None,
         memory_mib_max: None,
         gpus_used: 8,
+        gpu_milli_used: 8000,
         cpu_millis_used: 0,
         memory_mib_used: 0,
     };

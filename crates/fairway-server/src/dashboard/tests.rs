@@ -55,6 +55,7 @@ fn inputs(jobs: Vec<DashJob>) -> Inputs {
         cpu_millis_max: None,
         memory_mib_max: None,
         gpus_used: 2,
+        gpu_milli_used: 2000,
         cpu_millis_used: 0,
         memory_mib_used: 0,
     };

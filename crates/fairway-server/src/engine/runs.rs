@@ -635,16 +635,7 @@ impl Engine {
 
     pub(crate) fn quota_view(&self, kind: AccountKind, account: &str, id: fairway_core::AccountId) -> QuotaView {
         let (used, quota) = self.core.account_usage(id);
-        QuotaView {
-            kind: kind.as_str().into(),
-            account: account.into(),
-            gpus_max: quota.and_then(|q| q.gpus_max),
-            cpu_millis_max: quota.and_then(|q| q.cpu_millis_max),
-            memory_mib_max: quota.and_then(|q| q.memory_mib_max),
-            gpus_used: used.gpus,
-            cpu_millis_used: used.cpu_millis,
-            memory_mib_used: used.memory_mib,
-        }
+        QuotaView::of(kind.as_str(), account, used, quota)
     }
 
     /// Runs `f` in one committed transaction. A failure (a full disk, an I/O error) makes
