@@ -693,3 +693,19 @@ fn a_sweep_reports_image_pulls_only_when_modelled() {
     let sweep = SeedSweep::from_reports(&[1], &[report]);
     assert!(sweep.figures.iter().all(|f| !f.figure.contains("image")));
 }
+
+#[test]
+fn a_pull_under_way_is_shared_and_a_gang_waits_for_its_slowest_node() {
+    let s = load("tiny-images-gang.yaml", &Overrides::default());
+    let run = &run_all(&s)[0];
+    let got = |name: &str| {
+        let r = record(run, name);
+        (r.first_start_ms, r.image_waits_ms.clone(), r.finish_ms)
+    };
+    assert_eq!(got("jx"), (Some(0), vec![100_000], Some(1_100_000)));
+    assert_eq!(got("jy"), (Some(50_000), vec![50_000], Some(1_100_000)));
+    assert_eq!(got("gang"), (Some(2_000_000), vec![100_000], Some(3_100_000)));
+    // The gang held its 4 GPUs for the 100 s of n1's pull, and jy its GPU while waiting.
+    assert_eq!(record(run, "gang").image_wait_gpu_ms, 400_000);
+    assert_eq!(record(run, "jy").image_wait_gpu_ms, 50_000);
+}
