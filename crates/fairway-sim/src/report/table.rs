@@ -230,8 +230,7 @@ fn eta_table(report: &SimReport) -> Table {
     ];
     let mut rows = Vec::new();
     for p in &report.policies {
-        let groups = std::iter::once(("all", &p.all)).chain(p.tiers.iter().map(|(t, g)| (t.as_str(), g)));
-        for (tier, g) in groups {
+        for (tier, g) in all_and_tiers(p) {
             let e = &g.eta;
             rows.push(vec![
                 p.policy.clone(),
@@ -256,8 +255,7 @@ fn image_table(report: &SimReport) -> Table {
         ["policy", "tier", "starts", "waited", "waited %", "wait mean", "wait p95", "wait max", "GPU-h waiting"];
     let mut rows = Vec::new();
     for p in &report.policies {
-        let groups = std::iter::once(("all", &p.all)).chain(p.tiers.iter().map(|(t, g)| (t.as_str(), g)));
-        for (tier, g) in groups {
+        for (tier, g) in all_and_tiers(p) {
             let i = &g.images;
             rows.push(vec![
                 p.policy.clone(),
@@ -273,4 +271,9 @@ fn image_table(report: &SimReport) -> Table {
         }
     }
     Table { header: header.iter().map(|h| (*h).to_owned()).collect(), rows }
+}
+
+/// A policy's groups for the per-tier tables: all jobs, then each tier.
+fn all_and_tiers(p: &PolicySummary) -> impl Iterator<Item = (&str, &GroupSummary)> {
+    std::iter::once(("all", &p.all)).chain(p.tiers.iter().map(|(t, g)| (t.as_str(), g)))
 }
