@@ -134,14 +134,16 @@ impl FreeRoom<'_> {
         FreeRoom { image, ..self }
     }
 
+    /// Does image locality favour `node` for the job placed (it holds the job's image, and
+    /// locality is on)?
+    fn favours_image_on(&self, node: &Node) -> bool {
+        self.image_permille > 0 && node.holds(self.image)
+    }
+
     /// The image-locality bonus of `node` in the core's scores (thousandths of CPU and
     /// memory tightness, as `placement::score` counts them).
     fn locality_bonus(&self, node: &Node) -> i64 {
-        if self.image_permille > 0 && node.holds(self.image) {
-            i64::from(self.image_permille.min(1000)) * 1000
-        } else {
-            0
-        }
+        if self.favours_image_on(node) { i64::from(self.image_permille.min(1000)) * 1000 } else { 0 }
     }
 
     /// Where one replica goes on free room, with its GPUs when a packing policy chose them.
@@ -211,8 +213,7 @@ impl FreeRoom<'_> {
                     got
                 }
             };
-            let holds = self.image_permille > 0 && node.holds(self.image);
-            let key = (score, holds, std::cmp::Reverse(node.spec.id));
+            let key = (score, self.favours_image_on(node), std::cmp::Reverse(node.spec.id));
             if best.as_ref().is_none_or(|(b, _)| key > *b) {
                 best = Some((key, pick));
             }
@@ -293,8 +294,7 @@ impl FreeRoom<'_> {
                 continue;
             }
             let Some((_, left)) = node.share_fit(milli) else { continue };
-            let holds = self.image_permille > 0 && node.holds(self.image);
-            let key = (left, !holds, node.available_gpus(), node.spec.id);
+            let key = (left, !self.favours_image_on(node), node.available_gpus(), node.spec.id);
             if best.is_none_or(|(b, _)| key < b) {
                 best = Some((key, node.spec.id));
             }

@@ -113,7 +113,8 @@ pub(crate) enum PreemptionScope {
 /// See `SearchView::fit_check`.
 struct FitCheck {
     needs: Vec<QuotaNeed>,
-    nodes: Vec<Candidate>,
+    /// The usable nodes in id order: id and capacity.
+    nodes: Vec<(NodeId, Resources)>,
     /// Each node's room as the search counts it (GPU by GPU where a GPU is shared or the job
     /// asks for a share), in the order of `nodes`.
     rooms: Vec<SearchRoom>,
@@ -1034,9 +1035,7 @@ impl SearchView<'_> {
         let usable = || self.nodes.iter().filter(|n| n.usable_by(spec.gpu_model));
         FitCheck {
             needs: self.quota_needs(ix, scope),
-            nodes: usable()
-                .map(|n| Candidate { node: n.spec.id, available: n.available(), capacity: n.spec.capacity })
-                .collect(),
+            nodes: usable().map(|n| (n.spec.id, n.spec.capacity)).collect(),
             rooms: usable().map(|n| search_room(n, spec.per_replica)).collect(),
         }
     }
@@ -1064,7 +1063,7 @@ impl SearchView<'_> {
         let mut rooms = check.rooms.clone();
         for v in gone {
             for &(node, r, slots) in v.frees.as_slice() {
-                if let Ok(at) = check.nodes.binary_search_by_key(&node, |c| c.node) {
+                if let Ok(at) = check.nodes.binary_search_by_key(&node, |&(id, _)| id) {
                     rooms[at].add_freed(r, slots, v.share_milli);
                 }
             }
@@ -1076,9 +1075,9 @@ impl SearchView<'_> {
             .nodes
             .iter()
             .zip(&rooms)
-            .map(|(c, room)| {
+            .map(|(&(node, capacity), room)| {
                 let gpus = if per_replica.is_share() { u32::from(room.fits(per_replica)) } else { room.whole_gpus() };
-                Candidate { available: Resources { gpus, ..room.free }, ..*c }
+                Candidate { node, available: Resources { gpus, ..room.free }, capacity }
             })
             .collect();
         choose_nodes(&candidates, per_replica.as_whole_gpus(), job.spec.replicas, self.config.policy.scoring)

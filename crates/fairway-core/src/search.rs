@@ -137,13 +137,20 @@ impl SearchRoom {
         if !self.by_slot() {
             return Some(u64::from(more) * 1000);
         }
-        let mut short: Vec<u16> = (0..self.slot_free.len())
-            .filter(|&s| !self.held.contains(s as u32) && self.slot_free[s] < 1000)
-            .map(|s| 1000 - self.slot_free[s])
-            .collect();
-        if short.len() < more as usize {
+        // On the stack: the branch and bound asks this at every step (a node has at most 64
+        // GPUs).
+        let mut short = [0u16; 64];
+        let mut n = 0;
+        for (s, &free) in self.slot_free.iter().enumerate() {
+            if free < 1000 && !self.held.contains(s as u32) {
+                short[n] = 1000 - free;
+                n += 1;
+            }
+        }
+        if n < more as usize {
             return None;
         }
+        let short = &mut short[..n];
         short.sort_unstable();
         Some(short[..more as usize].iter().map(|&m| u64::from(m)).sum())
     }
@@ -823,9 +830,7 @@ impl<'a> WideState<'a> {
     fn take(&mut self, i: usize) {
         let c = &self.search.candidates[i];
         for &(node, r, slots) in &c.frees {
-            self.room_milli -= self.room[node].free_milli();
-            self.room[node].add_freed(r, slots, c.share_milli);
-            self.room_changed(node);
+            self.change_room(node, |room| room.add_freed(r, slots, c.share_milli));
         }
         self.quota_move(i, true);
     }
@@ -833,9 +838,7 @@ impl<'a> WideState<'a> {
     fn give_back(&mut self, i: usize) {
         let c = &self.search.candidates[i];
         for &(node, r, slots) in &c.frees {
-            self.room_milli -= self.room[node].free_milli();
-            self.room[node].remove_freed(r, slots, c.share_milli);
-            self.room_changed(node);
+            self.change_room(node, |room| room.remove_freed(r, slots, c.share_milli));
         }
         self.quota_move(i, false);
     }
@@ -862,9 +865,10 @@ impl<'a> WideState<'a> {
         }
     }
 
-    /// After `room[node]` changed: its share of `room_milli` (taken out before the change)
-    /// and the replicas it hosts.
-    fn room_changed(&mut self, node: usize) {
+    /// Changes `room[node]`, keeping `room_milli` and the replicas it hosts up to date.
+    fn change_room(&mut self, node: usize, change: impl FnOnce(&mut SearchRoom)) {
+        self.room_milli -= self.room[node].free_milli();
+        change(&mut self.room[node]);
         self.room_milli += self.room[node].free_milli();
         let hosted = self.search.replicas_in(&self.room[node]);
         self.hosted_total = self.hosted_total - u64::from(self.hosted[node]) + u64::from(hosted);

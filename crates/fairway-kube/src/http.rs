@@ -372,9 +372,7 @@ fn node_list(engine: &Engine) -> NodeList {
                     cpu_millis: info.capacity.cpu_millis,
                     memory_mib: info.capacity.memory_mib,
                     schedulable: !info.drained,
-                    gpus: (0..info.capacity.gpus)
-                        .map(|index| GpuView { index, job: None, held_for: None, shares: Vec::new() })
-                        .collect(),
+                    gpus: (0..info.capacity.gpus).map(GpuView::free).collect(),
                 },
             )
         })
@@ -390,21 +388,12 @@ fn node_list(engine: &Engine) -> NodeList {
             Some(JobStatus::Pending { reserved: Some(placement), .. }) => (placement, true),
             _ => continue,
         };
-        let share = engine.core().job_spec(id).map_or(0, |s| s.per_replica.gpu_milli);
+        let share = engine.core().job_spec(id).map(|s| s.per_replica.gpu_milli).filter(|&m| m > 0);
         for r in placement.replicas() {
             let Some(node) = views.get_mut(&r.node) else { continue };
             for g in r.gpus.iter() {
                 if let Some(gpu) = node.gpus.get_mut(g as usize) {
-                    match (held, share) {
-                        (true, _) => gpu.held_for = Some(id.0 as i64),
-                        (false, 0) => gpu.job = Some(id.0 as i64),
-                        (false, gpu_milli) => {
-                            if gpu.shares.iter().all(|s| s.gpu_milli < gpu_milli) {
-                                gpu.job = Some(id.0 as i64);
-                            }
-                            gpu.shares.push(fairway_server::api::ShareView { job: id.0 as i64, gpu_milli });
-                        }
-                    }
+                    gpu.occupy(id.0 as i64, held, share);
                 }
             }
         }

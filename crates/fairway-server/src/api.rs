@@ -226,6 +226,29 @@ pub struct GpuView {
     pub shares: Vec<ShareView>,
 }
 
+impl GpuView {
+    /// A free GPU.
+    pub fn free(index: u32) -> GpuView {
+        GpuView { index, job: None, held_for: None, shares: Vec::new() }
+    }
+
+    /// Job `job` runs on it (with `share`, its share of it) or, `held`, it is held for the
+    /// job while victims terminate. A shared GPU's `job` is its largest share's (the first
+    /// among equals).
+    pub fn occupy(&mut self, job: i64, held: bool, share: Option<u32>) {
+        match (held, share) {
+            (true, _) => self.held_for = Some(job),
+            (false, None) => self.job = Some(job),
+            (false, Some(gpu_milli)) => {
+                if self.shares.iter().all(|s| s.gpu_milli < gpu_milli) {
+                    self.job = Some(job);
+                }
+                self.shares.push(ShareView { job, gpu_milli });
+            }
+        }
+    }
+}
+
 /// A job's share of one GPU.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShareView {

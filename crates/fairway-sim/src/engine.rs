@@ -182,6 +182,16 @@ struct Live {
     image_wait_gpu_ms: u64,
 }
 
+impl Live {
+    /// The run ends at `t`: the part of it spent waiting for the image (all of the wait, or
+    /// up to `t` if it ends before its pull does), its GPU time counted apart.
+    fn end_image_wait(&mut self, t: u64) -> u64 {
+        let wait_ms = self.image_wait_ms.min(t - self.started_ms);
+        self.image_wait_gpu_ms += self.gpu_milli * wait_ms / 1000;
+        wait_ms
+    }
+}
+
 /// A job's image pulls, with the image model (apart from `Live`, which every run walks).
 #[derive(Clone, Debug, Default)]
 struct JobImages {
@@ -440,7 +450,7 @@ impl<'a> Sim<'a> {
             if let Some(audit) = &mut self.audit {
                 audit.exited(index, &self.jobs[index].spec);
             }
-            self.release_image(index, t)?;
+            self.release_image(index, t);
             self.events += 1;
             self.core
                 .apply(Event::Exited { job: JobId(index as u64), outcome }, Time(t))
@@ -453,9 +463,8 @@ impl<'a> Sim<'a> {
         let live = &mut self.live[index];
         // The final run's restart overhead is lost too (the overhead of a preempted run is
         // counted when it yields); its wait for the image is counted apart.
-        let held_ms = live.progress_from_ms - live.started_ms;
-        live.lost_gpu_ms += live.gpu_milli * (held_ms - live.image_wait_ms) / 1000;
-        live.image_wait_gpu_ms += live.gpu_milli * live.image_wait_ms / 1000;
+        let image_wait_ms = live.end_image_wait(t);
+        live.lost_gpu_ms += live.gpu_milli * (live.progress_from_ms - live.started_ms - image_wait_ms) / 1000;
         live.phase = Phase::Finished;
         live.finish_ms = Some(t);
         live.remaining_ms = 0;
@@ -476,9 +485,8 @@ impl<'a> Sim<'a> {
         };
         live.remaining_ms -= saved;
         // Any wait for the image is counted apart from what the preemption lost.
-        let image_wait_ms = live.image_wait_ms.min(t - live.started_ms);
+        let image_wait_ms = live.end_image_wait(t);
         live.lost_gpu_ms += live.gpu_milli * (t - live.started_ms - saved - image_wait_ms) / 1000;
-        live.image_wait_gpu_ms += live.gpu_milli * image_wait_ms / 1000;
         live.preemptions += 1;
         live.phase = Phase::Queued;
         live.queued_since_ms = t;
@@ -488,7 +496,7 @@ impl<'a> Sim<'a> {
 
     fn kill(&mut self, index: usize, t: u64) -> ExitOutcome {
         let live = &mut self.live[index];
-        live.image_wait_gpu_ms += live.gpu_milli * live.image_wait_ms.min(t - live.started_ms) / 1000;
+        live.end_image_wait(t);
         live.phase = Phase::Failed;
         self.gpu_milli_allocated -= live.gpu_milli;
         ExitOutcome::Failed
@@ -545,9 +553,9 @@ impl<'a> Sim<'a> {
                 if let Some(audit) = &mut self.audit {
                     audit.exited(index, &self.jobs[index].spec);
                 }
-                self.release_image(index, t).map_err(|e| e.to_string())?;
+                self.release_image(index, t);
                 let live = &mut self.live[index];
-                live.image_wait_gpu_ms += live.gpu_milli * live.image_wait_ms.min(t - live.started_ms) / 1000;
+                live.end_image_wait(t);
                 live.phase = Phase::Queued;
                 live.queued_since_ms = t;
                 live.epoch += 1;
@@ -589,14 +597,11 @@ impl<'a> Sim<'a> {
     }
 
     /// The run of job `index` ended at `t`: its nodes no longer use its image.
-    fn release_image(&mut self, index: usize, t: u64) -> Result<(), SimError> {
-        let (Some(caches), Some(image)) = (&mut self.caches, self.jobs[index].spec.image) else {
-            return Ok(());
-        };
+    fn release_image(&mut self, index: usize, t: u64) {
+        let (Some(caches), Some(image)) = (&mut self.caches, self.jobs[index].spec.image) else { return };
         for node in std::mem::take(&mut self.job_images[index].nodes) {
             caches.release(node as usize, image, t);
         }
-        Ok(())
     }
 
     /// Tells the core which images node `node` holds at `t` (image rule 4).

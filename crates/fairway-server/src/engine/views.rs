@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{AccountKind, Command, Engine, LiveView, core_id};
 use crate::api::{
     FORECAST_JOBS_MAX, GpuView, Health, NodeList, NodeView, PreemptionView, PriorityClassList, PriorityClassView,
-    QuotaList, ReasonView, ShareView, StartEstimateView,
+    QuotaList, ReasonView, StartEstimateView,
 };
 use crate::dashboard::{DashJob, Inputs, PENDING_LISTED_MAX};
 
@@ -304,11 +304,7 @@ impl Engine {
                 cpu_millis: n.cpu_millis,
                 memory_mib: n.memory_mib,
                 schedulable: true,
-                gpus: n
-                    .gpus
-                    .iter()
-                    .map(|g| GpuView { index: g.index, job: None, held_for: None, shares: Vec::new() })
-                    .collect(),
+                gpus: n.gpus.iter().map(|g| GpuView::free(g.index)).collect(),
             })
             .collect();
         for (&id, job) in &self.jobs {
@@ -326,17 +322,7 @@ impl Engine {
                 let Some(node) = nodes.get_mut(replica.node.0 as usize) else { continue };
                 for g in replica.gpus.iter() {
                     let Some(gpu) = node.gpus.get_mut(g as usize) else { continue };
-                    match (held, share) {
-                        (true, _) => gpu.held_for = Some(id),
-                        (false, None) => gpu.job = Some(id),
-                        (false, Some(gpu_milli)) => {
-                            let largest = gpu.shares.iter().map(|s| s.gpu_milli).max().unwrap_or(0);
-                            if gpu_milli > largest {
-                                gpu.job = Some(id);
-                            }
-                            gpu.shares.push(ShareView { job: id, gpu_milli });
-                        }
-                    }
+                    gpu.occupy(id, held, share);
                 }
             }
         }
