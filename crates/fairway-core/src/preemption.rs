@@ -622,7 +622,7 @@ impl SearchView<'_> {
     /// A necessary condition, cheap next to a search over the whole cluster: counting every
     /// preemptible job below it (with `inclusive`, at its priority too where it may reclaim)
     /// that rule 1 does not protect (unless `waived`) as gone, the usable nodes could hold
-    /// all its replicas (GPUs only).
+    /// all its replicas (GPUs only; a share also fits a GPU already shared with room for it).
     fn gang_could_fit(&self, ix: JobIx, inclusive: bool, now: Time, waived: bool) -> bool {
         let job = &self.jobs[ix];
         let (priority, model, gpus) =
@@ -631,9 +631,13 @@ impl SearchView<'_> {
         if gpus == 0 {
             return true;
         }
+        let share = job.spec.per_replica.is_share().then_some(job.spec.per_replica.gpu_milli);
         let mut hosted = 0;
         let mut reclaimable = self.reclaim_check(job.spec.project);
         for node in self.nodes.iter().filter(|n| n.usable_by(model)) {
+            if share.is_some_and(|milli| node.share_fit(milli).is_some()) {
+                return true;
+            }
             let below: u32 = node
                 .victims
                 .iter()
