@@ -318,6 +318,10 @@ impl Nodes {
         self.version
     }
 
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
     pub fn ix_of(&self, id: NodeId) -> Option<NodeIx> {
         // Drivers usually number nodes from 0 without gaps: then a node's id is its position.
         let at = id.0 as usize;

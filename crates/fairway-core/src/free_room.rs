@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 
 use crate::cluster::{Node, Nodes};
 use crate::config::ScoringPolicy;
+use crate::ids::NodeIx;
 use crate::jobs::JobStore;
 use crate::model::JobState;
 use crate::packing::{self, Ask, FragCache, GpuPick, KindCounts, ModelSet, NodeRoom, PackPolicy, WorkloadModel};
@@ -47,6 +48,24 @@ pub(crate) struct Arrivals {
     frag: RefCell<FragCache>,
     /// One placement's scores by node state (see `FreeRoom::place_packed`), emptied at each.
     rooms: RefCell<crate::packing::FastMap<NodeRoom, (i64, GpuPick)>>,
+    /// Per node (by position), its latest verdicts across placements (see
+    /// [`NodeVerdict`]), emptied when the model is learnt again.
+    verdicts: RefCell<Vec<[Option<NodeVerdict>; VERDICTS_PER_NODE]>>,
+}
+
+/// Verdicts remembered per node: one per ask shape in the common mix of a few shapes.
+const VERDICTS_PER_NODE: usize = 2;
+
+/// What a packing policy said of one node state for one ask: `None` when the ask does not
+/// fit there. A node's `version` is unique to its state (`Node::version`), and the score is
+/// a function of the state, the ask and the learnt model only (policies other than random
+/// and gpu-clustering), so while the version and the model stay, the verdict stands.
+#[derive(Clone, Copy, Debug)]
+struct NodeVerdict {
+    version: u64,
+    policy: PackPolicy,
+    ask: Ask,
+    verdict: Option<(i64, GpuPick)>,
 }
 
 impl Arrivals {
@@ -65,6 +84,7 @@ impl Arrivals {
             self.model = Some(WorkloadModel::from_asks(self.recent.iter(), 95));
             self.since_model = 0;
             *self.frag.get_mut() = FragCache::default();
+            self.verdicts.get_mut().clear();
         }
     }
 
@@ -128,6 +148,22 @@ fn kinds_of(node: &Node, jobs: &JobStore) -> KindCounts {
     kinds
 }
 
+/// The verdict remembered for a node in state `version` on `ask`, if any.
+fn recall(
+    kept: &[Option<NodeVerdict>; VERDICTS_PER_NODE],
+    version: u64,
+    policy: PackPolicy,
+    ask: &Ask,
+) -> Option<Option<(i64, GpuPick)>> {
+    kept.iter().flatten().find(|v| v.version == version && v.policy == policy && v.ask == *ask).map(|v| v.verdict)
+}
+
+/// Keeps `verdict`, in place of the oldest of the node's (the last slot is the newest).
+fn remember(kept: &mut [Option<NodeVerdict>; VERDICTS_PER_NODE], verdict: NodeVerdict) {
+    kept.rotate_left(1);
+    kept[VERDICTS_PER_NODE - 1] = Some(verdict);
+}
+
 impl FreeRoom<'_> {
     /// The same view, placing a job of `image`.
     pub fn with_image(self, image: Option<ImageId>) -> Self {
@@ -175,56 +211,109 @@ impl FreeRoom<'_> {
         model: Option<GpuModel>,
     ) -> Option<(NodeId, Option<GpuSet>)> {
         let index = &self.nodes.index;
-        let lowest = per_replica.as_whole_gpus().gpus;
-        let shared = per_replica.is_share().then(|| index.shared_open(model)).into_iter().flatten();
-        let levels = (lowest..=index.level_max()).flat_map(|level| index.at_level(model, level));
         let mut best: Option<(PackedKey, GpuPick)> = None;
         let mut scored = 0usize;
-        // Nodes in the same state score alike, so each state is scored once a placement;
-        // not under random (a draw per node) or gpu-clustering (it reads what a node runs).
+        // Nodes in the same state score alike, so each state is scored once a placement,
+        // and a node's verdict stands until its state or the model changes; not under
+        // random (a draw per node) or gpu-clustering (it reads what a node runs).
         let by_room = !matches!(policy, PackPolicy::Random | PackPolicy::GpuClustering);
         let mut rooms = arrivals.rooms.borrow_mut();
         rooms.clear();
-        for (node_ix, among_shared) in shared.map(|ix| (ix, true)).chain(levels.map(|ix| (ix, false))) {
+        let mut verdicts = arrivals.verdicts.borrow_mut();
+        if by_room && verdicts.len() < self.nodes.len() {
+            verdicts.resize(self.nodes.len(), [None; VERDICTS_PER_NODE]);
+        }
+        // Scores one node; true once enough have been scored.
+        let mut visit = |node_ix: NodeIx, among_shared: bool| -> bool {
             let node = self.nodes.at(node_ix);
             if per_replica.is_share() && !among_shared && node.shared_open() {
                 // Met already among the shared nodes.
-                continue;
+                return false;
             }
-            if !per_replica.fits_in(node.available()) {
-                continue;
-            }
-            let Some(room) = room_of(node) else { continue };
-            if !room.fits(ask) {
-                continue;
-            }
-            let (score, pick) = match by_room.then(|| rooms.get(&room).copied()).flatten() {
-                Some(known) => known,
+            let at = node_ix.0 as usize;
+            let known = by_room.then(|| recall(&verdicts[at], node.version, policy, ask)).flatten();
+            let verdict = match known {
+                Some(verdict) => {
+                    debug_assert_eq!(
+                        verdict,
+                        self.judge(policy, jobs, arrivals, &mut rooms, by_room, node, ask, per_replica),
+                        "a remembered verdict on node {} is what judging it again gives",
+                        node.spec.id.0
+                    );
+                    verdict
+                }
                 None => {
-                    let entropy = u64::from(node.spec.id.0) ^ node.version;
-                    let mut cache = arrivals.frag.borrow_mut();
-                    // Only gpu-clustering reads the kinds of the asks a node runs.
-                    let kinds =
-                        if policy == PackPolicy::GpuClustering { kinds_of(node, jobs) } else { KindCounts::default() };
-                    let got = packing::score_node(policy, arrivals.model(), &mut cache, &room, &kinds, ask, entropy);
+                    let verdict = self.judge(policy, jobs, arrivals, &mut rooms, by_room, node, ask, per_replica);
                     if by_room {
-                        rooms.insert(room, got);
+                        remember(&mut verdicts[at], NodeVerdict { version: node.version, policy, ask: *ask, verdict });
                     }
-                    got
+                    verdict
                 }
             };
+            let Some((score, pick)) = verdict else { return false };
             let key = (score, self.favours_image_on(node), std::cmp::Reverse(node.spec.id));
             if best.as_ref().is_none_or(|(b, _)| key > *b) {
                 best = Some((key, pick));
             }
             scored += 1;
-            if scored >= self.scored_max {
-                break;
+            scored >= self.scored_max
+        };
+        // Plain loops rather than one chain of iterators: this runs for every placement.
+        'walk: {
+            if per_replica.is_share() {
+                for node_ix in index.shared_open(model) {
+                    if visit(node_ix, true) {
+                        break 'walk;
+                    }
+                }
+            }
+            for level in per_replica.as_whole_gpus().gpus..=index.level_max() {
+                for node_ix in index.at_level(model, level) {
+                    if visit(node_ix, false) {
+                        break 'walk;
+                    }
+                }
             }
         }
         let ((_, _, std::cmp::Reverse(node)), pick) = best?;
         let gpus = pick.devices().fold(GpuSet::EMPTY, |set, d| set.union(GpuSet::from_bits(1 << d)));
         Some((node, Some(gpus)))
+    }
+
+    /// A packing policy's verdict on one node for `ask`: its score and GPUs, or `None` when
+    /// the ask does not fit. Nodes in the same state score alike: under `by_room` each state
+    /// is scored once a placement (`rooms`).
+    #[allow(clippy::too_many_arguments)]
+    fn judge(
+        &self,
+        policy: PackPolicy,
+        jobs: &JobStore,
+        arrivals: &Arrivals,
+        rooms: &mut crate::packing::FastMap<NodeRoom, (i64, GpuPick)>,
+        by_room: bool,
+        node: &Node,
+        ask: &Ask,
+        per_replica: Resources,
+    ) -> Option<(i64, GpuPick)> {
+        if !per_replica.fits_in(node.available()) {
+            return None;
+        }
+        let room = room_of(node)?;
+        if !room.fits(ask) {
+            return None;
+        }
+        if let Some(&known) = by_room.then(|| rooms.get(&room)).flatten() {
+            return Some(known);
+        }
+        let entropy = u64::from(node.spec.id.0) ^ node.version;
+        let mut cache = arrivals.frag.borrow_mut();
+        // Only gpu-clustering reads the kinds of the asks a node runs.
+        let kinds = if policy == PackPolicy::GpuClustering { kinds_of(node, jobs) } else { KindCounts::default() };
+        let got = packing::score_node(policy, arrivals.model(), &mut cache, &room, &kinds, ask, entropy);
+        if by_room {
+            rooms.insert(room, got);
+        }
+        Some(got)
     }
 
     /// Free room on schedulable nodes for the job's shape: `(node, replicas)` or `None`.
