@@ -289,28 +289,28 @@ fn submit_100k(bencher: Bencher) {
     });
 }
 
-/// A cluster whose one-replica jobs are placed by Fairway's packing policy
-/// (`Policy::packing`, `docs/placement.md`).
-fn packing_on(nodes: u32) -> Scheduler {
+/// A cluster whose one-replica jobs are placed by the core's own scoring (`packing: None`)
+/// instead of the default, Fairway's packing policy (`docs/placement.md`).
+fn core_scoring(nodes: u32) -> Scheduler {
     let mut config = Config::default();
-    config.policy.packing = Some(fairway_core::packing::PackPolicy::Fairway);
+    config.policy.packing = None;
     cluster_with(nodes, config)
 }
 
-/// `cycle_after_exit_100k_pending` with the `fairway` placement policy on.
+/// `cycle_after_exit_100k_pending` with the core's own scoring.
 #[divan::bench(sample_count = 20)]
-fn cycle_after_exit_100k_pending_packing(bencher: Bencher) {
-    after_exit(bencher, packing_on);
+fn cycle_after_exit_100k_pending_core_scoring(bencher: Bencher) {
+    after_exit(bencher, core_scoring);
 }
 
-/// `cycle_cold_fill_100k_pending` with the `fairway` placement policy on.
+/// `cycle_cold_fill_100k_pending` with the core's own scoring.
 #[divan::bench(sample_count = 5)]
-fn cycle_cold_fill_100k_pending_packing(bencher: Bencher) {
-    cold_fill(bencher, packing_on);
+fn cycle_cold_fill_100k_pending_core_scoring(bencher: Bencher) {
+    cold_fill(bencher, core_scoring);
 }
 
-/// `place_10k_single_gpu` with the `fairway` placement policy on.
+/// `place_10k_single_gpu` with the core's own scoring.
 #[divan::bench(sample_count = 5)]
-fn place_10k_single_gpu_packing(bencher: Bencher) {
-    place_10k(bencher, packing_on);
+fn place_10k_single_gpu_core_scoring(bencher: Bencher) {
+    place_10k(bencher, core_scoring);
 }

@@ -53,7 +53,10 @@ pub struct Policy {
     pub scoring: ScoringPolicy,
     /// A placement policy of `docs/placement.md` (FGD's and the paper's baselines, and
     /// Fairway's own) for one-replica jobs placed on free room; `None`: `scoring` places
-    /// them. Gangs, and nodes of more than 16 GPUs, are placed by `scoring` either way.
+    /// them. Gangs, and nodes of more than 16 GPUs, are placed by `scoring` either way. The
+    /// presets use Fairway's own (`PackPolicy::Fairway`: it packs tighter than FGD on
+    /// openb), which falls back to `scoring` until the first submission has taught it the
+    /// typical asks.
     pub packing: Option<PackPolicy>,
     /// Image locality: among the nodes a one-replica job's GPUs fit equally well, one that
     /// holds the job's image wins unless another is tighter in CPU and memory by more than
@@ -118,7 +121,7 @@ impl Policy {
             preemption: false,
             backfill: false,
             scoring: ScoringPolicy::BestFit,
-            packing: None,
+            packing: Some(PackPolicy::Fairway),
             image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,
@@ -132,7 +135,7 @@ impl Policy {
             preemption: false,
             backfill: true,
             scoring: ScoringPolicy::BestFit,
-            packing: None,
+            packing: Some(PackPolicy::Fairway),
             image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,
@@ -146,7 +149,7 @@ impl Policy {
             preemption: true,
             backfill: true,
             scoring: ScoringPolicy::BestFit,
-            packing: None,
+            packing: Some(PackPolicy::Fairway),
             image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,

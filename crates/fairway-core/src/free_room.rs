@@ -46,8 +46,9 @@ pub(crate) struct Arrivals {
     since_model: u32,
     /// Fragmentation of node states under `model`, emptied when the model is learnt again.
     frag: RefCell<FragCache>,
-    /// One placement's scores by node state (see `FreeRoom::place_packed`), emptied at each.
-    rooms: RefCell<crate::packing::FastMap<NodeRoom, (i64, GpuPick)>>,
+    /// Scores by policy, ask and node state under `model` (see `FreeRoom::place_packed`),
+    /// emptied when the model is learnt again or past [`SCORED_STATES_MAX`].
+    scored: RefCell<ScoredStates>,
     /// Per node (by position), its latest verdicts across placements (see
     /// [`NodeVerdict`]), emptied when the model is learnt again.
     verdicts: RefCell<Vec<[Option<NodeVerdict>; VERDICTS_PER_NODE]>>,
@@ -55,6 +56,11 @@ pub(crate) struct Arrivals {
 
 /// Verdicts remembered per node: one per ask shape in the common mix of a few shapes.
 const VERDICTS_PER_NODE: usize = 2;
+
+/// Node states scored remembered before the memo starts again (a few MiB).
+const SCORED_STATES_MAX: usize = 1 << 16;
+
+type ScoredStates = crate::packing::FastMap<(PackPolicy, Ask, NodeRoom), (i64, GpuPick)>;
 
 /// What a packing policy said of one node state for one ask: `None` when the ask does not
 /// fit there. A node's `version` is unique to its state (`Node::version`), and the score is
@@ -85,6 +91,7 @@ impl Arrivals {
             self.since_model = 0;
             *self.frag.get_mut() = FragCache::default();
             self.verdicts.get_mut().clear();
+            self.scored.get_mut().clear();
         }
     }
 
@@ -213,12 +220,11 @@ impl FreeRoom<'_> {
         let index = &self.nodes.index;
         let mut best: Option<(PackedKey, GpuPick)> = None;
         let mut scored = 0usize;
-        // Nodes in the same state score alike, so each state is scored once a placement,
-        // and a node's verdict stands until its state or the model changes; not under
-        // random (a draw per node) or gpu-clustering (it reads what a node runs).
+        // Nodes in the same state score alike, so each state is scored once under the
+        // learnt model, and a node's verdict stands until its state or the model changes;
+        // not under random (a draw per node) or gpu-clustering (it reads what a node runs).
         let by_room = !matches!(policy, PackPolicy::Random | PackPolicy::GpuClustering);
-        let mut rooms = arrivals.rooms.borrow_mut();
-        rooms.clear();
+        let mut scored_states = arrivals.scored.borrow_mut();
         let mut verdicts = arrivals.verdicts.borrow_mut();
         if by_room && verdicts.len() < self.nodes.len() {
             verdicts.resize(self.nodes.len(), [None; VERDICTS_PER_NODE]);
@@ -236,14 +242,15 @@ impl FreeRoom<'_> {
                 Some(verdict) => {
                     debug_assert_eq!(
                         verdict,
-                        self.judge(policy, jobs, arrivals, &mut rooms, by_room, node, ask, per_replica),
+                        self.judge(policy, jobs, arrivals, None, node, ask, per_replica),
                         "a remembered verdict on node {} is what judging it again gives",
                         node.spec.id.0
                     );
                     verdict
                 }
                 None => {
-                    let verdict = self.judge(policy, jobs, arrivals, &mut rooms, by_room, node, ask, per_replica);
+                    let memo = by_room.then_some(&mut *scored_states);
+                    let verdict = self.judge(policy, jobs, arrivals, memo, node, ask, per_replica);
                     if by_room {
                         remember(&mut verdicts[at], NodeVerdict { version: node.version, policy, ask: *ask, verdict });
                     }
@@ -281,16 +288,15 @@ impl FreeRoom<'_> {
     }
 
     /// A packing policy's verdict on one node for `ask`: its score and GPUs, or `None` when
-    /// the ask does not fit. Nodes in the same state score alike: under `by_room` each state
-    /// is scored once a placement (`rooms`).
+    /// the ask does not fit. Nodes in the same state score alike: with `memo` each state is
+    /// scored once under the model.
     #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
         policy: PackPolicy,
         jobs: &JobStore,
         arrivals: &Arrivals,
-        rooms: &mut crate::packing::FastMap<NodeRoom, (i64, GpuPick)>,
-        by_room: bool,
+        memo: Option<&mut ScoredStates>,
         node: &Node,
         ask: &Ask,
         per_replica: Resources,
@@ -302,18 +308,18 @@ impl FreeRoom<'_> {
         if !room.fits(ask) {
             return None;
         }
-        if let Some(&known) = by_room.then(|| rooms.get(&room)).flatten() {
-            return Some(known);
+        let score = |room: &NodeRoom| {
+            let entropy = u64::from(node.spec.id.0) ^ node.version;
+            let mut cache = arrivals.frag.borrow_mut();
+            // Only gpu-clustering reads the kinds of the asks a node runs.
+            let kinds = if policy == PackPolicy::GpuClustering { kinds_of(node, jobs) } else { KindCounts::default() };
+            packing::score_node(policy, arrivals.model(), &mut cache, room, &kinds, ask, entropy)
+        };
+        let Some(memo) = memo else { return Some(score(&room)) };
+        if memo.len() >= SCORED_STATES_MAX {
+            memo.clear();
         }
-        let entropy = u64::from(node.spec.id.0) ^ node.version;
-        let mut cache = arrivals.frag.borrow_mut();
-        // Only gpu-clustering reads the kinds of the asks a node runs.
-        let kinds = if policy == PackPolicy::GpuClustering { kinds_of(node, jobs) } else { KindCounts::default() };
-        let got = packing::score_node(policy, arrivals.model(), &mut cache, &room, &kinds, ask, entropy);
-        if by_room {
-            rooms.insert(room, got);
-        }
-        Some(got)
+        Some(*memo.entry((policy, *ask, room)).or_insert_with_key(|(_, _, room)| score(room)))
     }
 
     /// Free room on schedulable nodes for the job's shape: `(node, replicas)` or `None`.

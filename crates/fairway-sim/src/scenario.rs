@@ -95,8 +95,8 @@ pub struct ScenarioFile {
     pub policies: Vec<PolicySpec>,
     /// The placement policy of `docs/placement.md` every policy places one-replica jobs by
     /// (`random`, `dot-product`, `gpu-clustering`, `gpu-packing`, `best-fit`, `fgd`,
-    /// `fairway`), unless a custom policy names its own; none or `core`: the core's own
-    /// scoring (`best-fit`).
+    /// `fairway`), unless a custom policy names its own; `core`: the core's own scoring (a
+    /// policy's `scoring`, best-fit unless it says); none: `fairway`, the default.
     #[serde(default)]
     pub placement: Option<String>,
     #[serde(default)]
@@ -495,7 +495,7 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
             invalid(field, format!("{e} (or core: the core's own scoring)"))
         })
     };
-    let scenario_placement = file.placement.as_deref().map(|p| placement(p, "placement".into())).transpose()?.flatten();
+    let scenario_placement = file.placement.as_deref().map(|p| placement(p, "placement".into())).transpose()?;
     for p in &mut policies {
         let own = file.policies.iter().enumerate().find_map(|(i, spec)| match spec {
             PolicySpec::Custom(c) if c.name == p.name => c.placement.as_deref().map(|name| (i, name)),
@@ -503,7 +503,8 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
         });
         p.policy.packing = match own {
             Some((i, name)) => placement(name, format!("policies[{i}].placement"))?,
-            None => scenario_placement,
+            // Neither names one: the presets' default, Fairway's own.
+            None => scenario_placement.unwrap_or(Policy::fairway().packing),
         };
     }
     let trace_override = overrides.trace_path.clone().zip(file.workload.as_mut());

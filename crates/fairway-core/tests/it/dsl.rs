@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! config policy=fifo|priority|fairway backfill=on|off preemption=on|off scoring=best-fit|spread
-//!        packing=random|dot-product|gpu-clustering|gpu-packing|best-fit|fgd|fairway
+//!        packing=random|dot-product|gpu-clustering|gpu-packing|best-fit|fgd|fairway|core
 //!        order=fifo|priority victims-max=N candidates-max=N attempts-max=N starts-max=N
 //!        nodes-scored-max=N fair-half-life=TIME|off reservations=N|off default-runtime=TIME
 //!        history=N                                           (before any other command)
@@ -614,6 +614,7 @@ impl Runner {
                     self.config.policy.scoring = ScoringPolicy::from_name(v).ok_or(format!("unknown scoring {v}"))?
                 }
                 "image-locality" => self.config.policy.image_locality_permille = parse_num(k, v)?,
+                "packing" if v == "core" => self.config.policy.packing = None,
                 "packing" => {
                     self.config.policy.packing = Some(v.parse().map_err(|e: packing::UnknownPolicy| e.to_string())?)
                 }

@@ -264,7 +264,11 @@ fn config() -> impl Strategy<Value = Config> {
                     .prop_map(|(count_max, s)| Some((Reservations { count_max }, s * 1000))),
             ],
             prop_oneof![3 => Just(0u32), 1 => Just(4u32)],
-            prop_oneof![3 => Just(None), 1 => prop::sample::select(PackPolicy::ALL.to_vec()).prop_map(Some)],
+            prop_oneof![
+                2 => Just(Some(PackPolicy::Fairway)),
+                1 => Just(None),
+                1 => prop::sample::select(PackPolicy::ALL.to_vec()).prop_map(Some)
+            ],
         ),
     )
         .prop_map(
