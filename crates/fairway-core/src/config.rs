@@ -54,7 +54,7 @@ pub struct Policy {
     /// A placement policy of `docs/placement.md` (FGD's and the paper's baselines, and
     /// Fairway's own) for one-replica jobs placed on free room; `None`: `scoring` places
     /// them. Gangs, and nodes of more than 16 GPUs, are placed by `scoring` either way. The
-    /// presets use Fairway's own (`PackPolicy::Fairway`: it packs tighter than FGD on
+    /// presets use Fairway's own (`PackPolicy::DEFAULT`: it packs tighter than FGD on
     /// openb), which falls back to `scoring` until the first submission has taught it the
     /// typical asks.
     pub packing: Option<PackPolicy>,
@@ -121,7 +121,7 @@ impl Policy {
             preemption: false,
             backfill: false,
             scoring: ScoringPolicy::BestFit,
-            packing: Some(PackPolicy::Fairway),
+            packing: Some(PackPolicy::DEFAULT),
             image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,
@@ -135,7 +135,7 @@ impl Policy {
             preemption: false,
             backfill: true,
             scoring: ScoringPolicy::BestFit,
-            packing: Some(PackPolicy::Fairway),
+            packing: Some(PackPolicy::DEFAULT),
             image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,
@@ -149,7 +149,7 @@ impl Policy {
             preemption: true,
             backfill: true,
             scoring: ScoringPolicy::BestFit,
-            packing: Some(PackPolicy::Fairway),
+            packing: Some(PackPolicy::DEFAULT),
             image_locality_permille: IMAGE_LOCALITY_PERMILLE_DEFAULT,
             fair_share: None,
             reservations: None,
