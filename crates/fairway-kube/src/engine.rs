@@ -2004,12 +2004,25 @@ fn policy_of(settings: &Settings) -> fairway_core::Policy {
         policy.reservations = Some(reservations);
         policy.estimates.default_runtime_ms = default_runtime_ms;
     }
+    // Checked when the settings loaded.
+    if let Some(Ok(packing)) = settings.placement.as_deref().map(|name| fairway_spec::placement_of(name, "placement")) {
+        policy.packing = packing;
+    }
     policy
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_placement_setting_reaches_the_core_and_fairway_is_the_default() {
+        use fairway_core::packing::PackPolicy;
+        let packing = |text: &str| policy_of(&Settings::parse(text).unwrap()).packing;
+        assert_eq!(packing(""), Some(PackPolicy::Fairway));
+        assert_eq!(packing("placement: fgd\n"), Some(PackPolicy::Fgd));
+        assert_eq!(packing("placement: core\n"), None);
+    }
 
     /// 2027-01-15T09:10:00Z.
     const T: u64 = 1_800_004_200_000;

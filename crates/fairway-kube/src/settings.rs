@@ -54,6 +54,9 @@ pub struct Settings {
     /// Reservations with backfill for Jobs that cannot be admitted (the core's `plan.rs`);
     /// `None`: off.
     pub reservations: Option<fairway_spec::ReservationsDoc>,
+    /// How one-replica Jobs are placed (`docs/placement.md`): `fairway` (the default), `fgd`,
+    /// the paper's baselines, or `core` for the core's own best-fit scoring.
+    pub placement: Option<String>,
     /// What `/metrics` exports beyond its bounded families, as the server's `metrics:`
     /// (`pending_job_series_max`: one series per longest-waiting pending workload).
     pub metrics: fairway_server::config::MetricsConfig,
@@ -181,6 +184,7 @@ impl Default for Settings {
             fair_share: None,
             gpu_share: None,
             reservations: None,
+            placement: None,
             metrics: fairway_server::config::MetricsConfig::default(),
         }
     }
@@ -257,6 +261,9 @@ impl Settings {
         if let Some(r) = self.reservations {
             r.to_core("reservations").map_err(|e| e.to_string())?;
         }
+        if let Some(name) = &self.placement {
+            fairway_spec::placement_of(name, "placement").map_err(|e| e.to_string())?;
+        }
         let most = fairway_server::config::PENDING_JOB_SERIES_MAX;
         if self.metrics.pending_job_series_max > most {
             return Err(format!(
@@ -287,6 +294,7 @@ mod tests {
             ("fair_share: { half_life_seconds: 999999999999 }\n", "fair_share.half_life_seconds"),
             ("metrics: { pending_job_series_max: 10001 }\n", "metrics.pending_job_series_max: at most 10000"),
             ("fair_share: { half_life: 60 }\n", "half_life"),
+            ("placement: tightest\n", "placement: unknown placement policy \"tightest\""),
             ("gpu_resourse: x\n", "gpu_resourse"),
             ("webhook:\n  listen: 0.0.0.0:9443\n  cert_file: /c.pem\n", "webhook.cert_file and webhook.key_file"),
         ] {

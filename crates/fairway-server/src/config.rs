@@ -101,6 +101,10 @@ pub struct ConfigFile {
     /// Reservations with backfill for jobs that cannot start (the core's `plan.rs`).
     #[serde(default)]
     pub reservations: Option<fairway_spec::ReservationsDoc>,
+    /// How one-replica jobs are placed (`docs/placement.md`): `fairway` (the default), `fgd`,
+    /// the paper's baselines, or `core` for the core's own best-fit scoring.
+    #[serde(default)]
+    pub placement: Option<String>,
     #[serde(default)]
     pub metrics: MetricsConfig,
     /// Alerts the server sends itself, by e-mail and webhook, for machines without a
@@ -393,6 +397,9 @@ impl ConfigFile {
         if let Some(r) = self.reservations {
             r.to_core("reservations").map_err(|e| e.to_string())?;
         }
+        if let Some(name) = &self.placement {
+            fairway_spec::placement_of(name, "placement").map_err(|e| e.to_string())?;
+        }
         for (i, c) in self.priority_classes.iter().enumerate() {
             if let Some(p) = &c.preemption_policy
                 && p != "PreemptLowerPriority"
@@ -542,6 +549,7 @@ mod tests {
             ("cohorts: [{ name: lab, members: [{ project: a, nominal: { gpu: 2 } }] }]\n", "gpu"),
             ("reservations: { count: 0, default_runtime_seconds: 60 }\n", "reservations.count: must be from 1"),
             ("reservations: { default_runtime_seconds: 0 }\n", "reservations.default_runtime_seconds"),
+            ("placement: tightest\n", "placement: unknown placement policy \"tightest\""),
         ];
         for (text, want) in cases {
             let err = ConfigFile::parse(text).expect_err(text);

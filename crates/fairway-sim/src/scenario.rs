@@ -486,15 +486,8 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
     let nodes = nodes(&file.cluster, base_dir, overrides.nodes.or(file.cluster.nodes_max), &mut names)?;
     let (quotas, nominals) = quotas(&file, base_dir, &mut names)?;
     let mut policies = policies(&file.policies, overrides.policies.as_deref(), &quotas, &nominals, &mut names)?;
-    // `core`: the core's own scoring, no packing policy.
-    let placement = |name: &str, field: String| -> Result<Option<fairway_core::packing::PackPolicy>, ScenarioError> {
-        if name == "core" {
-            return Ok(None);
-        }
-        name.parse().map(Some).map_err(|e: fairway_core::packing::UnknownPolicy| {
-            invalid(field, format!("{e} (or core: the core's own scoring)"))
-        })
-    };
+    let placement =
+        |name: &str, field: String| fairway_spec::placement_of(name, &field).map_err(|e| invalid(e.field, e.reason));
     let scenario_placement = file.placement.as_deref().map(|p| placement(p, "placement".into())).transpose()?;
     for p in &mut policies {
         let own = file.policies.iter().enumerate().find_map(|(i, spec)| match spec {

@@ -35,6 +35,8 @@ mod model;
 mod names;
 mod native;
 mod path;
+mod placement;
+pub use placement::{CORE_SCORING, PlacementError, placement_of};
 mod priority;
 pub mod quantity;
 mod value;

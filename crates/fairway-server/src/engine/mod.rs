@@ -669,6 +669,12 @@ fn new_core(config: &ServerConfig) -> Scheduler {
         policy.reservations = Some(reservations);
         policy.estimates.default_runtime_ms = default_runtime_ms;
     }
+    // Checked when the configuration loaded.
+    if let Some(Ok(packing)) =
+        config.file.placement.as_deref().map(|name| fairway_spec::placement_of(name, "placement"))
+    {
+        policy.packing = packing;
+    }
     Scheduler::new(Config { policy, limits })
 }
 
@@ -701,4 +707,22 @@ pub(crate) fn tier_name(job: &ResolvedJob) -> &str {
 
 pub(crate) fn core_id(id: i64) -> JobId {
     JobId(id as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configured_placement_reaches_the_core_and_fairway_is_the_default() {
+        use fairway_core::packing::PackPolicy;
+        let packing = |text: &str| {
+            let mut config = ServerConfig::new(PathBuf::from("/nonexistent"));
+            config.file = crate::config::ConfigFile::parse(text).unwrap();
+            new_core(&config).config().policy.packing
+        };
+        assert_eq!(packing(""), Some(PackPolicy::Fairway));
+        assert_eq!(packing("placement: best-fit\n"), Some(PackPolicy::BestFit));
+        assert_eq!(packing("placement: core\n"), None);
+    }
 }
