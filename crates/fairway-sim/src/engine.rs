@@ -703,8 +703,10 @@ impl<'a> Sim<'a> {
                 },
             })
             .collect();
+        let placement = self.core.config().policy.packing.map_or(fairway_spec::CORE_SCORING, |p| p.name());
         RunResult {
             policy: policy.to_string(),
+            placement: placement.to_owned(),
             capacity_gpus,
             records,
             util: self.util,

@@ -85,6 +85,9 @@ pub struct UtilSample {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunResult {
     pub policy: String,
+    /// How one-replica jobs were placed: a policy of `docs/placement.md`, or `core` (the
+    /// core's own scoring).
+    pub placement: String,
     pub capacity_gpus: u32,
     /// In job id order.
     pub records: Vec<JobRecord>,
@@ -305,6 +308,8 @@ pub struct ClusterSummary {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PolicySummary {
     pub policy: String,
+    /// As [`RunResult::placement`].
+    pub placement: String,
     pub all: GroupSummary,
     /// Keyed by tier name (sorted).
     pub tiers: BTreeMap<String, GroupSummary>,
@@ -621,6 +626,7 @@ pub fn summarize(run: &RunResult) -> PolicySummary {
 
     PolicySummary {
         policy: run.policy.clone(),
+        placement: run.placement.clone(),
         all: all.finish(),
         tiers: tiers.into_iter().map(|(k, v)| (k.to_owned(), v.finish())).collect(),
         tenants: tenants.into_iter().map(|(k, v)| (k.to_owned(), v.finish())).collect(),

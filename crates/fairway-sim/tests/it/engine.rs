@@ -617,7 +617,10 @@ fn shares_run_side_by_side_and_count_in_thousandths() {
     let s = load("tiny-shares.yaml", &Overrides::default());
     let packing: Vec<_> = s.policies.iter().map(|p| p.policy.packing.map(|p| p.name())).collect();
     assert_eq!(packing, [Some("gpu-packing"), None]);
-    for run in run_all(&s) {
+    let runs = run_all(&s);
+    let placements: Vec<&str> = runs.iter().map(|r| r.placement.as_str()).collect();
+    assert_eq!(placements, ["gpu-packing", "core"], "what each run reports it placed by");
+    for run in runs {
         let start = |name: &str| record(&run, name).first_start_ms;
         assert_eq!((start("a1"), start("a2"), start("b")), (Some(0), Some(0), Some(0)), "{}", run.policy);
         assert_eq!(start("c"), Some(60_000), "{}", run.policy);
@@ -646,6 +649,8 @@ fn image_pulls_delay_starts_and_locality_avoids_them() {
     assert_eq!((finish(without, "c"), finish(without, "d")), (Some(3_100_000), Some(5_100_000)));
 
     let report = SimReport::from_runs(&s.name, s.seed, &runs);
+    // Neither policy names a placement, nor does the scenario: the default.
+    assert!(report.policies.iter().all(|p| p.placement == "fairway"), "the default placement is fairway");
     let images = |i: usize| &report.policies[i].all.images;
     assert_eq!((images(0).starts, images(0).starts_waited), (4, 2));
     assert_eq!(images(0).wait_seconds.mean, Some(50.0));

@@ -41,6 +41,7 @@ fn job(
 fn run(policy: &str, capacity_gpus: u32, records: Vec<JobRecord>, util: &[(u64, u32)]) -> RunResult {
     RunResult {
         policy: policy.to_owned(),
+        placement: "fairway".to_owned(),
         capacity_gpus,
         records,
         util: util
@@ -271,6 +272,7 @@ const TINY_JSON: &str = r#"{
   "policies": [
     {
       "policy": "fifo",
+      "placement": "fairway",
       "all": {
         "jobs": 2,
         "started": 2,
