@@ -594,6 +594,30 @@ impl FreeIndex {
             .flat_map(move |m| bit_positions(&m.bits[level * words..(level + 1) * words]))
     }
 
+    /// Calls `visit` on the nodes `at_level` yields, in the same order, until it returns
+    /// true (then true). Plain loops: packed placement walks levels for every placement,
+    /// and the nested iterators of `at_level` cost a tenth of its time.
+    pub fn visit_level(&self, wanted: Option<GpuModel>, level: u32, mut visit: impl FnMut(NodeIx) -> bool) -> bool {
+        let words = self.words;
+        let level = level as usize;
+        for m in self.models(wanted) {
+            if m.counts.get(level).is_none_or(|c| *c == 0) {
+                continue;
+            }
+            for (w, &bits) in m.bits[level * words..(level + 1) * words].iter().enumerate() {
+                let mut rest = bits;
+                while rest != 0 {
+                    let i = rest.trailing_zeros();
+                    rest &= rest - 1;
+                    if visit(NodeIx(w as u32 * 64 + i)) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+
     /// (most GPUs available on one node, number of schedulable nodes) for the model(s).
     pub fn summary(&self, wanted: Option<GpuModel>) -> (u32, u32) {
         let mut max = 0;
@@ -690,6 +714,37 @@ mod tests {
 
     fn node(id: u32, model: u16, gpus: u32) -> Node {
         Node::new(NodeSpec { id: NodeId(id), gpu_model: GpuModel(model), capacity: Resources::gpus(gpus) })
+    }
+
+    /// `visit_level` visits what `at_level` yields, in its order, and stops when asked.
+    #[test]
+    fn visiting_a_level_is_walking_it() {
+        let mut nodes = Nodes::default();
+        // 150 nodes (three words of bits), two models, taken down to mixed levels.
+        for id in 0..150 {
+            nodes.add(node(id, (id % 3 == 0) as u16, 8));
+            let taken = GpuSet::first(id % 9);
+            nodes.update(NodeId(id), |n| n.owned = taken);
+        }
+        for wanted in [None, Some(GpuModel(0)), Some(GpuModel(1))] {
+            for level in 0..=nodes.index.level_max() {
+                let walked: Vec<NodeIx> = nodes.index.at_level(wanted, level).collect();
+                let mut visited = Vec::new();
+                assert!(!nodes.index.visit_level(wanted, level, |ix| {
+                    visited.push(ix);
+                    false
+                }));
+                assert_eq!(visited, walked, "{wanted:?} at level {level}");
+                if let Some(&third) = walked.get(2) {
+                    let mut seen = Vec::new();
+                    assert!(nodes.index.visit_level(wanted, level, |ix| {
+                        seen.push(ix);
+                        ix == third
+                    }));
+                    assert_eq!(seen, walked[..3], "stops at the node that asks");
+                }
+            }
+        }
     }
 
     /// The room kept follows every change made through `update`, and a change made around

@@ -275,10 +275,8 @@ impl FreeRoom<'_> {
                 }
             }
             for level in per_replica.as_whole_gpus().gpus..=index.level_max() {
-                for node_ix in index.at_level(model, level) {
-                    if visit(node_ix, false) {
-                        break 'walk;
-                    }
+                if index.visit_level(model, level, |node_ix| visit(node_ix, false)) {
+                    break 'walk;
                 }
             }
         }
