@@ -8,6 +8,8 @@ use crate::metrics::{GroupSummary, PolicySummary, SimReport};
 pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
+    /// Leading columns of text, aligned left; the rest (figures) align right.
+    text_columns: usize,
 }
 
 /// A titled table.
@@ -18,7 +20,7 @@ pub(super) struct Block {
 
 impl Table {
     pub(crate) fn new(header: Vec<String>, rows: Vec<Vec<String>>) -> Table {
-        Table { header, rows }
+        Table { header, rows, text_columns: 1 }
     }
 
     fn widths(&self) -> Vec<usize> {
@@ -43,7 +45,7 @@ impl Table {
                 if i > 0 {
                     line.push_str("  ");
                 }
-                push_padded(&mut line, cell, w, i > 0);
+                push_padded(&mut line, cell, w, i >= self.text_columns);
             }
             out.push_str(line.trim_end());
             out.push('\n');
@@ -63,11 +65,12 @@ impl Table {
             }
         }
         let mut out = String::new();
+        let text_columns = self.text_columns;
         let mut push_row = |row: &[String]| {
             out.push('|');
             for (i, (cell, &w)) in row.iter().zip(&widths).enumerate() {
                 out.push(' ');
-                push_padded(&mut out, cell, w, i > 0);
+                push_padded(&mut out, cell, w, i >= text_columns);
                 out.push_str(" |");
             }
             out.push('\n');
@@ -148,12 +151,14 @@ fn group_table<'a>(
     Table {
         header: GROUP_HEADER.iter().map(|h| (*h).to_owned()).collect(),
         rows: policies.iter().map(|p| group_row(&p.policy, pick(p))).collect(),
+        text_columns: 1,
     }
 }
 
 fn cluster_table(policies: &[PolicySummary]) -> Table {
     let header = [
         "policy",
+        "placement",
         "GPU util useful %",
         "GPU util allocated %",
         "preemptions",
@@ -170,6 +175,7 @@ fn cluster_table(policies: &[PolicySummary]) -> Table {
                 let c = &p.cluster;
                 vec![
                     p.policy.clone(),
+                    p.placement.clone(),
                     percent(c.gpu_utilization_useful),
                     percent(c.gpu_utilization),
                     c.preemptions_total.to_string(),
@@ -180,6 +186,7 @@ fn cluster_table(policies: &[PolicySummary]) -> Table {
                 ]
             })
             .collect(),
+        text_columns: 2,
     }
 }
 
@@ -246,7 +253,7 @@ fn eta_table(report: &SimReport) -> Table {
             ]);
         }
     }
-    Table { header: header.iter().map(|h| (*h).to_owned()).collect(), rows }
+    Table::new(header.iter().map(|h| (*h).to_owned()).collect(), rows)
 }
 
 /// Per policy and tier: how long starts waited for their images.
@@ -270,7 +277,7 @@ fn image_table(report: &SimReport) -> Table {
             ]);
         }
     }
-    Table { header: header.iter().map(|h| (*h).to_owned()).collect(), rows }
+    Table::new(header.iter().map(|h| (*h).to_owned()).collect(), rows)
 }
 
 /// A policy's groups for the per-tier tables: all jobs, then each tier.

@@ -658,10 +658,10 @@ fifo         1              0       1.02      1.02      1.02      1.02         1
 priority     1              0       1.02      1.02      1.02      1.02         1.02         -             -                  1/1/1
 
 Cluster
-policy    GPU util useful %  GPU util allocated %  preemptions  GPU-h allocated  GPU-h useful  GPU-h lost  makespan h
---------  -----------------  --------------------  -----------  ---------------  ------------  ----------  ----------
-fifo                   30.0                  69.0            1             0.08          0.03        0.50        0.03
-priority               30.0                  69.0            1             0.08          0.03        0.50        0.03
+policy    placement  GPU util useful %  GPU util allocated %  preemptions  GPU-h allocated  GPU-h useful  GPU-h lost  makespan h
+--------  ---------  -----------------  --------------------  -----------  ---------------  ------------  ----------  ----------
+fifo      fairway                 30.0                  69.0            1             0.08          0.03        0.50        0.03
+priority  fairway                 30.0                  69.0            1             0.08          0.03        0.50        0.03
 ";
 
 #[test]
