@@ -127,9 +127,7 @@ pub(crate) fn score_node(
     let mut frag = FragMemo { model, memo: &mut cache.memo, stats: &mut cache.stats };
     let now = if model.is_some() { frag.frag_of(room) } else { 0.0 };
     let view = NodeView { room, kinds, frag: now };
-    let score = policy::score(policy, &view, ask, &mut frag);
-    let pick = policy::pick(policy, &view, ask, &mut frag, splitmix(entropy));
-    (score, pick)
+    policy::score_and_pick(policy, &view, ask, &mut frag, splitmix(entropy))
 }
 
 /// States remembered before the memo starts again.

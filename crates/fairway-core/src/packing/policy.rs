@@ -180,6 +180,21 @@ pub(super) fn pick(
     }
 }
 
+/// [`score`] and [`pick`] together: FGD and Fairway weigh each GPU of a node once for both.
+pub(super) fn score_and_pick(
+    policy: PackPolicy,
+    node: &NodeView<'_>,
+    ask: &Ask,
+    frag: &mut impl FragOf,
+    entropy: u64,
+) -> (Score, GpuPick) {
+    match policy {
+        PackPolicy::Fgd => fgd(node, ask, frag),
+        PackPolicy::Fairway => fairway(node, ask, frag),
+        _ => (score(policy, node, ask, frag), pick(policy, node, ask, frag, entropy)),
+    }
+}
+
 /// A number in `0..n` from 64 random bits (Lemire's multiply-shift).
 pub(super) fn draw(entropy: u64, n: usize) -> usize {
     ((u128::from(entropy) * n as u128) >> 64) as usize

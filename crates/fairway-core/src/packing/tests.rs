@@ -428,3 +428,32 @@ fn fairway_sends_fgds_ties_to_nodes_in_use() {
     assert_eq!(choose(PackPolicy::Fgd).map(|p| p.node), Some(0));
     assert_eq!(choose(PackPolicy::Fairway).map(|p| (p.node, p.pick)), Some((1, GpuPick::Whole(0b10))));
 }
+
+/// `score_and_pick`, which the scheduler's placement calls, gives what `score` and `pick`
+/// give apart, for every policy, whole and shared asks, on nodes taken in part.
+#[test]
+fn score_and_pick_together_is_score_and_pick_apart() {
+    let model = model_for_cases();
+    let nodes = [
+        node(16_000, 8),
+        node_used(16_000, &[300, 0, 1000, 0]),
+        node_used(8000, &[500, 500, 700, 1000, 0, 250, 0, 0]),
+        node_used(3000, &[500, 500]),
+    ];
+    let asks = [ask(1000, 1, 1000), ask(2000, 2, 1000), ask(500, 1, 500), ask(0, 1, 250), ask(4000, 1, 300)];
+    let kinds = KindCounts::default();
+    for policy in PackPolicy::ALL {
+        for room in &nodes {
+            for a in asks.iter().filter(|a| room.fits(a)) {
+                let mut m: &WorkloadModel = &model;
+                let view = NodeView { room, kinds: &kinds, frag: model.node_frag(room) };
+                let apart = (policy::score(policy, &view, a, &mut m), policy::pick(policy, &view, a, &mut m, 42));
+                assert_eq!(
+                    policy::score_and_pick(policy, &view, a, &mut m, 42),
+                    apart,
+                    "{policy} on {room:?} for {a:?}"
+                );
+            }
+        }
+    }
+}
