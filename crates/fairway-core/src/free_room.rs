@@ -10,7 +10,9 @@ use crate::config::ScoringPolicy;
 use crate::ids::NodeIx;
 use crate::jobs::JobStore;
 use crate::model::JobState;
-use crate::packing::{self, Ask, FragCache, GpuPick, KindCounts, ModelSet, NodeRoom, PackPolicy, WorkloadModel};
+use crate::packing::{
+    self, Ask, AskCounts, FragCache, GpuPick, KindCounts, ModelSet, NodeRoom, PackPolicy, WorkloadModel,
+};
 use crate::placement::{Candidate, choose_nodes, score};
 use crate::types::{GpuModel, GpuSet, ImageId, NodeId, Resources};
 
@@ -42,6 +44,8 @@ const ARRIVALS_PER_REFRESH: u32 = 256;
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Arrivals {
     recent: VecDeque<Ask>,
+    /// `recent`, counted by kind as it changes.
+    counts: AskCounts,
     model: Option<WorkloadModel>,
     since_model: u32,
     /// Fragmentation of node states under `model`, emptied when the model is learnt again.
@@ -76,9 +80,12 @@ struct NodeVerdict {
 
 impl Arrivals {
     pub fn note(&mut self, ask: Ask) {
-        if self.recent.len() == ARRIVALS_KEPT {
-            self.recent.pop_front();
+        if self.recent.len() == ARRIVALS_KEPT
+            && let Some(old) = self.recent.pop_front()
+        {
+            self.counts.remove(&old);
         }
+        self.counts.add(&ask);
         self.recent.push_back(ask);
         self.since_model += 1;
     }
@@ -87,7 +94,13 @@ impl Arrivals {
     pub fn refresh(&mut self) {
         let stale = self.model.is_none() || self.since_model >= ARRIVALS_PER_REFRESH;
         if stale && self.since_model > 0 {
-            self.model = Some(WorkloadModel::from_asks(self.recent.iter(), 95));
+            let model = WorkloadModel::from_counts(&self.counts, 95);
+            debug_assert_eq!(
+                model,
+                WorkloadModel::from_asks(self.recent.iter(), 95),
+                "counts kept as asks come and go"
+            );
+            self.model = Some(model);
             self.since_model = 0;
             *self.frag.get_mut() = FragCache::default();
             self.verdicts.get_mut().clear();
@@ -435,5 +448,30 @@ impl FreeRoom<'_> {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model learnt from the counts kept as arrivals come and go is the one learnt from
+    /// the window of the latest arrivals, long after the window first filled.
+    #[test]
+    fn the_counts_kept_learn_the_model_of_the_window() {
+        let mut arrivals = Arrivals::default();
+        // A drifting mix: shapes come into fashion and go out of it.
+        for i in 0..(3 * ARRIVALS_KEPT as u64) {
+            let gpus = 1 + ((i / 1000) + i % 3) % 4;
+            let cpu = 1000 * (1 + (i / 1500 + i % 5) % 3);
+            arrivals.note(ask_of(Resources::new(gpus as u32, cpu, 0), None).expect("a valid ask"));
+            arrivals.refresh();
+            if i % 997 == 0 || arrivals.since_model == 0 {
+                let window = WorkloadModel::from_asks(arrivals.recent.iter(), 95);
+                assert_eq!(WorkloadModel::from_counts(&arrivals.counts, 95), window, "after {} arrivals", i + 1);
+            }
+        }
+        assert_eq!(arrivals.recent.len(), ARRIVALS_KEPT);
+        assert!(arrivals.model().is_some_and(|m| m.shapes().len() > 1));
     }
 }

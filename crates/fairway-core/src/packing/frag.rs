@@ -62,22 +62,55 @@ impl FragBreakdown {
     }
 }
 
+/// What the typical asks group asks by: CPU, GPU share, GPU count and models.
+type AskKind = (u64, u16, u8, ModelSet);
+
+/// Asks counted by [`AskKind`], kept as asks come and go (the scheduler learns its model
+/// again every few hundred arrivals from a window of the latest ones: counting the window
+/// afresh each time cost 2% of a Philly replay). A fast hash: its order decides nothing.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AskCounts {
+    by_kind: super::FastMap<AskKind, u64>,
+}
+
+impl AskCounts {
+    fn kind(a: &Ask) -> AskKind {
+        (a.cpu_milli, a.gpu_milli, a.gpu_count, a.models)
+    }
+
+    pub(crate) fn add(&mut self, a: &Ask) {
+        *self.by_kind.entry(Self::kind(a)).or_default() += 1;
+    }
+
+    /// Forgets one ask counted before.
+    pub(crate) fn remove(&mut self, a: &Ask) {
+        let kind = Self::kind(a);
+        let n = self.by_kind.get_mut(&kind).expect("an ask counted before");
+        *n -= 1;
+        if *n == 0 {
+            self.by_kind.remove(&kind);
+        }
+    }
+}
+
 impl WorkloadModel {
     /// The typical asks of `asks`: asks grouped by CPU, GPU count, GPU share and models
     /// (memory is not part of the measure), most frequent first (ties: the larger ask
     /// first), kept until they cover `coverage_percent` of all asks, weights renormalised
     /// to sum to 1. The paper uses 95.
     pub fn from_asks<'a>(asks: impl IntoIterator<Item = &'a Ask>, coverage_percent: u32) -> WorkloadModel {
-        type Key = (u64, u16, u8, ModelSet);
-        // Counted by a fast hash: the scheduler learns again every few hundred arrivals, and
-        // the ranking below, not the map's order, decides the model.
-        let mut counts: super::FastMap<Key, u64> = super::FastMap::default();
-        let mut total = 0u64;
+        let mut counts = AskCounts::default();
         for a in asks {
-            *counts.entry((a.cpu_milli, a.gpu_milli, a.gpu_count, a.models)).or_default() += 1;
-            total += 1;
+            counts.add(a);
         }
-        let mut ranked: Vec<(Key, u64)> = counts.into_iter().collect();
+        WorkloadModel::from_counts(&counts, coverage_percent)
+    }
+
+    /// [`WorkloadModel::from_asks`] of the asks `counts` counts.
+    pub(crate) fn from_counts(counts: &AskCounts, coverage_percent: u32) -> WorkloadModel {
+        let total: u64 = counts.by_kind.values().sum();
+        // The ranking below, not the map's order, decides the model.
+        let mut ranked: Vec<(AskKind, u64)> = counts.by_kind.iter().map(|(k, n)| (*k, *n)).collect();
         ranked.sort_unstable_by_key(|&(key, n)| Reverse((n, key)));
         let total_f = total as f64;
         let wanted = f64::from(coverage_percent) * total_f / 100.0;

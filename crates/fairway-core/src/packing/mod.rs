@@ -18,6 +18,7 @@ mod policy;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use frag::AskCounts;
 pub use frag::{FragBreakdown, TypicalShape, WorkloadModel};
 pub(crate) use packer::{FastMap, FragCache, score_node};
 pub use packer::{PackError, PackStats, Packer, Placement};
