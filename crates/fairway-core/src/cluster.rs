@@ -486,6 +486,12 @@ struct ModelLevels {
 }
 
 impl ModelLevels {
+    /// The bits of the nodes at `level`, or `None` when it has none.
+    fn level_bits(&self, level: u32, words: usize) -> Option<&[u64]> {
+        let level = level as usize;
+        self.counts.get(level).is_some_and(|c| *c > 0).then(|| &self.bits[level * words..(level + 1) * words])
+    }
+
     fn new(model: GpuModel, levels: usize, words: usize) -> ModelLevels {
         ModelLevels {
             model,
@@ -588,10 +594,7 @@ impl FreeIndex {
     /// Nodes of the wanted model(s) with exactly `level` GPUs available, by model then id.
     pub fn at_level(&self, wanted: Option<GpuModel>, level: u32) -> impl Iterator<Item = NodeIx> + '_ {
         let words = self.words;
-        let level = level as usize;
-        self.models(wanted)
-            .filter(move |m| m.counts.get(level).is_some_and(|c| *c > 0))
-            .flat_map(move |m| bit_positions(&m.bits[level * words..(level + 1) * words]))
+        self.models(wanted).filter_map(move |m| m.level_bits(level, words)).flat_map(bit_positions)
     }
 
     /// Calls `visit` on the nodes `at_level` yields, in the same order, until it returns
@@ -599,12 +602,8 @@ impl FreeIndex {
     /// and the nested iterators of `at_level` cost a tenth of its time.
     pub fn visit_level(&self, wanted: Option<GpuModel>, level: u32, mut visit: impl FnMut(NodeIx) -> bool) -> bool {
         let words = self.words;
-        let level = level as usize;
-        for m in self.models(wanted) {
-            if m.counts.get(level).is_none_or(|c| *c == 0) {
-                continue;
-            }
-            for (w, &bits) in m.bits[level * words..(level + 1) * words].iter().enumerate() {
+        for level_bits in self.models(wanted).filter_map(|m| m.level_bits(level, words)) {
+            for (w, &bits) in level_bits.iter().enumerate() {
                 let mut rest = bits;
                 while rest != 0 {
                     let i = rest.trailing_zeros();
