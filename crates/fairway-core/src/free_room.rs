@@ -48,13 +48,13 @@ pub(crate) struct Arrivals {
     counts: AskCounts,
     model: Option<WorkloadModel>,
     since_model: u32,
-    /// Fragmentation of node states under `model`, emptied when the model is learnt again.
+    /// Fragmentation of node states under `model`, emptied when another model is learnt.
     frag: RefCell<FragCache>,
     /// Scores by policy, ask and node state under `model` (see `FreeRoom::place_packed`),
-    /// emptied when the model is learnt again or past [`SCORED_STATES_MAX`].
+    /// emptied when another model is learnt or past [`SCORED_STATES_MAX`].
     scored: RefCell<ScoredStates>,
     /// Per node (by position), its latest verdicts across placements (see
-    /// [`NodeVerdict`]), emptied when the model is learnt again.
+    /// [`NodeVerdict`]), emptied when another model is learnt.
     verdicts: RefCell<Vec<[Option<NodeVerdict>; VERDICTS_PER_NODE]>>,
 }
 
@@ -100,8 +100,13 @@ impl Arrivals {
                 WorkloadModel::from_asks(self.recent.iter(), 95),
                 "counts kept as asks come and go"
             );
-            self.model = Some(model);
             self.since_model = 0;
+            // Scores are a function of the model: the memos stand while it is the same (a
+            // third of Philly's refreshes learn the model they had).
+            if self.model.as_ref() == Some(&model) {
+                return;
+            }
+            self.model = Some(model);
             *self.frag.get_mut() = FragCache::default();
             self.verdicts.get_mut().clear();
             self.scored.get_mut().clear();
@@ -473,5 +478,36 @@ mod tests {
         }
         assert_eq!(arrivals.recent.len(), ARRIVALS_KEPT);
         assert!(arrivals.model().is_some_and(|m| m.shapes().len() > 1));
+    }
+
+    /// What was scored under the model is kept while a refresh learns the same model again,
+    /// and dropped when it learns another.
+    #[test]
+    fn a_refresh_keeps_the_memos_only_when_the_model_is_the_same() {
+        let ask = |gpus: u32| ask_of(Resources::new(gpus, 1000 * gpus as u64, 0), None).expect("a valid ask");
+        let mut arrivals = Arrivals::default();
+        let arrive = |arrivals: &mut Arrivals, n: usize, gpus_of: &dyn Fn(usize) -> u32| {
+            for i in 0..n {
+                arrivals.note(ask(gpus_of(i)));
+                arrivals.refresh();
+            }
+        };
+        // A steady mix of four shapes: every window of the latest arrivals counts them alike.
+        // The first arrival is learnt at once, then every `ARRIVALS_PER_REFRESH`.
+        let steady = |i: usize| 1 + (i % 4) as u32;
+        arrive(&mut arrivals, ARRIVALS_KEPT + 1, &steady);
+        assert_eq!(arrivals.since_model, 0, "refreshed");
+        let learnt = arrivals.model().cloned().expect("a model");
+        let marked = |arrivals: &Arrivals| !arrivals.verdicts.borrow().is_empty();
+        arrivals.verdicts.get_mut().push([None; VERDICTS_PER_NODE]);
+        arrive(&mut arrivals, 3 * ARRIVALS_PER_REFRESH as usize, &steady);
+        assert_eq!(arrivals.since_model, 0, "refreshed");
+        assert_eq!(arrivals.model(), Some(&learnt));
+        assert!(marked(&arrivals), "the same model keeps what was scored under it");
+        // A new shape in fashion: the next refresh learns another model.
+        arrive(&mut arrivals, ARRIVALS_PER_REFRESH as usize, &|_| 8);
+        assert_eq!(arrivals.since_model, 0, "refreshed");
+        assert_ne!(arrivals.model(), Some(&learnt));
+        assert!(!marked(&arrivals), "another model drops what was scored under the old one");
     }
 }
