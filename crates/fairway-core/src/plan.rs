@@ -23,8 +23,10 @@
 //! the plan as it is when nothing it reads changed since it was made (no node changed, no
 //! expected end moved, every reservation still held and still in the future); otherwise
 //! each reservation is computed again, reusing what its last computation learnt of each
-//! node that has not changed since (`NodeHosting`). Within a
-//! cycle, a job started on a reservation's spare room uses it up.
+//! node that has not changed since (`NodeHosting`). A reservation that goes leaves its
+//! buffers to the next one, which learns every node afresh in them (`Hosting::forget`;
+//! the plan's holder changes often). Within a cycle, a job started on a reservation's spare
+//! room uses it up.
 //!
 //! **Limits.** Reservations constrain starts on free room. A preemptor takes its victims by
 //! the preemption order (priority first), not by the plan; a reservation's holder that
@@ -80,6 +82,19 @@ pub(crate) struct Hosting {
     steps: Vec<Time>,
     free: Vec<Resources>,
     candidates: Vec<Candidate>,
+}
+
+/// Spare `Hosting`s kept: a new reservation takes one instead of allocating two buffers
+/// per usable node (the plan's holder changes often with reservations on).
+const SPARE_HOSTINGS_MAX: usize = 4;
+
+impl Hosting {
+    /// Forget what was learnt (it was for another job), keeping the buffers.
+    fn forget(&mut self) {
+        for h in &mut self.nodes {
+            h.version = u64::MAX;
+        }
+    }
 }
 
 impl NodeHosting {
@@ -272,12 +287,29 @@ impl Scheduler {
         self.run_ends_version += 1;
     }
 
+    /// A `Hosting` that knows nothing yet, a spare one if any.
+    fn fresh_hosting(&mut self) -> Hosting {
+        self.spare_hostings.pop().unwrap_or_default()
+    }
+
+    /// Keep a reservation's `Hosting` that is no longer needed, for the next one.
+    fn retire_hosting(&mut self, mut hosting: Hosting) {
+        if self.spare_hostings.len() < SPARE_HOSTINGS_MAX {
+            hosting.forget();
+            self.spare_hostings.push(hosting);
+        }
+    }
+
     /// Step 4's first part: the reservations as of `now` (module doc). Whether they changed
     /// is recorded, so that jobs they held back look again.
     pub(crate) fn refresh_plan(&mut self, now: Time) {
         if self.plan.is_empty() {
             // What was learnt for reservations that are gone is of no more use.
-            self.hosting.clear();
+            if !self.hosting.is_empty() {
+                for (_, hosting) in std::mem::take(&mut self.hosting) {
+                    self.retire_hosting(hosting);
+                }
+            }
             return;
         }
         self.revise_run_ends(now);
@@ -294,12 +326,17 @@ impl Scheduler {
         let mut hosting_before = std::mem::take(&mut self.hosting);
         let mut plan: Vec<Planned> = Vec::with_capacity(before.len());
         for p in &before {
-            let mut hosting = hosting_before.remove(&p.id).unwrap_or_default();
+            let mut hosting = hosting_before.remove(&p.id).unwrap_or_else(|| self.fresh_hosting());
             if let Some(fresh) = self.still_reserving(p).then(|| self.shadow(p.ix, &plan, now, &mut hosting)).flatten()
             {
                 plan.push(fresh);
                 self.hosting.insert(p.id, hosting);
+            } else {
+                self.retire_hosting(hosting);
             }
+        }
+        for (_, hosting) in hosting_before {
+            self.retire_hosting(hosting);
         }
         if plan != before {
             self.changes.plan_changed = true;
@@ -362,20 +399,25 @@ impl Scheduler {
         // Reservations ranked above it keep their nodes first; those below are placed
         // again after it at the next refresh.
         let above: Vec<Planned> = self.plan.iter().filter(|p| p.key < key).cloned().collect();
-        let mut learnt = Hosting::default();
-        let Some(planned) = self.shadow(ix, &above, now, &mut learnt) else { return };
+        let mut learnt = self.fresh_hosting();
+        let Some(planned) = self.shadow(ix, &above, now, &mut learnt) else {
+            self.retire_hosting(learnt);
+            return;
+        };
         self.hosting.insert(planned.id, learnt);
         let at = self.plan.partition_point(|p| p.key < key);
         self.plan.insert(at, planned);
         let kept = self.plan.len().min(limits.count_max as usize);
-        for dropped in self.plan.drain(kept..) {
-            self.hosting.remove(&dropped.id);
+        for dropped in self.plan.drain(kept..).collect::<Vec<_>>() {
+            if let Some(hosting) = self.hosting.remove(&dropped.id) {
+                self.retire_hosting(hosting);
+            }
         }
         // Those ranked below it are placed around it now.
         let mut i = at + 1;
         while i < self.plan.len() {
             let id = self.plan[i].id;
-            let mut learnt = self.hosting.remove(&id).unwrap_or_default();
+            let mut learnt = self.hosting.remove(&id).unwrap_or_else(|| self.fresh_hosting());
             match self.shadow(self.plan[i].ix, &self.plan[..i], now, &mut learnt) {
                 Some(again) => {
                     self.plan[i] = again;
@@ -384,6 +426,7 @@ impl Scheduler {
                 }
                 None => {
                     self.plan.remove(i);
+                    self.retire_hosting(learnt);
                 }
             }
         }
@@ -442,7 +485,9 @@ impl Scheduler {
         // A holder that starts leaves the plan.
         if let Some(at) = self.plan.iter().position(|p| p.ix == ix) {
             let left = self.plan.remove(at);
-            self.hosting.remove(&left.id);
+            if let Some(hosting) = self.hosting.remove(&left.id) {
+                self.retire_hosting(hosting);
+            }
             self.changes.plan_changed = true;
         }
     }

@@ -159,6 +159,8 @@ pub struct Scheduler {
     pub(crate) plan_read: Option<(u64, u64)>,
     /// Per reservation's job, what its last computation learnt of each node (`plan.rs`).
     pub(crate) hosting: BTreeMap<JobId, crate::plan::Hosting>,
+    /// Those of reservations gone, their buffers kept for the next (see `plan.rs`).
+    pub(crate) spare_hostings: Vec<crate::plan::Hosting>,
 }
 
 impl Scheduler {
@@ -178,6 +180,7 @@ impl Scheduler {
             run_ends_version: 0,
             plan_read: None,
             hosting: BTreeMap::new(),
+            spare_hostings: Vec::new(),
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
             grown_snapshot: Default::default(),
