@@ -23,9 +23,10 @@
 //! the plan as it is when nothing it reads changed since it was made (no node changed, no
 //! expected end moved, every reservation still held and still in the future); otherwise
 //! each reservation is computed again, reusing what its last computation learnt of each
-//! node that has not changed since (`NodeHosting`). A reservation that goes leaves its
-//! buffers to the next one, which learns every node afresh in them (`Hosting::forget`;
-//! the plan's holder changes often). Within a cycle, a job started on a reservation's spare
+//! node that has not changed since (`NodeHosting`). A reservation that goes leaves what it
+//! learnt to the next one, which keeps it if its job has the same shape (GPUs per replica,
+//! replicas) and otherwise learns every node afresh in the same buffers
+//! (`Hosting::learn_for`; the plan's holder changes often). Within a cycle, a job started on a reservation's spare
 //! room uses it up.
 //!
 //! **Limits.** Reservations constrain starts on free room. A preemptor takes its victims by
@@ -75,9 +76,11 @@ pub(crate) struct NodeHosting {
 }
 
 /// What one reservation's computations keep: what was learnt of each usable node, in id
-/// order, and the scratch of one computation.
+/// order, for a job of one shape, and the scratch of one computation.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Hosting {
+    /// The shape (GPUs per replica counted whole, replicas) `nodes` was learnt for.
+    shape: Option<(Resources, u32)>,
     nodes: Vec<NodeHosting>,
     steps: Vec<Time>,
     free: Vec<Resources>,
@@ -85,14 +88,19 @@ pub(crate) struct Hosting {
 }
 
 /// Spare `Hosting`s kept: a new reservation takes one instead of allocating two buffers
-/// per usable node (the plan's holder changes often with reservations on).
+/// per usable node and learning every node afresh (the plan's holder changes often with
+/// reservations on, and the next is often of the same shape).
 const SPARE_HOSTINGS_MAX: usize = 4;
 
 impl Hosting {
-    /// Forget what was learnt (it was for another job), keeping the buffers.
-    fn forget(&mut self) {
-        for h in &mut self.nodes {
-            h.version = u64::MAX;
+    /// Make it one for a job of `shape`: what was learnt for another shape is forgotten
+    /// (the buffers are kept).
+    fn learn_for(&mut self, shape: (Resources, u32)) {
+        if self.shape != Some(shape) {
+            for h in &mut self.nodes {
+                h.version = u64::MAX;
+            }
+            self.shape = Some(shape);
         }
     }
 }
@@ -160,6 +168,7 @@ impl Scheduler {
         // The plan counts a share as a whole GPU (see `Resources::as_whole_gpus`).
         let (model, per_replica, replicas) =
             (job.spec.gpu_model, job.spec.per_replica.as_whole_gpus(), job.spec.replicas);
+        learnt.learn_for((per_replica, replicas));
         let reserved_by_earlier = |node: NodeId| {
             taken
                 .iter()
@@ -180,7 +189,7 @@ impl Scheduler {
         };
         // The usable nodes in id order, each reusing what was learnt of it if it is as it was
         // (in place: the usable nodes rarely change).
-        let Hosting { nodes: hosting, steps, free, candidates } = learnt;
+        let Hosting { nodes: hosting, steps, free, candidates, .. } = learnt;
         let usable = || self.nodes.iter().filter(|n| n.usable_by(model));
         if !usable().map(|n| n.spec.id).eq(hosting.iter().map(|h| h.node)) {
             hosting.clear();
@@ -287,17 +296,26 @@ impl Scheduler {
         self.run_ends_version += 1;
     }
 
-    /// A `Hosting` that knows nothing yet, a spare one if any.
-    fn fresh_hosting(&mut self) -> Hosting {
-        self.spare_hostings.pop().unwrap_or_default()
+    /// A `Hosting` for a new reservation of the job at `ix`: a spare one learnt for a job
+    /// of the same shape if any (`shadow` brings what it learnt of each node up to date as
+    /// for any reservation), else any spare one, else a new one.
+    fn fresh_hosting(&mut self, ix: JobIx) -> Hosting {
+        let spec = &self.jobs[ix].spec;
+        let shape = Some((spec.per_replica.as_whole_gpus(), spec.replicas));
+        let same = self.spare_hostings.iter().rposition(|h| h.shape == shape);
+        match same {
+            Some(i) => self.spare_hostings.remove(i),
+            None => self.spare_hostings.pop().unwrap_or_default(),
+        }
     }
 
-    /// Keep a reservation's `Hosting` that is no longer needed, for the next one.
-    fn retire_hosting(&mut self, mut hosting: Hosting) {
-        if self.spare_hostings.len() < SPARE_HOSTINGS_MAX {
-            hosting.forget();
-            self.spare_hostings.push(hosting);
+    /// Keep a reservation's `Hosting` that is no longer needed, for the next one (the
+    /// oldest spare makes way).
+    fn retire_hosting(&mut self, hosting: Hosting) {
+        if self.spare_hostings.len() == SPARE_HOSTINGS_MAX {
+            self.spare_hostings.remove(0);
         }
+        self.spare_hostings.push(hosting);
     }
 
     /// Step 4's first part: the reservations as of `now` (module doc). Whether they changed
@@ -326,7 +344,7 @@ impl Scheduler {
         let mut hosting_before = std::mem::take(&mut self.hosting);
         let mut plan: Vec<Planned> = Vec::with_capacity(before.len());
         for p in &before {
-            let mut hosting = hosting_before.remove(&p.id).unwrap_or_else(|| self.fresh_hosting());
+            let mut hosting = hosting_before.remove(&p.id).unwrap_or_else(|| self.fresh_hosting(p.ix));
             if let Some(fresh) = self.still_reserving(p).then(|| self.shadow(p.ix, &plan, now, &mut hosting)).flatten()
             {
                 plan.push(fresh);
@@ -399,7 +417,7 @@ impl Scheduler {
         // Reservations ranked above it keep their nodes first; those below are placed
         // again after it at the next refresh.
         let above: Vec<Planned> = self.plan.iter().filter(|p| p.key < key).cloned().collect();
-        let mut learnt = self.fresh_hosting();
+        let mut learnt = self.fresh_hosting(ix);
         let Some(planned) = self.shadow(ix, &above, now, &mut learnt) else {
             self.retire_hosting(learnt);
             return;
@@ -417,7 +435,7 @@ impl Scheduler {
         let mut i = at + 1;
         while i < self.plan.len() {
             let id = self.plan[i].id;
-            let mut learnt = self.hosting.remove(&id).unwrap_or_else(|| self.fresh_hosting());
+            let mut learnt = self.hosting.remove(&id).unwrap_or_else(|| self.fresh_hosting(self.plan[i].ix));
             match self.shadow(self.plan[i].ix, &self.plan[..i], now, &mut learnt) {
                 Some(again) => {
                     self.plan[i] = again;

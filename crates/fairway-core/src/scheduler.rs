@@ -159,7 +159,7 @@ pub struct Scheduler {
     pub(crate) plan_read: Option<(u64, u64)>,
     /// Per reservation's job, what its last computation learnt of each node (`plan.rs`).
     pub(crate) hosting: BTreeMap<JobId, crate::plan::Hosting>,
-    /// Those of reservations gone, their buffers kept for the next (see `plan.rs`).
+    /// Those of reservations gone, kept for the next (see `plan.rs`).
     pub(crate) spare_hostings: Vec<crate::plan::Hosting>,
 }
 
