@@ -188,19 +188,23 @@ impl Scheduler {
             )
         };
         // The usable nodes in id order, each reusing what was learnt of it if it is as it was
-        // (in place: the usable nodes rarely change).
+        // (in place, in one pass: the usable nodes rarely change; from the first position
+        // where they did, the nodes are learnt afresh).
         let Hosting { nodes: hosting, steps, free, candidates, .. } = learnt;
-        let usable = || self.nodes.iter().filter(|n| n.usable_by(model));
-        if !usable().map(|n| n.spec.id).eq(hosting.iter().map(|h| h.node)) {
-            hosting.clear();
-            hosting.extend(usable().map(|_| NodeHosting::empty()));
-        }
-        for (node, h) in usable().zip(hosting.iter_mut()) {
+        let mut usable_count = 0;
+        for node in self.nodes.iter().filter(|n| n.usable_by(model)) {
+            if hosting.get(usable_count).is_none_or(|h| h.node != node.spec.id) {
+                hosting.truncate(usable_count);
+                hosting.push(NodeHosting::empty());
+            }
+            let h = &mut hosting[usable_count];
+            usable_count += 1;
             let debt = reserved_by_earlier(node.spec.id).plus(over(node));
             if h.version != node.version || h.debt != debt {
                 h.compute(node, debt, per_replica, replicas);
             }
         }
+        hosting.truncate(usable_count);
         let nth = (replicas as usize).checked_sub(1)?;
         let hosted_now: usize = hosting.iter().map(|h| h.hosted_now as usize).sum();
         let room_now = hosted_now > nth;
