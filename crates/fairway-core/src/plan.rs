@@ -26,8 +26,8 @@
 //! node that has not changed since (`NodeHosting`). A reservation that goes leaves what it
 //! learnt to the next one, which keeps it if its job has the same shape (GPUs per replica,
 //! replicas) and otherwise learns every node afresh in the same buffers
-//! (`Hosting::learn_for`; the plan's holder changes often). Within a cycle, a job started on a reservation's spare
-//! room uses it up.
+//! (`Hosting::learn_for`; the plan's holder changes often). Within a cycle, a job started
+//! on a reservation's spare room uses it up.
 //!
 //! **Limits.** Reservations constrain starts on free room. A preemptor takes its victims by
 //! the preemption order (priority first), not by the plan; a reservation's holder that
@@ -38,7 +38,7 @@ use crate::ids::{JobIx, QueueKey};
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
-use crate::types::{JobId, NodeId, Resources, Time};
+use crate::types::{JobId, JobSpec, NodeId, Resources, Time};
 
 /// A pending job's reservation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +105,12 @@ impl Hosting {
     }
 }
 
+/// A job's shape as the plan counts it: GPUs per replica (a share as a whole GPU, see
+/// `Resources::as_whole_gpus`) and replicas. What a `Hosting` learns depends on it.
+fn plan_shape(spec: &JobSpec) -> (Resources, u32) {
+    (spec.per_replica.as_whole_gpus(), spec.replicas)
+}
+
 impl NodeHosting {
     /// Nothing learnt yet: `compute` fills it (no node's version is `u64::MAX`).
     fn empty() -> NodeHosting {
@@ -165,9 +171,7 @@ impl Scheduler {
     /// learnt of each node (empty: none); it is brought up to date.
     fn shadow(&self, ix: JobIx, taken: &[Planned], now: Time, learnt: &mut Hosting) -> Option<Planned> {
         let job = &self.jobs[ix];
-        // The plan counts a share as a whole GPU (see `Resources::as_whole_gpus`).
-        let (model, per_replica, replicas) =
-            (job.spec.gpu_model, job.spec.per_replica.as_whole_gpus(), job.spec.replicas);
+        let (model, (per_replica, replicas)) = (job.spec.gpu_model, plan_shape(&job.spec));
         learnt.learn_for((per_replica, replicas));
         let reserved_by_earlier = |node: NodeId| {
             taken
@@ -304,8 +308,7 @@ impl Scheduler {
     /// of the same shape if any (`shadow` brings what it learnt of each node up to date as
     /// for any reservation), else any spare one, else a new one.
     fn fresh_hosting(&mut self, ix: JobIx) -> Hosting {
-        let spec = &self.jobs[ix].spec;
-        let shape = Some((spec.per_replica.as_whole_gpus(), spec.replicas));
+        let shape = Some(plan_shape(&self.jobs[ix].spec));
         let same = self.spare_hostings.iter().rposition(|h| h.shape == shape);
         match same {
             Some(i) => self.spare_hostings.remove(i),
@@ -322,15 +325,20 @@ impl Scheduler {
         self.spare_hostings.push(hosting);
     }
 
+    /// The `Hosting` of a reservation that left the plan, kept for the next.
+    pub(crate) fn retire_hosting_of(&mut self, id: JobId) {
+        if let Some(hosting) = self.hosting.remove(&id) {
+            self.retire_hosting(hosting);
+        }
+    }
+
     /// Step 4's first part: the reservations as of `now` (module doc). Whether they changed
     /// is recorded, so that jobs they held back look again.
     pub(crate) fn refresh_plan(&mut self, now: Time) {
         if self.plan.is_empty() {
-            // What was learnt for reservations that are gone is of no more use.
-            if !self.hosting.is_empty() {
-                for (_, hosting) in std::mem::take(&mut self.hosting) {
-                    self.retire_hosting(hosting);
-                }
+            // Reservations that are gone leave what they learnt to the next.
+            for (_, hosting) in std::mem::take(&mut self.hosting) {
+                self.retire_hosting(hosting);
             }
             return;
         }
@@ -348,15 +356,19 @@ impl Scheduler {
         let mut hosting_before = std::mem::take(&mut self.hosting);
         let mut plan: Vec<Planned> = Vec::with_capacity(before.len());
         for p in &before {
+            if !self.still_reserving(p) {
+                continue;
+            }
             let mut hosting = hosting_before.remove(&p.id).unwrap_or_else(|| self.fresh_hosting(p.ix));
-            if let Some(fresh) = self.still_reserving(p).then(|| self.shadow(p.ix, &plan, now, &mut hosting)).flatten()
-            {
-                plan.push(fresh);
-                self.hosting.insert(p.id, hosting);
-            } else {
-                self.retire_hosting(hosting);
+            match self.shadow(p.ix, &plan, now, &mut hosting) {
+                Some(fresh) => {
+                    plan.push(fresh);
+                    self.hosting.insert(p.id, hosting);
+                }
+                None => self.retire_hosting(hosting),
             }
         }
+        // Those of reservations gone serve the next ones.
         for (_, hosting) in hosting_before {
             self.retire_hosting(hosting);
         }
@@ -430,10 +442,9 @@ impl Scheduler {
         let at = self.plan.partition_point(|p| p.key < key);
         self.plan.insert(at, planned);
         let kept = self.plan.len().min(limits.count_max as usize);
-        for dropped in self.plan.drain(kept..).collect::<Vec<_>>() {
-            if let Some(hosting) = self.hosting.remove(&dropped.id) {
-                self.retire_hosting(hosting);
-            }
+        while self.plan.len() > kept {
+            let dropped = self.plan.pop().expect("longer than kept");
+            self.retire_hosting_of(dropped.id);
         }
         // Those ranked below it are placed around it now.
         let mut i = at + 1;
@@ -507,9 +518,7 @@ impl Scheduler {
         // A holder that starts leaves the plan.
         if let Some(at) = self.plan.iter().position(|p| p.ix == ix) {
             let left = self.plan.remove(at);
-            if let Some(hosting) = self.hosting.remove(&left.id) {
-                self.retire_hosting(hosting);
-            }
+            self.retire_hosting_of(left.id);
             self.changes.plan_changed = true;
         }
     }

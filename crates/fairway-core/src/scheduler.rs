@@ -1084,7 +1084,8 @@ impl Scheduler {
         self.move_victims_to_hold(ix);
         // A reservation's job that holds GPUs now waits for its victims instead.
         if let Some(at) = self.plan.iter().position(|p| p.ix == ix) {
-            self.plan.remove(at);
+            let left = self.plan.remove(at);
+            self.retire_hosting_of(left.id);
             self.changes.plan_changed = true;
         }
     }
