@@ -13,8 +13,8 @@ use crate::victims::VictimEntry;
 /// One node's live state.
 ///
 /// Laid out by hand: the one-replica victim search reads, for every node it weighs, the
-/// fields up to `schedulable` (its victim list, model, room), so they come first and share
-/// two cache lines; the rest follows.
+/// fields up to `shared` (its victim list, model, room, whether a GPU is shared), so they
+/// come first and share two cache lines; the rest follows.
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Node {
@@ -26,6 +26,9 @@ pub(crate) struct Node {
     /// every change: the searches ask it of every node; `check_invariants` works it out again.
     room: Resources,
     pub schedulable: bool,
+    /// Slots carrying shares of jobs that take part of one GPU (they are in `owned` too:
+    /// a whole-GPU job never lands there).
+    pub shared: GpuSet,
     /// Resources of jobs placed here (running or terminating).
     pub used: Resources,
     /// Resources held for preemptors.
@@ -44,9 +47,6 @@ pub(crate) struct Node {
     /// `Nodes::version` at its last change other than to its victim list: unique to this
     /// state of this node.
     pub version: u64,
-    /// Slots carrying shares of jobs that take part of one GPU (they are in `owned` too:
-    /// a whole-GPU job never lands there).
-    pub shared: GpuSet,
     /// Per slot, the thousandths its shares take (0 on slots not in `shared`); at most 1000.
     pub shares: Vec<u16>,
     /// The container images it holds, sorted (`Event::NodeImages`).

@@ -1139,6 +1139,9 @@ fn room_level(
     now: Time,
     waived: bool,
 ) -> Option<(Priority, u64)> {
+    if node.shared.is_empty() && !demand.is_share() {
+        return room_level_whole(node, demand, examined, now, waived);
+    }
     let counts = |e: &VictimEntry| waived || e.protected_until <= now;
     let mut room = search_room(node, demand);
     let entries = &node.victims;
@@ -1160,6 +1163,39 @@ fn room_level(
                 return Some((e.priority, bound.expect("a node that makes room at a level has a victim there")));
             }
             level_start = i + 1;
+        }
+    }
+    None
+}
+
+/// `room_level` where the room counts whole GPUs (no GPU of the node is shared and `demand`
+/// asks for whole ones), the common case: the same walk, level by level, over plain sums.
+fn room_level_whole(
+    node: &Node,
+    demand: Resources,
+    examined: impl Fn(&VictimEntry) -> bool,
+    now: Time,
+    waived: bool,
+) -> Option<(Priority, u64)> {
+    let counts = |e: &VictimEntry| waived || e.protected_until <= now;
+    let free = node.available();
+    let (mut gpus, mut cpu_millis, mut memory_mib) = (free.gpus, free.cpu_millis, free.memory_mib);
+    let entries = node.victims.as_slice();
+    let mut i = 0;
+    while let Some(first) = entries.get(i).filter(|e| examined(e)) {
+        let (level, level_start) = (first.priority, i);
+        while let Some(e) = entries.get(i).filter(|e| e.priority == level && examined(e)) {
+            if counts(e) {
+                gpus += e.freed.gpus;
+                cpu_millis += e.freed.cpu_millis;
+                memory_mib += e.freed.memory_mib;
+            }
+            i += 1;
+        }
+        if demand.gpus <= gpus && demand.cpu_millis <= cpu_millis && demand.memory_mib <= memory_mib {
+            let at_level = entries[level_start..i].iter().filter(|e| counts(e));
+            let bound = at_level.map(|e| e.lost_gpu_ms(now)).min();
+            return Some((level, bound.expect("a node that makes room at a level has a victim there")));
         }
     }
     None
