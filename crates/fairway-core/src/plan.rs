@@ -127,7 +127,7 @@ impl NodeHosting {
     }
 
     fn compute(&mut self, node: &crate::cluster::Node, debt: Resources, per_replica: Resources, replicas: u32) {
-        let hosts = |free: Resources| free.saturating_minus(debt).count_fitting(per_replica).min(replicas);
+        let hosts = |free: Resources| free.saturating_minus(debt).count_fitting_up_to(per_replica, replicas);
         self.node = node.spec.id;
         self.version = node.version;
         self.capacity = node.spec.capacity;

@@ -26,7 +26,7 @@
 
 use std::cmp::{Ordering, Reverse};
 
-use crate::types::{GpuSet, JobId, NodeId, Priority, Resources};
+use crate::types::{GpuSet, JobId, NodeId, Priority, ResourceKind, Resources};
 
 /// A one-replica preemptor's victim search, as the scheduler saw it: for tests that check
 /// its choice from outside (see `Scheduler::record_searches`).
@@ -687,7 +687,7 @@ impl WideSearch {
         if self.per_replica.is_share() {
             return u32::from(room.fits(self.per_replica)).min(self.replicas);
         }
-        Resources { gpus: room.whole_gpus(), ..room.free }.count_fitting(self.per_replica).min(self.replicas)
+        Resources { gpus: room.whole_gpus(), ..room.free }.count_fitting_up_to(self.per_replica, self.replicas)
     }
 
     /// Thousandths of GPUs all the replicas need.
@@ -800,10 +800,46 @@ struct WideState<'a> {
     room_milli: u64,
     /// What the victims taken give back to each quota, in the order of the needs (capped
     /// per group where the need has caps).
-    quota_freed: Vec<Resources>,
+    quota_freed: Vec<Amounts>,
     /// Per need with caps, per group: what the victims taken of the group give back before
     /// the cap.
-    group_freed: Vec<Vec<Resources>>,
+    group_freed: Vec<Vec<Amounts>>,
+    /// The search's quota figures as amounts, worked out once (the branch and bound moves
+    /// them at every step): each need, each need's caps per group, and what each candidate
+    /// gives back to each need (candidate `i`'s at `i * needs + k`).
+    need_amounts: Vec<Amounts>,
+    cap_amounts: Vec<Vec<Amounts>>,
+    free_amounts: Vec<Amounts>,
+}
+
+/// Resources by [`ResourceKind::amount`] (GPUs in thousandths, whole and shared together;
+/// CPU; memory): how quota needs are met, kept as plain sums so that moving a victim in or
+/// out of a set costs no conversion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Amounts([u64; 3]);
+
+impl Amounts {
+    fn of(r: Resources) -> Amounts {
+        Amounts(ResourceKind::ALL.map(|k| k.amount(r)))
+    }
+
+    fn plus(self, other: Amounts) -> Amounts {
+        Amounts(std::array::from_fn(|d| self.0[d] + other.0[d]))
+    }
+
+    /// Panics on underflow, as `Resources::minus_by_amount`.
+    fn minus(self, other: Amounts) -> Amounts {
+        Amounts(std::array::from_fn(|d| self.0[d].checked_sub(other.0[d]).expect("quota accounting underflow")))
+    }
+
+    fn min(self, other: Amounts) -> Amounts {
+        Amounts(std::array::from_fn(|d| self.0[d].min(other.0[d])))
+    }
+
+    /// `Resources::within_by_amount`.
+    fn within(self, other: Amounts) -> bool {
+        (0..3).all(|d| self.0[d] <= other.0[d])
+    }
 }
 
 impl<'a> WideState<'a> {
@@ -815,16 +851,28 @@ impl<'a> WideState<'a> {
             hosted_total: hosted.iter().map(|&h| u64::from(h)).sum(),
             room_milli: search.available.iter().map(SearchRoom::free_milli).sum(),
             hosted,
-            quota_freed: vec![Resources::ZERO; search.quota_needs.len()],
+            quota_freed: vec![Amounts::default(); search.quota_needs.len()],
             group_freed: (0..search.quota_needs.len())
-                .map(|k| vec![Resources::ZERO; search.quota_caps.get(k).map_or(0, Vec::len)])
+                .map(|k| vec![Amounts::default(); search.quota_caps.get(k).map_or(0, Vec::len)])
+                .collect(),
+            need_amounts: search.quota_needs.iter().map(|&r| Amounts::of(r)).collect(),
+            cap_amounts: search.quota_caps.iter().map(|caps| caps.iter().map(|&r| Amounts::of(r)).collect()).collect(),
+            // A candidate that lists fewer give-backs than there are needs gives nothing to
+            // the others.
+            free_amounts: search
+                .candidates
+                .iter()
+                .flat_map(|c| {
+                    let given = |k: usize| c.quota_frees.get(k).map_or(Amounts::default(), |&r| Amounts::of(r));
+                    (0..search.quota_needs.len()).map(given)
+                })
                 .collect(),
         }
     }
 
     fn makes_room(&self) -> bool {
         self.hosted_total >= u64::from(self.search.replicas)
-            && self.search.quota_needs.iter().zip(&self.quota_freed).all(|(need, freed)| need.within_by_amount(*freed))
+            && self.need_amounts.iter().zip(&self.quota_freed).all(|(need, freed)| need.within(*freed))
     }
 
     fn take(&mut self, i: usize) {
@@ -846,22 +894,24 @@ impl<'a> WideState<'a> {
     /// Candidate `i`'s quota frees taken (`true`) or given back, each need counting its
     /// group's sum only up to the group's cap where it has caps.
     fn quota_move(&mut self, i: usize, taken: bool) {
-        let c = &self.search.candidates[i];
-        for (k, freed) in c.quota_frees.iter().enumerate() {
-            let caps = self.search.quota_caps.get(k).filter(|caps| !caps.is_empty());
+        let group = self.search.candidates[i].group;
+        let needs = self.need_amounts.len();
+        for k in 0..needs {
+            let freed = self.free_amounts[i * needs + k];
+            let caps = self.cap_amounts.get(k).filter(|caps| !caps.is_empty());
             // What the candidate's group counts for the need, before and after the move.
             let (before, after) = match caps {
-                None if taken => (Resources::ZERO, *freed),
-                None => (*freed, Resources::ZERO),
+                None if taken => (Amounts::default(), freed),
+                None => (freed, Amounts::default()),
                 Some(caps) => {
-                    let sum = &mut self.group_freed[k][c.group];
-                    let before = sum.min_by_amount(caps[c.group]);
-                    *sum = if taken { sum.plus(*freed) } else { sum.minus(*freed) };
-                    (before, sum.min_by_amount(caps[c.group]))
+                    let sum = &mut self.group_freed[k][group];
+                    let before = sum.min(caps[group]);
+                    *sum = if taken { sum.plus(freed) } else { sum.minus(freed) };
+                    (before, sum.min(caps[group]))
                 }
             };
             let total = &mut self.quota_freed[k];
-            *total = total.plus(after).minus_by_amount(before);
+            *total = total.plus(after).minus(before);
         }
     }
 
@@ -891,7 +941,7 @@ struct WideBranch<'s, 'a> {
     next_replica_loss: MinTree,
     /// Per position in `order`, per quota need: what the candidates from there on give back
     /// at most (before caps): a branch that cannot meet a need even with all of them ends.
-    quota_suffix: Vec<Vec<Resources>>,
+    quota_suffix: Vec<Vec<Amounts>>,
     state: &'s mut WideState<'a>,
     steps: &'s mut u32,
     set: Vec<usize>,
@@ -920,11 +970,12 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             });
         }
         let needs = search.quota_needs.len();
-        let mut quota_suffix = vec![vec![Resources::ZERO; needs]; order.len() + 1];
+        let mut quota_suffix = vec![vec![Amounts::default(); needs]; order.len() + 1];
         for position in (0..order.len()).rev() {
-            let c = &search.candidates[order[position]];
+            let i = order[position];
             let after = quota_suffix[position + 1].clone();
-            for ((sum, later), freed) in quota_suffix[position].iter_mut().zip(after).zip(&c.quota_frees) {
+            let frees = &state.free_amounts[i * needs..(i + 1) * needs];
+            for ((sum, later), freed) in quota_suffix[position].iter_mut().zip(after).zip(frees) {
                 *sum = later.plus(*freed);
             }
         }
@@ -1018,11 +1069,11 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             return;
         }
         let reachable = self
-            .search
-            .quota_needs
+            .state
+            .need_amounts
             .iter()
             .enumerate()
-            .all(|(k, need)| need.within_by_amount(self.state.quota_freed[k].plus(self.quota_suffix[position][k])));
+            .all(|(k, need)| need.within(self.state.quota_freed[k].plus(self.quota_suffix[position][k])));
         if !reachable || position == self.order.len() || self.set.len() == self.search.victims_max {
             return;
         }
