@@ -1158,9 +1158,7 @@ fn room_level(
             // The lost work is weighed only at the level that makes room: most nodes a
             // search walks make room at their first level or never.
             if room.fits(demand) {
-                let at_level = entries[level_start..=i].iter().filter(|e| counts(e));
-                let bound = at_level.map(|e| e.lost_gpu_ms(now)).min();
-                return Some((e.priority, bound.expect("a node that makes room at a level has a victim there")));
+                return Some((e.priority, level_bound(&entries[level_start..=i], counts, now)));
             }
             level_start = i + 1;
         }
@@ -1193,10 +1191,15 @@ fn room_level_whole(
             i += 1;
         }
         if demand.gpus <= gpus && demand.cpu_millis <= cpu_millis && demand.memory_mib <= memory_mib {
-            let at_level = entries[level_start..i].iter().filter(|e| counts(e));
-            let bound = at_level.map(|e| e.lost_gpu_ms(now)).min();
-            return Some((level, bound.expect("a node that makes room at a level has a victim there")));
+            return Some((level, level_bound(&entries[level_start..i], counts, now)));
         }
     }
     None
+}
+
+/// The least work lost at `now` by the entries of the level where a node makes room, of
+/// those that count (the node's bound in `best_set_at_level`).
+fn level_bound(level: &[VictimEntry], counts: impl Fn(&VictimEntry) -> bool, now: Time) -> u64 {
+    let lost = level.iter().filter(|e| counts(e)).map(|e| e.lost_gpu_ms(now));
+    lost.min().expect("a node that makes room at a level has a victim there")
 }
