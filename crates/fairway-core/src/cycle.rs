@@ -54,6 +54,10 @@ pub(crate) struct CycleMemo {
     /// Highest priority at which an unrestricted victim search for the shape failed.
     no_victims: Memo<Shape, Priority>,
     never_fits: Memo<Shape, bool>,
+    /// Second looks that found no room, as (model, room, priority, GPUs per replica): room
+    /// only shrinks during a walk, so a candidate of the same model and room wanting as
+    /// many GPUs or more at the same priority or lower finds none either.
+    no_room: Vec<(Option<GpuModel>, RoomWake, Priority, u32)>,
 }
 
 #[derive(Clone, Debug)]
@@ -70,6 +74,7 @@ impl CycleMemo {
         self.no_fit.0.clear();
         self.no_victims.0.clear();
         self.never_fits.0.clear();
+        self.no_room.clear();
     }
 }
 
@@ -436,10 +441,6 @@ impl Scheduler {
         // order by definition).
         let fair = self.fair.enabled() && !strict;
         let mut level = FairLevel::default();
-        // Second looks that found no room, as (model, room, priority, GPUs per replica):
-        // room only shrinks during a walk, so a candidate of the same model and room
-        // wanting as many GPUs or more at the same priority or lower finds none either.
-        let mut no_room: Vec<(Option<GpuModel>, RoomWake, Priority, u32)> = Vec::new();
         loop {
             let next = if fair {
                 self.next_fair(&mut level, candidates, &mut next_candidate, now)
@@ -494,11 +495,11 @@ impl Scheduler {
                     let gk = &self.queue.group(gix).key;
                     let (model, priority, need) = (gk.model, gk.priority, gk.per_replica.gpus);
                     let known_short =
-                        no_room.iter().any(|&(m, r, p, g)| m == model && r == room && p >= priority && g <= need);
+                        memo.no_room.iter().any(|&(m, r, p, g)| m == model && r == room && p >= priority && g <= need);
                     let grown = GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes };
                     if known_short || !grown.admits(gk, room) {
                         if !known_short {
-                            no_room.push((model, room, priority, need));
+                            memo.no_room.push((model, room, priority, need));
                         }
                         continue;
                     }

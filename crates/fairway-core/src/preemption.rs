@@ -462,11 +462,13 @@ impl SearchView<'_> {
     /// (priority, id): the lists of all nodes (schedulable or not) merged, a gang once.
     fn running_up_to(&self, priority: Priority, inclusive: bool) -> Vec<(Priority, JobId, JobIx)> {
         let below = |p: Priority| p < priority || (inclusive && p == priority);
-        let mut all: Vec<(Priority, JobId, JobIx)> = self
-            .nodes
-            .iter()
-            .flat_map(|n| n.victims.iter().take_while(|e| below(e.priority)).map(|e| (e.priority, e.id, e.ix)))
-            .collect();
+        // Sized at once (the lists are short; growing by doubling cost more than counting).
+        let listed = self.nodes.iter().map(|n| n.victims.partition_point(|e| below(e.priority))).sum();
+        let mut all: Vec<(Priority, JobId, JobIx)> = Vec::with_capacity(listed);
+        for node in self.nodes.iter() {
+            let entries = node.victims.iter().take_while(|e| below(e.priority));
+            all.extend(entries.map(|e| (e.priority, e.id, e.ix)));
+        }
         all.sort_unstable();
         all.dedup();
         all
