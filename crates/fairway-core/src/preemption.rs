@@ -379,13 +379,15 @@ impl SearchView<'_> {
             let members = needs.iter().find(|n| !n.member_caps.is_empty()).map(|n| &n.member_caps);
             members.and_then(|m| m.iter().position(|(a, _)| *a == project)).unwrap_or(0)
         };
+        // Victims of one project share its fair share: each project's is worked out once.
+        let mut shares: Vec<(AccountId, u64)> = Vec::new();
         let candidates = victims
             .iter()
             .map(|v| WideCandidate {
                 id: v.id,
                 priority: v.priority,
                 lost_gpu_ms: v.lost_gpu_ms,
-                tenant_share: self.tenant_share(v.ix, now),
+                tenant_share: self.share_cached(&mut shares, v.ix, now),
                 frees: v
                     .frees
                     .as_slice()
