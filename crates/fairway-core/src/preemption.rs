@@ -464,7 +464,7 @@ impl SearchView<'_> {
     /// (priority, id): the lists of all nodes (schedulable or not) merged, a gang once.
     fn running_up_to(&self, priority: Priority, inclusive: bool) -> Vec<(Priority, JobId, JobIx)> {
         let below = |p: Priority| p < priority || (inclusive && p == priority);
-        // Sized at once (the lists are short; growing by doubling cost more than counting).
+        // Sized at once: counting the short lists is cheaper than growing by doubling.
         let listed = self.nodes.iter().map(|n| n.victims.partition_point(|e| below(e.priority))).sum();
         let mut all: Vec<(Priority, JobId, JobIx)> = Vec::with_capacity(listed);
         for node in self.nodes.iter() {
@@ -1096,10 +1096,16 @@ impl SearchView<'_> {
 /// GPU is shared there or `demand` is a share (see `SearchRoom`), else whole.
 fn search_room(node: &Node, demand: Resources) -> SearchRoom {
     let free = node.available();
-    if node.shared.is_empty() && !demand.is_share() {
+    if counts_whole(node, demand) {
         return SearchRoom::whole(free);
     }
     SearchRoom { free, slot_free: node.slot_free(), held: node.held }
+}
+
+/// Does the search count `node`'s room for `demand` in whole GPUs (no GPU of it shared, and
+/// `demand` asks for whole ones)? Else GPU by GPU (see `SearchRoom`).
+fn counts_whole(node: &Node, demand: Resources) -> bool {
+    node.shared.is_empty() && !demand.is_share()
 }
 
 /// The next priority level above `after` among a node's examined candidates that has a
@@ -1143,7 +1149,7 @@ fn room_level(
     now: Time,
     waived: bool,
 ) -> Option<(Priority, u64)> {
-    if node.shared.is_empty() && !demand.is_share() {
+    if counts_whole(node, demand) {
         return room_level_whole(node, demand, examined, now, waived);
     }
     let counts = |e: &VictimEntry| waived || e.protected_until <= now;
@@ -1170,8 +1176,8 @@ fn room_level(
     None
 }
 
-/// `room_level` where the room counts whole GPUs (no GPU of the node is shared and `demand`
-/// asks for whole ones), the common case: the same walk, level by level, over plain sums.
+/// `room_level` where the room counts whole GPUs (`counts_whole`), the common case: the
+/// same walk, level by level, over plain sums.
 fn room_level_whole(
     node: &Node,
     demand: Resources,
