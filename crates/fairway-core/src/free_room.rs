@@ -237,7 +237,7 @@ impl FreeRoom<'_> {
     ) -> Option<(NodeId, Option<GpuSet>)> {
         let index = &self.nodes.index;
         let mut best: Option<(PackedKey, GpuPick)> = None;
-        let mut scored = 0usize;
+        let scored = std::cell::Cell::new(0usize);
         // Nodes in the same state score alike, so each state is scored once under the
         // learnt model, and a node's verdict stands until its state or the model changes;
         // not under random (a draw per node) or gpu-clustering (it reads what a node runs).
@@ -247,12 +247,12 @@ impl FreeRoom<'_> {
         if by_room && verdicts.len() < self.nodes.len() {
             verdicts.resize(self.nodes.len(), [None; VERDICTS_PER_NODE]);
         }
-        // Scores one node; true once enough have been scored.
-        let mut visit = |node_ix: NodeIx, among_shared: bool| -> bool {
+        // Scores one node; true once enough have been scored, and its score if the ask fits.
+        let mut visit = |node_ix: NodeIx, among_shared: bool| -> (bool, Option<i64>) {
             let node = self.nodes.at(node_ix);
             if per_replica.is_share() && !among_shared && node.shared_open() {
                 // Met already among the shared nodes.
-                return false;
+                return (false, None);
             }
             let at = node_ix.0 as usize;
             let known = by_room.then(|| recall(&verdicts[at], node.version, policy, ask)).flatten();
@@ -275,25 +275,53 @@ impl FreeRoom<'_> {
                     verdict
                 }
             };
-            let Some((score, pick)) = verdict else { return false };
+            let Some((score, pick)) = verdict else { return (false, None) };
             let key = (score, self.favours_image_on(node), std::cmp::Reverse(node.spec.id));
             if best.as_ref().is_none_or(|(b, _)| key > *b) {
                 best = Some((key, pick));
             }
-            scored += 1;
-            scored >= self.scored_max
+            scored.set(scored.get() + 1);
+            (scored.get() >= self.scored_max, Some(score))
         };
         // Plain loops rather than one chain of iterators: this runs for every placement.
         'walk: {
             if per_replica.is_share() {
                 for node_ix in index.shared_open(model) {
-                    if visit(node_ix, true) {
+                    if visit(node_ix, true).0 {
                         break 'walk;
                     }
                 }
             }
             for level in per_replica.as_whole_gpus().gpus..=index.level_max() {
-                if index.visit_level(model, level, |node_ix| visit(node_ix, false)) {
+                // The last node judged at this level, if it shares no GPU, and its score if the
+                // ask fitted it: a twin of it (`twins`) scores alike and loses the tie on id,
+                // so it is only counted. Twins are mostly neighbours in the walk: in a cluster
+                // of one node shape, the nodes at one level are mostly in one state.
+                let mut last: Option<(&Node, Option<i64>)> = None;
+                let walked = index.visit_level(model, level, |node_ix| {
+                    let node = self.nodes.at(node_ix);
+                    if by_room
+                        && let Some((first, score)) = last
+                        && self.twins(first, node)
+                    {
+                        debug_assert_eq!(
+                            score,
+                            self.judge(policy, jobs, arrivals, None, node, ask, per_replica).map(|(s, _)| s),
+                            "node {} scores as its twin {}",
+                            node.spec.id.0,
+                            first.spec.id.0
+                        );
+                        if score.is_none() {
+                            return false;
+                        }
+                        scored.set(scored.get() + 1);
+                        return scored.get() >= self.scored_max;
+                    }
+                    let (done, score) = visit(node_ix, false);
+                    last = node.shared.is_empty().then_some((node, score));
+                    done
+                });
+                if walked {
                     break 'walk;
                 }
             }
@@ -301,6 +329,19 @@ impl FreeRoom<'_> {
         let ((_, _, std::cmp::Reverse(node)), pick) = best?;
         let gpus = pick.devices().fold(GpuSet::EMPTY, |set, d| set.union(GpuSet::from_bits(1 << d)));
         Some((node, Some(gpus)))
+    }
+
+    /// Do a packing policy's verdicts on `first` and `node`, both at one level of the free
+    /// index, differ only in the GPUs picked, and rank them alike but for their ids? Yes when
+    /// neither shares a GPU (each GPU is then wholly free or taken, and no score reads their
+    /// order: `scores_ignore_the_order_of_gpus`) and they have the same shape, room, model
+    /// and image standing.
+    fn twins(&self, first: &Node, node: &Node) -> bool {
+        node.shared.is_empty()
+            && node.available() == first.available()
+            && node.spec.capacity == first.spec.capacity
+            && node.spec.gpu_model == first.spec.gpu_model
+            && self.favours_image_on(node) == self.favours_image_on(first)
     }
 
     /// A packing policy's verdict on one node for `ask`: its score and GPUs, or `None` when

@@ -457,3 +457,47 @@ fn score_and_pick_together_is_score_and_pick_apart() {
         }
     }
 }
+
+/// No policy's score reads the order of a node's GPUs, only how much each has free: the
+/// scheduler's placement judges one node of each state at a level and counts its twins
+/// (`FreeRoom::place_packed`). Random nodes, each against the same GPUs in a shuffled order;
+/// gpu-clustering's kinds and random's draw are beside the point (neither is memoised by
+/// state) but hold too.
+#[test]
+fn scores_ignore_the_order_of_gpus() {
+    let model = model_for_cases();
+    let kinds = KindCounts::default();
+    let mut rng = SplitMix(7);
+    let mut compared = 0;
+    for _ in 0..400 {
+        let gpus = 1 + rng.below(8);
+        let used: Vec<u16> = (0..gpus).map(|_| [0, 0, 1000, 1000, 250, 500, 700][rng.below(7)]).collect();
+        let mut shuffled = used.clone();
+        for i in (1..gpus).rev() {
+            shuffled.swap(i, rng.below(i + 1));
+        }
+        let cpu = 1000 * (4 + rng.below(12)) as u64;
+        let (room, twin) = (node_used(cpu, &used), node_used(cpu, &shuffled));
+        for _ in 0..4 {
+            let a = random_ask(&mut rng);
+            assert_eq!(room.fits(&a), twin.fits(&a), "{used:?} against {shuffled:?} for {a:?}");
+            if !room.fits(&a) {
+                continue;
+            }
+            for policy in PackPolicy::ALL {
+                let mut m: &WorkloadModel = &model;
+                let score = |r: &NodeRoom, m: &mut &WorkloadModel| {
+                    let view = NodeView { room: r, kinds: &kinds, frag: model.node_frag(r) };
+                    policy::score(policy, &view, &a, m)
+                };
+                assert_eq!(
+                    score(&room, &mut m),
+                    score(&twin, &mut m),
+                    "{policy}: {used:?} against {shuffled:?} for {a:?}"
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared > 1000, "only {compared} comparisons");
+}
