@@ -387,7 +387,7 @@ impl SearchView<'_> {
                 id: v.id,
                 priority: v.priority,
                 lost_gpu_ms: v.lost_gpu_ms,
-                tenant_share: self.share_cached(&mut shares, v.ix, now),
+                tenant_share: self.share_cached(&mut shares, self.jobs[v.ix].spec.project, now),
                 frees: v
                     .frees
                     .as_slice()
@@ -554,18 +554,13 @@ impl SearchView<'_> {
         out
     }
 
-    /// Rule 2b's figure for a victim: its project's fair share now (0 without fair sharing).
-    fn tenant_share(&self, ix: JobIx, now: Time) -> u64 {
-        self.fair.share_bits(self.jobs[ix].spec.project, now)
-    }
-
-    /// `tenant_share`, remembered per project for one search (`cache` is emptied by the
-    /// search that owns it).
-    fn share_cached(&self, cache: &mut Vec<(AccountId, u64)>, ix: JobIx, now: Time) -> u64 {
+    /// Rule 2b's figure for a victim of `project`: its fair share now (0 without fair
+    /// sharing), remembered per project for one search (`cache` is emptied by the search
+    /// that owns it).
+    fn share_cached(&self, cache: &mut Vec<(AccountId, u64)>, project: AccountId, now: Time) -> u64 {
         if !self.fair.enabled() {
             return 0;
         }
-        let project = self.jobs[ix].spec.project;
         if let Some(&(_, share)) = cache.iter().find(|(a, _)| *a == project) {
             return share;
         }
@@ -723,7 +718,7 @@ impl SearchView<'_> {
                         priority: e.priority,
                         lost_gpu_ms: e.lost_gpu_ms(now),
                         freed: e.freed,
-                        tenant_share: self.tenant_share(e.ix, now),
+                        tenant_share: self.fair.share_bits(e.project, now),
                         slots: e.slots,
                         share_milli: e.share_milli,
                     })
@@ -832,7 +827,7 @@ impl SearchView<'_> {
             });
             let share_max = if self.fair.enabled() {
                 let at_level = counted_at_level(node, level, &examined, now, waived);
-                at_level.map(|e| self.share_cached(shares, e.ix, now)).max().unwrap_or(0)
+                at_level.map(|e| self.share_cached(shares, e.project, now)).max().unwrap_or(0)
             } else {
                 0
             };
@@ -866,7 +861,7 @@ impl SearchView<'_> {
                 priority: e.priority,
                 lost_gpu_ms: e.lost_gpu_ms(now),
                 freed: e.freed,
-                tenant_share: self.share_cached(shares, e.ix, now),
+                tenant_share: self.share_cached(shares, e.project, now),
                 slots: e.slots,
                 share_milli: e.share_milli,
             }));

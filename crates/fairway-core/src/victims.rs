@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::ids::JobIx;
 use crate::model::{Job, last_progress_saved, progress_saved_at, reported_saved_at};
-use crate::types::{GpuSet, JobId, Priority, Resources, Time};
+use crate::types::{AccountId, GpuSet, JobId, Priority, Resources, Time};
 
 /// A running preemptible job as the victim search sees it on one node. The search reads
 /// every entry of every node it weighs, so what it reads is kept flat, and in front: the
@@ -30,6 +30,9 @@ pub(crate) struct VictimEntry {
     pub slots: GpuSet,
     /// The thousandths of its one GPU a share takes; 0 for whole GPUs.
     pub share_milli: u32,
+    /// Its project, whose fair share ranks it among victims of its level (rule 2b); kept
+    /// here so that the search need not read the job.
+    pub project: AccountId,
     /// Not a victim before this (rule 1: its minimum run, its hourly maximum of preemptions).
     pub protected_until: Time,
     pub started_at: Time,
@@ -53,6 +56,7 @@ impl VictimEntry {
             freed: freed.without_shares(),
             slots,
             share_milli: job.spec.per_replica.gpu_milli,
+            project: job.spec.project,
             started_at,
             checkpoint_interval_ms: job.spec.checkpoint_interval_ms.unwrap_or(0),
             reported_saved_at: reported_saved_at(job.last_checkpoint, started_at),
