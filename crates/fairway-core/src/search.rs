@@ -747,6 +747,11 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
                 && search.quota_caps.get(k).is_none_or(|caps| caps.is_empty() || caps[c.group] != Resources::ZERO)
         })
     };
+    // The candidates admitted so far, all taken in `state`: each level and floor admits those
+    // the one before did and more (a lower floor, then a higher level), so the test whether
+    // all of them make room takes only the new ones.
+    let mut admitted_so_far = vec![false; search.candidates.len()];
+    let mut taken_so_far: Vec<usize> = Vec::new();
     for level in levels {
         // Rule 2b: floors of tenant share at this level, highest first (one floor, 0,
         // without fair sharing); see `best_set_on_node_with`.
@@ -758,18 +763,24 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
             let admits = |c: &WideCandidate| {
                 (c.priority < level || (c.priority == level && c.tenant_share >= floor)) && frees_something(c)
             };
-            let mut admitted: Vec<usize> =
-                (0..search.candidates.len()).filter(|&i| admits(&search.candidates[i])).collect();
-            for &i in &admitted {
-                state.take(i);
+            for (i, c) in search.candidates.iter().enumerate() {
+                if !admitted_so_far[i] && admits(c) {
+                    admitted_so_far[i] = true;
+                    taken_so_far.push(i);
+                    state.take(i);
+                }
             }
-            let all_make_room = state.makes_room();
-            for &i in admitted.iter().rev() {
-                state.give_back(i);
-            }
-            if !all_make_room {
+            if !state.makes_room() {
                 continue;
             }
+            // The branch and bound starts from the cluster as it is; the admitted are taken
+            // again after it, should a lower floor or a higher level be needed.
+            for &i in taken_so_far.iter().rev() {
+                state.give_back(i);
+            }
+            let mut admitted: Vec<usize> =
+                (0..search.candidates.len()).filter(|&i| admits(&search.candidates[i])).collect();
+            debug_assert_eq!(admitted.len(), taken_so_far.len(), "admitted so far: exactly those the floor admits");
             // Those that give back to a quota first (then least lost work): a branch without
             // them ends as soon as what is left cannot meet the need (`quota_suffix`).
             admitted.sort_unstable_by_key(|&i| {
@@ -788,6 +799,9 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
             if let Some((_, mut set)) = best {
                 set.sort_unstable();
                 return (Some(set), Exactness::Exact);
+            }
+            for &i in &taken_so_far {
+                state.take(i);
             }
         }
     }
@@ -946,9 +960,11 @@ struct WideBranch<'s, 'a> {
     /// Per node: the most replicas it could host with every candidate of the level gone (the
     /// bound counts no node for more further replicas than it could still host).
     replicas_max: Vec<u32>,
-    /// Per position in `order`, per quota need: what the candidates from there on give back
-    /// at most (before caps): a branch that cannot meet a need even with all of them ends.
-    quota_suffix: Vec<Vec<Amounts>>,
+    /// Per position in `order`, per quota need (need `k` at position `p` at
+    /// `p * needs + k`, positions up to `order.len()`): what the candidates from there on
+    /// give back at most (before caps): a branch that cannot meet a need even with all of
+    /// them ends.
+    quota_suffix: Vec<Amounts>,
     state: &'s mut WideState<'a>,
     steps: &'s mut u32,
     set: Vec<usize>,
@@ -977,13 +993,12 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             });
         }
         let needs = search.quota_needs.len();
-        let mut quota_suffix = vec![vec![Amounts::default(); needs]; order.len() + 1];
+        let mut quota_suffix = vec![Amounts::default(); (order.len() + 1) * needs];
         for position in (0..order.len()).rev() {
             let i = order[position];
-            let after = quota_suffix[position + 1].clone();
-            let frees = &state.free_amounts[i * needs..(i + 1) * needs];
-            for ((sum, later), freed) in quota_suffix[position].iter_mut().zip(after).zip(frees) {
-                *sum = later.plus(*freed);
+            for k in 0..needs {
+                let later = quota_suffix[(position + 1) * needs + k];
+                quota_suffix[position * needs + k] = later.plus(state.free_amounts[i * needs + k]);
             }
         }
         WideBranch {
@@ -1107,12 +1122,10 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             }
             return;
         }
-        let reachable = self
-            .state
-            .need_amounts
-            .iter()
-            .enumerate()
-            .all(|(k, need)| need.within(self.state.quota_freed[k].plus(self.quota_suffix[position][k])));
+        let reachable = self.state.need_amounts.iter().enumerate().all(|(k, need)| {
+            let later = self.quota_suffix[position * self.state.need_amounts.len() + k];
+            need.within(self.state.quota_freed[k].plus(later))
+        });
         if !reachable || position == self.order.len() || self.set.len() == self.search.victims_max {
             return;
         }
