@@ -91,8 +91,8 @@ fn completions_cover_the_commands() {
 
 #[test]
 fn example_trainer_runs_and_can_fail_on_purpose() {
-    let dir = std::env::temp_dir().join(format!("fairway-cli-trainer-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir("trainer");
+    let dir = tmp.path();
     let run = |extra: &[&str]| {
         let mut args = vec!["example-trainer", "--steps", "3", "--checkpoint-every", "1", "--step-ms", "1"];
         args.extend_from_slice(extra);
@@ -151,7 +151,7 @@ fn submit_sends_the_file_and_prints_jobs_and_warnings() {
         ),
     )]);
     let dir = tempdir("submit");
-    let file = dir.join("jobs.yaml");
+    let file = dir.path().join("jobs.yaml");
     let text = "name: ctr-model\ntenant: { project: ads }\nresources: { gpus: 2 }\ncommand: [sleep, '1']\n";
     std::fs::write(&file, text).unwrap();
     let out = against(&server, &["submit", "-f", file.to_str().unwrap()]);
@@ -357,10 +357,9 @@ fn quota_cohort_sends_its_members_and_lists_cohorts() {
     assert_eq!(server.requests().len(), 2);
 }
 
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("fairway-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A folder removed when the test ends.
+fn tempdir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("fairway-cli-{name}-")).tempdir().unwrap()
 }
 
 #[test]

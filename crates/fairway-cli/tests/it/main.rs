@@ -111,7 +111,8 @@ fn errors_exit_non_zero_and_name_the_problem() {
 
 #[test]
 fn report_writes_markdown_and_plots() {
-    let dir = std::env::temp_dir().join(format!("fairway-cli-report-{}", std::process::id()));
+    let tmp = tempfile::Builder::new().prefix("fairway-cli-report-").tempdir().unwrap();
+    let dir = tmp.path().join("report");
     let out = fairway(&["sim", &scenario("tiny-preemption.yaml"), "--report", dir.to_str().unwrap(), "--no-progress"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for f in ["report.md", "gpu-utilization.svg", "wait-cdf-high.svg", "wait-cdf-low.svg"] {
@@ -140,8 +141,8 @@ mod server;
 /// `--sharing-anomaly` adds each cohort member's run alone to the document.
 #[test]
 fn sim_sharing_anomaly_reports_each_member() {
-    let dir = std::env::temp_dir().join(format!("fairway-cli-anomaly-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("fairway-cli-anomaly-").tempdir().unwrap();
+    let dir = tmp.path();
     let path = dir.join("anomaly.yaml");
     let mut text = String::from(
         "name: anomaly\nseed: 1\ncluster:\n  nodes: [{ name: n, gpus: 8, gpu_model: A100 }]\njob_defaults: { grace_seconds: 0 }\n\

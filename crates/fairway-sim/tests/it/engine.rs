@@ -133,8 +133,8 @@ fn fairway_cuts_high_priority_waits_on_the_trace_excerpt() {
 
 #[test]
 fn bad_scenarios_name_the_field() {
-    let dir = std::env::temp_dir().join(format!("fairway-sim-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("fairway-sim-bad-").tempdir().unwrap();
+    let dir = tmp.path();
     let cases = [
         ("policies: [fifo, nope]", "policies[1]"),
         ("policies: [{ name: x, order: sideways, preemption: false }]", "policies[0].order"),
@@ -222,8 +222,8 @@ fn fair_sharing_serves_a_newcomer_before_a_backlog() {
 #[test]
 fn preemption_protection_per_tier_reaches_the_victim_search() {
     let base = std::fs::read_to_string(scenario_path("pollux-fixture.yaml")).unwrap();
-    let dir = std::env::temp_dir().join(format!("fairway-sim-protect-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("fairway-sim-protect-").tempdir().unwrap();
+    let dir = tmp.path();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let preemptions = |protection: &str| {
         let text = base.replace("../fixtures/", &format!("{}/fixtures/", fixtures.display()));
@@ -253,8 +253,8 @@ fn preemption_protection_per_tier_reaches_the_victim_search() {
 /// alice, with and without a memory of past usage.
 #[test]
 fn fair_share_weights_hold_over_time() {
-    let dir = std::env::temp_dir().join(format!("fairway-sim-weights-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("fairway-sim-weights-").tempdir().unwrap();
+    let dir = tmp.path();
     let mut text =
         String::from("name: weights\nseed: 1\ncluster:\n  nodes: [{ name: n, gpus: 6, gpu_model: A100 }]\njobs:\n");
     for i in 0..60 {
@@ -291,8 +291,8 @@ fn fair_share_weights_hold_over_time() {
 /// A scenario with one cohort of two projects on one 8-GPU node, under the given policies:
 /// vision submits eight 1-GPU jobs of 100 s at 0, speech four at 10 (all medium).
 fn cohort_scenario(policies: &str, members: &str) -> Result<Scenario, String> {
-    let dir = std::env::temp_dir().join(format!("fairway-sim-cohort-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("fairway-sim-cohort-").tempdir().unwrap();
+    let dir = tmp.path();
     let mut text = String::from(
         "name: cohort\nseed: 1\ncluster:\n  nodes: [{ name: n, gpus: 8, gpu_model: A100 }]\njob_defaults: { grace_seconds: 5 }\n",
     );
@@ -383,8 +383,8 @@ fn impossible_cohorts_and_modes_name_the_field() {
 
 /// A scenario from its text, written to a temporary file.
 fn inline_scenario(name: &str, text: &str) -> Result<Scenario, String> {
-    let dir = std::env::temp_dir().join(format!("fairway-sim-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix(&format!("fairway-sim-{name}-")).tempdir().unwrap();
+    let dir = tmp.path();
     let path = dir.join(format!("{name}-{}.yaml", text.len()));
     std::fs::write(&path, text).unwrap();
     scenario::load(&path, &Overrides::default()).map_err(|e| e.to_string())
