@@ -98,7 +98,7 @@ fn example_trainer_runs_and_can_fail_on_purpose() {
         args.extend_from_slice(extra);
         Command::new(env!("CARGO_BIN_EXE_fairway"))
             .args(&args)
-            .env("FAIRWAY_CHECKPOINT_DIR", &dir)
+            .env("FAIRWAY_CHECKPOINT_DIR", dir)
             // Jobs inherit the server's environment; a bad value there is not the trainer's business.
             .env("FAIRWAY_SERVER", "not a url")
             .output()
@@ -106,11 +106,11 @@ fn example_trainer_runs_and_can_fail_on_purpose() {
     };
     let ok = run(&[]);
     assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
     let failed = run(&["--fail-at-step", "2"]);
     assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A job as the server shows it.
