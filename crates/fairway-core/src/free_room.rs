@@ -247,6 +247,11 @@ impl FreeRoom<'_> {
         if by_room && verdicts.len() < self.nodes.len() {
             verdicts.resize(self.nodes.len(), [None; VERDICTS_PER_NODE]);
         }
+        // Counts one more node the ask fits; true once enough have been scored.
+        let count_fit = || {
+            scored.set(scored.get() + 1);
+            scored.get() >= self.scored_max
+        };
         // Scores one node; true once enough have been scored, and its score if the ask fits.
         let mut visit = |node_ix: NodeIx, among_shared: bool| -> (bool, Option<i64>) {
             let node = self.nodes.at(node_ix);
@@ -280,8 +285,7 @@ impl FreeRoom<'_> {
             if best.as_ref().is_none_or(|(b, _)| key > *b) {
                 best = Some((key, pick));
             }
-            scored.set(scored.get() + 1);
-            (scored.get() >= self.scored_max, Some(score))
+            (count_fit(), Some(score))
         };
         // Plain loops rather than one chain of iterators: this runs for every placement.
         'walk: {
@@ -311,11 +315,7 @@ impl FreeRoom<'_> {
                             node.spec.id.0,
                             first.spec.id.0
                         );
-                        if score.is_none() {
-                            return false;
-                        }
-                        scored.set(scored.get() + 1);
-                        return scored.get() >= self.scored_max;
+                        return score.is_some() && count_fit();
                     }
                     let (done, score) = visit(node_ix, false);
                     last = node.shared.is_empty().then_some((node, score));

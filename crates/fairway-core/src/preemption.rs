@@ -374,20 +374,18 @@ impl SearchView<'_> {
         let usable: Vec<&Node> = self.nodes.iter().filter(|n| n.usable_by(job.spec.gpu_model)).collect();
         let position = |node: NodeId| usable.binary_search_by_key(&node, |n| n.spec.id).ok();
         let needs = self.quota_needs(ix, scope);
-        let group = |v: &Victim| {
-            let project = self.jobs[v.ix].spec.project;
-            let members = needs.iter().find(|n| !n.member_caps.is_empty()).map(|n| &n.member_caps);
-            members.and_then(|m| m.iter().position(|(a, _)| *a == project)).unwrap_or(0)
-        };
+        let members = needs.iter().find(|n| !n.member_caps.is_empty()).map(|n| &n.member_caps);
+        let group = |project: AccountId| members.and_then(|m| m.iter().position(|(a, _)| *a == project)).unwrap_or(0);
         // Victims of one project share its fair share: each project's is worked out once.
         let mut shares: Vec<(AccountId, u64)> = Vec::new();
         let candidates = victims
             .iter()
-            .map(|v| WideCandidate {
+            .map(|v| (v, self.jobs[v.ix].spec.project))
+            .map(|(v, project)| WideCandidate {
                 id: v.id,
                 priority: v.priority,
                 lost_gpu_ms: v.lost_gpu_ms,
-                tenant_share: self.share_cached(&mut shares, self.jobs[v.ix].spec.project, now),
+                tenant_share: self.share_cached(&mut shares, project, now),
                 frees: v
                     .frees
                     .as_slice()
@@ -399,7 +397,7 @@ impl SearchView<'_> {
                     .iter()
                     .map(|n| if self.charged_to(v.ix, n.account) { v.total } else { Resources::ZERO })
                     .collect(),
-                group: group(v),
+                group: group(project),
             })
             .collect();
         WideSearch {

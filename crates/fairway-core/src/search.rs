@@ -778,9 +778,11 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
             for &i in taken_so_far.iter().rev() {
                 state.give_back(i);
             }
-            let mut admitted: Vec<usize> =
-                (0..search.candidates.len()).filter(|&i| admits(&search.candidates[i])).collect();
-            debug_assert_eq!(admitted.len(), taken_so_far.len(), "admitted so far: exactly those the floor admits");
+            debug_assert!(
+                taken_so_far.iter().all(|&i| admits(&search.candidates[i])),
+                "admitted so far: all admitted here"
+            );
+            let mut admitted = taken_so_far.clone();
             // Those that give back to a quota first (then least lost work): a branch without
             // them ends as soon as what is left cannot meet the need (`quota_suffix`).
             admitted.sort_unstable_by_key(|&i| {
