@@ -51,8 +51,10 @@ struct Shape {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CycleMemo {
     no_fit: Memo<Shape, ()>,
-    /// Highest priority at which an unrestricted victim search for the shape failed.
-    no_victims: Memo<Shape, Priority>,
+    /// Highest priority at which an unrestricted victim search for the shape failed, by
+    /// whether the searching job overrides protection (rule 1: it may take protected runs,
+    /// so another's failure says nothing of its search).
+    no_victims: Memo<(Shape, bool), Priority>,
     never_fits: Memo<Shape, bool>,
     /// Second looks that found no room, as (model, room, priority, GPUs per replica): room
     /// only shrinks during a walk, so a candidate of the same model and room wanting as
@@ -648,6 +650,7 @@ impl Scheduler {
         // preempt, and its group wakes when it does.
         let delayed_until = Some(self.jobs[ix].may_preempt_from()).filter(|until| may_preempt && *until > now);
         let preempt_capable = may_preempt && delayed_until.is_none();
+        let overrides = self.jobs[ix].spec.overrides_protection;
         // c.
         let never = memo.never_fits.get_or_insert_with(shape, || {
             self.replicas_fit_max(shape.model, shape.per_replica, shape.replicas) < shape.replicas
@@ -761,8 +764,9 @@ impl Scheduler {
             reasons.push(PendingReason::PreemptionDelayed { until });
         } else if !preempt_capable {
             reasons.push(PendingReason::PreemptionDisabled);
-        } else if memo.no_victims.get(&shape).is_some_and(|p| p >= gk.priority) && !self.may_reclaim(ix) {
-            reasons.push(PendingReason::NoPreemptionCandidates);
+        } else if memo.no_victims.get(&(shape, overrides)).is_some_and(|p| p >= gk.priority) && !self.may_reclaim(ix) {
+            // The search would fail as the remembered one did: the answer it would give.
+            self.no_victims_found(ix, gk.priority, now, &mut reasons, &mut wake);
         } else if !budget.take_search() {
             wake = self.defer_for_budget(&mut reasons, now);
         } else {
@@ -786,17 +790,8 @@ impl Scheduler {
                     }
                 }
                 None => {
-                    memo.no_victims.insert(shape, gk.priority);
-                    reasons.push(match self.protected_victims_until(ix, now) {
-                        Some(until) => PendingReason::VictimsProtected { until },
-                        None => PendingReason::NoPreemptionCandidates,
-                    });
-                    // With more candidates than a search examines (rule 6), a victim leaving
-                    // any node changes which ones it examines: any growth wakes it.
-                    let candidates = self.tallies.preemptible_jobs_below(gk.priority);
-                    if candidates > u64::from(self.config.limits.victim_candidates_max) {
-                        wake = Wake::On(WakeOn { room: RoomWake::Any, ..WakeOn::default() });
-                    }
+                    memo.no_victims.insert((shape, overrides), gk.priority);
+                    self.no_victims_found(ix, gk.priority, now, &mut reasons, &mut wake);
                 }
             }
         }
@@ -805,6 +800,21 @@ impl Scheduler {
             self.maybe_reserve(ix, now);
         }
         Considered::Failed(Verdict { reasons, wake })
+    }
+
+    /// Step f when an unrestricted victim search for the job fails (or would fail, as the
+    /// memo knows): why, and what wakes its group.
+    fn no_victims_found(&mut self, ix: JobIx, priority: Priority, now: Time, reasons: &mut Reasons, wake: &mut Wake) {
+        reasons.push(match self.protected_victims_until(ix, now) {
+            Some(until) => PendingReason::VictimsProtected { until },
+            None => PendingReason::NoPreemptionCandidates,
+        });
+        // With more candidates than a search examines (rule 6), a victim leaving any node
+        // changes which ones it examines: any growth wakes it.
+        let candidates = self.tallies.preemptible_jobs_below(priority);
+        if candidates > u64::from(self.config.limits.victim_candidates_max) {
+            *wake = Wake::On(WakeOn { room: RoomWake::Any, ..WakeOn::default() });
+        }
     }
 
     /// Step e with reservations (see `plan.rs`): start on free room that delays no
