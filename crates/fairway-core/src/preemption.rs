@@ -596,17 +596,25 @@ impl SearchView<'_> {
         Frees::Many(frees)
     }
 
-    /// A necessary condition, cheap to check: lower-priority preemptible work (on any node;
-    /// at the job's priority too with `inclusive`) plus free GPUs could cover the job's GPUs
-    /// at all. Costs one step per priority level.
+    /// A necessary condition, cheap to check: lower-priority preemptible work runs (on any
+    /// node; at the job's priority too with `inclusive`), and it plus free GPUs could cover
+    /// the job's GPUs at all. Costs one step per priority level.
+    ///
+    /// Some such work must run: a search is for a job that does not fit, so every set has a
+    /// victim. Without this, a job of the lowest tier on a cluster whose free GPUs, scattered
+    /// over the nodes, would cover it walks every node's list to find nothing.
     fn enough_gpus_below(&self, ix: JobIx, inclusive: bool) -> bool {
         let job = &self.jobs[ix];
         let needed = job.spec.total().gpus;
         let mut have = self.nodes.index.total_free(job.spec.gpu_model);
-        let below = match inclusive {
+        let mut below = match inclusive {
             true => self.tallies.preemptible.range(..=job.spec.priority),
             false => self.tallies.preemptible.range(..job.spec.priority),
-        };
+        }
+        .peekable();
+        if below.peek().is_none() {
+            return false;
+        }
         for (_, tally) in below {
             if have >= needed {
                 break;

@@ -211,10 +211,11 @@ impl Changes {
 pub(crate) struct PendingQueue {
     /// Pending jobs queued (in all groups, and holding).
     len: usize,
-    groups: Vec<Option<Group>>,
+    /// The groups by slot. A slot whose group emptied is vacant (no members; in `vacant`)
+    /// and is reused in place: groups come and go with every arrival and start, and a group
+    /// moved in and out of its slot costs a copy of the whole verdict each time.
+    groups: Vec<Group>,
     vacant: Vec<GroupIx>,
-    /// Groups that emptied, kept for reuse: an emptied member set keeps its allocation.
-    spare: Vec<Group>,
     /// Lookups only (a fixed-key hasher; never iterated).
     by_key: HashMap<GroupKey, GroupIx, foldhash::fast::FixedState>,
     /// Heads of the awake groups, in scheduling order: what the next cycle considers.
@@ -254,7 +255,8 @@ impl PendingQueue {
             Some(&gix) => gix,
             None => self.new_group(gk),
         };
-        let group = self.group_mut(gix);
+        // The slot itself: a new group has no member yet.
+        let group = &mut self.groups[gix.0 as usize];
         let old_head = group.members.first().copied();
         let fresh = group.members.insert(key);
         assert!(fresh, "{} queued twice", key.id);
@@ -269,19 +271,18 @@ impl PendingQueue {
         gix
     }
 
+    /// A new group of `key`, in a vacant slot if there is one (its emptied member set keeps
+    /// its allocation); its first member is inserted by the caller.
     fn new_group(&mut self, key: GroupKey) -> GroupIx {
-        let group = match self.spare.pop() {
-            Some(spare) => Group { key, verdict: None, asleep: false, ..spare },
-            None => Group { key, members: BTreeSet::new(), verdict: None, asleep: false },
-        };
-        debug_assert!(group.members.is_empty());
         let gix = match self.vacant.pop() {
             Some(gix) => {
-                self.groups[gix.0 as usize] = Some(group);
+                let group = &mut self.groups[gix.0 as usize];
+                debug_assert!(group.members.is_empty() && !group.asleep && group.verdict.is_none());
+                group.key = key;
                 gix
             }
             None => {
-                self.groups.push(Some(group));
+                self.groups.push(Group { key, members: BTreeSet::new(), verdict: None, asleep: false });
                 GroupIx(self.groups.len() as u32 - 1)
             }
         };
@@ -291,20 +292,28 @@ impl PendingQueue {
 
     /// Is the group of `gk` no longer at `gix` (it emptied and its slot was freed)?
     pub fn is_gone(&self, gix: GroupIx, gk: &GroupKey) -> bool {
-        self.groups.get(gix.0 as usize).and_then(Option::as_ref).is_none_or(|g| g.key != *gk)
+        self.live(gix).is_none_or(|g| g.key != *gk)
+    }
+
+    /// The group in slot `gix`, unless the slot is vacant.
+    fn live(&self, gix: GroupIx) -> Option<&Group> {
+        self.groups.get(gix.0 as usize).filter(|g| !g.members.is_empty())
     }
 
     pub fn group(&self, gix: GroupIx) -> &Group {
-        self.groups[gix.0 as usize].as_ref().expect("a live group")
+        self.live(gix).expect("a live group")
     }
 
     fn group_mut(&mut self, gix: GroupIx) -> &mut Group {
-        self.groups[gix.0 as usize].as_mut().expect("a live group")
+        let group = &mut self.groups[gix.0 as usize];
+        assert!(!group.members.is_empty(), "a live group");
+        group
     }
 
     /// Live groups with their slots (slot order: callers must not decide from it).
     pub fn groups(&self) -> impl Iterator<Item = (GroupIx, &Group)> {
-        self.groups.iter().enumerate().filter_map(|(i, g)| g.as_ref().map(|g| (GroupIx(i as u32), g)))
+        let live = self.groups.iter().enumerate().filter(|(_, g)| !g.members.is_empty());
+        live.map(|(i, g)| (GroupIx(i as u32), g))
     }
 
     pub fn remove(&mut self, key: &QueueKey, gix: GroupIx) {
@@ -320,10 +329,12 @@ impl PendingQueue {
             } else {
                 self.awake.remove(&(old_head, gix));
             }
-            let group = self.groups[gix.0 as usize].take().expect("live");
+            // The slot becomes vacant (`live`), its group's state cleared for reuse.
+            let group = &mut self.groups[gix.0 as usize];
+            group.verdict = None;
+            group.asleep = false;
             self.by_key.remove(&group.key);
             self.vacant.push(gix);
-            self.spare.push(group);
         } else if old_head == *key {
             let new_head = group.head();
             self.move_head(gix, old_head, new_head);
@@ -405,7 +416,7 @@ impl PendingQueue {
 
     /// A group's head started or is preempting: its old verdict no longer holds.
     pub fn clear_verdict(&mut self, gix: GroupIx) {
-        if let Some(group) = self.groups.get_mut(gix.0 as usize).and_then(Option::as_mut) {
+        if let Some(group) = self.groups.get_mut(gix.0 as usize).filter(|g| !g.members.is_empty()) {
             group.verdict = None;
         }
     }
@@ -446,7 +457,8 @@ impl PendingQueue {
 
     /// Undo `index`; `head` is the group's head when it was last indexed.
     fn unindex(&mut self, gix: GroupIx, head: QueueKey) {
-        let group = self.group(gix);
+        // The slot itself: `remove` unindexes a group whose last member just left.
+        let group = &self.groups[gix.0 as usize];
         let Some(Verdict { wake: Wake::On(on), .. }) = group.verdict.as_ref() else { unreachable!("asleep") };
         let (on, gk, blocks) = (*on, group.key, group.blocks_strict_order());
         if blocks {
@@ -611,7 +623,7 @@ impl PendingQueue {
     }
 
     pub fn is_asleep(&self, gix: GroupIx) -> bool {
-        self.groups.get(gix.0 as usize).and_then(Option::as_ref).is_some_and(|g| g.asleep)
+        self.live(gix).is_some_and(|g| g.asleep)
     }
 }
 
@@ -623,10 +635,17 @@ impl PendingQueue {
         let mut members = 0;
         let mut awake = 0;
         let mut asleep_blocking = 0;
+        let vacant: BTreeSet<GroupIx> = self.vacant.iter().copied().collect();
+        let empty = self.groups.iter().enumerate().filter(|(_, g)| g.members.is_empty());
+        if vacant.len() != self.vacant.len() || !empty.map(|(i, _)| GroupIx(i as u32)).eq(vacant.iter().copied()) {
+            return Err("the vacant slots are not exactly the empty ones".into());
+        }
+        if let Some(gix) =
+            vacant.iter().find(|g| self.groups[g.0 as usize].asleep || self.groups[g.0 as usize].verdict.is_some())
+        {
+            return Err(format!("vacant slot {gix:?} kept its group's state"));
+        }
         for (gix, group) in self.groups() {
-            if group.members.is_empty() {
-                return Err(format!("group {gix:?} is empty but held"));
-            }
             if self.by_key.get(&group.key) != Some(&gix) {
                 return Err(format!("group {gix:?} is not found by its key"));
             }
@@ -677,7 +696,7 @@ impl PendingQueue {
         if awake != self.awake.len() || asleep_blocking != self.asleep_blocking.len() {
             return Err("head sets name groups that are gone".into());
         }
-        let asleep = |gix: &GroupIx| self.groups.get(gix.0 as usize).and_then(Option::as_ref).is_some_and(|g| g.asleep);
+        let asleep = |gix: &GroupIx| self.is_asleep(*gix);
         let stale = self.by_quota.iter().any(|(.., g)| !asleep(g))
             || self.by_room_fits.iter().any(|(_, g)| !asleep(g))
             || self.by_reclaim.iter().any(|(_, _, g)| !asleep(g))
