@@ -34,6 +34,9 @@ pub(crate) struct GroupKey {
     pub user: AccountId,
     pub project: AccountId,
     pub may_preempt: bool,
+    /// Rule 1's protection does not hold against it: its search may take what another's may
+    /// not (scenario 134).
+    pub overrides_protection: bool,
     /// A run-time limit and its grace, when the job has a limit (see `Job::group_key`).
     pub run_limit_ms: Option<u64>,
 }

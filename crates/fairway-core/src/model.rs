@@ -90,6 +90,7 @@ impl Job {
             user: spec.user,
             project: spec.project,
             may_preempt: spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority,
+            overrides_protection: spec.overrides_protection,
             // What a reservation's backfill test reads of the job: how long it may run (a
             // requeued job under a total limit may have less left than its group's head; it
             // then waits with the head, which delays no reservation).

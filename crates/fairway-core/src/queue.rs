@@ -1,7 +1,8 @@
 //! The pending queue, kept as equivalence groups.
 //!
 //! Jobs with the same priority, shape (GPU model, per-replica resources, replicas),
-//! accounts and preemption policy get the same answer from a cycle, so a cycle asks once
+//! accounts, preemption policy, standing against protection (rule 1's override) and run-time
+//! limit (`GroupKey`) get the same answer from a cycle, so a cycle asks once
 //! per group and stops at the first failure: every later member would fail the same way
 //! (free room only shrinks during a cycle). A failed group goes to sleep, with its verdict
 //! as every member's pending reason, indexed by what would wake it. Events mark what
