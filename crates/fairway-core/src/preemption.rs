@@ -478,16 +478,16 @@ impl SearchView<'_> {
         self.running_up_to(priority, false)
     }
 
-    /// May a job of `project` reclaim from a running job, of its own priority? Only from
-    /// another member of its cohort that borrows now. The answer depends on the victim's
-    /// project alone, and a search asks it of every equal-priority candidate: each project
-    /// is looked up in the ledger once per search.
-    fn reclaim_check(&self, project: AccountId) -> impl FnMut(JobIx) -> bool + '_ {
+    /// May a job of `project` reclaim from a running job of `owner` (its project), of its
+    /// own priority? Only from another member of its cohort that borrows now. The answer
+    /// depends on the victim's project alone (victim entries carry it, so a caller walking
+    /// them reads no job), and a search asks it of every equal-priority candidate: each
+    /// project is looked up in the ledger once per search.
+    fn reclaim_check(&self, project: AccountId) -> impl FnMut(AccountId) -> bool + '_ {
         let cohort = self.ledger.cohort_of(project).and_then(|id| Some((id, self.ledger.cohort(id)?)));
         let mut known: Vec<(AccountId, bool)> = Vec::new();
-        move |vix| {
+        move |owner| {
             let Some((id, cohort)) = cohort else { return false };
-            let owner = self.jobs[vix].spec.project;
             if owner == project {
                 return false;
             }
@@ -513,10 +513,10 @@ impl SearchView<'_> {
             if out.len() >= limit {
                 break;
             }
-            if priority == job.spec.priority && !reclaimable(vix) {
+            let victim = &self.jobs[vix];
+            if priority == job.spec.priority && !reclaimable(victim.spec.project) {
                 continue;
             }
-            let victim = &self.jobs[vix];
             let JobState::Running { started_at, .. } = victim.state else { unreachable!("victims run") };
             if !waived && victim.protected_until(started_at) > now {
                 continue;
@@ -648,7 +648,7 @@ impl SearchView<'_> {
                 .iter()
                 .take_while(|e| e.priority < priority || (inclusive && e.priority == priority))
                 .filter(|e| waived || e.protected_until <= now)
-                .filter(|e| e.priority < priority || reclaimable(e.ix))
+                .filter(|e| e.priority < priority || reclaimable(e.project))
                 .map(VictimEntry::gpus_freed_at_most)
                 .sum();
             hosted += (node.available_gpus() + below) / gpus;
