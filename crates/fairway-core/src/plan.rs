@@ -223,24 +223,29 @@ impl Scheduler {
             }
             *steps.select_nth_unstable(nth_later).1
         };
-        // Each node's room at `at`, unless the room is there now (then it is counted as it
-        // is).
+        // The nodes that can host a replica at `at`, with their room then (now, if the room is
+        // there now). A node hosts one once it could now or one of its steps has come; the
+        // others hold no replica, so `choose_nodes` would pass them over: most nodes, when a
+        // gang waits for a few of them to free up.
         free.clear();
-        free.extend(hosting.iter().map(|h| if room_now { h.now_free } else { h.free_at(at) }));
         candidates.clear();
-        candidates.extend(hosting.iter().zip(free.iter()).map(|(h, f)| Candidate {
-            node: h.node,
-            available: f.saturating_minus(h.debt),
-            capacity: h.capacity,
-        }));
+        for h in hosting.iter() {
+            let hosts_then = h.hosted_now > 0 || (!room_now && h.steps.first().is_some_and(|step| *step <= at));
+            if !hosts_then {
+                continue;
+            }
+            let room = if room_now { h.now_free } else { h.free_at(at) };
+            free.push(room);
+            candidates.push(Candidate { node: h.node, available: room.saturating_minus(h.debt), capacity: h.capacity });
+        }
         let chosen = choose_nodes(candidates, per_replica, replicas, self.config.policy.scoring)?;
         let nodes = chosen
             .into_iter()
             .map(|(node, count)| {
-                let i = hosting.iter().position(|h| h.node == node).expect("chosen among them");
+                let i = candidates.iter().position(|c| c.node == node).expect("chosen among them");
+                let h = hosting.iter().find(|h| h.node == node).expect("a candidate is a usable node");
                 let reserved = per_replica.times(count);
-                let spare =
-                    hosting[i].now_free.min_each(free[i].saturating_minus(hosting[i].debt).saturating_minus(reserved));
+                let spare = h.now_free.min_each(free[i].saturating_minus(h.debt).saturating_minus(reserved));
                 (node, reserved, spare)
             })
             .collect();
