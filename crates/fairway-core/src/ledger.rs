@@ -35,7 +35,9 @@
 //! which the victim search made fit: the guarantee a victim's project gets back as it
 //! leaves is already counted, so no start in the grace period can take it. A hold given up
 //! while they still terminate leaves them moved out: they leave all the same, and counting
-//! them again would let the level (and what a lowered capacity grandfathered) grow. A cohort's level rises only when a
+//! them again would let the level (and what a lowered capacity grandfathered) grow. They
+//! count again if their preemptor's project leaves the cohort (`recount_cohorts`): they
+//! were moved as its work, and the cohort keeps nothing of it. A cohort's level rises only when a
 //! job starts or a hold is made, both checked against the cap; a job leaving lowers `C` by
 //! what it held and raises `U` by at most that.
 

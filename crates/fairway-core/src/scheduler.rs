@@ -682,6 +682,10 @@ impl Scheduler {
             _ => None,
         }
         };
+        let preemptor_of = |j: &Job| match j.state {
+            JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } => self.jobs.get(preemptor),
+            _ => None,
+        };
         let moved: Vec<(JobId, Option<AccountId>)> = self
             .jobs
             .iter()
@@ -691,8 +695,13 @@ impl Scheduler {
                     && match holding_for(j) {
                         Some(p) => self.ledger.cohort_of(p.spec.project) == cohort,
                         // A hold given up: its victims stay moved while their project stays
-                        // in the cohort they moved out of.
-                        None => j.moved_to_hold == cohort,
+                        // in the cohort they moved out of, and their preemptor's too (they
+                        // count as its work; a preemptor gone from the cohort takes nothing
+                        // of it, so they count as their own project's again).
+                        None => {
+                            j.moved_to_hold == cohort
+                                && preemptor_of(j).is_none_or(|p| self.ledger.cohort_of(p.spec.project) == cohort)
+                        }
                     };
                 (j.spec.id, j.moved_to_hold, cohort.filter(|_| same))
             })
