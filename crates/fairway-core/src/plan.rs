@@ -83,7 +83,6 @@ pub(crate) struct Hosting {
     shape: Option<(Resources, u32)>,
     nodes: Vec<NodeHosting>,
     steps: Vec<Time>,
-    free: Vec<Resources>,
     candidates: Vec<Candidate>,
 }
 
@@ -194,7 +193,7 @@ impl Scheduler {
         // The usable nodes in id order, each reusing what was learnt of it if it is as it was
         // (in place, in one pass: the usable nodes rarely change; from the first position
         // where they did, the nodes are learnt afresh).
-        let Hosting { nodes: hosting, steps, free, candidates, .. } = learnt;
+        let Hosting { nodes: hosting, steps, candidates, .. } = learnt;
         let mut usable_count = 0;
         for node in self.nodes.iter().filter(|n| n.usable_by(model)) {
             if hosting.get(usable_count).is_none_or(|h| h.node != node.spec.id) {
@@ -227,7 +226,6 @@ impl Scheduler {
         // there now). A node hosts one once it could now or one of its steps has come; the
         // others hold no replica, so `choose_nodes` would pass them over: most nodes, when a
         // gang waits for a few of them to free up.
-        free.clear();
         candidates.clear();
         for h in hosting.iter() {
             let hosts_then = h.hosted_now > 0 || (!room_now && h.steps.first().is_some_and(|step| *step <= at));
@@ -235,17 +233,18 @@ impl Scheduler {
                 continue;
             }
             let room = if room_now { h.now_free } else { h.free_at(at) };
-            free.push(room);
             candidates.push(Candidate { node: h.node, available: room.saturating_minus(h.debt), capacity: h.capacity });
         }
         let chosen = choose_nodes(candidates, per_replica, replicas, self.config.policy.scoring)?;
         let nodes = chosen
             .into_iter()
             .map(|(node, count)| {
-                let i = candidates.iter().position(|c| c.node == node).expect("chosen among them");
+                let c = candidates.iter().find(|c| c.node == node).expect("chosen among them");
                 let h = hosting.iter().find(|h| h.node == node).expect("a candidate is a usable node");
                 let reserved = per_replica.times(count);
-                let spare = h.now_free.min_each(free[i].saturating_minus(h.debt).saturating_minus(reserved));
+                // What the reservation leaves of the node's room then (its debt taken), and
+                // no more than is free now.
+                let spare = h.now_free.min_each(c.available.saturating_minus(reserved));
                 (node, reserved, spare)
             })
             .collect();

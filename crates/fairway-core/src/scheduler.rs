@@ -671,38 +671,25 @@ impl Scheduler {
     /// jobs (running and terminating, and holds, whose charges to a cohort depend on their
     /// victims' cohorts).
     fn recount_cohorts(&mut self, cohorts: &[Option<AccountId>]) {
-        // Which victims are moved to a hold now: those of a preemptor holding GPUs for them
-        // whose project shares their project's cohort (see `move_victims_to_hold`).
-        let holding_for = |j: &Job| {
-            match j.state {
-            JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } => self
-                .jobs
-                .get(preemptor)
-                .filter(|p| matches!(&p.state, JobState::Pending { reservation: Some(r) } if r.victims.contains(&j.spec.id))),
-            _ => None,
-        }
-        };
+        // Which victims are moved to a hold now: those of a preemptor of their project's
+        // cohort that holds GPUs for them (see `move_victims_to_hold`); and those of a hold
+        // given up, while their project stays in the cohort they moved out of and their
+        // preemptor's too (they count as its work; a preemptor gone from the cohort takes
+        // nothing of it, so they count as their own project's again).
         let preemptor_of = |j: &Job| match j.state {
             JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } => self.jobs.get(preemptor),
             _ => None,
         };
+        let holds_for = |p: &Job, victim: JobId| matches!(&p.state, JobState::Pending { reservation: Some(r) } if r.victims.contains(&victim));
         let moved: Vec<(JobId, Option<AccountId>)> = self
             .jobs
             .iter()
             .map(|j| {
                 let cohort = self.ledger.cohort_of(j.spec.project);
-                let same = cohort.is_some()
-                    && match holding_for(j) {
-                        Some(p) => self.ledger.cohort_of(p.spec.project) == cohort,
-                        // A hold given up: its victims stay moved while their project stays
-                        // in the cohort they moved out of, and their preemptor's too (they
-                        // count as its work; a preemptor gone from the cohort takes nothing
-                        // of it, so they count as their own project's again).
-                        None => {
-                            j.moved_to_hold == cohort
-                                && preemptor_of(j).is_none_or(|p| self.ledger.cohort_of(p.spec.project) == cohort)
-                        }
-                    };
+                let preemptor = preemptor_of(j);
+                let preemptor_in_cohort = preemptor.is_none_or(|p| self.ledger.cohort_of(p.spec.project) == cohort);
+                let holding = preemptor.is_some_and(|p| holds_for(p, j.spec.id));
+                let same = cohort.is_some() && preemptor_in_cohort && (holding || j.moved_to_hold == cohort);
                 (j.spec.id, j.moved_to_hold, cohort.filter(|_| same))
             })
             .filter(|(_, was, now)| was != now)
