@@ -354,32 +354,34 @@ impl Scheduler {
         if self.plan_read == Some(read) && self.plan.iter().all(|p| p.at > now && self.still_reserving(p)) {
             return;
         }
-        let before = std::mem::take(&mut self.plan);
-        // What the last computation of each reservation learnt of the nodes; kept for those
-        // still planned.
-        let mut hosting_before = std::mem::take(&mut self.hosting);
-        let mut plan: Vec<Planned> = Vec::with_capacity(before.len());
+        // The plan is rebuilt in the buffer of the one before last, and each reservation's
+        // `Hosting` is taken out of its map and put back: this runs at most cycles with
+        // reservations on, and fresh buffers cost more than the reservations' arithmetic.
+        let mut before = std::mem::take(&mut self.plan_spare);
+        std::mem::swap(&mut before, &mut self.plan);
         for p in &before {
             if !self.still_reserving(p) {
                 continue;
             }
-            let mut hosting = hosting_before.remove(&p.id).unwrap_or_else(|| self.fresh_hosting(p.ix));
-            match self.shadow(p.ix, &plan, now, &mut hosting) {
+            // What the last computation of the reservation learnt of the nodes.
+            let mut hosting = self.hosting.remove(&p.id).unwrap_or_else(|| self.fresh_hosting(p.ix));
+            match self.shadow(p.ix, &self.plan, now, &mut hosting) {
                 Some(fresh) => {
-                    plan.push(fresh);
+                    self.plan.push(fresh);
                     self.hosting.insert(p.id, hosting);
                 }
                 None => self.retire_hosting(hosting),
             }
         }
         // Those of reservations gone serve the next ones.
-        for (_, hosting) in hosting_before {
-            self.retire_hosting(hosting);
+        while let Some(gone) = self.hosting.keys().find(|id| !self.plan.iter().any(|p| p.id == **id)).copied() {
+            self.retire_hosting_of(gone);
         }
-        if plan != before {
+        if self.plan != before {
             self.changes.plan_changed = true;
         }
-        self.plan = plan;
+        before.clear();
+        self.plan_spare = before;
         self.plan_read = Some(read);
     }
 
@@ -489,20 +491,17 @@ impl Scheduler {
         let job = &self.jobs[ix];
         let ends_at = now.plus_ms(self.expected_run_ms(ix));
         let binding: Vec<&Planned> = self.plan.iter().filter(|p| p.key < job.key && ends_at > p.at).collect();
-        let candidates: Vec<Candidate> = self
-            .nodes
-            .iter()
-            .filter(|n| n.usable_by(job.spec.gpu_model))
-            .map(|n| {
-                let mut available = n.available();
-                for p in &binding {
-                    if let Some((_, _, spare)) = p.nodes.iter().find(|(node, ..)| *node == n.spec.id) {
-                        available = available.min_each(*spare);
-                    }
+        // Sized for every node: a filtered list would grow by doubling, one copy per step.
+        let mut candidates: Vec<Candidate> = Vec::with_capacity(self.nodes.len());
+        candidates.extend(self.nodes.iter().filter(|n| n.usable_by(job.spec.gpu_model)).map(|n| {
+            let mut available = n.available();
+            for p in &binding {
+                if let Some((_, _, spare)) = p.nodes.iter().find(|(node, ..)| *node == n.spec.id) {
+                    available = available.min_each(*spare);
                 }
-                Candidate { node: n.spec.id, available, capacity: n.spec.capacity }
-            })
-            .collect();
+            }
+            Candidate { node: n.spec.id, available, capacity: n.spec.capacity }
+        }));
         choose_nodes(&candidates, job.spec.per_replica.as_whole_gpus(), job.spec.replicas, self.config.policy.scoring)
     }
 

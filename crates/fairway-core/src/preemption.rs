@@ -371,7 +371,8 @@ impl SearchView<'_> {
     fn wide_search(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim], now: Time) -> WideSearch {
         let job = &self.jobs[ix];
         // Nodes are in id order, so the usable ones are too.
-        let usable: Vec<&Node> = self.nodes.iter().filter(|n| n.usable_by(job.spec.gpu_model)).collect();
+        let mut usable: Vec<&Node> = Vec::with_capacity(self.nodes.len());
+        usable.extend(self.nodes.iter().filter(|n| n.usable_by(job.spec.gpu_model)));
         let position = |node: NodeId| usable.binary_search_by_key(&node, |n| n.spec.id).ok();
         let needs = self.quota_needs(ix, scope);
         let members = needs.iter().find(|n| !n.member_caps.is_empty()).map(|n| &n.member_caps);
@@ -485,7 +486,8 @@ impl SearchView<'_> {
     /// project is looked up in the ledger once per search.
     fn reclaim_check(&self, project: AccountId) -> impl FnMut(AccountId) -> bool + '_ {
         let cohort = self.ledger.cohort_of(project).and_then(|id| Some((id, self.ledger.cohort(id)?)));
-        let mut known: Vec<(AccountId, bool)> = Vec::new();
+        // A search meets few projects: no allocation for them.
+        let mut known: smallvec::SmallVec<[(AccountId, bool); 8]> = smallvec::SmallVec::new();
         move |owner| {
             let Some((id, cohort)) = cohort else { return false };
             if owner == project {
@@ -508,8 +510,9 @@ impl SearchView<'_> {
         let reclaim = matches!(scope, PreemptionScope::Cohort { reclaim: true });
         let cohort = self.ledger.cohort_of(job.spec.project);
         let mut reclaimable = self.reclaim_check(job.spec.project);
-        let mut out = Vec::new();
-        for (priority, vid, vix) in self.running_up_to(job.spec.priority, reclaim) {
+        let running = self.running_up_to(job.spec.priority, reclaim);
+        let mut out = Vec::with_capacity(running.len().min(limit));
+        for (priority, vid, vix) in running {
             if out.len() >= limit {
                 break;
             }
@@ -1041,12 +1044,13 @@ impl SearchView<'_> {
     /// sets in turn: its quota needs and the usable nodes as they are, in id order.
     fn fit_check(&self, ix: JobIx, scope: PreemptionScope) -> FitCheck {
         let spec = &self.jobs[ix].spec;
-        let usable = || self.nodes.iter().filter(|n| n.usable_by(spec.gpu_model));
-        FitCheck {
-            needs: self.quota_needs(ix, scope),
-            nodes: usable().map(|n| (n.spec.id, n.spec.capacity)).collect(),
-            rooms: usable().map(|n| search_room(n, spec.per_replica)).collect(),
+        // Sized for every node: a filtered list would grow by doubling, one copy per step.
+        let (mut nodes, mut rooms) = (Vec::with_capacity(self.nodes.len()), Vec::with_capacity(self.nodes.len()));
+        for n in self.nodes.iter().filter(|n| n.usable_by(spec.gpu_model)) {
+            nodes.push((n.spec.id, n.spec.capacity));
+            rooms.push(search_room(n, spec.per_replica));
         }
+        FitCheck { needs: self.quota_needs(ix, scope), nodes, rooms }
     }
 
     /// `fits_without`, with what it reads of the scheduler read once (`fit_check`).

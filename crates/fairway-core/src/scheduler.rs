@@ -161,6 +161,8 @@ pub struct Scheduler {
     pub(crate) hosting: BTreeMap<JobId, crate::plan::Hosting>,
     /// Those of reservations gone, kept for the next (see `plan.rs`).
     pub(crate) spare_hostings: Vec<crate::plan::Hosting>,
+    /// An empty plan whose buffer the next `refresh_plan` fills (see `plan.rs`).
+    pub(crate) plan_spare: Vec<crate::plan::Planned>,
 }
 
 impl Scheduler {
@@ -181,6 +183,7 @@ impl Scheduler {
             plan_read: None,
             hosting: BTreeMap::new(),
             spare_hostings: Vec::new(),
+            plan_spare: Vec::new(),
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
             grown_snapshot: Default::default(),

@@ -26,6 +26,8 @@
 
 use std::cmp::{Ordering, Reverse};
 
+pub use smallvec::SmallVec;
+
 use crate::types::{GpuSet, JobId, NodeId, Priority, ResourceKind, Resources};
 
 /// A one-replica preemptor's victim search, as the scheduler saw it: for tests that check
@@ -635,11 +637,11 @@ pub struct WideCandidate {
     /// (node position, what it frees there, its GPUs there), by position. On a node counted
     /// GPU by GPU, its going adds to each of those GPUs its share (or 1000); elsewhere the
     /// GPUs in `Resources` count whole and the set is not read.
-    pub frees: Vec<(usize, Resources, GpuSet)>,
+    pub frees: SmallVec<[(usize, Resources, GpuSet); 1]>,
     /// The thousandths of its one GPU it takes as a share; 0 when it takes its GPUs whole.
     pub share_milli: u32,
     /// What it gives back to each quota of [`WideSearch::quota_needs`], in the same order.
-    pub quota_frees: Vec<Resources>,
+    pub quota_frees: SmallVec<[Resources; 2]>,
     /// Its group (its project) where a need counts what a group gives back only up to a
     /// cap (see [`WideSearch::quota_caps`]); an index into those caps.
     pub group: usize,
@@ -751,7 +753,7 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
     // the one before did and more (a lower floor, then a higher level), so the test whether
     // all of them make room takes only the new ones.
     let mut admitted_so_far = vec![false; search.candidates.len()];
-    let mut taken_so_far: Vec<usize> = Vec::new();
+    let mut taken_so_far: Vec<usize> = Vec::with_capacity(search.candidates.len());
     for level in levels {
         // Rule 2b: floors of tenant share at this level, highest first (one floor, 0,
         // without fair sharing); see `best_set_on_node_with`.
@@ -946,6 +948,42 @@ impl<'a> WideState<'a> {
     }
 }
 
+/// Per node of a wide search, its candidates' entries (position in the branch's order,
+/// thousandths of GPUs freed there, share of the work lost), least work lost per thousandth
+/// first, then by position: one list for all nodes, each node's a range of it.
+struct ByNode {
+    /// Node `n`'s entries are `entries[starts[n]..starts[n + 1]]`.
+    starts: Vec<usize>,
+    entries: Vec<(usize, u64, u64)>,
+}
+
+impl ByNode {
+    /// From (node, entry) pairs in any order, for `nodes` nodes.
+    fn new(nodes: usize, mut pairs: Vec<(usize, (usize, u64, u64))>) -> ByNode {
+        pairs.sort_unstable_by(|(na, a), (nb, b)| {
+            na.cmp(nb)
+                .then_with(|| (u128::from(a.2) * u128::from(b.1)).cmp(&(u128::from(b.2) * u128::from(a.1))))
+                .then(a.0.cmp(&b.0))
+        });
+        let mut starts = Vec::with_capacity(nodes + 1);
+        let mut at = 0;
+        for node in 0..nodes {
+            starts.push(at);
+            at += pairs[at..].iter().take_while(|(n, _)| *n == node).count();
+        }
+        starts.push(at);
+        ByNode { starts, entries: pairs.into_iter().map(|(_, e)| e).collect() }
+    }
+
+    fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    fn on(&self, node: usize) -> &[(usize, u64, u64)] {
+        &self.entries[self.starts[node]..self.starts[node + 1]]
+    }
+}
+
 struct WideBranch<'s, 'a> {
     search: &'a WideSearch,
     /// The candidates of the level, least lost work first.
@@ -953,7 +991,7 @@ struct WideBranch<'s, 'a> {
     /// Per node: (position in `order`, thousandths of GPUs it frees there, its share of the
     /// work it loses), least work lost per thousandth first: for the bound on what the
     /// replicas still missing must cost.
-    by_node: Vec<Vec<(usize, u64, u64)>>,
+    by_node: ByNode,
     /// Per node: the least work the candidates not yet decided must lose for one more
     /// replica there (`u64::MAX`: they cannot make room for one), kept up to date as the
     /// search moves. The bound needs the least of them at every step, so they sit in a
@@ -976,7 +1014,7 @@ struct WideBranch<'s, 'a> {
 
 impl<'s, 'a> WideBranch<'s, 'a> {
     fn new(search: &'a WideSearch, order: &'s [usize], state: &'s mut WideState<'a>, steps: &'s mut u32) -> Self {
-        let mut by_node: Vec<Vec<(usize, u64, u64)>> = vec![Vec::new(); search.available.len()];
+        let mut entries: Vec<(usize, (usize, u64, u64))> = Vec::with_capacity(order.len());
         for (position, &i) in order.iter().enumerate() {
             let c = &search.candidates[i];
             let milli_on = |&(node, r, slots): &(usize, Resources, GpuSet)| {
@@ -986,14 +1024,10 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             // A victim on several nodes loses its work once: each node bears its GPUs' share.
             for (node, m) in c.frees.iter().map(milli_on).filter(|(_, m)| *m > 0) {
                 let share = (u128::from(c.lost_gpu_ms) * u128::from(m) / u128::from(milli)) as u64;
-                by_node[node].push((position, m, share));
+                entries.push((node, (position, m, share)));
             }
         }
-        for list in &mut by_node {
-            list.sort_by(|a, b| {
-                (u128::from(a.2) * u128::from(b.1)).cmp(&(u128::from(b.2) * u128::from(a.1))).then(a.0.cmp(&b.0))
-            });
-        }
+        let by_node = ByNode::new(search.available.len(), entries);
         let needs = search.quota_needs.len();
         let mut quota_suffix = vec![Amounts::default(); (order.len() + 1) * needs];
         for position in (0..order.len()).rev() {
@@ -1027,7 +1061,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         let left_over = room.whole_gpus().saturating_sub(per * self.state.hosted[node]);
         let mut need = room.milli_short_of(per.saturating_sub(left_over))?;
         let mut cost = 0u64;
-        for &(_, g, l) in self.by_node[node].iter().filter(|(p, _, _)| *p >= position) {
+        for &(_, g, l) in self.by_node.on(node).iter().filter(|(p, _, _)| *p >= position) {
             if need == 0 {
                 break;
             }
@@ -1163,7 +1197,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         let mut taken: Vec<usize> = Vec::new();
         while u64::from(self.search.replicas) > self.state.hosted_total {
             let mut cheapest: Option<(u64, usize, usize)> = None;
-            for (node, list) in self.by_node.iter().enumerate() {
+            for (node, list) in (0..self.by_node.len()).map(|node| (node, self.by_node.on(node))) {
                 let (mut room, mut lost, mut count) = (self.state.room[node].clone(), 0u64, 0usize);
                 let hosted = self.state.hosted[node];
                 for &(position, _, _) in list {
@@ -1187,8 +1221,8 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             }
             let Some((_, node, count)) = cheapest else { break };
             let mut added = 0;
-            for k in 0..self.by_node[node].len() {
-                let i = self.order[self.by_node[node][k].0];
+            for k in 0..self.by_node.on(node).len() {
+                let i = self.order[self.by_node.on(node)[k].0];
                 if added == count {
                     break;
                 }

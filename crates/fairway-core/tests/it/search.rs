@@ -498,7 +498,7 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
                         id: JobId((i as u64 * 7 + 3) % 11),
                         priority,
                         lost_gpu_ms: lost * u64::from(total.gpus.max(1)),
-                        frees: per_node,
+                        frees: per_node.into(),
                         share_milli: 0,
                         quota_frees: quota_gpus
                             .map(|_| if charged { total } else { Resources::ZERO })
@@ -585,7 +585,7 @@ fn wide_case_with_shares() -> impl Strategy<Value = WideSearch> {
                         id: JobId((i as u64 * 7 + 3) % 11),
                         priority,
                         lost_gpu_ms: lost,
-                        frees: vec![(n, freed, slots)],
+                        frees: [(n, freed, slots)].into_iter().collect(),
                         share_milli,
                         quota_frees: quota_milli.map(|_| if charged { total } else { Resources::ZERO }).into_iter().collect(),
                         tenant_share: 0,
@@ -635,7 +635,7 @@ fn a_victim_on_two_nodes_counts_its_loss_once() {
         lost_gpu_ms: lost_gpu_min * 60_000,
         frees: frees.into_iter().map(|(n, r)| (n, r, GpuSet::EMPTY)).collect(),
         share_milli: 0,
-        quota_frees: Vec::new(),
+        quota_frees: Default::default(),
         tenant_share: 0,
         group: 0,
     };
