@@ -486,21 +486,30 @@ impl SearchView<'_> {
     /// project is looked up in the ledger once per search.
     fn reclaim_check(&self, project: AccountId) -> impl FnMut(AccountId) -> bool + '_ {
         let cohort = self.ledger.cohort_of(project).and_then(|id| Some((id, self.ledger.cohort(id)?)));
-        // A search meets few projects: no allocation for them.
-        let mut known: smallvec::SmallVec<[(AccountId, bool); 8]> = smallvec::SmallVec::new();
+        // The answers so far, each in the slot its project's id picks (one comparison to find
+        // it; a project whose slot another took is asked of the ledger again). The gang test
+        // asks this of every entry of the job's priority on every node.
+        let mut known = [None::<(AccountId, bool)>; 16];
         move |owner| {
             let Some((id, cohort)) = cohort else { return false };
             if owner == project {
                 return false;
             }
-            if let Some(&(_, answer)) = known.iter().find(|(a, _)| *a == owner) {
+            let slot = &mut known[owner.0 as usize % 16];
+            if let Some((_, answer)) = slot.filter(|(a, _)| *a == owner) {
                 return answer;
             }
-            let answer =
-                self.ledger.cohort_of(owner) == Some(id) && self.ledger.get(owner).is_some_and(|a| a.borrowing(cohort));
-            known.push((owner, answer));
+            let answer = self.borrows_in(owner, id, cohort);
+            *slot = Some((owner, answer));
             answer
         }
+    }
+
+    /// Is `owner` a member of the cohort `id` that borrows now? Kept out of line, so that
+    /// `reclaim_check`'s look-up, the usual path, is small enough to inline where it is asked.
+    #[inline(never)]
+    fn borrows_in(&self, owner: AccountId, id: AccountId, cohort: &crate::ledger::Cohort) -> bool {
+        self.ledger.cohort_of(owner) == Some(id) && self.ledger.get(owner).is_some_and(|a| a.borrowing(cohort))
     }
 
     /// Rule 1 and the candidate bound; sorted by rules 2, 3 and 5.
