@@ -64,6 +64,8 @@ pub(crate) struct NodeHosting {
     capacity: Resources,
     /// What earlier reservations and over-booking take of what frees up there.
     debt: Resources,
+    /// The over-booking part of `debt` (a function of the node's state, so of `version`).
+    over: Resources,
     /// What a new job may take there now.
     now_free: Resources,
     /// Replicas it could host now (at most the job's).
@@ -118,6 +120,7 @@ impl NodeHosting {
             version: u64::MAX,
             capacity: Resources::ZERO,
             debt: Resources::ZERO,
+            over: Resources::ZERO,
             now_free: Resources::ZERO,
             hosted_now: 0,
             free_after: Vec::new(),
@@ -202,9 +205,14 @@ impl Scheduler {
             }
             let h = &mut hosting[usable_count];
             usable_count += 1;
-            let debt = reserved_by_earlier(node.spec.id).plus(over(node));
-            if h.version != node.version || h.debt != debt {
+            // A node as it was is over-booked as it was: only the earlier reservations' part
+            // of its debt may have changed.
+            let same_node = h.version == node.version;
+            let over_now = if same_node { h.over } else { over(node) };
+            let debt = reserved_by_earlier(node.spec.id).plus(over_now);
+            if !same_node || h.debt != debt {
                 h.compute(node, debt, per_replica, replicas);
+                h.over = over_now;
             }
         }
         hosting.truncate(usable_count);
