@@ -306,6 +306,10 @@ pub(crate) struct Nodes {
     /// The nodes' ids in the same order: the lookup by id probes this compact array, not
     /// the nodes themselves (one cache line holds sixteen ids).
     ids: Vec<NodeId>,
+    /// The nodes' `Node::version`s in the same order, likewise compact: a reservation's plan
+    /// reads them for every node at every cycle, and the nodes themselves only where one
+    /// changed.
+    versions: Vec<u64>,
     pub index: FreeIndex,
     /// Bumped by every change to a node other than its victim list (its list of ends
     /// included): what a reservation's plan reads of the nodes is as it was while this
@@ -331,13 +335,22 @@ impl Nodes {
         self.ids.binary_search(&id).ok().map(|i| NodeIx(i as u32))
     }
 
-    /// The id array says what the nodes say, and the nodes are in id order.
+    /// The id and version arrays say what the nodes say, and the nodes are in id order.
     pub fn check_ids(&self) -> Result<(), String> {
         let ids: Vec<NodeId> = self.nodes.iter().map(|n| n.spec.id).collect();
         if ids != self.ids || !ids.is_sorted_by(|a, b| a < b) {
             return Err(format!("node ids {:?} out of step with the nodes {:?}", self.ids, ids));
         }
+        let versions: Vec<u64> = self.nodes.iter().map(|n| n.version).collect();
+        if versions != self.versions {
+            return Err(format!("node versions {:?} out of step with the nodes {:?}", self.versions, versions));
+        }
         Ok(())
+    }
+
+    /// The nodes' ids and versions, in node order (see `versions`).
+    pub fn ids_and_versions(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.ids.iter().copied().zip(self.versions.iter().copied())
     }
 
     pub fn get(&self, id: NodeId) -> Option<&Node> {
@@ -361,6 +374,7 @@ impl Nodes {
     pub fn ends_mut(&mut self, id: NodeId) -> &mut Vec<PlacedEnd> {
         let ix = self.ix_of(id).expect("placement names a known node");
         self.version += 1;
+        self.versions[ix.0 as usize] = self.version;
         let node = &mut self.nodes[ix.0 as usize];
         node.version = self.version;
         &mut node.ends
@@ -396,6 +410,7 @@ impl Nodes {
         let (model, gpus, level, schedulable, node_open) =
             (node.spec.gpu_model, node.spec.capacity.gpus, node.available_gpus(), node.schedulable, node.shared_open());
         self.ids.insert(at, node.spec.id);
+        self.versions.insert(at, node.version);
         self.nodes.insert(at, node);
         let appended = at + 1 == self.nodes.len();
         if appended && self.index.has_room_for(self.nodes.len(), gpus) {
@@ -413,6 +428,7 @@ impl Nodes {
         let ix = self.ix_of(id)?;
         self.version += 1;
         self.ids.remove(ix.0 as usize);
+        self.versions.remove(ix.0 as usize);
         let node = self.nodes.remove(ix.0 as usize);
         self.rebuild_index();
         Some(node)
@@ -422,6 +438,7 @@ impl Nodes {
     pub fn update<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> R {
         let ix = self.ix_of(id).expect("placement names a known node");
         self.version += 1;
+        self.versions[ix.0 as usize] = self.version;
         let node = &mut self.nodes[ix.0 as usize];
         node.version = self.version;
         let (before, was_schedulable, was_open) = (node.room.gpus, node.schedulable, node.shared_open());

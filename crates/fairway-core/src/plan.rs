@@ -34,7 +34,7 @@
 //! may preempt does so before it reserves.
 
 use crate::cluster::PlacedEnd;
-use crate::ids::{JobIx, QueueKey};
+use crate::ids::{JobIx, NodeIx, QueueKey};
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
@@ -198,20 +198,28 @@ impl Scheduler {
         // where they did, the nodes are learnt afresh).
         let Hosting { nodes: hosting, steps, candidates, .. } = learnt;
         let mut usable_count = 0;
-        for node in self.nodes.iter().filter(|n| n.usable_by(model)) {
-            if hosting.get(usable_count).is_none_or(|h| h.node != node.spec.id) {
-                hosting.truncate(usable_count);
-                hosting.push(NodeHosting::empty());
+        for (position, (id, version)) in self.nodes.ids_and_versions().enumerate() {
+            // A node learnt at its present version was usable then and is as it was: the
+            // node itself is read only where it changed (a node's model never does).
+            let learnt_as_is = hosting.get(usable_count).is_some_and(|h| h.node == id && h.version == version);
+            if !learnt_as_is {
+                let node = self.nodes.at(NodeIx(position as u32));
+                if !node.usable_by(model) {
+                    continue;
+                }
+                if hosting.get(usable_count).is_none_or(|h| h.node != id) {
+                    hosting.truncate(usable_count);
+                    hosting.push(NodeHosting::empty());
+                }
             }
             let h = &mut hosting[usable_count];
             usable_count += 1;
             // A node as it was is over-booked as it was: only the earlier reservations' part
             // of its debt may have changed.
-            let same_node = h.version == node.version;
-            let over_now = if same_node { h.over } else { over(node) };
-            let debt = reserved_by_earlier(node.spec.id).plus(over_now);
-            if !same_node || h.debt != debt {
-                h.compute(node, debt, per_replica, replicas);
+            let over_now = if learnt_as_is { h.over } else { over(self.nodes.at(NodeIx(position as u32))) };
+            let debt = reserved_by_earlier(id).plus(over_now);
+            if !learnt_as_is || h.debt != debt {
+                h.compute(self.nodes.at(NodeIx(position as u32)), debt, per_replica, replicas);
                 h.over = over_now;
             }
         }
