@@ -25,7 +25,7 @@
 //! each reservation is computed again, reusing what its last computation learnt of each
 //! node that has not changed since (`NodeHosting`). A reservation that goes leaves what it
 //! learnt to the next one, which keeps it if its job has the same shape (GPUs per replica,
-//! replicas) and otherwise learns every node afresh in the same buffers
+//! replicas, GPU model) and otherwise learns every node afresh in the same buffers
 //! (`Hosting::learn_for`; the plan's holder changes often). Within a cycle, a job started
 //! on a reservation's spare room uses it up.
 //!
@@ -81,8 +81,8 @@ pub(crate) struct NodeHosting {
 /// order, for a job of one shape, and the scratch of one computation.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Hosting {
-    /// The shape (GPUs per replica counted whole, replicas) `nodes` was learnt for.
-    shape: Option<(Resources, u32)>,
+    /// The shape `nodes` was learnt for (`plan_shape`).
+    shape: Option<PlanShape>,
     nodes: Vec<NodeHosting>,
     steps: Vec<Time>,
     candidates: Vec<Candidate>,
@@ -96,7 +96,7 @@ const SPARE_HOSTINGS_MAX: usize = 4;
 impl Hosting {
     /// Make it one for a job of `shape`: what was learnt for another shape is forgotten
     /// (the buffers are kept).
-    fn learn_for(&mut self, shape: (Resources, u32)) {
+    fn learn_for(&mut self, shape: PlanShape) {
         if self.shape != Some(shape) {
             for h in &mut self.nodes {
                 h.version = u64::MAX;
@@ -107,9 +107,13 @@ impl Hosting {
 }
 
 /// A job's shape as the plan counts it: GPUs per replica (a share as a whole GPU, see
-/// `Resources::as_whole_gpus`) and replicas. What a `Hosting` learns depends on it.
-fn plan_shape(spec: &JobSpec) -> (Resources, u32) {
-    (spec.per_replica.as_whole_gpus(), spec.replicas)
+/// `Resources::as_whole_gpus`), replicas, and the GPU model it asks for (which nodes it may
+/// use: `shadow` takes a node it learnt and that did not change since as usable without
+/// reading it). What a `Hosting` learns depends on it.
+type PlanShape = (Resources, u32, Option<crate::types::GpuModel>);
+
+fn plan_shape(spec: &JobSpec) -> PlanShape {
+    (spec.per_replica.as_whole_gpus(), spec.replicas, spec.gpu_model)
 }
 
 impl NodeHosting {
@@ -173,8 +177,9 @@ impl Scheduler {
     /// learnt of each node (empty: none); it is brought up to date.
     fn shadow(&self, ix: JobIx, taken: &[Planned], now: Time, learnt: &mut Hosting) -> Option<Planned> {
         let job = &self.jobs[ix];
-        let (model, (per_replica, replicas)) = (job.spec.gpu_model, plan_shape(&job.spec));
-        learnt.learn_for((per_replica, replicas));
+        let shape = plan_shape(&job.spec);
+        let (per_replica, replicas, model) = shape;
+        learnt.learn_for(shape);
         let reserved_by_earlier = |node: NodeId| {
             taken
                 .iter()
