@@ -89,6 +89,8 @@ use crate::ledger::Ledger;
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
+use smallvec::SmallVec;
+
 use crate::search::{
     Buffers, Exactness, NodeCandidate, SearchRecord, SearchRoom, SetCost, WideCandidate, WideSearch, WideSearchRecord,
     best_set_on_node_with, best_wide_set,
@@ -154,21 +156,9 @@ struct Victim {
     share_milli: u32,
 }
 
-/// Most victims run on one node: keep that case free of allocation.
-#[derive(Clone, Debug)]
-enum Frees {
-    One([(NodeId, Resources, GpuSet); 1]),
-    Many(Vec<(NodeId, Resources, GpuSet)>),
-}
-
-impl Frees {
-    fn as_slice(&self) -> &[(NodeId, Resources, GpuSet)] {
-        match self {
-            Frees::One(one) => one,
-            Frees::Many(many) => many,
-        }
-    }
-}
+/// What a victim frees on each node, by node: most victims run on one node, and that case
+/// is kept free of allocation.
+type Frees = SmallVec<[(NodeId, Resources, GpuSet); 1]>;
 
 impl Victim {
     /// Rules 2, 3 and 5: the order in which victims are taken.
@@ -588,13 +578,7 @@ impl SearchView<'_> {
         // (`SearchRoom`), where the GPU is whole again once every share on it goes.
         let per_replica = victim.spec.per_replica.without_shares();
         let usable = |node_id: NodeId| self.nodes.by_id(node_id).usable_by(model);
-        if let [only] = placement.replicas() {
-            if !usable(only.node) {
-                return Frees::Many(Vec::new());
-            }
-            return Frees::One([(only.node, per_replica, only.gpus)]);
-        }
-        let mut frees: Vec<(NodeId, Resources, GpuSet)> = Vec::new();
+        let mut frees = Frees::new();
         for replica in placement.replicas().iter().filter(|r| usable(r.node)) {
             match frees.iter_mut().find(|(n, _, _)| *n == replica.node) {
                 Some((_, r, slots)) => {
@@ -605,7 +589,7 @@ impl SearchView<'_> {
             }
         }
         frees.sort_by_key(|(n, _, _)| *n);
-        Frees::Many(frees)
+        frees
     }
 
     /// A necessary condition, cheap to check: lower-priority preemptible work runs (on any
