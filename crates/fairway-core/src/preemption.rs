@@ -578,6 +578,14 @@ impl SearchView<'_> {
         // (`SearchRoom`), where the GPU is whole again once every share on it goes.
         let per_replica = victim.spec.per_replica.without_shares();
         let usable = |node_id: NodeId| self.nodes.by_id(node_id).usable_by(model);
+        // One replica, the usual victim: no merging or sorting to do (a search over the
+        // cluster asks this of every candidate).
+        if let [only] = placement.replicas() {
+            return match usable(only.node) {
+                true => Frees::from_buf([(only.node, per_replica, only.gpus)]),
+                false => Frees::new(),
+            };
+        }
         let mut frees = Frees::new();
         for replica in placement.replicas().iter().filter(|r| usable(r.node)) {
             match frees.iter_mut().find(|(n, _, _)| *n == replica.node) {
