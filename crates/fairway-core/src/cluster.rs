@@ -496,6 +496,9 @@ struct ModelLevels {
     bits: Vec<u64>,
     /// Nodes per level.
     counts: Vec<u32>,
+    /// The levels with a node: bit `l % 64` of word `l / 64` is set iff `counts[l] > 0`.
+    /// Placement walks the levels above a job's ask, and most are empty in a busy cluster.
+    occupied: Vec<u64>,
     /// `words` bits: the nodes with a shared slot that has room for another share (at any
     /// level), which a share tries before it breaks a whole GPU.
     shared_open: Vec<u64>,
@@ -514,6 +517,7 @@ impl ModelLevels {
             model,
             bits: vec![0; levels * words],
             counts: vec![0; levels],
+            occupied: vec![0; levels.div_ceil(64)],
             shared_open: vec![0; words],
             shared_open_count: 0,
         }
@@ -566,6 +570,7 @@ impl FreeIndex {
         debug_assert!(m.bits[word] & bit == 0, "{node:?} indexed twice");
         m.bits[word] |= bit;
         m.counts[level as usize] += 1;
+        m.occupied[level as usize / 64] |= 1 << (level % 64);
     }
 
     pub fn remove(&mut self, model: GpuModel, level: u32, node: NodeIx) {
@@ -575,6 +580,9 @@ impl FreeIndex {
         debug_assert!(m.bits[word] & bit != 0, "{node:?} missing from index at level {level}");
         m.bits[word] &= !bit;
         m.counts[level as usize] -= 1;
+        if m.counts[level as usize] == 0 {
+            m.occupied[level as usize / 64] &= !(1 << (level % 64));
+        }
     }
 
     /// Note whether a node has a shared slot open to another share.
@@ -634,6 +642,31 @@ impl FreeIndex {
         false
     }
 
+    /// Calls `visit` on the levels from `lowest` up where a node of the wanted model(s) is,
+    /// ascending, until it returns true (then true).
+    pub fn visit_occupied_levels(
+        &self,
+        wanted: Option<GpuModel>,
+        lowest: u32,
+        mut visit: impl FnMut(u32) -> bool,
+    ) -> bool {
+        let first_word = lowest as usize / 64;
+        for w in first_word..self.levels.div_ceil(64) {
+            let mut rest = self.models(wanted).fold(0u64, |bits, m| bits | m.occupied[w]);
+            if w == first_word {
+                rest &= u64::MAX << (lowest % 64);
+            }
+            while rest != 0 {
+                let level = w as u32 * 64 + rest.trailing_zeros();
+                rest &= rest - 1;
+                if visit(level) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     /// (most GPUs available on one node, number of schedulable nodes) for the model(s).
     pub fn summary(&self, wanted: Option<GpuModel>) -> (u32, u32) {
         let mut max = 0;
@@ -680,6 +713,12 @@ impl FreeIndex {
                     return Err(format!(
                         "free index counts {} nodes at level {level}, lists {listed}",
                         m.counts[level]
+                    ));
+                }
+                let occupied = m.occupied[level / 64] & (1 << (level % 64)) != 0;
+                if occupied != (listed > 0) {
+                    return Err(format!(
+                        "free index marks level {level} occupied: {occupied}, lists {listed} nodes there"
                     ));
                 }
                 listed_total += listed;
@@ -761,6 +800,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `visit_occupied_levels` visits, ascending, exactly the levels from its lowest where
+    /// `at_level` yields a node, across the two words of levels a 64-GPU node needs, and
+    /// stops when asked.
+    #[test]
+    fn the_occupied_levels_are_those_with_a_node() {
+        let mut nodes = Nodes::default();
+        for id in 0..40 {
+            let gpus = if id % 5 == 0 { 64 } else { 8 };
+            nodes.add(node(id, (id % 3 == 0) as u16, gpus));
+            let taken = GpuSet::first((id * 7) % (gpus + 1));
+            nodes.update(NodeId(id), |n| n.owned = taken);
+        }
+        nodes.update(NodeId(7), |n| n.schedulable = false);
+        for wanted in [None, Some(GpuModel(0)), Some(GpuModel(1))] {
+            for lowest in [0, 1, 5, 8, 9, 63, 64] {
+                let expected: Vec<u32> = (lowest..=nodes.index.level_max())
+                    .filter(|&l| nodes.index.at_level(wanted, l).next().is_some())
+                    .collect();
+                let mut visited = Vec::new();
+                assert!(!nodes.index.visit_occupied_levels(wanted, lowest, |l| {
+                    visited.push(l);
+                    false
+                }));
+                assert_eq!(visited, expected, "{wanted:?} from level {lowest}");
+                if let Some(&second) = expected.get(1) {
+                    let mut seen = Vec::new();
+                    assert!(nodes.index.visit_occupied_levels(wanted, lowest, |l| {
+                        seen.push(l);
+                        l == second
+                    }));
+                    assert_eq!(seen, expected[..2], "stops at the level that asks");
+                }
+            }
+        }
+        assert_eq!(nodes.index.check(nodes.iter()), Ok(()));
     }
 
     /// The room kept follows every change made through `update`, and a change made around

@@ -296,13 +296,14 @@ impl FreeRoom<'_> {
                     }
                 }
             }
-            for level in per_replica.as_whole_gpus().gpus..=index.level_max() {
+            // Only the levels where a node is: in a busy cluster most are empty.
+            index.visit_occupied_levels(model, per_replica.as_whole_gpus().gpus, |level| {
                 // The last node judged at this level, if it shares no GPU, and its score if the
                 // ask fitted it: a twin of it (`twins`) scores alike and loses the tie on id,
                 // so it is only counted. Twins are mostly neighbours in the walk: in a cluster
                 // of one node shape, the nodes at one level are mostly in one state.
                 let mut last: Option<(&Node, Option<i64>)> = None;
-                let walked = index.visit_level(model, level, |node_ix| {
+                index.visit_level(model, level, |node_ix| {
                     let node = self.nodes.at(node_ix);
                     if by_room
                         && let Some((first, score)) = last
@@ -320,11 +321,8 @@ impl FreeRoom<'_> {
                     let (done, score) = visit(node_ix, false);
                     last = node.shared.is_empty().then_some((node, score));
                     done
-                });
-                if walked {
-                    break 'walk;
-                }
-            }
+                })
+            });
         }
         let ((_, _, std::cmp::Reverse(node)), pick) = best?;
         let gpus = pick.devices().fold(GpuSet::EMPTY, |set, d| set.union(GpuSet::from_bits(1 << d)));
