@@ -9,11 +9,13 @@
 //!   reclaim), and 4 reservations with backfill.
 //! - `place_*`: placements per second onto an empty cluster.
 //! - `submit_100k`: submitting 100,000 jobs; the allocation profile gives bytes per job.
+//!   `submit_100k_one_group_shortest_first`: the worst case of the queue's member lists,
+//!   every job in one group and each sorted to a random place in it.
 
 use divan::{AllocProfiler, Bencher, black_box};
 use fairway_core::{
     AccountId, Config, Decision, Event, ExitOutcome, FairSharing, GpuModel, JobId, JobSpec, NodeId, NodeSpec,
-    NominalQuota, Quota, Reservations, Resources, Scheduler, Time,
+    NominalQuota, QueueOrder, Quota, Reservations, Resources, Scheduler, Time,
 };
 
 #[global_allocator]
@@ -284,6 +286,26 @@ fn submit_100k(bencher: Bencher) {
     bencher.with_inputs(|| cluster(NODES)).bench_local_values(|mut s| {
         for i in 0..PENDING {
             s.apply(Event::Submit(job(i, 0)), Time::ZERO).unwrap();
+        }
+        black_box(s)
+    });
+}
+
+/// The worst case of a group's sorted member list (`queue::Members`): 100,000 jobs of
+/// one group under shortest-first order, whose run-time estimates put each anywhere in it
+/// (a member list moves the shorter side of the key's place).
+#[divan::bench(sample_count = 5)]
+fn submit_100k_one_group_shortest_first(bencher: Bencher) {
+    let mut config = Config::default();
+    config.policy.order = QueueOrder::PriorityShortestFirst;
+    bencher.with_inputs(|| cluster_with(NODES, config.clone())).bench_local_values(|mut s| {
+        for i in 0..PENDING {
+            let mut spec = JobSpec::new(JobId(i), 0, Resources::new(1, 4_000, 32_768));
+            // One group: the same total limit, below every estimate, is the group's run
+            // limit; the estimates (a fixed scramble of the ids, up to a day) order it.
+            spec.max_total_runtime_ms = Some(60_000);
+            spec.runtime_estimate_ms = Some(120_000 + i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 86_400_000);
+            s.apply(Event::Submit(spec), Time::ZERO).unwrap();
         }
         black_box(s)
     });

@@ -46,7 +46,7 @@
 //! (the room checks count GPUs only), and the property test's oracle looks for misses.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::decision::PendingReason;
@@ -162,10 +162,129 @@ pub(crate) trait GrownRoom {
     fn admits(&self, gk: &GroupKey, room: RoomWake) -> bool;
 }
 
+/// A group's members, ascending. Members join at the back (a job submitted later sorts
+/// later in its group) and leave from the front (the walk starts heads), so a sorted ring
+/// buffer does both in constant time, where a tree costs a search and often an allocation
+/// (on the Philly replay the member sets were 2% of the loop). A key out of order (a
+/// requeued job returns to its place) is put in place by moving the shorter side, which
+/// is short when the key is near either end; a list where a key would move more than
+/// `MEMBERS_SHIFT_MAX` others becomes a tree for good (shortest-first order can put
+/// every key anywhere in a group), so that no insertion costs more than a tree's.
+#[derive(Clone, Debug)]
+pub(crate) enum Members {
+    Ring(VecDeque<QueueKey>),
+    Tree(BTreeSet<QueueKey>),
+}
+
+/// The most members an insertion or removal may move in a `Members::Ring`.
+const MEMBERS_SHIFT_MAX: usize = 64;
+
+impl Default for Members {
+    fn default() -> Members {
+        Members::Ring(VecDeque::new())
+    }
+}
+
+impl Members {
+    pub fn first(&self) -> Option<&QueueKey> {
+        match self {
+            Members::Ring(ring) => ring.front(),
+            Members::Tree(tree) => tree.first(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Members::Ring(ring) => ring.len(),
+            Members::Tree(tree) => tree.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds `key`; false if it is there already.
+    pub fn insert(&mut self, key: QueueKey) -> bool {
+        let ring = match self {
+            Members::Tree(tree) => return tree.insert(key),
+            Members::Ring(ring) => ring,
+        };
+        if ring.back().is_none_or(|last| *last < key) {
+            ring.push_back(key);
+            return true;
+        }
+        let at = match ring.binary_search(&key) {
+            Ok(_) => return false,
+            Err(at) => at,
+        };
+        if at.min(ring.len() - at) <= MEMBERS_SHIFT_MAX {
+            ring.insert(at, key);
+        } else {
+            let mut tree: BTreeSet<QueueKey> = ring.drain(..).collect();
+            tree.insert(key);
+            *self = Members::Tree(tree);
+        }
+        true
+    }
+
+    pub fn pop_first(&mut self) -> Option<QueueKey> {
+        let first = match self {
+            Members::Ring(ring) => ring.pop_front(),
+            Members::Tree(tree) => tree.pop_first(),
+        };
+        self.ring_again_if_empty();
+        first
+    }
+
+    /// An emptied tree becomes a ring again: its slot's next group starts afresh.
+    fn ring_again_if_empty(&mut self) {
+        if matches!(self, Members::Tree(tree) if tree.is_empty()) {
+            *self = Members::default();
+        }
+    }
+
+    /// Removes `key`; false if it was not there.
+    pub fn remove(&mut self, key: &QueueKey) -> bool {
+        let ring = match self {
+            Members::Tree(tree) => {
+                let was = tree.remove(key);
+                self.ring_again_if_empty();
+                return was;
+            }
+            Members::Ring(ring) => ring,
+        };
+        let Ok(at) = ring.binary_search(key) else { return false };
+        if at.min(ring.len() - at) <= MEMBERS_SHIFT_MAX {
+            ring.remove(at);
+        } else {
+            let mut tree: BTreeSet<QueueKey> = ring.drain(..).collect();
+            tree.remove(key);
+            *self = Members::Tree(tree);
+        }
+        true
+    }
+
+    /// The member after `key` in order.
+    pub fn after(&self, key: &QueueKey) -> Option<&QueueKey> {
+        match self {
+            Members::Ring(ring) => ring.get(ring.partition_point(|k| k <= key)),
+            Members::Tree(tree) => tree.range((Excluded(*key), Unbounded)).next(),
+        }
+    }
+
+    pub fn iter(&self) -> Box<dyn Iterator<Item = &QueueKey> + '_> {
+        match self {
+            Members::Ring(ring) => Box::new(ring.iter()),
+            Members::Tree(tree) => Box::new(tree.iter()),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Group {
     pub key: GroupKey,
-    pub members: BTreeSet<QueueKey>,
+    pub members: Members,
     /// The last answer for the group (kept while awake again, as the members' reason).
     pub verdict: Option<Verdict>,
     /// Asleep: indexed under `verdict`'s wake conditions, not considered by cycles.
@@ -283,7 +402,7 @@ impl PendingQueue {
                 gix
             }
             None => {
-                self.groups.push(Group { key, members: BTreeSet::new(), verdict: None, asleep: false });
+                self.groups.push(Group { key, members: Members::default(), verdict: None, asleep: false });
                 GroupIx(self.groups.len() as u32 - 1)
             }
         };
@@ -388,13 +507,19 @@ impl PendingQueue {
     pub fn in_order(&self) -> impl Iterator<Item = JobId> + '_ {
         // The holding jobs are one more sorted list, under a slot no group has.
         const HOLDING: GroupIx = GroupIx(u32::MAX);
-        let members = |gix: GroupIx| if gix == HOLDING { &self.holding } else { &self.group(gix).members };
+        let next_of = |gix: GroupIx, key: QueueKey| {
+            if gix == HOLDING {
+                self.holding.range((Excluded(key), Unbounded)).next()
+            } else {
+                self.group(gix).members.after(&key)
+            }
+        };
         let mut heads: BinaryHeap<Reverse<(QueueKey, GroupIx)>> =
             self.groups().map(|(gix, g)| Reverse((g.head(), gix))).collect();
         heads.extend(self.holding.first().map(|&k| Reverse((k, HOLDING))));
         std::iter::from_fn(move || {
             let Reverse((key, gix)) = heads.pop()?;
-            if let Some(&next) = members(gix).range((Excluded(key), Unbounded)).next() {
+            if let Some(&next) = next_of(gix, key) {
                 heads.push(Reverse((next, gix)));
             }
             Some(key.id)
@@ -651,6 +776,9 @@ impl PendingQueue {
                 return Err(format!("group {gix:?} is not found by its key"));
             }
             members += group.members.len();
+            if !group.members.iter().zip(group.members.iter().skip(1)).all(|(a, b)| a < b) {
+                return Err(format!("group {gix:?}'s members are not in strictly ascending order"));
+            }
             let head = group.head();
             if !group.asleep {
                 awake += 1;
@@ -715,5 +843,62 @@ impl PendingQueue {
             return Err(format!("reclaim levels counted {:?}, indexed {levels:?}", self.reclaim_levels));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::JobIx;
+    use proptest::prelude::*;
+
+    fn key(n: u64) -> QueueKey {
+        QueueKey { rank: Reverse(0), expected_ms: n / 7, submitted_at: Time(n / 3), id: JobId(n), ix: JobIx(n as u32) }
+    }
+
+    proptest! {
+        /// A member list answers as an ordered set does, whatever the order of insertions
+        /// and removals (appends, keys near either end, keys deep inside that turn it into
+        /// a tree, and lists emptied and filled again).
+        #[test]
+        fn members_are_an_ordered_set(ops in prop::collection::vec((0u8..5, 0u64..400), 1..600)) {
+            let mut members = Members::default();
+            let mut reference = BTreeSet::new();
+            let mut next = 400;
+            for (op, n) in ops {
+                match op {
+                    0 | 1 => {
+                        next += 1;
+                        prop_assert_eq!(members.insert(key(next)), reference.insert(key(next)));
+                    }
+                    2 => prop_assert_eq!(members.insert(key(n)), reference.insert(key(n))),
+                    3 => prop_assert_eq!(members.remove(&key(n)), reference.remove(&key(n))),
+                    _ => prop_assert_eq!(members.pop_first(), reference.pop_first()),
+                }
+                prop_assert_eq!(members.len(), reference.len());
+                prop_assert_eq!(members.first(), reference.first());
+                prop_assert!(members.iter().eq(reference.iter()));
+                let probe = key(n);
+                prop_assert_eq!(members.after(&probe), reference.range((Excluded(probe), Unbounded)).next());
+                if members.is_empty() {
+                    prop_assert!(matches!(members, Members::Ring(_)), "an emptied list is a ring again");
+                }
+            }
+        }
+    }
+
+    /// Keys inserted far from both ends turn a ring into a tree; keys near the ends do not.
+    #[test]
+    fn a_ring_becomes_a_tree_only_past_the_shift_bound() {
+        let mut members = Members::default();
+        for n in (0..1_000).map(|n| n * 2) {
+            assert!(members.insert(key(n)));
+        }
+        assert!(members.insert(key(2 * (MEMBERS_SHIFT_MAX as u64) - 1)), "near the front");
+        assert!(members.insert(key(2_000 - 2 * MEMBERS_SHIFT_MAX as u64 + 1)), "near the back");
+        assert!(matches!(members, Members::Ring(_)));
+        assert!(members.insert(key(1_001)), "in the middle");
+        assert!(matches!(members, Members::Tree(_)));
+        assert_eq!(members.len(), 1_003);
     }
 }
