@@ -1197,17 +1197,22 @@ fn room_level_whole(
     let entries = node.victims.as_slice();
     let mut i = 0;
     while let Some(first) = entries.get(i).filter(|e| examined(e)) {
-        let (level, level_start) = (first.priority, i);
+        let level = first.priority;
+        // The bound is weighed in the same walk: most nodes make room at their first level,
+        // and a second walk of it cost more than the lost work weighed at levels that don't.
+        let mut least_lost = u64::MAX;
         while let Some(e) = entries.get(i).filter(|e| e.priority == level && examined(e)) {
             if counts(e) {
                 gpus += e.freed.gpus;
                 cpu_millis += e.freed.cpu_millis;
                 memory_mib += e.freed.memory_mib;
+                least_lost = least_lost.min(e.lost_gpu_ms(now));
             }
             i += 1;
         }
         if demand.gpus <= gpus && demand.cpu_millis <= cpu_millis && demand.memory_mib <= memory_mib {
-            return Some((level, level_bound(&entries[level_start..i], counts, now)));
+            assert!(least_lost != u64::MAX, "a node that makes room at a level has a victim there");
+            return Some((level, least_lost));
         }
     }
     None
