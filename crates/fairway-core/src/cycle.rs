@@ -406,6 +406,7 @@ impl Scheduler {
             }
         }
         self.queue.candidates = candidates;
+        self.queue.settle_lazy_wakes();
     }
 
     /// The walk proper: awake heads and lazy candidates in queue order; returns how many
@@ -505,7 +506,7 @@ impl Scheduler {
                         }
                         continue;
                     }
-                    self.queue.wake(gix);
+                    self.queue.wake_lazily(gix);
                     blocker = first_blocker(self);
                 }
             }

@@ -289,6 +289,10 @@ pub(crate) struct Group {
     pub verdict: Option<Verdict>,
     /// Asleep: indexed under `verdict`'s wake conditions, not considered by cycles.
     pub asleep: bool,
+    /// The wake conditions it is indexed under: `verdict`'s while asleep. A group the walk
+    /// wakes keeps its entries until it fails again, when the same conditions need no new
+    /// entries, or the walk ends (`wake_lazily`).
+    indexed: Option<WakeOn>,
 }
 
 impl Group {
@@ -366,6 +370,8 @@ pub(crate) struct PendingQueue {
     /// Sleeping groups that room on a grown node may concern, in queue order: the walk
     /// asks each again if a grown node still has room for it when its turn comes.
     pub candidates: Vec<(QueueKey, GroupIx)>,
+    /// Groups the walk woke with `wake_lazily`, for `settle_lazy_wakes`.
+    lazily_woken: Vec<GroupIx>,
 }
 
 impl PendingQueue {
@@ -397,12 +403,20 @@ impl PendingQueue {
         let gix = match self.vacant.pop() {
             Some(gix) => {
                 let group = &mut self.groups[gix.0 as usize];
-                debug_assert!(group.members.is_empty() && !group.asleep && group.verdict.is_none());
+                debug_assert!(
+                    group.members.is_empty() && !group.asleep && group.verdict.is_none() && group.indexed.is_none()
+                );
                 group.key = key;
                 gix
             }
             None => {
-                self.groups.push(Group { key, members: Members::default(), verdict: None, asleep: false });
+                self.groups.push(Group {
+                    key,
+                    members: Members::default(),
+                    verdict: None,
+                    asleep: false,
+                    indexed: None,
+                });
                 GroupIx(self.groups.len() as u32 - 1)
             }
         };
@@ -444,11 +458,12 @@ impl PendingQueue {
         let was = if old_head == *key { group.members.pop_first().is_some() } else { group.members.remove(key) };
         assert!(was, "{} was not queued", key.id);
         if group.members.is_empty() {
-            if group.asleep {
-                self.unindex(gix, old_head);
-            } else {
+            if !group.asleep {
                 self.awake.remove(&(old_head, gix));
+            } else if group.blocks_strict_order() {
+                self.asleep_blocking.remove(&(old_head, gix));
             }
+            self.unindex(gix);
             // The slot becomes vacant (`live`), its group's state cleared for reuse.
             let group = &mut self.groups[gix.0 as usize];
             group.verdict = None;
@@ -530,13 +545,24 @@ impl PendingQueue {
     pub fn fail(&mut self, gix: GroupIx, verdict: Verdict) {
         let group = self.group_mut(gix);
         debug_assert!(!group.asleep, "only awake groups are considered");
-        let sleeps = matches!(verdict.wake, Wake::On(_));
+        let sleeps = match verdict.wake {
+            Wake::On(on) => Some(on),
+            Wake::NextCycle => None,
+        };
         group.verdict = Some(verdict);
-        if sleeps {
-            let head = group.head();
+        if let Some(on) = sleeps {
+            let (head, blocks, indexed) = (group.head(), group.blocks_strict_order(), group.indexed);
             group.asleep = true;
             self.awake.remove(&(head, gix));
-            self.index(gix);
+            if blocks {
+                self.asleep_blocking.insert((head, gix));
+            }
+            // Woken by the walk and failing as before (the next member of a group whose head
+            // just started, most often): its entries are still in place.
+            if indexed != Some(on) {
+                self.unindex(gix);
+                self.index(gix, on);
+            }
         }
     }
 
@@ -547,13 +573,13 @@ impl PendingQueue {
         }
     }
 
-    fn index(&mut self, gix: GroupIx) {
-        let group = self.group(gix);
-        let Some(Verdict { wake: Wake::On(on), .. }) = group.verdict.as_ref() else { unreachable!("asleep") };
-        let (on, gk, head, blocks) = (*on, group.key, group.head(), group.blocks_strict_order());
-        if blocks {
-            self.asleep_blocking.insert((head, gix));
-        }
+    /// Enter the group in the wake indexes under `on` (its head's place in
+    /// `asleep_blocking` is kept apart, by `fail` and the wakes).
+    fn index(&mut self, gix: GroupIx, on: WakeOn) {
+        let group = &mut self.groups[gix.0 as usize];
+        debug_assert!(group.indexed.is_none(), "indexed twice");
+        group.indexed = Some(on);
+        let gk = group.key;
         for q in on.quota.iter().flatten() {
             self.by_quota.insert((q.account, q.level, q.base_gpus_max, gix));
         }
@@ -581,15 +607,12 @@ impl PendingQueue {
         }
     }
 
-    /// Undo `index`; `head` is the group's head when it was last indexed.
-    fn unindex(&mut self, gix: GroupIx, head: QueueKey) {
+    /// Undo `index`, if the group is indexed.
+    fn unindex(&mut self, gix: GroupIx) {
         // The slot itself: `remove` unindexes a group whose last member just left.
-        let group = &self.groups[gix.0 as usize];
-        let Some(Verdict { wake: Wake::On(on), .. }) = group.verdict.as_ref() else { unreachable!("asleep") };
-        let (on, gk, blocks) = (*on, group.key, group.blocks_strict_order());
-        if blocks {
-            self.asleep_blocking.remove(&(head, gix));
-        }
+        let group = &mut self.groups[gix.0 as usize];
+        let Some(on) = group.indexed.take() else { return };
+        let gk = group.key;
         for q in on.quota.iter().flatten() {
             self.by_quota.remove(&(q.account, q.level, q.base_gpus_max, gix));
         }
@@ -624,10 +647,37 @@ impl PendingQueue {
     }
 
     pub fn wake(&mut self, gix: GroupIx) {
-        let head = self.group(gix).head();
-        self.unindex(gix, head);
-        self.group_mut(gix).asleep = false;
+        self.wake_lazily(gix);
+        self.lazily_woken.pop();
+        self.unindex(gix);
+    }
+
+    /// Wake a group the walk asks at once, leaving its wake entries in place: if it fails
+    /// again as before, they stand; `settle_lazy_wakes` drops those of the groups still
+    /// awake when the walk ends. Nothing reads the wake indexes during the walk (but
+    /// `asleep_blocking`, kept exact here).
+    pub fn wake_lazily(&mut self, gix: GroupIx) {
+        let group = self.group_mut(gix);
+        debug_assert!(group.asleep, "only sleeping groups wake");
+        let (head, blocks) = (group.head(), group.blocks_strict_order());
+        group.asleep = false;
+        if blocks {
+            self.asleep_blocking.remove(&(head, gix));
+        }
         self.awake.insert((head, gix));
+        self.lazily_woken.push(gix);
+    }
+
+    /// The walk is over: the groups it woke that are still awake leave the wake indexes.
+    pub fn settle_lazy_wakes(&mut self) {
+        let woken = std::mem::take(&mut self.lazily_woken);
+        for &gix in &woken {
+            if self.live(gix).is_some_and(|g| !g.asleep) {
+                self.unindex(gix);
+            }
+        }
+        self.lazily_woken = woken;
+        self.lazily_woken.clear();
     }
 
     /// Wake the sleeping groups that `changes` may concern: at once those woken by an
@@ -766,9 +816,10 @@ impl PendingQueue {
         if vacant.len() != self.vacant.len() || !empty.map(|(i, _)| GroupIx(i as u32)).eq(vacant.iter().copied()) {
             return Err("the vacant slots are not exactly the empty ones".into());
         }
-        if let Some(gix) =
-            vacant.iter().find(|g| self.groups[g.0 as usize].asleep || self.groups[g.0 as usize].verdict.is_some())
-        {
+        if let Some(gix) = vacant.iter().find(|g| {
+            let group = &self.groups[g.0 as usize];
+            group.asleep || group.verdict.is_some() || group.indexed.is_some()
+        }) {
             return Err(format!("vacant slot {gix:?} kept its group's state"));
         }
         for (gix, group) in self.groups() {
@@ -785,11 +836,17 @@ impl PendingQueue {
                 if !self.awake.contains(&(head, gix)) {
                     return Err(format!("awake group of {} not in the awake set", head.id));
                 }
+                if group.indexed.is_some() {
+                    return Err(format!("awake group of {} still indexed under its old wake conditions", head.id));
+                }
                 continue;
             }
             let Some(Verdict { wake: Wake::On(on), .. }) = &group.verdict else {
                 return Err(format!("group of {} asleep without a wake condition", head.id));
             };
+            if group.indexed != Some(*on) {
+                return Err(format!("group of {} asleep, indexed under other conditions than its verdict's", head.id));
+            }
             let gk = &group.key;
             let quota_indexed =
                 on.quota.iter().flatten().all(|q| self.by_quota.contains(&(q.account, q.level, q.base_gpus_max, gix)));
