@@ -458,6 +458,9 @@ fn gpu_program(
     if (gpus_max as u64) < u64::from(need_gpus) || k_max == 0 {
         return None;
     }
+    if need_gpus == 1 && order.iter().all(|&i| candidates[i].lost_gpu_ms > 0) {
+        return Some(vec![best_single(candidates, order)]);
+    }
     // best[g][k], row by row.
     let width = k_max + 1;
     let best = &mut buffers.table;
@@ -498,6 +501,15 @@ fn gpu_program(
     }
     let (_, _, _, p) = winner?;
     Some((0..order.len()).filter(|bit| p.taken & (1 << bit) != 0).map(|bit| order[bit]).collect())
+}
+
+/// `gpu_program` for one GPU when every candidate loses work: each candidate alone makes
+/// room and a set of several loses more than each of its members, so the best set is one
+/// candidate: the least work lost, then the fewest GPUs freed (rule 4), then (rule 5,
+/// `Partial::better_than` between two single sets) the higher id.
+fn best_single(candidates: &[NodeCandidate], order: &[usize]) -> usize {
+    let key = |i: usize| (candidates[i].lost_gpu_ms, candidates[i].freed.gpus, std::cmp::Reverse(candidates[i].id));
+    order.iter().copied().min_by_key(|&i| key(i)).expect("a candidate frees a GPU")
 }
 
 /// CPU or memory must be freed too: depth first over the candidates, least lost work first,
