@@ -327,6 +327,22 @@ pub fn best_set_on_node_with(
     if available.fits(demand) || victims_max == 0 {
         return None;
     }
+    // One level and one tenant share (a node's victims up to the level where it makes room,
+    // without fair sharing: the usual case): one floor admitting every candidate, as below
+    // but without listing levels and floors.
+    if let Some(first) = candidates.first()
+        && candidates.iter().all(|c| c.priority == first.priority && c.tenant_share == first.tenant_share)
+    {
+        let mut room = available.clone();
+        candidates.iter().for_each(|c| room.add(c));
+        if !room.fits(demand) {
+            return None;
+        }
+        let (mut victims, exactness) = best_set_up_to_level(buffers, available, demand, candidates, victims_max)?;
+        victims.sort_unstable();
+        let cost = SetCost::of_iter(victims.iter().map(|&i| &candidates[i]), available, demand);
+        return Some(NodeSet { victims, cost, exactness });
+    }
     let mut levels = std::mem::take(&mut buffers.levels);
     levels.clear();
     levels.extend(candidates.iter().map(|c| c.priority));
