@@ -411,7 +411,13 @@ impl<'a> Sim<'a> {
     fn next_time(&self, arrival: Option<u64>) -> Option<u64> {
         let timer = self.timers.peek().map(|Reverse((t, ..))| *t);
         let wakeup = self.core.next_wakeup().map(|t| t.millis()).filter(|t| *t > self.clock_ms);
-        [arrival, timer, wakeup].into_iter().flatten().min()
+        // Pairwise: asked once per cycle, where an iterator over the three cost a tenth of
+        // the loop's own work.
+        let earliest = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        earliest(earliest(arrival, timer), wakeup)
     }
 
     fn submit(&mut self, index: usize, now: Time) -> Result<(), SimError> {
