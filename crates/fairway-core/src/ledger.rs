@@ -41,9 +41,8 @@
 //! job starts or a hold is made, both checked against the cap; a job leaving lowers `C` by
 //! what it held and raises `U` by at most that.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::packing::FastMap;
 use crate::types::{AccountId, NominalQuota, Priority, Quota, ResourceKind, Resources};
 
 /// A quota account: its cap and what is charged to it. Charged = what its jobs hold
@@ -204,7 +203,8 @@ pub(crate) type Grandfathered = [Option<(AccountId, Resources)>; CHARGED_ACCOUNT
 /// accounts are never dropped.
 #[derive(Clone, Debug, Default)]
 struct Accounts {
-    by_id: FastMap<AccountId, Account>,
+    /// A fixed-key hasher: runs are reproducible down to memory layout.
+    by_id: HashMap<AccountId, Account, foldhash::fast::FixedState>,
     ids: BTreeSet<AccountId>,
 }
 
