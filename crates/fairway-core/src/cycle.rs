@@ -284,7 +284,8 @@ impl Scheduler {
     /// 3. Start preemptors whose victims have all exited, on the GPUs held for them.
     /// 4. With reservations, bring them up to date (see `plan.rs`). Walk the pending queue in
     ///    order (priority, then submit time, then id), asking each equivalence group once per
-    ///    failure (see `queue.rs`); for each job:
+    ///    failure (see `queue.rs`); nothing to walk when no group is awake and nothing that
+    ///    wakes one happened (scenario 136); for each job:
     ///    a. groups that failed before and whose wait cannot be over stay dormant (those
     ///    that room on a grown node may concern get a second look when reached); with
     ///    backfill off, the first job that cannot start blocks every job behind it;
@@ -379,6 +380,20 @@ impl Scheduler {
     /// Step 4: walk the queue in order, one equivalence group at a time (see `queue.rs`).
     fn walk_queue(&mut self, now: Time, out: &mut CycleOutcome) {
         self.blocked_by = None;
+        // Nothing awake, nothing that wakes a group, and no reservation to bring up to date
+        // (a fifth of Philly's cycles: a job joins a sleeping group): the walk would ask no
+        // one. Under strict order it would still name the first blocker.
+        if self.queue.awake.is_empty()
+            && self.changes.is_empty()
+            && self.queue.first_timed_wake().is_none_or(|at| at > now)
+            && self.plan.is_empty()
+            && self.hosting.is_empty()
+        {
+            if !self.config.policy.backfill {
+                self.blocked_by = self.first_blocker();
+            }
+            return;
+        }
         // 4a. Wake the sleeping groups that what changed since the last cycle may concern.
         self.grown_nodes.clear();
         for &id in &self.changes.grown {
@@ -424,16 +439,7 @@ impl Scheduler {
             searches_left: limits.preemption_attempts_per_cycle_max,
             victims_left: limits.victims_per_cycle_max,
         };
-        // Under strict order the first sleeping group that blocks, or the first job holding
-        // GPUs for its victims, blocks everything behind it.
-        let first_blocker = |s: &Scheduler| {
-            if !strict {
-                return None;
-            }
-            let asleep = s.queue.asleep_blocking.first().map(|&(k, gix)| (k, s.queue.group(gix).key.priority));
-            let holding = s.queue.holding.first().map(|&k| (k, s.jobs[k.ix].spec.priority));
-            [asleep, holding].into_iter().flatten().min_by_key(|(k, _)| *k)
-        };
+        let first_blocker = |s: &Scheduler| if strict { s.first_blocker() } else { None };
         let mut blocker = first_blocker(self);
         // Awake heads are taken in order from the queue's own set (a start, or a preemption
         // that makes the head hold GPUs, moves a group's head later, where the walk finds it
@@ -547,6 +553,14 @@ impl Scheduler {
             self.blocked_by = self.blocked_by.or(blocker);
         }
         next_candidate
+    }
+
+    /// Under strict order the first sleeping group that blocks, or the first job holding
+    /// GPUs for its victims, blocks everything behind it: that one, with its priority.
+    fn first_blocker(&self) -> Option<(QueueKey, Priority)> {
+        let asleep = self.queue.asleep_blocking.first().map(|&(k, gix)| (k, self.queue.group(gix).key.priority));
+        let holding = self.queue.holding.first().map(|&k| (k, self.jobs[k.ix].spec.priority));
+        [asleep, holding].into_iter().flatten().min_by_key(|(k, _)| *k)
     }
 
     /// The next job of the fair order (see `FairLevel`), loading the next priority level

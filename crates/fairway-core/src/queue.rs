@@ -329,6 +329,16 @@ impl Changes {
     pub fn room_grew(&mut self, node: NodeId) {
         self.grown.push(node);
     }
+
+    /// Nothing recorded: a wake-up pass would wake no group.
+    pub fn is_empty(&self) -> bool {
+        self.uncharged.is_empty()
+            && self.caps.is_empty()
+            && self.grown.is_empty()
+            && !self.nodes_changed
+            && !self.nodes_lost
+            && !self.plan_changed
+    }
 }
 
 #[derive(Clone, Debug, Default)]
