@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::ids::JobIx;
-use crate::model::{Job, last_progress_saved, progress_saved_at, reported_saved_at};
+use crate::model::{Job, last_progress_saved, reported_saved_at};
 use crate::types::{AccountId, GpuSet, JobId, Priority, Resources, Time};
 
 /// A running preemptible job as the victim search sees it on one node. The search reads
@@ -77,10 +77,29 @@ impl VictimEntry {
         (self.priority, self.id)
     }
 
-    /// GPU-time lost since the run's last saved progress if it stopped at `now`.
+    /// GPU-time lost since the run's last saved progress if it stopped at `now`: the
+    /// time since the later of the reported save and the interval's last boundary, that is
+    /// the shorter of the two times since (`lost_since` of `progress_saved_at`, without
+    /// going through the boundary's time: the one-replica search asks this of every victim
+    /// of every node's room level).
     pub fn lost_gpu_ms(&self, now: Time) -> u64 {
-        let saved = progress_saved_at(self.checkpoint_interval_ms, self.reported_saved_at, self.started_at, now);
-        lost_since(saved, self.gpus_total, now)
+        let interval = self.checkpoint_interval_ms;
+        let since_reported = now.ms_since(self.reported_saved_at);
+        let since_saved = if interval == 0 {
+            since_reported
+        } else {
+            let ran = now.ms_since(self.started_at);
+            // Most runs the search sees are in their first intervals: no division there.
+            let since_boundary = if ran < interval {
+                ran
+            } else if ran - interval < interval {
+                ran - interval
+            } else {
+                ran % interval
+            };
+            since_boundary.min(since_reported)
+        };
+        since_saved * u64::from(self.gpus_total.max(1))
     }
 }
 
@@ -156,4 +175,43 @@ pub(crate) fn remove_entry(list: &mut Vec<VictimEntry>, key: (Priority, JobId)) 
 pub(crate) fn entry_mut(list: &mut [VictimEntry], key: (Priority, JobId)) -> Option<&mut VictimEntry> {
     let at = list.binary_search_by_key(&key, VictimEntry::key).ok()?;
     Some(&mut list[at])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// An entry's lost work is what the job's own formula gives: the time since the
+        /// later of its reported save and its interval's last boundary, times its GPUs.
+        #[test]
+        fn an_entrys_lost_work_is_the_jobs(
+            interval in prop_oneof![Just(0u64), 1..5_000u64],
+            started in 0..20_000u64,
+            reported_after in prop_oneof![Just(None), (0..20_000u64).prop_map(Some)],
+            now_after in 0..40_000u64,
+            gpus in 0..9u32,
+        ) {
+            let started_at = Time(started);
+            let now = Time(started + now_after);
+            let last_checkpoint = reported_after.map(|r| Time(started + r));
+            let entry = VictimEntry {
+                priority: 0,
+                gpus_total: gpus,
+                freed: Resources::ZERO,
+                slots: GpuSet::EMPTY,
+                share_milli: 0,
+                project: AccountId(0),
+                protected_until: started_at,
+                started_at,
+                checkpoint_interval_ms: interval,
+                reported_saved_at: reported_saved_at(last_checkpoint, started_at),
+                id: JobId(1),
+                ix: crate::ids::JobIx(0),
+            };
+            let expected = lost_gpu_ms(Some(interval).filter(|i| *i > 0), last_checkpoint, started_at, gpus, now);
+            prop_assert_eq!(entry.lost_gpu_ms(now), expected);
+        }
+    }
 }
