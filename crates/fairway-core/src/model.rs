@@ -192,16 +192,20 @@ pub(crate) fn progress_saved_at(checkpoint_interval_ms: u64, reported: Time, sta
         return reported;
     }
     let ran = now.ms_since(started_at);
+    started_at.plus_ms(ran - since_interval_boundary(ran, interval)).max(reported)
+}
+
+/// How long since a run that has run `ran` ms last passed a multiple of `interval` (> 0).
+pub(crate) fn since_interval_boundary(ran: u64, interval: u64) -> u64 {
     // The victim search asks this of every candidate it weighs: most runs it sees are in
     // their first intervals, where subtracting spares a division.
-    let since_saved = if ran < interval {
+    if ran < interval {
         ran
     } else if ran - interval < interval {
         ran - interval
     } else {
         ran % interval
-    };
-    started_at.plus_ms(ran - since_saved).max(reported)
+    }
 }
 
 #[cfg(test)]

@@ -204,11 +204,12 @@ impl Scheduler {
         let Hosting { nodes: hosting, steps, candidates, .. } = learnt;
         let mut usable_count = 0;
         for (position, (id, version)) in self.nodes.ids_and_versions().enumerate() {
+            let node = || self.nodes.at(NodeIx(position as u32));
             // A node learnt at its present version was usable then and is as it was: the
             // node itself is read only where it changed (a node's model never does).
             let learnt_as_is = hosting.get(usable_count).is_some_and(|h| h.node == id && h.version == version);
             if !learnt_as_is {
-                if !self.nodes.at(NodeIx(position as u32)).usable_by(model) {
+                if !node().usable_by(model) {
                     continue;
                 }
                 if hosting.get(usable_count).is_none_or(|h| h.node != id) {
@@ -220,10 +221,10 @@ impl Scheduler {
             usable_count += 1;
             // A node as it was is over-booked as it was: only the earlier reservations' part
             // of its debt may have changed.
-            let over_now = if learnt_as_is { h.over } else { over(self.nodes.at(NodeIx(position as u32))) };
+            let over_now = if learnt_as_is { h.over } else { over(node()) };
             let debt = reserved_by_earlier(id).plus(over_now);
             if !learnt_as_is || h.debt != debt {
-                h.compute(self.nodes.at(NodeIx(position as u32)), debt, per_replica, replicas);
+                h.compute(node(), debt, per_replica, replicas);
                 h.over = over_now;
             }
         }

@@ -221,11 +221,20 @@ impl Members {
         if at.min(ring.len() - at) <= MEMBERS_SHIFT_MAX {
             ring.insert(at, key);
         } else {
-            let mut tree: BTreeSet<QueueKey> = ring.drain(..).collect();
-            tree.insert(key);
-            *self = Members::Tree(tree);
+            self.become_tree().insert(key);
         }
         true
+    }
+
+    /// The members as a tree, for good (see `MEMBERS_SHIFT_MAX`).
+    fn become_tree(&mut self) -> &mut BTreeSet<QueueKey> {
+        if let Members::Ring(ring) = self {
+            *self = Members::Tree(ring.drain(..).collect());
+        }
+        match self {
+            Members::Tree(tree) => tree,
+            Members::Ring(_) => unreachable!("just made a tree"),
+        }
     }
 
     pub fn pop_first(&mut self) -> Option<QueueKey> {
@@ -258,9 +267,7 @@ impl Members {
         if at.min(ring.len() - at) <= MEMBERS_SHIFT_MAX {
             ring.remove(at);
         } else {
-            let mut tree: BTreeSet<QueueKey> = ring.drain(..).collect();
-            tree.remove(key);
-            *self = Members::Tree(tree);
+            self.become_tree().remove(key);
         }
         true
     }
@@ -657,8 +664,7 @@ impl PendingQueue {
     }
 
     pub fn wake(&mut self, gix: GroupIx) {
-        self.wake_lazily(gix);
-        self.lazily_woken.pop();
+        self.rouse(gix);
         self.unindex(gix);
     }
 
@@ -667,6 +673,13 @@ impl PendingQueue {
     /// awake when the walk ends. Nothing reads the wake indexes during the walk (but
     /// `asleep_blocking`, kept exact here).
     pub fn wake_lazily(&mut self, gix: GroupIx) {
+        self.rouse(gix);
+        self.lazily_woken.push(gix);
+    }
+
+    /// A sleeping group is awake again: out of `asleep_blocking`, its head into `awake`
+    /// (its wake entries are the caller's to drop).
+    fn rouse(&mut self, gix: GroupIx) {
         let group = self.group_mut(gix);
         debug_assert!(group.asleep, "only sleeping groups wake");
         let (head, blocks) = (group.head(), group.blocks_strict_order());
@@ -675,19 +688,15 @@ impl PendingQueue {
             self.asleep_blocking.remove(&(head, gix));
         }
         self.awake.insert((head, gix));
-        self.lazily_woken.push(gix);
     }
 
     /// The walk is over: the groups it woke that are still awake leave the wake indexes.
     pub fn settle_lazy_wakes(&mut self) {
-        let woken = std::mem::take(&mut self.lazily_woken);
-        for &gix in &woken {
+        while let Some(gix) = self.lazily_woken.pop() {
             if self.live(gix).is_some_and(|g| !g.asleep) {
                 self.unindex(gix);
             }
         }
-        self.lazily_woken = woken;
-        self.lazily_woken.clear();
     }
 
     /// Wake the sleeping groups that `changes` may concern: at once those woken by an

@@ -338,10 +338,8 @@ pub fn best_set_on_node_with(
         if !room.fits(demand) {
             return None;
         }
-        let (mut victims, exactness) = best_set_up_to_level(buffers, available, demand, candidates, victims_max)?;
-        victims.sort_unstable();
-        let cost = SetCost::of_iter(victims.iter().map(|&i| &candidates[i]), available, demand);
-        return Some(NodeSet { victims, cost, exactness });
+        let (victims, exactness) = best_set_up_to_level(buffers, available, demand, candidates, victims_max)?;
+        return Some(node_set(victims, exactness, candidates, available, demand));
     }
     let mut levels = std::mem::take(&mut buffers.levels);
     levels.clear();
@@ -369,10 +367,8 @@ pub fn best_set_on_node_with(
         floors.dedup();
         for &floor in &floors {
             let best = best_above_floor(buffers, available, demand, candidates, victims_max, level, floor);
-            if let Some((mut victims, exactness)) = best {
-                victims.sort_unstable();
-                let cost = SetCost::of_iter(victims.iter().map(|&i| &candidates[i]), available, demand);
-                found = Some(NodeSet { victims, cost, exactness });
+            if let Some((victims, exactness)) = best {
+                found = Some(node_set(victims, exactness, candidates, available, demand));
                 buffers.floors = floors;
                 break 'levels;
             }
@@ -381,6 +377,19 @@ pub fn best_set_on_node_with(
     }
     buffers.levels = levels;
     found
+}
+
+/// The set of `candidates` at `victims` (indices), in index order, with its cost.
+fn node_set(
+    mut victims: Vec<usize>,
+    exactness: Exactness,
+    candidates: &[NodeCandidate],
+    available: &SearchRoom,
+    demand: Resources,
+) -> NodeSet {
+    victims.sort_unstable();
+    let cost = SetCost::of_iter(victims.iter().map(|&i| &candidates[i]), available, demand);
+    NodeSet { victims, cost, exactness }
 }
 
 /// The best set of the admitted candidates (`buffers.admitted`) below `level`, and of

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::ids::JobIx;
-use crate::model::{Job, last_progress_saved, reported_saved_at};
+use crate::model::{Job, last_progress_saved, reported_saved_at, since_interval_boundary};
 use crate::types::{AccountId, GpuSet, JobId, Priority, Resources, Time};
 
 /// A running preemptible job as the victim search sees it on one node. The search reads
@@ -85,19 +85,9 @@ impl VictimEntry {
     pub fn lost_gpu_ms(&self, now: Time) -> u64 {
         let interval = self.checkpoint_interval_ms;
         let since_reported = now.ms_since(self.reported_saved_at);
-        let since_saved = if interval == 0 {
-            since_reported
-        } else {
-            let ran = now.ms_since(self.started_at);
-            // Most runs the search sees are in their first intervals: no division there.
-            let since_boundary = if ran < interval {
-                ran
-            } else if ran - interval < interval {
-                ran - interval
-            } else {
-                ran % interval
-            };
-            since_boundary.min(since_reported)
+        let since_saved = match interval {
+            0 => since_reported,
+            _ => since_interval_boundary(now.ms_since(self.started_at), interval).min(since_reported),
         };
         since_saved * u64::from(self.gpus_total.max(1))
     }
