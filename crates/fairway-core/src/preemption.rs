@@ -96,8 +96,8 @@ use crate::search::{
     best_set_on_node_with, best_wide_set,
 };
 use crate::types::{AccountId, GpuModel, GpuSet, JobId, NodeId, Priority, Resources, Time};
-use crate::victims::VictimEntry;
 use crate::victims::VictimTallies;
+use crate::victims::{LostClock, VictimEntry};
 
 /// Whose work a preemptor may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -768,21 +768,33 @@ impl SearchView<'_> {
         let (demand, model) = (job.spec.per_replica, job.spec.gpu_model);
         scratch.ready.clear();
         scratch.shares.clear();
+        let mut clock = LostClock::new(now);
+        // The node with the lowest level, then the least bound, then the lowest position.
+        let mut first: Option<(Priority, u64, u32)> = None;
         for (i, node) in self.nodes.iter().enumerate() {
             if node.usable_by(model)
-                && let Some((level, bound)) = room_level(node, demand, examined, now, scratch.protection_waived)
+                && let Some((level, bound)) = room_level(node, demand, examined, &mut clock, scratch.protection_waived)
             {
                 scratch.ready.push((level, i as u32, Some(bound)));
+                let key = (level, bound, i as u32);
+                if first.is_none_or(|f| key < f) {
+                    first = Some(key);
+                }
             }
         }
+        let mut first_at_level = first.map(|(_, _, position)| position);
         // The lowest level first. If every node there broke the victim bound, each of them
         // is weighed again at its next level (a set that tops out higher may have fewer
         // victims), with the nodes that first make room there.
         let waived = scratch.protection_waived;
         loop {
-            let level = scratch.ready.iter().map(|(l, _, _)| *l).min()?;
+            let level = match first.take() {
+                Some((level, ..)) => level,
+                None => scratch.ready.iter().map(|(l, _, _)| *l).min()?,
+            };
             let ready = std::mem::take(&mut scratch.ready);
-            let plan = self.best_set_at_level(&ready, level, demand, examined, now, scratch);
+            let first_position = first_at_level.take();
+            let plan = self.best_set_at_level(&ready, level, first_position, demand, examined, now, scratch);
             scratch.ready = ready;
             if plan.is_some() {
                 return plan;
@@ -813,16 +825,39 @@ impl SearchView<'_> {
     /// below. The node with the least bound is weighed first; then every other node whose
     /// bound does not exceed the lost work of the best set found so far (no set elsewhere
     /// can win). Ties are broken exactly as if every node were weighed in id order.
+    ///
+    /// `first` is that node when the walk that found the levels already knows it, with
+    /// every bound (the usual case): without fair sharing the others are then read straight
+    /// from `ready`, with no list of keys.
+    #[allow(clippy::too_many_arguments)]
     fn best_set_at_level(
         &self,
         ready: &[(Priority, u32, Option<u64>)],
         level: Priority,
+        first: Option<u32>,
         demand: Resources,
-        examined: impl Fn(&VictimEntry) -> bool,
+        examined: impl Fn(&VictimEntry) -> bool + Copy,
         now: Time,
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
-        let max_victims = self.config.limits.victims_per_preemption_max as usize;
+        let mut clock = LostClock::new(now);
+        let mut best: Option<NodeSet> = None;
+        if let Some(first) = first.filter(|_| !self.fair.enabled()) {
+            self.weigh_node(first, level, demand, examined, &mut clock, scratch, &mut best);
+            for &(l, position, bound) in ready {
+                if l != level || position == first {
+                    continue;
+                }
+                let bound = bound.expect("the walk weighs every node's bound");
+                // Without fair sharing every share is 0: only rule 3's bound can rule a
+                // node out.
+                if best.as_ref().is_some_and(|b| bound > b.cost.lost_gpu_ms) {
+                    continue;
+                }
+                self.weigh_node(position, level, demand, examined, &mut clock, scratch, &mut best);
+            }
+            return self.plan_of(best, scratch);
+        }
         let waived = scratch.protection_waived;
         scratch.bounds.clear();
         let mut first = 0;
@@ -831,7 +866,7 @@ impl SearchView<'_> {
             let node = self.nodes.at(NodeIx(position));
             let bound = known.unwrap_or_else(|| {
                 counted_at_level(node, level, &examined, now, waived)
-                    .map(|e| e.lost_gpu_ms(now))
+                    .map(|e| e.lost_gpu_ms_by(&mut clock))
                     .min()
                     .expect("a node that makes room at a level has a victim there")
             });
@@ -849,7 +884,6 @@ impl SearchView<'_> {
             scratch.bounds.push(key);
         }
         assert!(!scratch.bounds.is_empty(), "a level of a ready node");
-        let mut best: Option<NodeSet> = None;
         for i in std::iter::once(first).chain((0..scratch.bounds.len()).filter(|&i| i != first)) {
             let (Reverse(share_max), bound, position) = scratch.bounds[i];
             // A node whose set cannot rank first is skipped: its set's least share at the
@@ -861,48 +895,71 @@ impl SearchView<'_> {
             if best.as_ref().is_some_and(cannot_win) {
                 continue;
             }
-            let node = self.nodes.at(NodeIx(position));
-            scratch.on_node.clear();
-            let eligible = node.victims.iter().take_while(|e| e.priority <= level && examined(e));
-            let shares = &mut scratch.shares;
-            scratch.on_node.extend(eligible.filter(|e| waived || e.protected_until <= now).map(|e| NodeVictim {
-                id: e.id,
-                ix: e.ix,
-                priority: e.priority,
-                lost_gpu_ms: e.lost_gpu_ms(now),
-                freed: e.freed,
-                tenant_share: self.share_cached(shares, e.project, now),
-                slots: e.slots,
-                share_milli: e.share_milli,
-            }));
-            scratch.candidates.clear();
-            scratch.candidates.extend(scratch.on_node.iter().map(|v| NodeCandidate {
-                id: v.id,
-                priority: v.priority,
-                lost_gpu_ms: v.lost_gpu_ms,
-                freed: v.freed,
-                tenant_share: v.tenant_share,
-                slots: v.slots,
-                share_milli: v.share_milli,
-            }));
-            let Some(set) = best_set_on_node_with(
-                &mut scratch.node_search,
-                &search_room(node, demand),
-                demand,
-                &scratch.candidates,
-                max_victims,
-            ) else {
-                continue;
-            };
-            // Rules 2 to 5 (the cost), then the lowest node id.
-            let better =
-                best.as_ref().is_none_or(|b| set.cost.cmp(&b.cost).then_with(|| node.spec.id.cmp(&b.node)).is_lt());
-            if better {
-                scratch.best.clear();
-                scratch.best.extend(set.victims.iter().map(|&i| scratch.on_node[i]));
-                best = Some(NodeSet { cost: set.cost, node: node.spec.id });
-            }
+            self.weigh_node(position, level, demand, examined, &mut clock, scratch, &mut best);
         }
+        self.plan_of(best, scratch)
+    }
+
+    /// Weighs the best minimal set on the node at `position` (its victims up to `level`)
+    /// against `best`, and keeps it (in `scratch.best`) if it ranks first: rules 2 to 5 (the
+    /// cost), then the lowest node id.
+    #[allow(clippy::too_many_arguments)]
+    fn weigh_node(
+        &self,
+        position: u32,
+        level: Priority,
+        demand: Resources,
+        examined: impl Fn(&VictimEntry) -> bool,
+        clock: &mut LostClock,
+        scratch: &mut SearchScratch,
+        best: &mut Option<NodeSet>,
+    ) {
+        let (now, waived) = (clock.now(), scratch.protection_waived);
+        let max_victims = self.config.limits.victims_per_preemption_max as usize;
+        let node = self.nodes.at(NodeIx(position));
+        scratch.on_node.clear();
+        let eligible = node.victims.iter().take_while(|e| e.priority <= level && examined(e));
+        let shares = &mut scratch.shares;
+        scratch.on_node.extend(eligible.filter(|e| waived || e.protected_until <= now).map(|e| NodeVictim {
+            id: e.id,
+            ix: e.ix,
+            priority: e.priority,
+            lost_gpu_ms: e.lost_gpu_ms_by(clock),
+            freed: e.freed,
+            tenant_share: self.share_cached(shares, e.project, now),
+            slots: e.slots,
+            share_milli: e.share_milli,
+        }));
+        scratch.candidates.clear();
+        scratch.candidates.extend(scratch.on_node.iter().map(|v| NodeCandidate {
+            id: v.id,
+            priority: v.priority,
+            lost_gpu_ms: v.lost_gpu_ms,
+            freed: v.freed,
+            tenant_share: v.tenant_share,
+            slots: v.slots,
+            share_milli: v.share_milli,
+        }));
+        let Some(set) = best_set_on_node_with(
+            &mut scratch.node_search,
+            &search_room(node, demand),
+            demand,
+            &scratch.candidates,
+            max_victims,
+        ) else {
+            return;
+        };
+        let better =
+            best.as_ref().is_none_or(|b| set.cost.cmp(&b.cost).then_with(|| node.spec.id.cmp(&b.node)).is_lt());
+        if better {
+            scratch.best.clear();
+            scratch.best.extend(set.victims.iter().map(|&i| scratch.on_node[i]));
+            *best = Some(NodeSet { cost: set.cost, node: node.spec.id });
+        }
+    }
+
+    /// The plan of the best set weighed (in `scratch.best`).
+    fn plan_of(&self, best: Option<NodeSet>, scratch: &SearchScratch) -> Option<VictimPlan> {
         let best = best?;
         let mut victims: Vec<(JobId, JobIx)> = scratch.best.iter().map(|v| (v.id, v.ix)).collect();
         victims.sort_unstable();
@@ -1152,12 +1209,13 @@ fn room_level(
     node: &Node,
     demand: Resources,
     examined: impl Fn(&VictimEntry) -> bool,
-    now: Time,
+    clock: &mut LostClock,
     waived: bool,
 ) -> Option<(Priority, u64)> {
     if counts_whole(node, demand) {
-        return room_level_whole(node, demand, examined, now, waived);
+        return room_level_whole(node, demand, examined, clock, waived);
     }
+    let now = clock.now();
     let counts = |e: &VictimEntry| waived || e.protected_until <= now;
     let mut room = search_room(node, demand);
     let entries = &node.victims;
@@ -1174,7 +1232,7 @@ fn room_level(
             // The lost work is weighed only at the level that makes room: most nodes a
             // search walks make room at their first level or never.
             if room.fits(demand) {
-                return Some((e.priority, level_bound(&entries[level_start..=i], counts, now)));
+                return Some((e.priority, level_bound(&entries[level_start..=i], counts, clock)));
             }
             level_start = i + 1;
         }
@@ -1188,9 +1246,10 @@ fn room_level_whole(
     node: &Node,
     demand: Resources,
     examined: impl Fn(&VictimEntry) -> bool,
-    now: Time,
+    clock: &mut LostClock,
     waived: bool,
 ) -> Option<(Priority, u64)> {
+    let now = clock.now();
     let counts = |e: &VictimEntry| waived || e.protected_until <= now;
     let free = node.available();
     let (mut gpus, mut cpu_millis, mut memory_mib) = (free.gpus, free.cpu_millis, free.memory_mib);
@@ -1206,7 +1265,7 @@ fn room_level_whole(
                 gpus += e.freed.gpus;
                 cpu_millis += e.freed.cpu_millis;
                 memory_mib += e.freed.memory_mib;
-                least_lost = least_lost.min(e.lost_gpu_ms(now));
+                least_lost = least_lost.min(e.lost_gpu_ms_by(clock));
             }
             i += 1;
         }
@@ -1220,7 +1279,7 @@ fn room_level_whole(
 
 /// The least work lost at `now` by the entries of the level where a node makes room, of
 /// those that count (the node's bound in `best_set_at_level`).
-fn level_bound(level: &[VictimEntry], counts: impl Fn(&VictimEntry) -> bool, now: Time) -> u64 {
-    let lost = level.iter().filter(|e| counts(e)).map(|e| e.lost_gpu_ms(now));
+fn level_bound(level: &[VictimEntry], counts: impl Fn(&VictimEntry) -> bool, clock: &mut LostClock) -> u64 {
+    let lost = level.iter().filter(|e| counts(e)).map(|e| e.lost_gpu_ms_by(clock));
     lost.min().expect("a node that makes room at a level has a victim there")
 }

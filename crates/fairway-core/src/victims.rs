@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::ids::JobIx;
-use crate::model::{Job, last_progress_saved, reported_saved_at, since_interval_boundary};
+use crate::model::{Job, last_progress_saved, reported_saved_at};
 use crate::types::{AccountId, GpuSet, JobId, Priority, Resources, Time};
 
 /// A running preemptible job as the victim search sees it on one node. The search reads
@@ -35,7 +35,10 @@ pub(crate) struct VictimEntry {
     pub project: AccountId,
     /// Not a victim before this (rule 1: its minimum run, its hourly maximum of preemptions).
     pub protected_until: Time,
-    pub started_at: Time,
+    /// Where in its checkpoint interval the run started (its start modulo the interval; 0
+    /// without one): the time since the interval's last boundary is then the distance from
+    /// this phase to `now`'s (see `LostClock`).
+    pub started_phase_ms: u64,
     /// The job's checkpoint interval hint; 0 when it has none.
     pub checkpoint_interval_ms: u64,
     /// The latest checkpoint reported during this run, or its start.
@@ -57,7 +60,7 @@ impl VictimEntry {
             slots,
             share_milli: job.spec.per_replica.gpu_milli,
             project: job.spec.project,
-            started_at,
+            started_phase_ms: job.spec.checkpoint_interval_ms.map_or(0, |i| started_at.millis() % i),
             checkpoint_interval_ms: job.spec.checkpoint_interval_ms.unwrap_or(0),
             reported_saved_at: reported_saved_at(job.last_checkpoint, started_at),
             protected_until: job.protected_until(started_at),
@@ -83,13 +86,58 @@ impl VictimEntry {
     /// going through the boundary's time: the one-replica search asks this of every victim
     /// of every node's room level).
     pub fn lost_gpu_ms(&self, now: Time) -> u64 {
+        self.lost_gpu_ms_by(&mut LostClock::new(now))
+    }
+
+    /// `lost_gpu_ms` at the clock's `now`, its phase in this entry's interval from the clock.
+    pub fn lost_gpu_ms_by(&self, clock: &mut LostClock) -> u64 {
         let interval = self.checkpoint_interval_ms;
-        let since_reported = now.ms_since(self.reported_saved_at);
+        let since_reported = clock.now.ms_since(self.reported_saved_at);
         let since_saved = match interval {
             0 => since_reported,
-            _ => since_interval_boundary(now.ms_since(self.started_at), interval).min(since_reported),
+            _ => {
+                let now_phase = clock.phase_in(interval);
+                // The run's phase is `now`'s less the time since the last boundary, modulo
+                // the interval (a run never starts after `now`).
+                let since_boundary = if now_phase >= self.started_phase_ms {
+                    now_phase - self.started_phase_ms
+                } else {
+                    now_phase + interval - self.started_phase_ms
+                };
+                since_boundary.min(since_reported)
+            }
         };
         since_saved * u64::from(self.gpus_total.max(1))
+    }
+}
+
+/// `now` and its phase in the checkpoint interval last asked about. The one-replica search
+/// weighs the lost work of every node's lowest victims at one `now`, nearly all with one
+/// interval: one division then serves the whole search, where one per victim was a tenth
+/// of its time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LostClock {
+    now: Time,
+    interval_ms: u64,
+    now_phase_ms: u64,
+}
+
+impl LostClock {
+    pub fn new(now: Time) -> LostClock {
+        LostClock { now, interval_ms: 0, now_phase_ms: 0 }
+    }
+
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// `now` modulo `interval_ms` (not 0).
+    fn phase_in(&mut self, interval_ms: u64) -> u64 {
+        if interval_ms != self.interval_ms {
+            self.interval_ms = interval_ms;
+            self.now_phase_ms = self.now.millis() % interval_ms;
+        }
+        self.now_phase_ms
     }
 }
 
@@ -182,6 +230,7 @@ mod tests {
             reported_after in prop_oneof![Just(None), (0..20_000u64).prop_map(Some)],
             now_after in 0..40_000u64,
             gpus in 0..9u32,
+            other_interval in 1..5_000u64,
         ) {
             let started_at = Time(started);
             let now = Time(started + now_after);
@@ -194,7 +243,7 @@ mod tests {
                 share_milli: 0,
                 project: AccountId(0),
                 protected_until: started_at,
-                started_at,
+                started_phase_ms: if interval > 0 { started % interval } else { 0 },
                 checkpoint_interval_ms: interval,
                 reported_saved_at: reported_saved_at(last_checkpoint, started_at),
                 id: JobId(1),
@@ -202,6 +251,16 @@ mod tests {
             };
             let expected = lost_gpu_ms(Some(interval).filter(|i| *i > 0), last_checkpoint, started_at, gpus, now);
             prop_assert_eq!(entry.lost_gpu_ms(now), expected);
+            // With a clock that was last asked about another interval, and then again.
+            let mut clock = LostClock::new(now);
+            let other = VictimEntry {
+                checkpoint_interval_ms: other_interval,
+                started_phase_ms: started % other_interval,
+                ..entry
+            };
+            let _ = other.lost_gpu_ms_by(&mut clock);
+            prop_assert_eq!(entry.lost_gpu_ms_by(&mut clock), expected);
+            prop_assert_eq!(entry.lost_gpu_ms_by(&mut clock), expected);
         }
     }
 }
