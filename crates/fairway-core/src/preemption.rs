@@ -96,8 +96,7 @@ use crate::search::{
     best_set_on_node_with, best_wide_set,
 };
 use crate::types::{AccountId, GpuModel, GpuSet, JobId, NodeId, Priority, Resources, Time};
-use crate::victims::VictimTallies;
-use crate::victims::{LostClock, VictimEntry};
+use crate::victims::{LostClock, VictimEntry, VictimTallies};
 
 /// Whose work a preemptor may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -782,18 +781,18 @@ impl SearchView<'_> {
                 }
             }
         }
-        let mut first_at_level = first.map(|(_, _, position)| position);
+        // Known for the lowest level only: the levels after it are weighed afresh.
+        let mut first = first.map(|(level, _, position)| (level, position));
         // The lowest level first. If every node there broke the victim bound, each of them
         // is weighed again at its next level (a set that tops out higher may have fewer
         // victims), with the nodes that first make room there.
         let waived = scratch.protection_waived;
         loop {
-            let level = match first.take() {
-                Some((level, ..)) => level,
-                None => scratch.ready.iter().map(|(l, _, _)| *l).min()?,
+            let (level, first_position) = match first.take() {
+                Some((level, position)) => (level, Some(position)),
+                None => (scratch.ready.iter().map(|(l, _, _)| *l).min()?, None),
             };
             let ready = std::mem::take(&mut scratch.ready);
-            let first_position = first_at_level.take();
             let plan = self.best_set_at_level(&ready, level, first_position, demand, examined, now, scratch);
             scratch.ready = ready;
             if plan.is_some() {
