@@ -176,36 +176,25 @@ pub(crate) fn last_progress_saved(
     now: Time,
 ) -> Time {
     let reported = reported_saved_at(last_checkpoint, started_at);
-    progress_saved_at(checkpoint_interval_ms.unwrap_or(0), reported, started_at, now)
-}
-
-/// The latest checkpoint reported during a run started at `started_at`, or its start.
-pub(crate) fn reported_saved_at(last_checkpoint: Option<Time>, started_at: Time) -> Time {
-    last_checkpoint.filter(|t| *t >= started_at).unwrap_or(started_at)
-}
-
-/// `last_progress_saved` with its inputs flattened as the victim lists keep them (an
-/// interval of 0 is no hint; `reported` from `reported_saved_at`).
-pub(crate) fn progress_saved_at(checkpoint_interval_ms: u64, reported: Time, started_at: Time, now: Time) -> Time {
-    let interval = checkpoint_interval_ms;
-    if interval == 0 {
+    let Some(interval) = checkpoint_interval_ms.filter(|i| *i > 0) else {
         return reported;
-    }
+    };
     let ran = now.ms_since(started_at);
-    started_at.plus_ms(ran - since_interval_boundary(ran, interval)).max(reported)
-}
-
-/// How long since a run that has run `ran` ms last passed a multiple of `interval` (> 0).
-pub(crate) fn since_interval_boundary(ran: u64, interval: u64) -> u64 {
-    // The victim search asks this of every candidate it weighs: most runs it sees are in
+    // Gang and quota searches ask this of every candidate they weigh: most runs are in
     // their first intervals, where subtracting spares a division.
-    if ran < interval {
+    let since_boundary = if ran < interval {
         ran
     } else if ran - interval < interval {
         ran - interval
     } else {
         ran % interval
-    }
+    };
+    started_at.plus_ms(ran - since_boundary).max(reported)
+}
+
+/// The latest checkpoint reported during a run started at `started_at`, or its start.
+pub(crate) fn reported_saved_at(last_checkpoint: Option<Time>, started_at: Time) -> Time {
+    last_checkpoint.filter(|t| *t >= started_at).unwrap_or(started_at)
 }
 
 #[cfg(test)]

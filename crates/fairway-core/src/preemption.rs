@@ -793,7 +793,7 @@ impl SearchView<'_> {
                 None => (scratch.ready.iter().map(|(l, _, _)| *l).min()?, None),
             };
             let ready = std::mem::take(&mut scratch.ready);
-            let plan = self.best_set_at_level(&ready, level, first_position, demand, examined, now, scratch);
+            let plan = self.best_set_at_level(&ready, level, first_position, demand, examined, &mut clock, scratch);
             scratch.ready = ready;
             if plan.is_some() {
                 return plan;
@@ -836,13 +836,13 @@ impl SearchView<'_> {
         first: Option<u32>,
         demand: Resources,
         examined: impl Fn(&VictimEntry) -> bool + Copy,
-        now: Time,
+        clock: &mut LostClock,
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
-        let mut clock = LostClock::new(now);
+        let now = clock.now();
         let mut best: Option<NodeSet> = None;
         if let Some(first) = first.filter(|_| !self.fair.enabled()) {
-            self.weigh_node(first, level, demand, examined, &mut clock, scratch, &mut best);
+            self.weigh_node(first, level, demand, examined, clock, scratch, &mut best);
             for &(l, position, bound) in ready {
                 if l != level || position == first {
                     continue;
@@ -853,7 +853,7 @@ impl SearchView<'_> {
                 if best.as_ref().is_some_and(|b| bound > b.cost.lost_gpu_ms) {
                     continue;
                 }
-                self.weigh_node(position, level, demand, examined, &mut clock, scratch, &mut best);
+                self.weigh_node(position, level, demand, examined, clock, scratch, &mut best);
             }
             return self.plan_of(best, scratch);
         }
@@ -865,7 +865,7 @@ impl SearchView<'_> {
             let node = self.nodes.at(NodeIx(position));
             let bound = known.unwrap_or_else(|| {
                 counted_at_level(node, level, &examined, now, waived)
-                    .map(|e| e.lost_gpu_ms_by(&mut clock))
+                    .map(|e| e.lost_gpu_ms_by(clock))
                     .min()
                     .expect("a node that makes room at a level has a victim there")
             });
@@ -894,7 +894,7 @@ impl SearchView<'_> {
             if best.as_ref().is_some_and(cannot_win) {
                 continue;
             }
-            self.weigh_node(position, level, demand, examined, &mut clock, scratch, &mut best);
+            self.weigh_node(position, level, demand, examined, clock, scratch, &mut best);
         }
         self.plan_of(best, scratch)
     }

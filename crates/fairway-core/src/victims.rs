@@ -82,9 +82,9 @@ impl VictimEntry {
 
     /// GPU-time lost since the run's last saved progress if it stopped at `now`: the
     /// time since the later of the reported save and the interval's last boundary, that is
-    /// the shorter of the two times since (`lost_since` of `progress_saved_at`, without
-    /// going through the boundary's time: the one-replica search asks this of every victim
-    /// of every node's room level).
+    /// the shorter of the two times since (the free `lost_gpu_ms`, without going through
+    /// the boundary's time: the one-replica search asks this of every victim of every
+    /// node's room level).
     pub fn lost_gpu_ms(&self, now: Time) -> u64 {
         self.lost_gpu_ms_by(&mut LostClock::new(now))
     }
