@@ -348,6 +348,11 @@ impl Nodes {
         Ok(())
     }
 
+    /// The nodes' versions, in node order (see `versions`).
+    pub fn versions(&self) -> &[u64] {
+        &self.versions
+    }
+
     /// The nodes' ids and versions, in node order (see `versions`).
     pub fn ids_and_versions(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
         self.ids.iter().copied().zip(self.versions.iter().copied())

@@ -84,6 +84,15 @@ pub(crate) struct Hosting {
     /// The shape `nodes` was learnt for (`plan_shape`).
     shape: Option<PlanShape>,
     nodes: Vec<NodeHosting>,
+    /// The position among the cluster's nodes of each of `nodes`.
+    positions: Vec<u32>,
+    /// Every node's version (`Nodes::versions`) when `nodes` was last brought up to date;
+    /// empty when nothing was learnt for this shape.
+    seen: Vec<u64>,
+    /// The nodes earlier reservations took a part of then.
+    taken_nodes: Vec<NodeId>,
+    /// Scratch of `learn_nodes`: the positions to read again.
+    revisit: Vec<u32>,
     steps: Vec<Time>,
     candidates: Vec<Candidate>,
 }
@@ -101,6 +110,7 @@ impl Hosting {
             for h in &mut self.nodes {
                 h.version = u64::MAX;
             }
+            self.seen.clear();
             self.shape = Some(shape);
         }
     }
@@ -178,57 +188,10 @@ impl Scheduler {
     fn shadow(&self, ix: JobIx, taken: &[Planned], now: Time, learnt: &mut Hosting) -> Option<Planned> {
         let job = &self.jobs[ix];
         let shape = plan_shape(&job.spec);
-        let (per_replica, replicas, model) = shape;
+        let (per_replica, replicas, _) = shape;
         learnt.learn_for(shape);
-        let reserved_by_earlier = |node: NodeId| {
-            taken
-                .iter()
-                .flat_map(|p| p.nodes.iter())
-                .filter(|(n, ..)| *n == node)
-                .fold(Resources::ZERO, |t, (_, r, _)| t.plus(*r))
-        };
-        // A node's CPU and memory may be over-booked while victims leave (their preemptor's
-        // hold counts apart): what is over is owed too.
-        let over = |n: &crate::cluster::Node| {
-            let booked = n.used.plus(n.reserved);
-            let cap = n.spec.capacity;
-            Resources::new(
-                0,
-                booked.cpu_millis.saturating_sub(cap.cpu_millis),
-                booked.memory_mib.saturating_sub(cap.memory_mib),
-            )
-        };
-        // The usable nodes in id order, each reusing what was learnt of it if it is as it was
-        // (in place, in one pass: the usable nodes rarely change; from the first position
-        // where they did, the nodes are learnt afresh).
+        self.learn_nodes(learnt, taken, shape);
         let Hosting { nodes: hosting, steps, candidates, .. } = learnt;
-        let mut usable_count = 0;
-        for (position, (id, version)) in self.nodes.ids_and_versions().enumerate() {
-            let node = || self.nodes.at(NodeIx(position as u32));
-            // A node learnt at its present version was usable then and is as it was: the
-            // node itself is read only where it changed (a node's model never does).
-            let learnt_as_is = hosting.get(usable_count).is_some_and(|h| h.node == id && h.version == version);
-            if !learnt_as_is {
-                if !node().usable_by(model) {
-                    continue;
-                }
-                if hosting.get(usable_count).is_none_or(|h| h.node != id) {
-                    hosting.truncate(usable_count);
-                    hosting.push(NodeHosting::empty());
-                }
-            }
-            let h = &mut hosting[usable_count];
-            usable_count += 1;
-            // A node as it was is over-booked as it was: only the earlier reservations' part
-            // of its debt may have changed.
-            let over_now = if learnt_as_is { h.over } else { over(node()) };
-            let debt = reserved_by_earlier(id).plus(over_now);
-            if !learnt_as_is || h.debt != debt {
-                h.compute(node(), debt, per_replica, replicas);
-                h.over = over_now;
-            }
-        }
-        hosting.truncate(usable_count);
         let nth = (replicas as usize).checked_sub(1)?;
         let hosted_now: usize = hosting.iter().map(|h| h.hosted_now as usize).sum();
         let room_now = hosted_now > nth;
@@ -270,6 +233,86 @@ impl Scheduler {
             })
             .collect();
         Some(Planned { id: job.spec.id, ix, key: job.key, at, nodes })
+    }
+
+    /// Bring what `learnt` knows of each usable node up to date for a job of `shape`,
+    /// earlier reservations (`taken`) keeping their part of each node.
+    ///
+    /// Every node's version is unique to its state (`Nodes::version`), so a node whose
+    /// version is the one seen at the last computation is as it was then. When the nodes
+    /// are the ones seen then, only those that changed and those an earlier reservation
+    /// takes a part of (now or then) are read: nodes change at nearly every event, but one
+    /// or two at a time, and a walk over every usable node at every cycle was the
+    /// reservations' largest cost with everything on. Otherwise every node is walked.
+    fn learn_nodes(&self, learnt: &mut Hosting, taken: &[Planned], shape: PlanShape) {
+        let versions = self.nodes.versions();
+        let seen_all = learnt.seen.len() == versions.len() && learnt.positions.len() == learnt.nodes.len();
+        let mut revisit = std::mem::take(&mut learnt.revisit);
+        revisit.clear();
+        if seen_all {
+            revisit.extend(
+                versions.iter().zip(&learnt.seen).enumerate().filter(|(_, (v, s))| v != s).map(|(i, _)| i as u32),
+            );
+            let taken_now = taken.iter().flat_map(|p| p.nodes.iter().map(|(n, ..)| *n));
+            for node in learnt.taken_nodes.iter().copied().chain(taken_now) {
+                revisit.extend(self.nodes.ix_of(node).map(|ix| ix.0));
+            }
+            revisit.sort_unstable();
+            revisit.dedup();
+        }
+        let learnt_in_place = seen_all && self.learn_changed(learnt, &revisit, taken, shape);
+        if !learnt_in_place {
+            self.learn_every_node(learnt, taken, shape);
+        }
+        learnt.revisit = revisit;
+        learnt.seen.clear();
+        learnt.seen.extend_from_slice(versions);
+        learnt.taken_nodes.clear();
+        learnt.taken_nodes.extend(taken.iter().flat_map(|p| p.nodes.iter().map(|(n, ..)| *n)));
+    }
+
+    /// `learn_nodes` where only the nodes at `revisit` (positions) may have changed: each
+    /// brought up to date in place. `false`, with nothing changed, when one of them became
+    /// usable or stopped being usable (the usable nodes are then walked again).
+    fn learn_changed(&self, learnt: &mut Hosting, revisit: &[u32], taken: &[Planned], shape: PlanShape) -> bool {
+        let slot_of = |position: u32| learnt.positions.binary_search(&position).ok();
+        let usable = |position: u32| self.nodes.at(NodeIx(position)).usable_by(shape.2);
+        if revisit.iter().any(|&position| slot_of(position).is_some() != usable(position)) {
+            return false;
+        }
+        for &position in revisit {
+            if let Ok(k) = learnt.positions.binary_search(&position) {
+                bring_up_to_date(&mut learnt.nodes[k], self.nodes.at(NodeIx(position)), taken, shape);
+            }
+        }
+        true
+    }
+
+    /// `learn_nodes` over every node: the usable ones in id order, each reusing what was
+    /// learnt of it if it is as it was (in place, in one pass: the usable nodes rarely
+    /// change; from the first position where they did, the nodes are learnt afresh).
+    fn learn_every_node(&self, learnt: &mut Hosting, taken: &[Planned], shape: PlanShape) {
+        let Hosting { nodes: hosting, positions, .. } = learnt;
+        positions.clear();
+        let mut usable_count = 0;
+        for (position, (id, version)) in self.nodes.ids_and_versions().enumerate() {
+            let node = self.nodes.at(NodeIx(position as u32));
+            // A node learnt at its present version was usable then and is as it was.
+            let learnt_as_is = hosting.get(usable_count).is_some_and(|h| h.node == id && h.version == version);
+            if !learnt_as_is {
+                if !node.usable_by(shape.2) {
+                    continue;
+                }
+                if hosting.get(usable_count).is_none_or(|h| h.node != id) {
+                    hosting.truncate(usable_count);
+                    hosting.push(NodeHosting::empty());
+                }
+            }
+            bring_up_to_date(&mut hosting[usable_count], node, taken, shape);
+            positions.push(position as u32);
+            usable_count += 1;
+        }
+        hosting.truncate(usable_count);
     }
 
     /// Running jobs past their expected end get a new one, as of `now` (`estimate.rs`):
@@ -548,4 +591,37 @@ impl Scheduler {
             self.changes.plan_changed = true;
         }
     }
+}
+
+/// What `h` learnt of `node` (a usable node), brought up to date: computed again unless the
+/// node is at the version learnt and earlier reservations (`taken`) take of it what they
+/// took then.
+fn bring_up_to_date(h: &mut NodeHosting, node: &crate::cluster::Node, taken: &[Planned], shape: PlanShape) {
+    let (per_replica, replicas, _) = shape;
+    let learnt_as_is = h.node == node.spec.id && h.version == node.version;
+    // A node as it was is over-booked as it was: only the earlier reservations' part of its
+    // debt may have changed.
+    let over_now = if learnt_as_is { h.over } else { over_booked(node) };
+    let reserved_by_earlier = taken
+        .iter()
+        .flat_map(|p| p.nodes.iter())
+        .filter(|(n, ..)| *n == node.spec.id)
+        .fold(Resources::ZERO, |t, (_, r, _)| t.plus(*r));
+    let debt = reserved_by_earlier.plus(over_now);
+    if !learnt_as_is || h.debt != debt {
+        h.compute(node, debt, per_replica, replicas);
+        h.over = over_now;
+    }
+}
+
+/// A node's CPU and memory may be over-booked while victims leave (their preemptor's hold
+/// counts apart): what is over is owed too.
+fn over_booked(n: &crate::cluster::Node) -> Resources {
+    let booked = n.used.plus(n.reserved);
+    let cap = n.spec.capacity;
+    Resources::new(
+        0,
+        booked.cpu_millis.saturating_sub(cap.cpu_millis),
+        booked.memory_mib.saturating_sub(cap.memory_mib),
+    )
 }
