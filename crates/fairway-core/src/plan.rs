@@ -86,6 +86,10 @@ pub(crate) struct Hosting {
     nodes: Vec<NodeHosting>,
     /// The position among the cluster's nodes of each of `nodes`.
     positions: Vec<u32>,
+    /// Each of `nodes`' `hosted_now` and `first_step`, kept apart: every computation reads
+    /// them for every node, the rest only for the few that change or host a replica.
+    hosted: Vec<u32>,
+    first_steps: Vec<Option<Time>>,
     /// Every node's version (`Nodes::versions`) when `nodes` was last brought up to date;
     /// empty when nothing was learnt for this shape.
     seen: Vec<u64>,
@@ -167,6 +171,11 @@ impl NodeHosting {
         }
     }
 
+    /// Its first step: the ends it could host one more replica at are in order.
+    fn first_step(&self) -> Option<Time> {
+        self.steps.first().copied()
+    }
+
     /// Its free room at `at` (not before `now`): every job expected to end by then has left.
     fn free_at(&self, at: Time) -> Resources {
         match self.free_after.partition_point(|e| e.0 <= at) {
@@ -191,12 +200,15 @@ impl Scheduler {
         let (per_replica, replicas, _) = shape;
         learnt.learn_for(shape);
         self.learn_nodes(learnt, taken, shape);
-        let Hosting { nodes: hosting, steps, candidates, .. } = learnt;
+        let Hosting { nodes: hosting, hosted, first_steps, steps, candidates, .. } = learnt;
         let nth = (replicas as usize).checked_sub(1)?;
-        let hosted_now: usize = hosting.iter().map(|h| h.hosted_now as usize).sum();
+        let hosted_now: usize = hosted.iter().map(|h| *h as usize).sum();
         let room_now = hosted_now > nth;
         let at = if room_now {
             now
+        } else if nth == hosted_now {
+            // One more replica: the earliest step of any node (each node's are in order).
+            (*first_steps.iter().flatten().min()?).max(now)
         } else {
             steps.clear();
             steps.extend(hosting.iter().flat_map(|h| h.steps.iter().map(|t| (*t).max(now))));
@@ -211,8 +223,8 @@ impl Scheduler {
         // others hold no replica, so `choose_nodes` would pass them over: most nodes, when a
         // gang waits for a few of them to free up.
         candidates.clear();
-        for h in hosting.iter() {
-            let hosts_then = h.hosted_now > 0 || (!room_now && h.steps.first().is_some_and(|step| *step <= at));
+        for (k, h) in hosting.iter().enumerate() {
+            let hosts_then = hosted[k] > 0 || (!room_now && first_steps[k].is_some_and(|step| step <= at));
             if !hosts_then {
                 continue;
             }
@@ -283,6 +295,8 @@ impl Scheduler {
         for &position in revisit {
             if let Ok(k) = learnt.positions.binary_search(&position) {
                 bring_up_to_date(&mut learnt.nodes[k], self.nodes.at(NodeIx(position)), taken, shape);
+                learnt.hosted[k] = learnt.nodes[k].hosted_now;
+                learnt.first_steps[k] = learnt.nodes[k].first_step();
             }
         }
         true
@@ -292,7 +306,7 @@ impl Scheduler {
     /// learnt of it if it is as it was (in place, in one pass: the usable nodes rarely
     /// change; from the first position where they did, the nodes are learnt afresh).
     fn learn_every_node(&self, learnt: &mut Hosting, taken: &[Planned], shape: PlanShape) {
-        let Hosting { nodes: hosting, positions, .. } = learnt;
+        let Hosting { nodes: hosting, positions, hosted, first_steps, .. } = learnt;
         positions.clear();
         let mut usable_count = 0;
         for (position, (id, version)) in self.nodes.ids_and_versions().enumerate() {
@@ -313,6 +327,10 @@ impl Scheduler {
             usable_count += 1;
         }
         hosting.truncate(usable_count);
+        hosted.clear();
+        hosted.extend(hosting.iter().map(|h| h.hosted_now));
+        first_steps.clear();
+        first_steps.extend(hosting.iter().map(NodeHosting::first_step));
     }
 
     /// Running jobs past their expected end get a new one, as of `now` (`estimate.rs`):
