@@ -445,14 +445,27 @@ impl Scheduler {
             if !self.still_reserving(p) {
                 continue;
             }
-            // What the last computation of the reservation learnt of the nodes.
-            let mut hosting = self.hosting.remove(&p.id).unwrap_or_else(|| self.fresh_hosting(p.ix));
+            // What the last computation of the reservation learnt of the nodes, taken out of
+            // its entry and put back (the map keeps its shape: this runs at nearly every
+            // cycle with reservations on).
+            let mut hosting = match self.hosting.get_mut(&p.id) {
+                Some(kept) => std::mem::take(kept),
+                None => self.fresh_hosting(p.ix),
+            };
             match self.shadow(p.ix, &self.plan, now, &mut hosting) {
                 Some(fresh) => {
                     self.plan.push(fresh);
-                    self.hosting.insert(p.id, hosting);
+                    match self.hosting.get_mut(&p.id) {
+                        Some(kept) => *kept = hosting,
+                        None => {
+                            self.hosting.insert(p.id, hosting);
+                        }
+                    }
                 }
-                None => self.retire_hosting(hosting),
+                None => {
+                    self.hosting.remove(&p.id);
+                    self.retire_hosting(hosting);
+                }
             }
         }
         // Those of reservations gone serve the next ones.
