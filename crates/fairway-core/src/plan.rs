@@ -265,8 +265,7 @@ impl Scheduler {
             revisit.extend(
                 versions.iter().zip(&learnt.seen).enumerate().filter(|(_, (v, s))| v != s).map(|(i, _)| i as u32),
             );
-            let taken_now = taken.iter().flat_map(|p| p.nodes.iter().map(|(n, ..)| *n));
-            for node in learnt.taken_nodes.iter().copied().chain(taken_now) {
+            for node in learnt.taken_nodes.iter().copied().chain(nodes_of(taken)) {
                 revisit.extend(self.nodes.ix_of(node).map(|ix| ix.0));
             }
             revisit.sort_unstable();
@@ -280,7 +279,7 @@ impl Scheduler {
         learnt.seen.clear();
         learnt.seen.extend_from_slice(versions);
         learnt.taken_nodes.clear();
-        learnt.taken_nodes.extend(taken.iter().flat_map(|p| p.nodes.iter().map(|(n, ..)| *n)));
+        learnt.taken_nodes.extend(nodes_of(taken));
     }
 
     /// `learn_nodes` where only the nodes at `revisit` (positions) may have changed: each
@@ -622,6 +621,11 @@ impl Scheduler {
             self.changes.plan_changed = true;
         }
     }
+}
+
+/// The nodes reservations take a part of (a node once per reservation on it).
+fn nodes_of(plan: &[Planned]) -> impl Iterator<Item = NodeId> + '_ {
+    plan.iter().flat_map(|p| p.nodes.iter().map(|(n, ..)| *n))
 }
 
 /// What `h` learnt of `node` (a usable node), brought up to date: computed again unless the
