@@ -51,6 +51,8 @@ impl VictimEntry {
     /// The entry of `job`, running since `started_at`, on a node where it holds `freed` on
     /// `slots`.
     pub fn new(job: &Job, ix: JobIx, started_at: Time, freed: Resources, slots: GpuSet) -> VictimEntry {
+        // An interval of 0 is no hint, as none (`last_progress_saved`).
+        let interval = job.spec.checkpoint_interval_ms.unwrap_or(0);
         VictimEntry {
             priority: job.spec.priority,
             ix,
@@ -60,8 +62,8 @@ impl VictimEntry {
             slots,
             share_milli: job.spec.per_replica.gpu_milli,
             project: job.spec.project,
-            started_phase_ms: job.spec.checkpoint_interval_ms.map_or(0, |i| started_at.millis() % i),
-            checkpoint_interval_ms: job.spec.checkpoint_interval_ms.unwrap_or(0),
+            started_phase_ms: started_at.millis().checked_rem(interval).unwrap_or(0),
+            checkpoint_interval_ms: interval,
             reported_saved_at: reported_saved_at(job.last_checkpoint, started_at),
             protected_until: job.protected_until(started_at),
             gpus_total: job.spec.gpu_slots(),

@@ -171,7 +171,8 @@ fn job_shape() -> impl Strategy<Value = JobShape> {
             prop::bool::weighted(0.9),
             prop::bool::weighted(0.05),
             prop_oneof![Just(0u64), Just(10), Just(30)],
-            prop_oneof![3 => Just(None), 1 => (1..40u64).prop_map(Some)],
+            // An interval of 0 is no hint, but the core accepts it as given.
+            prop_oneof![12 => Just(None), 1 => Just(Some(0)), 4 => (1..40u64).prop_map(Some)],
             prop_oneof![4 => Just(None), 1 => (0..120u64).prop_map(Some)],
             prop_oneof![4 => Just(None), 1 => (0..200u64).prop_map(Some)],
         ),
