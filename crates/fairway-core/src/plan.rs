@@ -292,7 +292,7 @@ impl Scheduler {
             return false;
         }
         for &position in revisit {
-            if let Ok(k) = learnt.positions.binary_search(&position) {
+            if let Some(k) = slot_of(position) {
                 bring_up_to_date(&mut learnt.nodes[k], self.nodes.at(NodeIx(position)), taken, shape);
                 learnt.hosted[k] = learnt.nodes[k].hosted_now;
                 learnt.first_steps[k] = learnt.nodes[k].first_step();
