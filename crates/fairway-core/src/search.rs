@@ -764,8 +764,9 @@ impl WideSearch {
 /// Rule 2 first, as on one node: candidates are admitted level by level, and at the first
 /// level where all of them together make room, a branch and bound ranks the sets by rules
 /// 3 to 5: candidates least lost work first, a greedy set to beat from the start, and a
-/// branch ends when its set makes room or when what it must still lose at least (see
-/// `WideBranch::least_loss_for_missing`) ranks it after the best set found. The steps are
+/// branch ends when its set makes room or when what it must still lose at least, for room
+/// and for quota (see `WideBranch::least_loss_for_missing` and
+/// `WideBranch::quota_victims_min`), ranks it after the best set found. The steps are
 /// counted over all levels.
 pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
     let mut levels: Vec<Priority> = search.candidates.iter().map(|c| c.priority).collect();
@@ -893,6 +894,10 @@ impl Amounts {
 
     fn min(self, other: Amounts) -> Amounts {
         Amounts(std::array::from_fn(|d| self.0[d].min(other.0[d])))
+    }
+
+    fn max(self, other: Amounts) -> Amounts {
+        Amounts(std::array::from_fn(|d| self.0[d].max(other.0[d])))
     }
 
     /// `Resources::within_by_amount`.
@@ -1042,6 +1047,12 @@ struct WideBranch<'s, 'a> {
     /// give back at most (before caps): a branch that cannot meet a need even with all of
     /// them ends.
     quota_suffix: Vec<Amounts>,
+    /// Per position in `order`, per quota need (laid out as `quota_suffix`): the most any
+    /// one candidate from there on gives back to it, amount by amount (before caps).
+    quota_most_suffix: Vec<Amounts>,
+    /// The lost work of the candidates in `order` before each position, summed (one more
+    /// entry than there are candidates).
+    lost_prefix: Vec<u64>,
     state: &'s mut WideState<'a>,
     steps: &'s mut u32,
     set: Vec<usize>,
@@ -1067,12 +1078,20 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         let by_node = ByNode::new(search.available.len(), entries);
         let needs = search.quota_needs.len();
         let mut quota_suffix = vec![Amounts::default(); (order.len() + 1) * needs];
+        let mut quota_most_suffix = vec![Amounts::default(); (order.len() + 1) * needs];
         for position in (0..order.len()).rev() {
             let i = order[position];
             for k in 0..needs {
-                let later = quota_suffix[(position + 1) * needs + k];
-                quota_suffix[position * needs + k] = later.plus(state.free_amounts[i * needs + k]);
+                let (here, later) = (position * needs + k, (position + 1) * needs + k);
+                let gives = state.free_amounts[i * needs + k];
+                quota_suffix[here] = quota_suffix[later].plus(gives);
+                quota_most_suffix[here] = quota_most_suffix[later].max(gives);
             }
+        }
+        let mut lost_prefix = Vec::with_capacity(order.len() + 1);
+        lost_prefix.push(0u64);
+        for &i in order {
+            lost_prefix.push(lost_prefix.last().copied().unwrap_or(0).saturating_add(search.candidates[i].lost_gpu_ms));
         }
         WideBranch {
             search,
@@ -1081,6 +1100,8 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             next_replica_loss: MinTree::default(),
             replicas_max: Vec::new(),
             quota_suffix,
+            quota_most_suffix,
+            lost_prefix,
             state,
             steps,
             set: Vec::new(),
@@ -1154,6 +1175,32 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         (len == missing).then(|| kept[..missing].iter().fold(0u64, |sum, &k| sum.saturating_add(k)))
     }
 
+    /// The fewest further victims that can meet the quota needs, and a lower bound on the
+    /// work they lose: each unmet need, amount by amount, takes at least its shortfall over
+    /// the most any one candidate from `position` on gives back to it (caps only lower
+    /// what a victim counts for); and the candidates that give back come first in the
+    /// order, least lost work first, so that many victims lose at least as much as the
+    /// next that many there. `(0, 0)` once the needs are met. Without it, a job over its
+    /// quota with room to spare on the nodes had no bound but one more victim, and its
+    /// search walked every candidate (86 steps per search on the VC cohort's hard caps).
+    fn quota_victims_min(&self, position: usize) -> (usize, u64) {
+        let needs = self.state.need_amounts.len();
+        let mut victims = 0u64;
+        for (k, need) in self.state.need_amounts.iter().enumerate() {
+            let freed = self.state.quota_freed[k];
+            let most = self.quota_most_suffix[position * needs + k];
+            for d in 0..3 {
+                let short = need.0[d].saturating_sub(freed.0[d]);
+                if short > 0 {
+                    // Nothing left gives to it: `descend` found the need out of reach.
+                    victims = victims.max(short.div_ceil(most.0[d].max(1)));
+                }
+            }
+        }
+        let victims = victims.min((self.order.len() - position) as u64) as usize;
+        (victims, self.lost_prefix[position + victims] - self.lost_prefix[position])
+    }
+
     /// Brings `next_replica_loss` up to date on the nodes of candidate `i` for `position`;
     /// returns what it was there, for `restore`.
     fn refresh(&mut self, i: usize, position: usize) -> [(usize, u64); 2] {
@@ -1205,11 +1252,17 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         // Bounds: at least one more victim, the GPUs the replicas still need, and the least
         // work that freeing them loses. Adding a victim never lowers (lost, freed, count), so
         // a branch whose bound ranks after the best set found cannot win.
-        let Some(loss_min) = self.least_loss_for_missing() else { return };
+        let Some(room_loss_min) = self.least_loss_for_missing() else { return };
+        let (quota_victims, quota_loss_min) = self.quota_victims_min(position);
+        if self.set.len() + quota_victims > self.search.victims_max {
+            return;
+        }
+        // The same victims may make room and give back quota: the larger bound holds.
+        let loss_min = room_loss_min.max(quota_loss_min);
         if let Some((best, _)) = &self.best {
             // Room only grows as victims go, and the job needs its thousandths free.
             let beyond_min = self.state.room_milli.max(self.search.milli_needed()) - self.search.milli_needed();
-            let bound = (lost + loss_min, beyond_min, self.set.len() + 1);
+            let bound = (lost + loss_min, beyond_min, self.set.len() + quota_victims.max(1));
             if bound > (best.lost_gpu_ms, best.milli_beyond_need, best.victims) {
                 return;
             }
