@@ -660,6 +660,13 @@ impl SearchView<'_> {
             if share.is_some_and(|milli| node.share_fit(milli).is_some()) {
                 return true;
             }
+            // Most nodes of a busy cluster cannot make room for one replica even with every
+            // entry up to the level gone: a plain sum rules them out before rule 1's tests.
+            let up_to_level =
+                node.victims.iter().take_while(|e| e.priority < priority || (inclusive && e.priority == priority));
+            if node.available_gpus() + up_to_level.map(VictimEntry::gpus_freed_at_most).sum::<u32>() < gpus {
+                continue;
+            }
             let below: u32 = node
                 .victims
                 .iter()
