@@ -1028,6 +1028,9 @@ impl ByNode {
 
 struct WideBranch<'s, 'a> {
     search: &'a WideSearch,
+    /// Whether the replicas do not all fit before any victim goes (else `by_node`,
+    /// `next_replica_loss` and `replicas_max` are left empty: a job short only of quota).
+    room_short: bool,
     /// The candidates of the level, least lost work first.
     order: &'s [usize],
     /// Per node: (position in `order`, thousandths of GPUs it frees there, its share of the
@@ -1062,8 +1065,11 @@ struct WideBranch<'s, 'a> {
 
 impl<'s, 'a> WideBranch<'s, 'a> {
     fn new(search: &'a WideSearch, order: &'s [usize], state: &'s mut WideState<'a>, steps: &'s mut u32) -> Self {
-        let mut entries: Vec<(usize, (usize, u64, u64))> = Vec::with_capacity(order.len());
-        for (position, &i) in order.iter().enumerate() {
+        // Room only grows as victims go: where every replica fits before any, the room
+        // bound is 0 throughout, and what it is worked out from is not built.
+        let room_short = state.hosted_total < u64::from(search.replicas);
+        let mut entries: Vec<(usize, (usize, u64, u64))> = Vec::with_capacity(if room_short { order.len() } else { 0 });
+        for (position, &i) in order.iter().enumerate().filter(|_| room_short) {
             let c = &search.candidates[i];
             let milli_on = |&(node, r, slots): &(usize, Resources, GpuSet)| {
                 (node, search.available[node].milli_freed(r, slots, c.share_milli))
@@ -1096,6 +1102,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         WideBranch {
             search,
             order,
+            room_short,
             by_node,
             next_replica_loss: MinTree::default(),
             replicas_max: Vec::new(),
@@ -1143,6 +1150,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     /// `None` if the nodes cannot host them all.
     fn least_loss_for_missing(&self) -> Option<u64> {
         let missing = u64::from(self.search.replicas).saturating_sub(self.state.hosted_total);
+        debug_assert!(self.room_short || missing == 0, "room only grows as victims go");
         if self.search.per_replica.gpus == 0 || missing == 0 {
             return Some(0);
         }
@@ -1205,6 +1213,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     /// returns what it was there, for `restore`.
     fn refresh(&mut self, i: usize, position: usize) -> [(usize, u64); 2] {
         let mut saved = [(usize::MAX, u64::MAX); 2];
+        if !self.room_short {
+            return saved;
+        }
         let frees = &self.search.candidates[i].frees;
         for (k, &(node, _, _)) in frees.iter().enumerate() {
             let now = self.next_replica_loss_on(node, position).unwrap_or(u64::MAX);
@@ -1217,6 +1228,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     }
 
     fn restore(&mut self, i: usize, position: usize, saved: [(usize, u64); 2]) {
+        if !self.room_short {
+            return;
+        }
         let frees = &self.search.candidates[i].frees;
         if frees.len() <= saved.len() {
             for (node, before) in saved.into_iter().filter(|(n, _)| *n != usize::MAX) {
@@ -1346,6 +1360,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
 
     /// The bound's state for the search's start.
     fn start(&mut self) {
+        if !self.room_short {
+            return;
+        }
         let values: Vec<u64> =
             (0..self.by_node.len()).map(|node| self.next_replica_loss_on(node, 0).unwrap_or(u64::MAX)).collect();
         self.next_replica_loss = MinTree::new(&values);
