@@ -523,12 +523,11 @@ impl SearchView<'_> {
             PreemptionScope::Any | PreemptionScope::Cohort { .. } => None,
         };
         // Rule 1 on each entry: its level (its own only where it may be reclaimed), its
-        // protection, and in `Account` scope its accounts (`JobSpec::accounts`: its project,
-        // then its user, read only where the project is another).
+        // protection, and in `Account` scope its accounts (`JobSpec::accounts`).
         let running = self.running_up_to_where(job.spec.priority, reclaim, |e| {
             (e.priority < job.spec.priority || reclaimable(e.project))
                 && (waived || e.protected_until <= now)
-                && account.is_none_or(|a| e.project == a || self.jobs[e.ix].spec.user == a)
+                && account.is_none_or(|a| e.project == a || e.user == a)
         });
         let mut out = Vec::with_capacity(running.len().min(limit));
         for (priority, vid, vix) in running {

@@ -45,6 +45,9 @@ pub(crate) struct VictimEntry {
     pub reported_saved_at: Time,
     pub id: JobId,
     pub ix: JobIx,
+    /// Its user, beside `project` its other account (`JobSpec::accounts`): a search for a
+    /// job over a cap tests both without reading the job (it fills what was padding).
+    pub user: AccountId,
 }
 
 impl VictimEntry {
@@ -62,6 +65,7 @@ impl VictimEntry {
             slots,
             share_milli: job.spec.per_replica.gpu_milli,
             project: job.spec.project,
+            user: job.spec.user,
             started_phase_ms: started_at.millis().checked_rem(interval).unwrap_or(0),
             checkpoint_interval_ms: interval,
             reported_saved_at: reported_saved_at(job.last_checkpoint, started_at),
@@ -250,6 +254,7 @@ mod tests {
                 reported_saved_at: reported_saved_at(last_checkpoint, started_at),
                 id: JobId(1),
                 ix: crate::ids::JobIx(0),
+                user: AccountId(0),
             };
             let expected = lost_gpu_ms(Some(interval).filter(|i| *i > 0), last_checkpoint, started_at, gpus, now);
             prop_assert_eq!(entry.lost_gpu_ms(now), expected);
