@@ -451,13 +451,17 @@ impl SearchView<'_> {
     /// Every running preemptible job below `priority` (or at it too, with `inclusive`), by
     /// (priority, id): the lists of all nodes (schedulable or not) merged, a gang once.
     fn running_up_to(&self, priority: Priority, inclusive: bool) -> Vec<(Priority, JobId, JobIx)> {
-        self.running_up_to_where(priority, inclusive, |_| true)
+        let mut all = self.entries_up_to_where(priority, inclusive, |_| true);
+        all.sort_unstable();
+        all.dedup();
+        all
     }
 
-    /// The same, only the jobs whose entries `keep` admits (it must answer alike for every
-    /// entry of one job): filtering the entries before they are merged sorts only those
-    /// kept (a victim search keeps a tenth of them on Philly's VCs in a cohort).
-    fn running_up_to_where(
+    /// The entries of all nodes below `priority` (or at it too, with `inclusive`) that
+    /// `keep` admits, in no order and a gang once per node: filtering the entries before
+    /// anything sorts them leaves only those kept (a victim search keeps a tenth of them
+    /// on Philly's VCs in a cohort).
+    fn entries_up_to_where(
         &self,
         priority: Priority,
         inclusive: bool,
@@ -469,8 +473,6 @@ impl SearchView<'_> {
             let entries = node.victims.iter().take_while(|e| below(e.priority)).filter(|e| keep(e));
             all.extend(entries.map(|e| (e.priority, e.id, e.ix)));
         }
-        all.sort_unstable();
-        all.dedup();
         all
     }
 
@@ -524,11 +526,17 @@ impl SearchView<'_> {
         };
         // Rule 1 on each entry: its level (its own only where it may be reclaimed), its
         // protection, and in `Account` scope its accounts (`JobSpec::accounts`).
-        let running = self.running_up_to_where(job.spec.priority, reclaim, |e| {
+        let mut running = self.entries_up_to_where(job.spec.priority, reclaim, |e| {
             (e.priority < job.spec.priority || reclaimable(e.project))
                 && (waived || e.protected_until <= now)
                 && account.is_none_or(|a| e.project == a || e.user == a)
         });
+        // Rule 6 examines the first candidates by (priority, id); where there are no more
+        // than it examines, their order is the final sort's alone.
+        if running.len() > limit {
+            running.sort_unstable();
+            running.dedup();
+        }
         let mut out = Vec::with_capacity(running.len().min(limit));
         for (priority, vid, vix) in running {
             if out.len() >= limit {
@@ -561,8 +569,10 @@ impl SearchView<'_> {
                 share_milli: victim.spec.per_replica.gpu_milli,
             });
         }
-        // Keys end in the job id, so they are unique: an unstable sort is still deterministic.
+        // Keys end in the job id, so they are unique but for a gang listed on several of
+        // its nodes, whose copies end side by side: an unstable sort is still deterministic.
         out.sort_unstable_by_key(Victim::order_key);
+        out.dedup_by_key(|v| v.id);
         out
     }
 
