@@ -459,8 +459,8 @@ impl SearchView<'_> {
 
     /// The entries of all nodes below `priority` (or at it too, with `inclusive`) that
     /// `keep` admits, in no order and a gang once per node: filtering the entries before
-    /// anything sorts them leaves only those kept (a victim search keeps a tenth of them
-    /// on Philly's VCs in a cohort).
+    /// anything sorts them leaves only those kept (a job over its cap keeps a quarter of
+    /// them on Philly's VCs with hard caps).
     fn entries_up_to_where(
         &self,
         priority: Priority,
