@@ -663,23 +663,20 @@ impl SearchView<'_> {
             return true;
         }
         let share = job.spec.per_replica.is_share().then_some(job.spec.per_replica.gpu_milli);
+        let at_or_below = |p: Priority| p < priority || (inclusive && p == priority);
         let mut hosted = 0;
         let mut reclaimable = self.reclaim_check(job.spec.project);
         for node in self.nodes.iter().filter(|n| n.usable_by(model)) {
             if share.is_some_and(|milli| node.share_fit(milli).is_some()) {
                 return true;
             }
+            let up_to_level = || node.victims.iter().take_while(|e| at_or_below(e.priority));
             // Most nodes of a busy cluster cannot make room for one replica even with every
             // entry up to the level gone: a plain sum rules them out before rule 1's tests.
-            let up_to_level =
-                node.victims.iter().take_while(|e| e.priority < priority || (inclusive && e.priority == priority));
-            if node.available_gpus() + up_to_level.map(VictimEntry::gpus_freed_at_most).sum::<u32>() < gpus {
+            if node.available_gpus() + up_to_level().map(VictimEntry::gpus_freed_at_most).sum::<u32>() < gpus {
                 continue;
             }
-            let below: u32 = node
-                .victims
-                .iter()
-                .take_while(|e| e.priority < priority || (inclusive && e.priority == priority))
+            let below: u32 = up_to_level()
                 .filter(|e| waived || e.protected_until <= now)
                 .filter(|e| e.priority < priority || reclaimable(e.project))
                 .map(VictimEntry::gpus_freed_at_most)

@@ -1068,8 +1068,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         // Room only grows as victims go: where every replica fits before any, the room
         // bound is 0 throughout, and what it is worked out from is not built.
         let room_short = state.hosted_total < u64::from(search.replicas);
-        let mut entries: Vec<(usize, (usize, u64, u64))> = Vec::with_capacity(if room_short { order.len() } else { 0 });
-        for (position, &i) in order.iter().enumerate().filter(|_| room_short) {
+        let bounded: &[usize] = if room_short { order } else { &[] };
+        let mut entries: Vec<(usize, (usize, u64, u64))> = Vec::with_capacity(bounded.len());
+        for (position, &i) in bounded.iter().enumerate() {
             let c = &search.candidates[i];
             let milli_on = |&(node, r, slots): &(usize, Resources, GpuSet)| {
                 (node, search.available[node].milli_freed(r, slots, c.share_milli))
