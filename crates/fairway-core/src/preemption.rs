@@ -43,8 +43,9 @@
 //!    over the set: not the cheapest victims taken one by one until the job fits, but the
 //!    cheapest set (one victim of 16 GPU-minutes beats two of 3 and 15).
 //! 4. **Fewest GPUs freed beyond need.** Then the set that frees the fewest GPUs beyond
-//!    what the job needs (on the chosen node for one replica; on all usable nodes for a gang
-//!    or a job over its quota); every victim of the chosen set is needed (the set is minimal).
+//!    what the job needs (on the chosen node for one replica, a reclaim for room included;
+//!    on all usable nodes for a gang, or a job over its quota or short of its cohort); every
+//!    victim of the chosen set is needed (the set is minimal).
 //! 5. **Stable ties.** Then fewer victims, then the set with the most recently submitted
 //!    victims (compared highest id first), then the lowest node id.
 //! 6. **Bounded.** At most `victims_per_preemption_max` victims and
@@ -56,15 +57,16 @@
 //!    `Scheduler::next_wakeup` asks for the next cycle 1 ms later; a preemptor behind it
 //!    that needs fewer victims may still take what is left.
 //!
-//! **Where the search is exact.** For a job of one replica (the usual preemptor), rules 2 to
+//! **Where the search is exact.** For a job of one replica (the usual preemptor, and one
+//! that reclaims only for room on the nodes, its cohort lending enough), rules 2 to
 //! 6 are applied exactly (rule 2b by trying the highest floor of share first: every set
 //! found at a floor has exactly that least share, so rules 3 to 5 then decide as usual):
 //! every node's best set is found by `search::best_set_on_node` (a dynamic program over the GPUs freed, or, when CPU or memory must be freed too, a branch
 //! and bound of at most `search::BRANCH_STEPS_MAX` steps per node, past which it takes the
 //! candidates in rule order and drops those not needed). A gang (several replicas, on any
 //! usable nodes), a job over its account's quota (which must also win back what the cap
-//! needs) and a job its cohort does not lend enough to or that reclaims are searched over
-//! the whole cluster by `search::best_wide_set`: the same rules,
+//! needs) and a job its cohort does not lend enough to (reclaiming or not) are searched
+//! over the whole cluster by `search::best_wide_set`: the same rules,
 //! with rule 4 counting the GPUs left free on all usable nodes, exact within
 //! `search::WIDE_STEPS_MAX` steps of a branch and bound. Tests compare every search of the
 //! property test with a brute-force search over all sets. **Approximation, past the step
@@ -75,7 +77,8 @@
 //! those not needed. Both keep rules 1, 2
 //! and 6 and give a minimal set, but not always the one that loses the least work.
 //!
-//! Every rule has its own scenario test in `tests/scenarios/` (reclaim: 91, 95, 97).
+//! Every rule has its own scenario test in `tests/scenarios/` (reclaim: 91, 95, 97; rule 4
+//! for a reclaim for room: 139).
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -299,8 +302,15 @@ impl SearchView<'_> {
         // Candidates are below the job, or at its priority too when it reclaims.
         let reclaim = matches!(scope, PreemptionScope::Cohort { reclaim: true });
         let enough_gpus = self.enough_gpus_below(ix, reclaim);
-        if let (PreemptionScope::Any, 1) = (scope, job.spec.replicas) {
-            return enough_gpus.then(|| self.best_single_node_set(ix, now, scratch)).flatten();
+        match (scope, job.spec.replicas) {
+            (PreemptionScope::Any, 1) => {
+                return enough_gpus.then(|| self.best_single_node_set(ix, now, scratch)).flatten();
+            }
+            // Room alone: the set lies on one node, as for any job of one replica.
+            (PreemptionScope::Cohort { reclaim: true }, 1) if self.cohort_need(ix).is_none() => {
+                return enough_gpus.then(|| self.best_reclaim_set(ix, now, scratch)).flatten();
+            }
+            _ => {}
         }
         // Cheap necessary conditions end most searches that cannot succeed. While searches
         // are recorded (the property test), the search runs anyway and must agree.
@@ -474,10 +484,6 @@ impl SearchView<'_> {
             all.extend(entries.map(|e| (e.priority, e.id, e.ix)));
         }
         all
-    }
-
-    fn running_below(&self, priority: Priority) -> Vec<(Priority, JobId, JobIx)> {
-        self.running_up_to(priority, false)
     }
 
     /// May a job of `project` reclaim from a running job of `owner` (its project), of its
@@ -693,22 +699,31 @@ impl SearchView<'_> {
     /// priority first, then by id, across the cluster, counting those on a node the job can
     /// use, and the search looks at no more than `victim_candidates_max` of them. Cheap
     /// when the tally shows fewer candidates than that (the usual case); otherwise the
-    /// cluster's candidates are listed in order to find the last one examined.
-    fn candidate_cut(&self, ix: JobIx) -> CandidateCut {
+    /// cluster's candidates are listed in order to find the last one examined. Where the job
+    /// reclaims, the runs of its own priority of `borrowers` are candidates too.
+    fn candidate_cut(&self, ix: JobIx, borrowers: Option<&[AccountId]>) -> CandidateCut {
         let job = &self.jobs[ix];
+        let priority = job.spec.priority;
         let limit = self.config.limits.victim_candidates_max;
-        if self.tallies.preemptible_jobs_below(job.spec.priority) <= u64::from(limit) {
+        let at_level = match borrowers {
+            Some(_) => self.tallies.preemptible.get(&priority).map_or(0, |t| u64::from(t.jobs)),
+            None => 0,
+        };
+        if self.tallies.preemptible_jobs_below(priority) + at_level <= u64::from(limit) {
             return CandidateCut::None;
         }
         if limit == 0 {
             return CandidateCut::All;
         }
+        let candidate = |p: Priority, vix: JobIx| {
+            p < priority || borrowers.is_some_and(|b| b.contains(&self.jobs[vix].spec.project))
+        };
         let mut counted = 0;
-        for (priority, id, vix) in self.running_below(job.spec.priority) {
-            if !self.frees_of(job.spec.gpu_model, vix).as_slice().is_empty() {
+        for (p, id, vix) in self.running_up_to(priority, borrowers.is_some()) {
+            if candidate(p, vix) && !self.frees_of(job.spec.gpu_model, vix).as_slice().is_empty() {
                 counted += 1;
                 if counted == limit {
-                    return CandidateCut::At(priority, id);
+                    return CandidateCut::At(p, id);
                 }
             }
         }
@@ -725,20 +740,64 @@ impl SearchView<'_> {
     /// them breaks the victim bound, each is weighed again at its next level, with the nodes
     /// that first make room there, and so on.
     fn best_single_node_set(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
-        let plan = self.single_node_search(ix, now, scratch);
+        let priority = self.jobs[ix].spec.priority;
         let waived = scratch.protection_waived;
-        if let Some(records) = scratch.records.as_mut().filter(|_| !waived) {
-            records.push(self.search_record(ix, now, &plan));
+        // The tests copy what they read: they run on every entry a search walks.
+        let counts = move |e: &VictimEntry| waived || e.protected_until <= now;
+        // Without a cut (the usual case) the test of each entry is one comparison.
+        match self.candidate_cut(ix, None) {
+            CandidateCut::All => None,
+            CandidateCut::None => self.single_node_search_of(ix, move |e| e.priority < priority, counts, now, scratch),
+            cut => {
+                let examined = move |e: &VictimEntry| e.priority < priority && cut.admits(e);
+                self.single_node_search_of(ix, examined, counts, now, scratch)
+            }
         }
-        plan
+    }
+
+    /// `best_single_node_set` for a job of one replica that reclaims with no need of its
+    /// cohort's (room on the nodes only): its own priority's runs are candidates too, but
+    /// only those of the cohort's members that borrow now (rule 1). Its set lies on one
+    /// node like any one-replica job's, and rule 4 counts on that node.
+    fn best_reclaim_set(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
+        let priority = self.jobs[ix].spec.priority;
+        let waived = scratch.protection_waived;
+        let borrowers = &self.borrowers_beside(self.jobs[ix].spec.project);
+        let counts = move |e: &VictimEntry| {
+            (waived || e.protected_until <= now) && (e.priority < priority || borrowers.contains(&e.project))
+        };
+        match self.candidate_cut(ix, Some(borrowers)) {
+            CandidateCut::All => None,
+            cut => {
+                let examined = move |e: &VictimEntry| e.priority <= priority && cut.admits(e);
+                self.single_node_search_of(ix, examined, counts, now, scratch)
+            }
+        }
+    }
+
+    /// The other members of `project`'s cohort that borrow now (whose runs of its priority it
+    /// may reclaim), by id.
+    fn borrowers_beside(&self, project: AccountId) -> Vec<AccountId> {
+        let mut reclaimable = self.reclaim_check(project);
+        let Some(cohort) = self.ledger.cohort_of(project).and_then(|id| self.ledger.cohort(id)) else {
+            return Vec::new();
+        };
+        let mut borrowers: Vec<AccountId> = cohort.members.iter().copied().filter(|&m| reclaimable(m)).collect();
+        borrowers.sort_unstable();
+        borrowers
     }
 
     /// The search as an outside check needs it: every usable node with what it has free and
-    /// its examined candidates, and what was chosen.
-    fn search_record(&self, ix: JobIx, now: Time, plan: &Option<VictimPlan>) -> SearchRecord {
+    /// the candidates it examined that count, and what was chosen.
+    fn search_record(
+        &self,
+        ix: JobIx,
+        examined: impl Fn(&VictimEntry) -> bool,
+        counts: impl Fn(&VictimEntry) -> bool,
+        now: Time,
+        plan: &Option<VictimPlan>,
+    ) -> SearchRecord {
         let job = &self.jobs[ix];
-        let cut = self.candidate_cut(ix);
-        let examined = |e: &VictimEntry| e.priority < job.spec.priority && cut.admits(e);
         let nodes = self
             .nodes
             .iter()
@@ -748,7 +807,7 @@ impl SearchView<'_> {
                     .victims
                     .iter()
                     .take_while(|e| examined(e))
-                    .filter(|e| e.protected_until <= now)
+                    .filter(|e| counts(e))
                     .map(|e| NodeCandidate {
                         id: e.id,
                         priority: e.priority,
@@ -772,21 +831,28 @@ impl SearchView<'_> {
         }
     }
 
-    fn single_node_search(&self, ix: JobIx, now: Time, scratch: &mut SearchScratch) -> Option<VictimPlan> {
-        let priority = self.jobs[ix].spec.priority;
-        // Without a cut (the usual case) the test of each entry is one comparison.
-        match self.candidate_cut(ix) {
-            CandidateCut::All => None,
-            CandidateCut::None => self.single_node_search_of(ix, |e| e.priority < priority, now, scratch),
-            cut => self.single_node_search_of(ix, |e| e.priority < priority && cut.admits(e), now, scratch),
-        }
-    }
-
-    /// The search over the candidates `examined` admits (a prefix of each node's list).
+    /// The search over the candidates `examined` admits (a prefix of each node's list) that
+    /// `count` (see `room_level`), recorded where searches are.
     fn single_node_search_of(
         &self,
         ix: JobIx,
         examined: impl Fn(&VictimEntry) -> bool + Copy,
+        counts: impl Fn(&VictimEntry) -> bool + Copy,
+        now: Time,
+        scratch: &mut SearchScratch,
+    ) -> Option<VictimPlan> {
+        let plan = self.single_node_search_in(ix, examined, counts, now, scratch);
+        if let Some(records) = scratch.records.as_mut().filter(|_| !scratch.protection_waived) {
+            records.push(self.search_record(ix, examined, counts, now, &plan));
+        }
+        plan
+    }
+
+    fn single_node_search_in(
+        &self,
+        ix: JobIx,
+        examined: impl Fn(&VictimEntry) -> bool + Copy,
+        counts: impl Fn(&VictimEntry) -> bool + Copy,
         now: Time,
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
@@ -799,7 +865,7 @@ impl SearchView<'_> {
         let mut first: Option<(Priority, u64, u32)> = None;
         for (i, node) in self.nodes.iter().enumerate() {
             if node.usable_by(model)
-                && let Some((level, bound)) = room_level(node, demand, examined, &mut clock, scratch.protection_waived)
+                && let Some((level, bound)) = room_level(node, demand, examined, counts, &mut clock)
             {
                 scratch.ready.push((level, i as u32, Some(bound)));
                 let key = (level, bound, i as u32);
@@ -813,14 +879,14 @@ impl SearchView<'_> {
         // The lowest level first. If every node there broke the victim bound, each of them
         // is weighed again at its next level (a set that tops out higher may have fewer
         // victims), with the nodes that first make room there.
-        let waived = scratch.protection_waived;
         loop {
             let (level, first_position) = match first.take() {
                 Some((level, position)) => (level, Some(position)),
                 None => (scratch.ready.iter().map(|(l, _, _)| *l).min()?, None),
             };
             let ready = std::mem::take(&mut scratch.ready);
-            let plan = self.best_set_at_level(&ready, level, first_position, demand, examined, &mut clock, scratch);
+            let at = (level, first_position);
+            let plan = self.best_set_at_level(&ready, at, demand, examined, counts, &mut clock, scratch);
             scratch.ready = ready;
             if plan.is_some() {
                 return plan;
@@ -830,7 +896,7 @@ impl SearchView<'_> {
                 if *l != level {
                     return true;
                 }
-                match next_level(nodes.at(NodeIx(*position)), level, examined, now, waived) {
+                match next_level(nodes.at(NodeIx(*position)), level, examined, counts) {
                     Some(next) => {
                         *l = next;
                         *bound = None;
@@ -859,17 +925,17 @@ impl SearchView<'_> {
     fn best_set_at_level(
         &self,
         ready: &[(Priority, u32, Option<u64>)],
-        level: Priority,
-        first: Option<u32>,
+        (level, first): (Priority, Option<u32>),
         demand: Resources,
         examined: impl Fn(&VictimEntry) -> bool + Copy,
+        counts: impl Fn(&VictimEntry) -> bool + Copy,
         clock: &mut LostClock,
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
         let now = clock.now();
         let mut best: Option<NodeSet> = None;
         if let Some(first) = first.filter(|_| !self.fair.enabled()) {
-            self.weigh_node(first, level, demand, examined, clock, scratch, &mut best);
+            self.weigh_node(first, level, demand, (examined, counts), clock, scratch, &mut best);
             for &(l, position, bound) in ready {
                 if l != level || position == first {
                     continue;
@@ -880,24 +946,23 @@ impl SearchView<'_> {
                 if best.as_ref().is_some_and(|b| bound > b.cost.lost_gpu_ms) {
                     continue;
                 }
-                self.weigh_node(position, level, demand, examined, clock, scratch, &mut best);
+                self.weigh_node(position, level, demand, (examined, counts), clock, scratch, &mut best);
             }
             return self.plan_of(best, scratch);
         }
-        let waived = scratch.protection_waived;
         scratch.bounds.clear();
         let mut first = 0;
         let shares = &mut scratch.shares;
         for &(_, position, known) in ready.iter().filter(|(l, _, _)| *l == level) {
             let node = self.nodes.at(NodeIx(position));
             let bound = known.unwrap_or_else(|| {
-                counted_at_level(node, level, &examined, now, waived)
+                counted_at_level(node, level, &examined, &counts)
                     .map(|e| e.lost_gpu_ms_by(clock))
                     .min()
                     .expect("a node that makes room at a level has a victim there")
             });
             let share_max = if self.fair.enabled() {
-                let at_level = counted_at_level(node, level, &examined, now, waived);
+                let at_level = counted_at_level(node, level, &examined, &counts);
                 at_level.map(|e| self.share_cached(shares, e.project, now)).max().unwrap_or(0)
             } else {
                 0
@@ -921,7 +986,7 @@ impl SearchView<'_> {
             if best.as_ref().is_some_and(cannot_win) {
                 continue;
             }
-            self.weigh_node(position, level, demand, examined, clock, scratch, &mut best);
+            self.weigh_node(position, level, demand, (examined, counts), clock, scratch, &mut best);
         }
         self.plan_of(best, scratch)
     }
@@ -935,18 +1000,18 @@ impl SearchView<'_> {
         position: u32,
         level: Priority,
         demand: Resources,
-        examined: impl Fn(&VictimEntry) -> bool,
+        (examined, counts): (impl Fn(&VictimEntry) -> bool, impl Fn(&VictimEntry) -> bool),
         clock: &mut LostClock,
         scratch: &mut SearchScratch,
         best: &mut Option<NodeSet>,
     ) {
-        let (now, waived) = (clock.now(), scratch.protection_waived);
+        let now = clock.now();
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
         let node = self.nodes.at(NodeIx(position));
         scratch.on_node.clear();
         let eligible = node.victims.iter().take_while(|e| e.priority <= level && examined(e));
         let shares = &mut scratch.shares;
-        scratch.on_node.extend(eligible.filter(|e| waived || e.protected_until <= now).map(|e| NodeVictim {
+        scratch.on_node.extend(eligible.filter(|e| counts(e)).map(|e| NodeVictim {
             id: e.id,
             ix: e.ix,
             priority: e.priority,
@@ -1198,51 +1263,43 @@ fn counts_whole(node: &Node, demand: Resources) -> bool {
 }
 
 /// The next priority level above `after` among a node's examined candidates that has a
-/// candidate not protected at `now`.
+/// candidate that `counts`.
 fn next_level(
     node: &Node,
     after: Priority,
     examined: impl Fn(&VictimEntry) -> bool,
-    now: Time,
-    waived: bool,
+    counts: impl Fn(&VictimEntry) -> bool,
 ) -> Option<Priority> {
-    node.victims
-        .iter()
-        .take_while(|e| examined(e))
-        .find(|e| e.priority > after && (waived || e.protected_until <= now))
-        .map(|e| e.priority)
+    node.victims.iter().take_while(|e| examined(e)).find(|e| e.priority > after && counts(e)).map(|e| e.priority)
 }
 
-/// A node's examined candidates at `level` that count at `now` (not protected, unless
-/// `waived`).
+/// A node's examined candidates at `level` that `counts`.
 fn counted_at_level<'a>(
     node: &'a Node,
     level: Priority,
     examined: &'a impl Fn(&VictimEntry) -> bool,
-    now: Time,
-    waived: bool,
+    counts: &'a impl Fn(&VictimEntry) -> bool,
 ) -> impl Iterator<Item = &'a VictimEntry> + 'a {
     let examined_here = node.victims.iter().take_while(move |e| examined(e));
-    examined_here.filter(move |e| e.priority == level && (waived || e.protected_until <= now))
+    examined_here.filter(move |e| e.priority == level && counts(e))
 }
 
 /// The priority level at which a node first has room for `demand`, taking the examined
-/// candidates of its list (lowest priority first) level by level, those protected at `now`
-/// freeing nothing; `None` if they never make room. With it, the least work lost by a
-/// candidate of that level not protected (the node's bound in `best_set_at_level`). A
-/// node's list is in (priority, id) order and `examined` holds for a prefix of it.
+/// candidates of its list (lowest priority first) level by level, those that do not
+/// `count` (protected at `now`, or not a borrower's where the job reclaims) freeing
+/// nothing; `None` if they never make room. With it, the least work lost by a candidate of
+/// that level that counts (the node's bound in `best_set_at_level`). A node's list is in
+/// (priority, id) order and `examined` holds for a prefix of it.
 fn room_level(
     node: &Node,
     demand: Resources,
     examined: impl Fn(&VictimEntry) -> bool,
+    counts: impl Fn(&VictimEntry) -> bool + Copy,
     clock: &mut LostClock,
-    waived: bool,
 ) -> Option<(Priority, u64)> {
     if counts_whole(node, demand) {
-        return room_level_whole(node, demand, examined, clock, waived);
+        return room_level_whole(node, demand, examined, counts, clock);
     }
-    let now = clock.now();
-    let counts = |e: &VictimEntry| waived || e.protected_until <= now;
     let mut room = search_room(node, demand);
     let entries = &node.victims;
     let mut level_start = 0;
@@ -1272,11 +1329,9 @@ fn room_level_whole(
     node: &Node,
     demand: Resources,
     examined: impl Fn(&VictimEntry) -> bool,
+    counts: impl Fn(&VictimEntry) -> bool,
     clock: &mut LostClock,
-    waived: bool,
 ) -> Option<(Priority, u64)> {
-    let now = clock.now();
-    let counts = |e: &VictimEntry| waived || e.protected_until <= now;
     let free = node.available();
     let (mut gpus, mut cpu_millis, mut memory_mib) = (free.gpus, free.cpu_millis, free.memory_mib);
     let entries = node.victims.as_slice();
