@@ -309,7 +309,7 @@ impl Scheduler {
         }
         let mut moving: BTreeMap<AccountId, Resources> = BTreeMap::new();
         for job in self.jobs.iter() {
-            let Some(cohort) = job.moved_to_hold else { continue };
+            let Some(crate::model::MovedToHold { cohort, preemptor_project }) = job.moved_to_hold else { continue };
             let id = job.spec.id;
             let JobState::Terminating { why: crate::model::Termination::Preempted { preemptor, .. }, .. } = job.state
             else {
@@ -320,8 +320,10 @@ impl Scheduler {
                 .jobs
                 .get(preemptor)
                 .filter(|p| matches!(&p.state, JobState::Pending { reservation: Some(r) } if r.victims.contains(&id)));
+            // Its preemptor's project stays in the cohort, the preemptor gone or not.
             let same = self.ledger.cohort_of(job.spec.project) == Some(cohort)
-                && holder.is_none_or(|h| self.ledger.cohort_of(h.spec.project) == Some(cohort));
+                && self.ledger.cohort_of(preemptor_project) == Some(cohort)
+                && holder.is_none_or(|h| h.spec.project == preemptor_project);
             if !same {
                 return Err(format!(
                     "{id} is moved to a hold of {cohort}, which is not its and its preemptor's cohort"

@@ -37,7 +37,9 @@
 //! while they still terminate leaves them moved out: they leave all the same, and counting
 //! them again would let the level (and what a lowered capacity grandfathered) grow. They
 //! count again if their preemptor's project leaves the cohort (`recount_cohorts`): they
-//! were moved as its work, and the cohort keeps nothing of it. A cohort's level rises only when a
+//! were moved as its work, and the cohort keeps nothing of it. The move keeps that project
+//! (`MovedToHold`), since the preemptor may be gone (cancelled) before its victims are
+//! (scenario 140). A cohort's level rises only when a
 //! job starts or a hold is made, both checked against the cap; a job leaving lowers `C` by
 //! what it held and raises `U` by at most that.
 

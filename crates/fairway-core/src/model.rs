@@ -35,6 +35,16 @@ pub(crate) enum JobState {
     },
 }
 
+/// Where a victim's cohort charge went: to the hold of a preemptor of `cohort`, a job of
+/// `preemptor_project`. The project is kept with the move because the preemptor may be
+/// gone (cancelled) before its victim is, and the victim counts again in the cohort if
+/// that project leaves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MovedToHold {
+    pub cohort: AccountId,
+    pub preemptor_project: AccountId,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Termination {
     /// Preempted for `preemptor`: requeued on exit.
@@ -67,7 +77,7 @@ pub(crate) struct Job {
     pub queued_at: Time,
     /// Terminating for a preemptor of its own project's cohort: its charge to that cohort
     /// has moved to the preemptor's hold (see `ledger.rs`, "moved to a hold").
-    pub moved_to_hold: Option<AccountId>,
+    pub moved_to_hold: Option<MovedToHold>,
     /// While running: when its run is expected to end, as `estimate.rs` said at its start
     /// or when it last ran past that (see `Scheduler::expected_end`).
     pub expected_end: Time,

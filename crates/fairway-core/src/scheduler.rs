@@ -12,7 +12,7 @@ use crate::fairshare::FairShares;
 use crate::ids::{JobIx, QueueKey};
 use crate::jobs::JobStore;
 use crate::ledger::{self, CHARGED_ACCOUNTS_MAX, Grandfathered, Ledger};
-use crate::model::{self, Job, JobState, Reservation, Termination};
+use crate::model::{self, Job, JobState, MovedToHold, Reservation, Termination};
 use crate::preemption::SearchScratch;
 use crate::queue::{Changes, PendingQueue};
 use crate::types::{
@@ -684,16 +684,26 @@ impl Scheduler {
             _ => None,
         };
         let holds_for = |p: &Job, victim: JobId| matches!(&p.state, JobState::Pending { reservation: Some(r) } if r.victims.contains(&victim));
-        let moved: Vec<(JobId, Option<AccountId>)> = self
+        let moved: Vec<(JobId, Option<MovedToHold>)> = self
             .jobs
             .iter()
             .map(|j| {
                 let cohort = self.ledger.cohort_of(j.spec.project);
                 let preemptor = preemptor_of(j);
-                let preemptor_in_cohort = preemptor.is_none_or(|p| self.ledger.cohort_of(p.spec.project) == cohort);
+                // The preemptor's project: as the move recorded it where the preemptor is
+                // gone (cancelled while its victim still terminates).
+                let preemptor_project =
+                    preemptor.map(|p| p.spec.project).or(j.moved_to_hold.map(|m| m.preemptor_project));
+                let preemptor_in_cohort = preemptor_project.is_none_or(|p| self.ledger.cohort_of(p) == cohort);
                 let holding = preemptor.is_some_and(|p| holds_for(p, j.spec.id));
-                let same = cohort.is_some() && preemptor_in_cohort && (holding || j.moved_to_hold == cohort);
-                (j.spec.id, j.moved_to_hold, cohort.filter(|_| same))
+                let was_moved_here = j.moved_to_hold.is_some_and(|m| Some(m.cohort) == cohort);
+                let same = cohort.is_some() && preemptor_in_cohort && (holding || was_moved_here);
+                let now = cohort.zip(preemptor_project).filter(|_| same);
+                (
+                    j.spec.id,
+                    j.moved_to_hold,
+                    now.map(|(cohort, preemptor_project)| MovedToHold { cohort, preemptor_project }),
+                )
             })
             .filter(|(_, was, now)| was != now)
             .map(|(id, _, now)| (id, now))
@@ -757,14 +767,15 @@ impl Scheduler {
     /// The victims of a preemptor's hold that are of its own cohort and still terminating
     /// for it move their cohort charge to the hold (see `ledger.rs`).
     fn move_victims_to_hold(&mut self, ix: JobIx) {
-        let Some(cohort) = self.ledger.cohort_of(self.jobs[ix].spec.project) else { return };
+        let preemptor_project = self.jobs[ix].spec.project;
+        let Some(cohort) = self.ledger.cohort_of(preemptor_project) else { return };
         let JobState::Pending { reservation: Some(r) } = &self.jobs[ix].state else { return };
         for vid in self.still_terminating(self.jobs[ix].spec.id, &r.victims) {
             let vix = self.jobs.ix_of(vid).expect("a terminating victim is held");
             let victim = &self.jobs[vix];
             if victim.moved_to_hold.is_none() && self.ledger.cohort_of(victim.spec.project) == Some(cohort) {
                 self.ledger.move_to_hold(victim.spec.project, cohort, victim.spec.total());
-                self.jobs[vix].moved_to_hold = Some(cohort);
+                self.jobs[vix].moved_to_hold = Some(MovedToHold { cohort, preemptor_project });
             }
         }
     }
