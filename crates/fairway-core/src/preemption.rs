@@ -841,18 +841,18 @@ impl SearchView<'_> {
         now: Time,
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
-        let plan = self.single_node_search_in(ix, examined, counts, now, scratch);
+        let plan = self.single_node_search_in(ix, (examined, counts), now, scratch);
         if let Some(records) = scratch.records.as_mut().filter(|_| !scratch.protection_waived) {
             records.push(self.search_record(ix, examined, counts, now, &plan));
         }
         plan
     }
 
+    /// The search itself (`single_node_search_of` records it where searches are recorded).
     fn single_node_search_in(
         &self,
         ix: JobIx,
-        examined: impl Fn(&VictimEntry) -> bool + Copy,
-        counts: impl Fn(&VictimEntry) -> bool + Copy,
+        (examined, counts): (impl Fn(&VictimEntry) -> bool + Copy, impl Fn(&VictimEntry) -> bool + Copy),
         now: Time,
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
