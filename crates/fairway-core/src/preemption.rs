@@ -78,7 +78,7 @@
 //! and 6 and give a minimal set, but not always the one that loses the least work.
 //!
 //! Every rule has its own scenario test in `tests/scenarios/` (reclaim: 91, 95, 97; rule 4
-//! for a reclaim for room: 139).
+//! for a reclaim for room: 139, rule 6: 141).
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
