@@ -557,14 +557,25 @@ impl Ledger {
         account.grandfathered = account.level();
     }
 
-    /// The members of `cohort` other than `except` borrowing now with running preemptible
-    /// work at `priority`: those a member within its nominal quota may reclaim from.
+    /// The members of `cohort` other than `except` that borrow now: those a member within
+    /// its nominal quota may reclaim from.
+    pub fn borrowers(&self, cohort: AccountId, except: AccountId) -> impl Iterator<Item = AccountId> + '_ {
+        self.cohort(cohort).into_iter().flat_map(move |c| self.borrowing_members(c, except).map(|(m, _)| m))
+    }
+
+    /// Whether one of `borrowers` runs preemptible work at `priority`.
     pub fn borrowers_at(&self, cohort: AccountId, priority: Priority, except: AccountId) -> bool {
         let Some(c) = self.cohort(cohort) else { return false };
-        c.members.iter().filter(|m| **m != except).any(|m| {
-            let a = &self.accounts[m];
-            a.borrowing(c) && a.preemptible_gpus.contains_key(&priority)
-        })
+        self.borrowing_members(c, except).any(|(_, a)| a.preemptible_gpus.contains_key(&priority))
+    }
+
+    /// `borrowers` of a cohort at hand, with their accounts (each looked up once).
+    fn borrowing_members<'a>(
+        &'a self,
+        c: &'a Cohort,
+        except: AccountId,
+    ) -> impl Iterator<Item = (AccountId, &'a Account)> + 'a {
+        c.members.iter().filter(move |m| **m != except).map(|m| (*m, &self.accounts[m])).filter(|(_, a)| a.borrowing(c))
     }
 
     /// A restored run or hold may hold more than a cap now allows: keep it, as a lowered

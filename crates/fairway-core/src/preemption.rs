@@ -776,15 +776,9 @@ impl SearchView<'_> {
     }
 
     /// The other members of `project`'s cohort that borrow now (whose runs of its priority it
-    /// may reclaim), by id.
+    /// may reclaim).
     fn borrowers_beside(&self, project: AccountId) -> Vec<AccountId> {
-        let mut reclaimable = self.reclaim_check(project);
-        let Some(cohort) = self.ledger.cohort_of(project).and_then(|id| self.ledger.cohort(id)) else {
-            return Vec::new();
-        };
-        let mut borrowers: Vec<AccountId> = cohort.members.iter().copied().filter(|&m| reclaimable(m)).collect();
-        borrowers.sort_unstable();
-        borrowers
+        self.ledger.cohort_of(project).map(|c| self.ledger.borrowers(c, project).collect()).unwrap_or_default()
     }
 
     /// The search as an outside check needs it: every usable node with what it has free and

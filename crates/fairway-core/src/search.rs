@@ -1096,9 +1096,11 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             }
         }
         let mut lost_prefix = Vec::with_capacity(order.len() + 1);
-        lost_prefix.push(0u64);
+        let mut lost = 0u64;
+        lost_prefix.push(lost);
         for &i in order {
-            lost_prefix.push(lost_prefix.last().copied().unwrap_or(0).saturating_add(search.candidates[i].lost_gpu_ms));
+            lost = lost.saturating_add(search.candidates[i].lost_gpu_ms);
+            lost_prefix.push(lost);
         }
         WideBranch {
             search,
