@@ -9,13 +9,15 @@ use crate::decision::{Decision, PendingReason, StopCause};
 use crate::fairshare::FairKey;
 use crate::free_room::FreeRoom;
 use crate::ids::{GroupIx, GroupKey, JobIx, NodeIx, QueueKey};
+use crate::ledger::Ledger;
 use crate::model::{JobState, Reservation, Termination};
 use crate::preemption::{PreemptionScope, VictimPlan};
-use crate::queue::{GrownRoom, QuotaWake, Reasons, RoomWake, Verdict, Wake, WakeOn};
+use crate::queue::{CohortWake, GrownRoom, QuotaWake, Reasons, RoomWake, Verdict, Wake, WakeChecks, WakeOn};
 use crate::scheduler::Scheduler;
 use crate::types::{
     AccountId, GpuModel, GpuSet, JobId, Placement, Priority, ReplicaPlacement, ResourceKind, Resources, Time,
 };
+use crate::victims::VictimTallies;
 
 /// What one cycle did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -191,7 +193,7 @@ impl GrownRoom for GrownNodes<'_> {
         self.iter().filter(|n| gk.model.is_none_or(|m| m == n.spec.gpu_model)).any(|n| match room {
             RoomWake::Fits => n.available_gpus() >= need,
             RoomWake::Reclaim => reclaimable_gpus(n, gk.priority) >= need,
-            RoomWake::Never | RoomWake::Nodes | RoomWake::Any => true,
+            RoomWake::Never | RoomWake::Nodes | RoomWake::Any | RoomWake::Total { .. } => true,
         })
     }
 }
@@ -249,9 +251,45 @@ impl GrownRoom for GrownSnapshot {
         {
             RoomWake::Fits => *free >= need,
             RoomWake::Reclaim => self.reclaimable(*free, levels, gk.priority) >= need,
-            RoomWake::Never | RoomWake::Nodes | RoomWake::Any => true,
+            RoomWake::Never | RoomWake::Nodes | RoomWake::Any | RoomWake::Total { .. } => true,
         })
     }
+}
+
+/// The wake-up pass's questions, answered from the scheduler's state.
+struct SchedulerChecks<'a> {
+    ledger: &'a Ledger,
+    nodes: &'a Nodes,
+    tallies: &'a VictimTallies,
+}
+
+impl WakeChecks for SchedulerChecks<'_> {
+    fn quota_base_gpus(&self, account: AccountId, level: Priority) -> i64 {
+        self.ledger.base_gpus(account, level)
+    }
+
+    fn cohort_wait_over(&self, gk: &GroupKey, reclaims: bool) -> bool {
+        let total = gk.per_replica.times(gk.replicas);
+        let Some((cohort, ..)) = self.ledger.over_cohort(gk.project, total) else { return true };
+        !reclaims && may_reclaim_with(self.ledger, gk.project, cohort, total)
+    }
+
+    fn gpus_at_or_below(&self, model: Option<GpuModel>, priority: Priority) -> u32 {
+        gpus_at_or_below(self.nodes, self.tallies, model, priority)
+    }
+}
+
+/// Would `project`, a member of `cohort`, stay within its nominal quota with `total` more
+/// (a reclaim's first condition, rule 1)?
+fn may_reclaim_with(ledger: &Ledger, project: AccountId, cohort: AccountId, total: Resources) -> bool {
+    let c = ledger.cohort(cohort).expect("a member's cohort");
+    ledger.get(project).expect("a member is known").within_nominal_with(c, total)
+}
+
+/// GPUs free on the nodes of `model` plus those held by preemptible work at or below
+/// `priority` (see `WakeChecks::gpus_at_or_below`).
+fn gpus_at_or_below(nodes: &Nodes, tallies: &VictimTallies, model: Option<GpuModel>, priority: Priority) -> u32 {
+    nodes.index.total_free(model) + tallies.preemptible.range(..=priority).map(|(_, t)| t.gpus).sum::<u32>()
 }
 
 /// What a victim search within the cycle's budget came to.
@@ -405,9 +443,8 @@ impl Scheduler {
         self.grown_nodes.dedup();
         self.grown_snapshot.take(&GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes });
         self.refresh_plan(now);
-        let ledger = &self.ledger;
-        let base = |account: AccountId, level: Priority| ledger.base_gpus(account, level);
-        self.queue.wake_for(now, &mut self.changes, &self.grown_snapshot, &base);
+        let checks = SchedulerChecks { ledger: &self.ledger, nodes: &self.nodes, tallies: &self.tallies };
+        self.queue.wake_for(now, &mut self.changes, &self.grown_snapshot, &checks);
         let candidates = std::mem::take(&mut self.queue.candidates);
         let mut memo = std::mem::take(&mut self.cycle_memo);
         memo.clear();
@@ -678,9 +715,10 @@ impl Scheduler {
         }
         // d.
         if let Some((cohort, reason, reclaim)) = self.cohort_shortfall(ix) {
-            let quota = [Some(any_uncharge(cohort)), None, None];
             let mut reasons = Reasons::one(reason);
-            let mut wake = Wake::On(WakeOn { quota, at: delayed_until, ..WakeOn::default() });
+            // Without preempting, only its cohort's shortage ending lets it in.
+            let cohort_short = Some(CohortWake { cohort, reclaims: true });
+            let mut wake = Wake::On(WakeOn { cohort_short, at: delayed_until, ..WakeOn::default() });
             if let Some(until) = delayed_until {
                 reasons.push(PendingReason::PreemptionDelayed { until });
             }
@@ -688,9 +726,7 @@ impl Scheduler {
                 match self.preempt_within(ix, PreemptionScope::Cohort { reclaim }, now, budget, out) {
                     Searched::Preempting => return Considered::Preempting,
                     Searched::OverBudget => wake = self.defer_for_budget(&mut reasons, now),
-                    // Anything charged to or uncharged from the cohort, or room growing (a
-                    // victim's protection ending), may let the same search succeed.
-                    Searched::NoSet => wake = Wake::On(WakeOn { quota, room: RoomWake::Any, ..WakeOn::default() }),
+                    Searched::NoSet => wake = self.cohort_search_failed(gk, CohortWake { cohort, reclaims: reclaim }),
                 }
             }
             return Considered::Failed(Verdict { reasons, wake });
@@ -815,6 +851,25 @@ impl Scheduler {
             self.maybe_reserve(ix, now);
         }
         Considered::Failed(Verdict { reasons, wake })
+    }
+
+    /// Step d when the job's victim search failed: what wakes its group.
+    ///
+    /// Most such searches fail because even with every preemptible run at or below its
+    /// priority gone the GPUs would not cover the job (the search's first necessary
+    /// condition, `enough_gpus_below`, at its widest): then only GPUs that others free, or
+    /// its cohort's shortage ending, change its answer (on the VC cohort with everything
+    /// on, 91% of step d's considerations were such repeats). Otherwise anything charged to
+    /// or uncharged from the cohort, or room growing (a victim's protection ending), may let
+    /// the same search succeed.
+    fn cohort_search_failed(&self, gk: &GroupKey, c: CohortWake) -> Wake {
+        // What its search may take: runs below its priority, and of its own where it reclaims.
+        let level = if c.reclaims { gk.priority } else { gk.priority.saturating_sub(1) };
+        if gpus_at_or_below(&self.nodes, &self.tallies, gk.model, level) < gk.total_gpus() {
+            return Wake::On(WakeOn { cohort_short: Some(c), room: RoomWake::Total { level }, ..WakeOn::default() });
+        }
+        let quota = [Some(any_uncharge(c.cohort)), None, None];
+        Wake::On(WakeOn { quota, room: RoomWake::Any, ..WakeOn::default() })
     }
 
     /// Step f when an unrestricted victim search for the job fails (or would fail, as the
@@ -970,8 +1025,7 @@ impl Scheduler {
         if self.quota_shortfall(ix).is_some() {
             return None;
         }
-        let c = self.ledger.cohort(cohort).expect("a cohort");
-        let reclaim = self.ledger.get(job.spec.project).expect("a member").within_nominal_with(c, total);
+        let reclaim = may_reclaim_with(&self.ledger, job.spec.project, cohort, total);
         let requested = resource.amount(total);
         Some((cohort, PendingReason::CohortExhausted { cohort, resource, requested, used, limit }, reclaim))
     }

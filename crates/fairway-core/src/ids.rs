@@ -41,6 +41,13 @@ pub(crate) struct GroupKey {
     pub run_limit_ms: Option<u64>,
 }
 
+impl GroupKey {
+    /// The GPUs a job of the group takes in all, as `JobSpec::total` counts them.
+    pub fn total_gpus(&self) -> u32 {
+        self.per_replica.times(self.replicas).gpus
+    }
+}
+
 /// A pending job's place in the queue. Ordering: rank (negated priority, or 0 under FIFO),
 /// then the expected run under shortest-first order (0 otherwise), then submit time, then
 /// id. A requeued job keeps its key, so it returns to its place.

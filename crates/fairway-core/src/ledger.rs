@@ -39,7 +39,9 @@
 //! count again if their preemptor's project leaves the cohort (`recount_cohorts`): they
 //! were moved as its work, and the cohort keeps nothing of it. The move keeps that project
 //! (`MovedToHold`), since the preemptor may be gone (cancelled) before its victims are
-//! (scenario 140). A cohort's level rises only when a
+//! (scenario 140). A move lowers the cohort's charge with nothing uncharged, so the
+//! scheduler records it as an uncharge of the cohort for the groups waiting on it
+//! (`queue::CohortWake`, scenario 142). A cohort's level rises only when a
 //! job starts or a hold is made, both checked against the cap; a job leaving lowers `C` by
 //! what it held and raises `U` by at most that.
 

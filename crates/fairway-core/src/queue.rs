@@ -35,6 +35,23 @@
 //!   what it sees, so that wakes every group that waits on victims; and where there are more
 //!   candidates than a search examines, a victim leaving any node changes which it examines,
 //!   so such a group waits for any growth of room instead;
+//! - for a group whose project's cohort lends too little ([`CohortWake`]), the cohort no
+//!   longer short for it, or (for one that could not reclaim) its project back within its
+//!   nominal quota with it, so that it may reclaim. Both change only when the cohort's
+//!   charge falls or a member's settled usage does (an uncharge, or a charge moved to a
+//!   preemptor's hold, see `ledger.rs`), which the event handlers and the cycle record as
+//!   an uncharge of the cohort; each sleeper on the cohort is then tested exactly. A start
+//!   makes no cohort less short, so it wakes none of them (it wakes the groups that wait on
+//!   the cohort to preempt or reclaim: what it charges they may take);
+//! - the GPUs free on the nodes of its model plus those held by preemptible work at or
+//!   below a level, summed over the cluster, covering the group's GPUs
+//!   ([`RoomWake::Total`]), for a group short of its cohort whose victim search could not
+//!   succeed even with all the work it may take gone (its first necessary condition). A
+//!   start never raises that sum (a run below the level takes free GPUs and makes as many
+//!   preemptible, one at or above it only takes them), so it is worked out only when room
+//!   grew, once per model and level. Before, such a group woke on any uncharge from its
+//!   cohort, any start in it, or any growth of room, and on the VC cohort with everything
+//!   on 91% of its considerations failed again the same way;
 //! - a node added or uncordoned ([`RoomWake::Nodes`]), for a group no node can ever hold;
 //! - any growth of room ([`RoomWake::Any`]), for a group that could get back under its cap
 //!   by preempting its own account's work but found no room;
@@ -51,7 +68,7 @@ use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::decision::PendingReason;
 use crate::ids::{GroupIx, GroupKey, QueueKey};
-use crate::types::{AccountId, JobId, NodeId, Priority, Time};
+use crate::types::{AccountId, GpuModel, JobId, NodeId, Priority, Time};
 
 /// Why a group's head could not start, and what would make it worth asking again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,6 +131,9 @@ pub(crate) struct WakeOn {
     /// An account's usage drops far enough, or the account's cap changes (up to three: a
     /// job's project, its user, and its project's cohort).
     pub quota: [Option<QuotaWake>; 3],
+    /// The group's cohort is no longer short for its jobs, or they may now reclaim (see
+    /// [`CohortWake`]).
+    pub cohort_short: Option<CohortWake>,
     pub room: RoomWake,
     /// A time: the group's head may preempt from then on (rule 1's preemption delay), or a
     /// reservation that holds it back is expected to start.
@@ -133,6 +153,19 @@ pub(crate) struct QuotaWake {
     pub base_gpus_max: i64,
 }
 
+/// When a group whose cohort is short may do better: once the cohort is no longer short
+/// for its jobs, or, for a group that could not reclaim when it went to sleep
+/// (`reclaims` false), once it may (its project back within its nominal quota with the
+/// job: a reclaim also takes runs of its own priority). Both change only when something
+/// is uncharged from the cohort (a member's charge follows into its cohort), which is when
+/// they are tested, exactly (`WakeChecks::cohort_wait_over`); a cap change of the cohort
+/// wakes the group outright.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CohortWake {
+    pub cohort: AccountId,
+    pub reclaims: bool,
+}
+
 /// Which growth of room wakes a group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum RoomWake {
@@ -148,6 +181,26 @@ pub(crate) enum RoomWake {
     Nodes,
     /// Any growth of room anywhere.
     Any,
+    /// The GPUs free on the nodes of its model and those held by preemptible work at or
+    /// below `level` anywhere, together, cover all of its GPUs (see
+    /// `WakeChecks::gpus_at_or_below`): for a group whose victim search could not succeed
+    /// even with all the work it may take gone.
+    Total { level: Priority },
+}
+
+/// What the wake-up pass asks of the rest of the scheduler (the ledger, the nodes, the
+/// victim tallies) about the sleeping groups it may wake.
+pub(crate) trait WakeChecks {
+    /// What counts against `account`'s cap for a group at `level` (see [`QuotaWake`]).
+    fn quota_base_gpus(&self, account: AccountId, level: Priority) -> i64;
+    /// Is the group's wait on its cohort over (see [`CohortWake`])?
+    fn cohort_wait_over(&self, gk: &GroupKey, reclaims: bool) -> bool;
+    /// GPUs free on the nodes of `model` plus GPUs held by preemptible work at or below
+    /// `priority` on any node. The sum falls when work at or above `priority` starts and
+    /// holds when preemptible work below it starts (it takes free GPUs and makes as many
+    /// reclaimable); it grows only when something leaves a node or a node is added, which
+    /// is when room grows.
+    fn gpus_at_or_below(&self, model: Option<GpuModel>, priority: Priority) -> u32;
 }
 
 /// What the cycle knows of the nodes that grew since the last one: the room checks of the
@@ -319,6 +372,9 @@ pub(crate) struct Changes {
     pub uncharged: Vec<AccountId>,
     /// Accounts whose cap changed.
     pub caps: Vec<AccountId>,
+    /// Cohorts work was charged to (a start): what a member waiting on the cohort may
+    /// preempt or reclaim grew, but no cohort is less short for it.
+    pub cohort_charged: Vec<AccountId>,
     /// Nodes where room grew (with repeats).
     pub grown: Vec<NodeId>,
     /// A node was added or uncordoned.
@@ -341,6 +397,7 @@ impl Changes {
     pub fn is_empty(&self) -> bool {
         self.uncharged.is_empty()
             && self.caps.is_empty()
+            && self.cohort_charged.is_empty()
             && self.grown.is_empty()
             && !self.nodes_changed
             && !self.nodes_lost
@@ -366,6 +423,10 @@ pub(crate) struct PendingQueue {
     pub asleep_blocking: BTreeSet<(QueueKey, GroupIx)>,
     /// Sleeping groups by what wakes them.
     by_quota: BTreeSet<(AccountId, Priority, i64, GroupIx)>,
+    /// `WakeOn::cohort_short`, by cohort.
+    by_cohort_short: BTreeSet<(AccountId, GroupIx)>,
+    /// `RoomWake::Total`, by GPU model, priority and GPUs in all.
+    by_total: BTreeSet<(Option<GpuModel>, Priority, u32, GroupIx)>,
     /// `RoomWake::Fits`, by GPUs per replica.
     by_room_fits: BTreeSet<(u32, GroupIx)>,
     /// `RoomWake::Reclaim`, by priority and GPUs per replica.
@@ -600,6 +661,9 @@ impl PendingQueue {
         for q in on.quota.iter().flatten() {
             self.by_quota.insert((q.account, q.level, q.base_gpus_max, gix));
         }
+        if let Some(c) = on.cohort_short {
+            self.by_cohort_short.insert((c.cohort, gix));
+        }
         if let Some(at) = on.at {
             self.by_time.insert((at, gix));
         }
@@ -621,6 +685,9 @@ impl PendingQueue {
             RoomWake::Any => {
                 self.by_room_any.insert(gix);
             }
+            RoomWake::Total { level } => {
+                self.by_total.insert((gk.model, level, gk.total_gpus(), gix));
+            }
         }
     }
 
@@ -632,6 +699,9 @@ impl PendingQueue {
         let gk = group.key;
         for q in on.quota.iter().flatten() {
             self.by_quota.remove(&(q.account, q.level, q.base_gpus_max, gix));
+        }
+        if let Some(c) = on.cohort_short {
+            self.by_cohort_short.remove(&(c.cohort, gix));
         }
         if let Some(at) = on.at {
             self.by_time.remove(&(at, gix));
@@ -659,6 +729,9 @@ impl PendingQueue {
             }
             RoomWake::Any => {
                 self.by_room_any.remove(&gix);
+            }
+            RoomWake::Total { level } => {
+                self.by_total.remove(&(gk.model, level, gk.total_gpus(), gix));
             }
         }
     }
@@ -703,20 +776,15 @@ impl PendingQueue {
     /// account, a victim, a node added, any growth, or a time up to `now`; lazily (as `candidates`, in queue
     /// order) those that room on a grown node may concern. `changes` is emptied, keeping
     /// its allocations for the next cycle.
-    pub fn wake_for(
-        &mut self,
-        now: Time,
-        changes: &mut Changes,
-        grown: &dyn GrownRoom,
-        quota_base_gpus: &dyn Fn(AccountId, Priority) -> i64,
-    ) {
+    pub fn wake_for(&mut self, now: Time, changes: &mut Changes, grown: &dyn GrownRoom, checks: &dyn WakeChecks) {
         let room_grew = !changes.grown.is_empty();
         changes.grown.clear();
         let woken = &mut changes.woken;
         woken.clear();
-        self.quota_woken(&mut changes.caps, &mut changes.uncharged, quota_base_gpus, woken);
+        self.quota_woken(&mut changes.caps, &mut changes.cohort_charged, &mut changes.uncharged, checks, woken);
         if room_grew {
             woken.extend(self.by_room_any.iter().copied());
+            self.total_woken(checks, woken);
         }
         woken.extend(self.by_time.range(..=(now, GroupIx(u32::MAX))).map(|(_, gix)| *gix));
         if std::mem::take(&mut changes.nodes_changed) {
@@ -743,33 +811,48 @@ impl PendingQueue {
         }
     }
 
-    /// The groups over quota that `caps` (changed caps) and `uncharged` (accounts
-    /// something was uncharged from) let under their cap, into `woken`; both lists are
+    /// The groups over quota that `caps` (changed caps), `cohort_charged` (cohorts work was
+    /// charged to) and `uncharged` (accounts something was uncharged from) let under their
+    /// cap, and the groups whose cohort is no longer short, into `woken`; the lists are
     /// emptied.
     fn quota_woken(
         &self,
         caps: &mut Vec<AccountId>,
+        cohort_charged: &mut Vec<AccountId>,
         uncharged: &mut Vec<AccountId>,
-        quota_base_gpus: &dyn Fn(AccountId, Priority) -> i64,
+        checks: &dyn WakeChecks,
         woken: &mut Vec<GroupIx>,
     ) {
-        for list in [&mut *caps, &mut *uncharged] {
+        for list in [&mut *caps, &mut *cohort_charged, &mut *uncharged] {
             list.sort_unstable();
             list.dedup();
         }
         let of_account = |a: AccountId| (Included((a, Priority::MIN, i64::MIN, GroupIx(0))), Unbounded);
+        let of_cohort = |c: AccountId| self.by_cohort_short.range((c, GroupIx(0))..=(c, GroupIx(u32::MAX)));
         for account in caps.drain(..) {
+            let all = self.by_quota.range(of_account(account)).take_while(|(a, ..)| *a == account);
+            woken.extend(all.map(|(.., gix)| *gix));
+            woken.extend(of_cohort(account).map(|(_, gix)| *gix));
+        }
+        // A charge makes no cohort less short: those waiting for that alone sleep on.
+        for account in cohort_charged.drain(..) {
             let all = self.by_quota.range(of_account(account)).take_while(|(a, ..)| *a == account);
             woken.extend(all.map(|(.., gix)| *gix));
         }
         for account in uncharged.drain(..) {
+            let wait_over = |gix: &GroupIx| {
+                let group = self.group(*gix);
+                let reclaims = group.indexed.and_then(|on| on.cohort_short).is_some_and(|c| c.reclaims);
+                checks.cohort_wait_over(&group.key, reclaims)
+            };
+            woken.extend(of_cohort(account).map(|(_, gix)| *gix).filter(wait_over));
             // Per level of the account's sleeping groups: those whose threshold the usage
             // that counts at that level now meets.
             let mut from = of_account(account).0;
             while let Some(&(a, level, ..)) =
                 self.by_quota.range((from, Unbounded)).next().filter(|(a, ..)| *a == account)
             {
-                let base = quota_base_gpus(a, level);
+                let base = checks.quota_base_gpus(a, level);
                 let met = self.by_quota.range((a, level, base, GroupIx(0))..=(a, level, i64::MAX, GroupIx(u32::MAX)));
                 woken.extend(met.map(|(.., gix)| *gix));
                 match level.checked_add(1) {
@@ -777,6 +860,20 @@ impl PendingQueue {
                     None => break,
                 }
             }
+        }
+    }
+
+    /// The groups waiting on `RoomWake::Total` whose sum now covers them, into `woken`: one
+    /// sum and one range per (model, priority) of the index.
+    fn total_woken(&self, checks: &dyn WakeChecks, woken: &mut Vec<GroupIx>) {
+        let mut next = self.by_total.first().map(|&(model, priority, ..)| (model, priority));
+        while let Some((model, priority)) = next {
+            let have = checks.gpus_at_or_below(model, priority);
+            let covered =
+                self.by_total.range((model, priority, 0, GroupIx(0))..=(model, priority, have, GroupIx(u32::MAX)));
+            woken.extend(covered.map(|(.., gix)| *gix));
+            let after = (Excluded((model, priority, u32::MAX, GroupIx(u32::MAX))), Unbounded);
+            next = self.by_total.range(after).next().map(|&(model, priority, ..)| (model, priority));
         }
     }
 
@@ -872,7 +969,13 @@ impl PendingQueue {
             if !quota_indexed {
                 return Err(format!("group of {} is not indexed under its accounts", head.id));
             }
+            if on.cohort_short.is_some_and(|c| !self.by_cohort_short.contains(&(c.cohort, gix))) {
+                return Err(format!("group of {} is not indexed under its cohort", head.id));
+            }
             let indexed = on.quota.iter().any(Option::is_some)
+                || on.cohort_short.is_some()
+                || matches!(on.room, RoomWake::Total { level }
+                    if self.by_total.contains(&(gk.model, level, gk.total_gpus(), gix)))
                 || (on.room == RoomWake::Fits && self.by_room_fits.contains(&(gk.per_replica.gpus, gix)))
                 || (on.room == RoomWake::Reclaim && self.by_reclaim.contains(&(gk.priority, gk.per_replica.gpus, gix)))
                 || (on.room == RoomWake::Nodes && self.by_nodes.contains(&gix))
@@ -903,6 +1006,8 @@ impl PendingQueue {
         }
         let asleep = |gix: &GroupIx| self.is_asleep(*gix);
         let stale = self.by_quota.iter().any(|(.., g)| !asleep(g))
+            || self.by_cohort_short.iter().any(|(_, g)| !asleep(g))
+            || self.by_total.iter().any(|(.., g)| !asleep(g))
             || self.by_room_fits.iter().any(|(_, g)| !asleep(g))
             || self.by_reclaim.iter().any(|(_, _, g)| !asleep(g))
             || self.by_nodes.iter().any(|g| !asleep(g))

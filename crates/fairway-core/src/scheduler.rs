@@ -776,8 +776,17 @@ impl Scheduler {
             if victim.moved_to_hold.is_none() && self.ledger.cohort_of(victim.spec.project) == Some(cohort) {
                 self.ledger.move_to_hold(victim.spec.project, cohort, victim.spec.total());
                 self.jobs[vix].moved_to_hold = Some(MovedToHold { cohort, preemptor_project });
+                // The cohort's charge fell, and the victim's project's settled usage.
+                self.cohort_may_ease(cohort);
             }
         }
+    }
+
+    /// A cohort may be less short for a member's waiting jobs, or they may now reclaim,
+    /// though nothing was uncharged from it (a charge moved to a hold, a hold's shortfall
+    /// shrank): its sleepers on it are tested again (see `queue::CohortWake`).
+    fn cohort_may_ease(&mut self, cohort: AccountId) {
+        self.changes.uncharged.push(cohort);
     }
 
     /// A victim moved out of its cohort has left: the move is settled.
@@ -812,8 +821,8 @@ impl Scheduler {
         self.charge(accounts, total);
         if let Some(cohort) = self.ledger.cohort_of(self.jobs[ix].spec.project) {
             // Work charged to a cohort may be what a member waiting on it can now preempt
-            // or reclaim: its sleepers look again.
-            self.changes.caps.push(cohort);
+            // or reclaim: its sleepers that may take it look again.
+            self.changes.cohort_charged.push(cohort);
         }
         self.fair.change(self.jobs[ix].accounts(), total, true, now);
         match queued_in {
@@ -944,6 +953,10 @@ impl Scheduler {
         let (was, now) = (r.charged, self.hold_charges(pix, &r.victims));
         let project = self.jobs[pix].spec.project;
         self.ledger.shift_hold_shortfall(project, Resources::ZERO, now[0].minus(was[0]));
+        // The preemptor's project's settled usage fell: it may now reclaim.
+        if let Some(cohort) = self.ledger.cohort_of(project) {
+            self.cohort_may_ease(cohort);
+        }
         let JobState::Pending { reservation: Some(r) } = &mut self.jobs[pix].state else { unreachable!("read above") };
         r.charged = now;
         r.waiting -= 1;
