@@ -156,10 +156,12 @@ pub(crate) struct QuotaWake {
 /// When a group whose cohort is short may do better: once the cohort is no longer short
 /// for its jobs, or, for a group that could not reclaim when it went to sleep
 /// (`reclaims` false), once it may (its project back within its nominal quota with the
-/// job: a reclaim also takes runs of its own priority). Both change only when something
-/// is uncharged from the cohort (a member's charge follows into its cohort), which is when
-/// they are tested, exactly (`WakeChecks::cohort_wait_over`); a cap change of the cohort
-/// wakes the group outright.
+/// job: a reclaim also takes runs of its own priority). Both change only when the cohort's
+/// charge or a member's settled usage falls, which the scheduler records as an uncharge
+/// of the cohort (an uncharge proper, a member's charge following into its cohort, or a
+/// charge moved to a preemptor's hold: `Scheduler::cohort_may_ease`); that is when they
+/// are tested, exactly (`WakeChecks::cohort_wait_over`). A cap change of the cohort wakes
+/// the group outright.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CohortWake {
     pub cohort: AccountId,
@@ -368,7 +370,8 @@ impl Group {
 /// What changed since the last cycle's wake-up pass.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Changes {
-    /// Accounts something was uncharged from (with repeats).
+    /// Accounts something was uncharged from, and cohorts that may have eased without an
+    /// uncharge (`Scheduler::cohort_may_ease`), with repeats.
     pub uncharged: Vec<AccountId>,
     /// Accounts whose cap changed.
     pub caps: Vec<AccountId>,

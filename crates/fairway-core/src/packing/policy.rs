@@ -55,7 +55,7 @@ impl PackPolicy {
         }
     }
 
-    /// Whether it needs a [`WorkloadModel`] (the typical asks).
+    /// Whether it needs a [`WorkloadModel`](super::WorkloadModel) (the typical asks).
     pub fn needs_workload_model(self) -> bool {
         matches!(self, PackPolicy::Fgd | PackPolicy::Fairway)
     }
