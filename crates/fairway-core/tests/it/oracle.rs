@@ -37,8 +37,10 @@
 //!   preemption's deadline) will have freed, less what preemptors hold and earlier
 //!   reservations reserve;
 //! - preemption liveness: a pending job that could obviously preempt (taking every eligible
-//!   lower-priority victim, within the victim bound, would make it fit and keep all its
-//!   accounts within their caps) has not been left without trying.
+//!   lower-priority victim, within the victim bound, would make it fit, keep all its
+//!   accounts within their caps and its cohort within what the cohort lends) has not been
+//!   left without trying; a job short of its cohort is checked too (it may also reclaim at
+//!   its own priority, which the check leaves aside: it is a sufficient condition).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -920,10 +922,6 @@ impl Oracle {
                     )
                 });
             if skip {
-                continue;
-            }
-            // A job its cohort does not lend enough to may have to reclaim: not checked.
-            if self.cohort_short(s, spec, &BTreeMap::new()) {
                 continue;
             }
             // Over quota: only the account's own work; else any. Lower priority, preemptible,
