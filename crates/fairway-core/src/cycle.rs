@@ -719,7 +719,8 @@ impl Scheduler {
         // d.
         if let Some((cohort, reason, reclaim)) = self.cohort_shortfall(ix) {
             let mut reasons = Reasons::one(reason);
-            // Without preempting, only its cohort's shortage ending lets it in.
+            // Without preempting, only its cohort's shortage ending lets it in (whether it
+            // may reclaim is moot: `reclaims: true` leaves that test aside).
             let cohort_short = Some(CohortWake { cohort, reclaims: true });
             let mut wake = Wake::On(WakeOn { cohort_short, at: delayed_until, ..WakeOn::default() });
             if let Some(until) = delayed_until {
