@@ -269,7 +269,7 @@ impl WakeChecks for SchedulerChecks<'_> {
     }
 
     fn cohort_wait_over(&self, gk: &GroupKey, reclaims: bool) -> bool {
-        let total = gk.per_replica.times(gk.replicas);
+        let total = gk.total();
         let Some((cohort, ..)) = self.ledger.over_cohort(gk.project, total) else { return true };
         !reclaims && may_reclaim_with(self.ledger, gk.project, cohort, total)
     }
@@ -686,8 +686,8 @@ impl Scheduler {
     }
 
     /// Steps 4c–4g for one job.
-    // Out of line: inlined into the walk, it cost Philly's replay 1.3% more instructions
-    // (callgrind, 2026-12-06).
+    // Out of line: inlined into the walk, it costs Philly's replay 1.3% more instructions
+    // (callgrind).
     #[inline(never)]
     fn consider(
         &mut self,
@@ -862,8 +862,7 @@ impl Scheduler {
     /// Most such searches fail because even with every preemptible run at or below its
     /// priority gone the GPUs would not cover the job (the search's first necessary
     /// condition, `enough_gpus_below`, at its widest): then only GPUs that others free, or
-    /// its cohort's shortage ending, change its answer (on the VC cohort with everything
-    /// on, 91% of step d's considerations were such repeats). Otherwise anything charged to
+    /// its cohort's shortage ending, change its answer. Otherwise anything charged to
     /// or uncharged from the cohort, or room growing (a victim's protection ending), may let
     /// the same search succeed.
     fn cohort_search_failed(&self, gk: &GroupKey, c: CohortWake) -> Wake {
@@ -986,7 +985,7 @@ impl Scheduler {
     fn quota_wake(&self, account: AccountId, gk: &GroupKey, preempt_capable: bool) -> QuotaWake {
         let level = if preempt_capable { gk.priority } else { Priority::MIN };
         let cap = self.ledger.gpus_cap(account);
-        let asks = gk.per_replica.times(gk.replicas).gpus;
+        let asks = gk.total_gpus();
         let base_gpus_max = cap.map_or(i64::MAX, |cap| i64::from(cap) - i64::from(asks));
         QuotaWake { account, level, base_gpus_max }
     }

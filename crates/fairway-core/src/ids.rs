@@ -42,9 +42,13 @@ pub(crate) struct GroupKey {
 }
 
 impl GroupKey {
-    /// The GPUs a job of the group takes in all, as `JobSpec::total` counts them.
+    /// What a job of the group takes in all, as `JobSpec::total` counts it.
+    pub fn total(&self) -> Resources {
+        self.per_replica.times(self.replicas)
+    }
+
     pub fn total_gpus(&self) -> u32 {
-        self.per_replica.times(self.replicas).gpus
+        self.total().gpus
     }
 }
 

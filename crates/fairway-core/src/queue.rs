@@ -49,9 +49,9 @@
 //!   succeed even with all the work it may take gone (its first necessary condition). A
 //!   start never raises that sum (a run below the level takes free GPUs and makes as many
 //!   preemptible, one at or above it only takes them), so it is worked out only when room
-//!   grew, once per model and level. Before, such a group woke on any uncharge from its
-//!   cohort, any start in it, or any growth of room, and on the VC cohort with everything
-//!   on 91% of its considerations failed again the same way;
+//!   grew, once per model and level. Any uncharge from its cohort, start in it or growth
+//!   of room would wake it to fail the same way: on a cohort of many members that is
+//!   nearly every event;
 //! - a node added or uncordoned ([`RoomWake::Nodes`]), for a group no node can ever hold;
 //! - any growth of room ([`RoomWake::Any`]), for a group that could get back under its cap
 //!   by preempting its own account's work but found no room;
@@ -831,16 +831,17 @@ impl PendingQueue {
             list.dedup();
         }
         let of_account = |a: AccountId| (Included((a, Priority::MIN, i64::MIN, GroupIx(0))), Unbounded);
+        let all_of = |a: AccountId| {
+            self.by_quota.range(of_account(a)).take_while(move |(account, ..)| *account == a).map(|(.., gix)| *gix)
+        };
         let of_cohort = |c: AccountId| self.by_cohort_short.range((c, GroupIx(0))..=(c, GroupIx(u32::MAX)));
         for account in caps.drain(..) {
-            let all = self.by_quota.range(of_account(account)).take_while(|(a, ..)| *a == account);
-            woken.extend(all.map(|(.., gix)| *gix));
+            woken.extend(all_of(account));
             woken.extend(of_cohort(account).map(|(_, gix)| *gix));
         }
         // A charge makes no cohort less short: those waiting for that alone sleep on.
         for account in cohort_charged.drain(..) {
-            let all = self.by_quota.range(of_account(account)).take_while(|(a, ..)| *a == account);
-            woken.extend(all.map(|(.., gix)| *gix));
+            woken.extend(all_of(account));
         }
         for account in uncharged.drain(..) {
             let wait_over = |gix: &GroupIx| {

@@ -952,9 +952,10 @@ impl Scheduler {
         }
         let (was, now) = (r.charged, self.hold_charges(pix, &r.victims));
         let project = self.jobs[pix].spec.project;
-        self.ledger.shift_hold_shortfall(project, Resources::ZERO, now[0].minus(was[0]));
+        let less = now[0].minus(was[0]);
+        self.ledger.shift_hold_shortfall(project, Resources::ZERO, less);
         // The preemptor's project's settled usage fell: it may now reclaim.
-        if let Some(cohort) = self.ledger.cohort_of(project) {
+        if let Some(cohort) = self.ledger.cohort_of(project).filter(|_| less != Resources::ZERO) {
             self.cohort_may_ease(cohort);
         }
         let JobState::Pending { reservation: Some(r) } = &mut self.jobs[pix].state else { unreachable!("read above") };
