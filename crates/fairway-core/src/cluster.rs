@@ -307,18 +307,63 @@ pub(crate) struct Nodes {
     /// the nodes themselves (one cache line holds sixteen ids).
     ids: Vec<NodeId>,
     /// The nodes' `Node::version`s in the same order, likewise compact: a reservation's plan
-    /// reads them for every node at every cycle, and the nodes themselves only where one
-    /// changed.
+    /// that walks every node reads them, and the nodes themselves only where one changed.
     versions: Vec<u64>,
     pub index: FreeIndex,
     /// Bumped by every change to a node other than its victim list (its list of ends
     /// included): what a reservation's plan reads of the nodes is as it was while this
     /// stays the same.
     version: u64,
+    /// The changes since `log_from`, oldest first: each one's `version` and the position of
+    /// the node it changed. A reservation's plan reads only the nodes changed since it
+    /// last looked (`changed_since`) instead of comparing every node's version at every
+    /// cycle. Bounded: when it holds twice as many changes as there are nodes (at least
+    /// `CHANGE_LOG_MIN`), its older half goes, and a reader that looked before then walks
+    /// every node, which costs no more.
+    change_log: Vec<(u64, u32)>,
+    /// Every change with a later version is in `change_log`. Adding or removing a node moves
+    /// positions: the log starts again from that change.
+    log_from: u64,
 }
+
+/// The fewest changes `Nodes::change_log` keeps before it drops its older half.
+const CHANGE_LOG_MIN: usize = 64;
 
 impl Nodes {
     pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The positions of the nodes changed since `version` (a node changed more than once
+    /// comes more than once), or `None` when that is not known: the log no longer reaches
+    /// back that far, or a node was added or removed since.
+    pub fn changed_since(&self, version: u64) -> Option<impl Iterator<Item = u32> + '_> {
+        if version < self.log_from {
+            return None;
+        }
+        let from = self.change_log.partition_point(|&(v, _)| v <= version);
+        Some(self.change_log[from..].iter().map(|&(_, position)| position))
+    }
+
+    /// Bump the version for a change to the node at `ix` and log it.
+    fn record_change(&mut self, ix: NodeIx) -> u64 {
+        self.version += 1;
+        self.versions[ix.0 as usize] = self.version;
+        let kept_max = 2 * self.nodes.len().max(CHANGE_LOG_MIN);
+        if self.change_log.len() == kept_max {
+            let dropped = kept_max / 2;
+            self.log_from = self.change_log[dropped - 1].0;
+            self.change_log.drain(..dropped);
+        }
+        self.change_log.push((self.version, ix.0));
+        self.version
+    }
+
+    /// Bump the version for a change that moves positions: the log starts again.
+    fn record_layout_change(&mut self) -> u64 {
+        self.version += 1;
+        self.change_log.clear();
+        self.log_from = self.version;
         self.version
     }
 
@@ -345,12 +390,24 @@ impl Nodes {
         if versions != self.versions {
             return Err(format!("node versions {:?} out of step with the nodes {:?}", self.versions, versions));
         }
+        // Every node changed since the log starts has its last change there.
+        let mut logged_last = vec![self.log_from; versions.len()];
+        for &(version, position) in &self.change_log {
+            match logged_last.get_mut(position as usize) {
+                Some(last) => *last = version,
+                None => return Err(format!("the change log names position {position} of {}", versions.len())),
+            }
+        }
+        for (position, (&version, &logged)) in versions.iter().zip(&logged_last).enumerate() {
+            if version > self.log_from && version != logged {
+                return Err(format!(
+                    "node at position {position} changed at version {version}, the change log (from \
+                     version {}) last at {logged}",
+                    self.log_from
+                ));
+            }
+        }
         Ok(())
-    }
-
-    /// The nodes' versions, in node order (see `versions`).
-    pub fn versions(&self) -> &[u64] {
-        &self.versions
     }
 
     /// The nodes' ids and versions, in node order (see `versions`).
@@ -378,10 +435,9 @@ impl Nodes {
     /// A node's list of expected ends (changing it leaves the free index as it is).
     pub fn ends_mut(&mut self, id: NodeId) -> &mut Vec<PlacedEnd> {
         let ix = self.ix_of(id).expect("placement names a known node");
-        self.version += 1;
-        self.versions[ix.0 as usize] = self.version;
+        let version = self.record_change(ix);
         let node = &mut self.nodes[ix.0 as usize];
-        node.version = self.version;
+        node.version = version;
         &mut node.ends
     }
 
@@ -409,8 +465,7 @@ impl Nodes {
     /// Add a node. Nodes usually come in id order: then no position moves and the index
     /// takes the node as it is (its bit sets grow by doubling); otherwise it is rebuilt.
     pub fn add(&mut self, mut node: Node) {
-        self.version += 1;
-        node.version = self.version;
+        node.version = self.record_layout_change();
         let at = self.nodes.partition_point(|n| n.spec.id < node.spec.id);
         let (model, gpus, level, schedulable, node_open) =
             (node.spec.gpu_model, node.spec.capacity.gpus, node.available_gpus(), node.schedulable, node.shared_open());
@@ -431,7 +486,7 @@ impl Nodes {
 
     pub fn remove(&mut self, id: NodeId) -> Option<Node> {
         let ix = self.ix_of(id)?;
-        self.version += 1;
+        self.record_layout_change();
         self.ids.remove(ix.0 as usize);
         self.versions.remove(ix.0 as usize);
         let node = self.nodes.remove(ix.0 as usize);
@@ -442,10 +497,9 @@ impl Nodes {
     /// Change a node and keep the free index in step.
     pub fn update<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> R {
         let ix = self.ix_of(id).expect("placement names a known node");
-        self.version += 1;
-        self.versions[ix.0 as usize] = self.version;
+        let version = self.record_change(ix);
         let node = &mut self.nodes[ix.0 as usize];
-        node.version = self.version;
+        node.version = version;
         let (before, was_schedulable, was_open) = (node.room.gpus, node.schedulable, node.shared_open());
         let out = f(node);
         node.room = node.room_now();
@@ -884,5 +938,62 @@ mod tests {
         assert_eq!(nodes.index.check(nodes.iter()), Ok(()));
         nodes.remove(NodeId(9));
         assert_eq!(ids(&nodes, 8), vec![70]);
+    }
+
+    /// `changed_since` says exactly which nodes changed after a version, as an outside
+    /// ledger of the changes does, or that it cannot: only when the version is older than
+    /// the changes it keeps, or a node was added or removed since. It keeps at least the
+    /// last `max(nodes, CHANGE_LOG_MIN)` changes, and `check_ids` agrees with it.
+    #[test]
+    fn the_change_log_names_every_node_changed_since_a_version() {
+        let mut nodes = Nodes::default();
+        for id in 0..10 {
+            nodes.add(node(id, 0, 8));
+        }
+        // The ledger: every change's version and position, and the last layout change.
+        let mut ledger: Vec<(u64, u32)> = Vec::new();
+        let mut layout_at = nodes.version();
+        let mut seed = 7u64;
+        for step in 0..2_000u64 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let position = (seed >> 33) as u32 % nodes.len() as u32;
+            let id = nodes.at(NodeIx(position)).spec.id;
+            match step % 701 {
+                // Now and then a node comes or goes: positions move.
+                13 => {
+                    nodes.remove(id);
+                    layout_at = nodes.version();
+                }
+                14 => {
+                    nodes.add(node(1_000 + step as u32, 0, 8));
+                    layout_at = nodes.version();
+                }
+                k if k % 2 == 0 => {
+                    nodes.update(id, |n| n.owned = GpuSet::first((seed >> 50) as u32 % 9));
+                    ledger.push((nodes.version(), position));
+                }
+                _ => {
+                    nodes.ends_mut(id).clear();
+                    ledger.push((nodes.version(), position));
+                }
+            }
+            assert_eq!(nodes.check_ids(), Ok(()));
+            let now = nodes.version();
+            let kept_at_least = nodes.len().max(CHANGE_LOG_MIN) as u64;
+            for back in [0u64, 1, 2, 5, 30, 64, 100, 200, 400] {
+                let since = now.saturating_sub(back);
+                let expected: Vec<u32> = ledger.iter().filter(|(v, _)| *v > since).map(|(_, p)| *p).collect();
+                let known = since >= layout_at && (expected.len() as u64) < kept_at_least;
+                match nodes.changed_since(since) {
+                    Some(changed) => {
+                        assert!(since >= layout_at, "no positions across a layout change (step {step})");
+                        assert_eq!(changed.collect::<Vec<u32>>(), expected, "since {since} (step {step})");
+                    }
+                    None => {
+                        assert!(!known, "the last {} changes are kept (step {step}, since {since})", expected.len())
+                    }
+                }
+            }
+        }
     }
 }

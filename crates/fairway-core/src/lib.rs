@@ -23,6 +23,7 @@ mod ids;
 mod invariants;
 mod jobs;
 mod ledger;
+mod min_tree;
 mod model;
 pub mod packing;
 pub mod placement;

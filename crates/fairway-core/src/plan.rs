@@ -35,6 +35,7 @@
 
 use crate::cluster::PlacedEnd;
 use crate::ids::{JobIx, NodeIx, QueueKey};
+use crate::min_tree::MinTree;
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
@@ -86,13 +87,20 @@ pub(crate) struct Hosting {
     nodes: Vec<NodeHosting>,
     /// The position among the cluster's nodes of each of `nodes`.
     positions: Vec<u32>,
-    /// Each of `nodes`' `hosted_now` and `first_step`, kept apart: every computation reads
-    /// them for every node, the rest only for the few that change or host a replica.
+    /// Each of `nodes`' `hosted_now`, their sum, and the nodes that host a replica now as a
+    /// bit set (slot `k` is bit `k % 64` of word `k / 64`); and each one's `first_step`
+    /// (`u64::MAX`: none) in a tree of minimums. Kept up to date with the slots, so that a
+    /// computation reads only the nodes that host a replica by its time: most nodes host
+    /// none, when a gang waits for a few of them to free up or a job for the first node to.
     hosted: Vec<u32>,
-    first_steps: Vec<Option<Time>>,
-    /// Every node's version (`Nodes::versions`) when `nodes` was last brought up to date;
-    /// empty when nothing was learnt for this shape.
-    seen: Vec<u64>,
+    hosted_total: usize,
+    hosting_now: Vec<u64>,
+    first_steps: MinTree,
+    /// Scratch of `shadow`: the slots that host a replica at the reservation's time.
+    hosting_then: Vec<usize>,
+    /// `Nodes::version` when `nodes` was last brought up to date; `None` when nothing was
+    /// learnt for this shape.
+    seen: Option<u64>,
     /// The nodes earlier reservations took a part of then.
     taken_nodes: Vec<NodeId>,
     /// Scratch of `learn_nodes`: the positions to read again.
@@ -114,8 +122,93 @@ impl Hosting {
             for h in &mut self.nodes {
                 h.version = u64::MAX;
             }
-            self.seen.clear();
+            self.seen = None;
             self.shape = Some(shape);
+        }
+    }
+
+    /// Slot `k`'s `hosted` and `first_steps`, and the sum and set kept of them.
+    fn set_slot(&mut self, k: usize) {
+        let (hosted, first_step) = (self.nodes[k].hosted_now, self.nodes[k].first_step());
+        self.hosted_total = self.hosted_total - self.hosted[k] as usize + hosted as usize;
+        self.hosted[k] = hosted;
+        let (word, bit) = (k / 64, 1u64 << (k % 64));
+        self.hosting_now[word] = if hosted > 0 { self.hosting_now[word] | bit } else { self.hosting_now[word] & !bit };
+        self.first_steps.replace(k, first_step.map_or(u64::MAX, |t| t.0));
+    }
+
+    /// `hosted`, `first_steps` and what is kept of them, for every slot afresh.
+    fn set_every_slot(&mut self) {
+        let slots = self.nodes.len();
+        self.hosted.clear();
+        self.hosted.extend(self.nodes.iter().map(|h| h.hosted_now));
+        self.hosted_total = self.hosted.iter().map(|h| *h as usize).sum();
+        self.hosting_now.clear();
+        self.hosting_now.resize(slots.div_ceil(64), 0);
+        for (k, _) in self.hosted.iter().enumerate().filter(|(_, h)| **h > 0) {
+            self.hosting_now[k / 64] |= 1 << (k % 64);
+        }
+        let first_steps: Vec<u64> = self.nodes.iter().map(|h| h.first_step().map_or(u64::MAX, |t| t.0)).collect();
+        self.first_steps = MinTree::new(&first_steps);
+    }
+
+    /// The earliest time, not before `now`, at which the nodes together could host
+    /// `replicas` (`None`: not even once every placed job has ended). Each node could host
+    /// one more replica at each of its steps; the time is the `replicas`-th such, counting
+    /// those it could host now as hosted at `now`.
+    fn earliest_time(&mut self, replicas: u32, now: Time) -> Option<Time> {
+        let nth = (replicas as usize).checked_sub(1)?;
+        if self.hosted_total > nth {
+            return Some(now);
+        }
+        if nth == self.hosted_total {
+            // One more replica: the earliest step of any node (each node's are in order).
+            let earliest = self.first_steps.min();
+            return (earliest < u64::MAX).then_some(Time(earliest.max(now.0)));
+        }
+        // Every node with a step, then every step of theirs.
+        let mut stepping = std::mem::take(&mut self.hosting_then);
+        stepping.clear();
+        self.first_steps.at_most(u64::MAX - 1, &mut stepping);
+        self.steps.clear();
+        for &k in &stepping {
+            self.steps.extend(self.nodes[k].steps.iter().map(|t| (*t).max(now)));
+        }
+        self.hosting_then = stepping;
+        let nth_later = nth - self.hosted_total;
+        (self.steps.len() > nth_later).then(|| *self.steps.select_nth_unstable(nth_later).1)
+    }
+
+    /// `candidates`: the nodes that can host a replica at `at`, with their room then (now,
+    /// if the room is there now), in id order. A node hosts one once it could now or one
+    /// of its steps has come; the others hold no replica, so `choose_nodes` would pass them
+    /// over: most nodes, when a gang waits for a few of them to free up.
+    fn fill_candidates(&mut self, at: Time, room_now: bool) {
+        let mut hosting_then = std::mem::take(&mut self.hosting_then);
+        hosting_then.clear();
+        self.push_hosting_now(&mut hosting_then);
+        if !room_now {
+            self.first_steps.at_most(at.0, &mut hosting_then);
+            hosting_then.sort_unstable();
+            hosting_then.dedup();
+        }
+        self.candidates.clear();
+        self.candidates.extend(hosting_then.iter().map(|&k| {
+            let h = &self.nodes[k];
+            let room = if room_now { h.now_free } else { h.free_at(at) };
+            Candidate { node: h.node, available: room.saturating_minus(h.debt), capacity: h.capacity }
+        }));
+        self.hosting_then = hosting_then;
+    }
+
+    /// The slots that host a replica now, ascending, appended to `out`.
+    fn push_hosting_now(&self, out: &mut Vec<usize>) {
+        for (w, &word) in self.hosting_now.iter().enumerate() {
+            let mut rest = word;
+            while rest != 0 {
+                out.push(w * 64 + rest.trailing_zeros() as usize);
+                rest &= rest - 1;
+            }
         }
     }
 }
@@ -200,43 +293,18 @@ impl Scheduler {
         let (per_replica, replicas, _) = shape;
         learnt.learn_for(shape);
         self.learn_nodes(learnt, taken, shape);
-        let Hosting { nodes: hosting, hosted, first_steps, steps, candidates, .. } = learnt;
-        let nth = (replicas as usize).checked_sub(1)?;
-        let hosted_now: usize = hosted.iter().map(|h| *h as usize).sum();
-        let room_now = hosted_now > nth;
-        let at = if room_now {
-            now
-        } else if nth == hosted_now {
-            // One more replica: the earliest step of any node (each node's are in order).
-            (*first_steps.iter().flatten().min()?).max(now)
-        } else {
-            steps.clear();
-            steps.extend(hosting.iter().flat_map(|h| h.steps.iter().map(|t| (*t).max(now))));
-            let nth_later = nth - hosted_now;
-            if steps.len() <= nth_later {
-                return None;
-            }
-            *steps.select_nth_unstable(nth_later).1
-        };
-        // The nodes that can host a replica at `at`, with their room then (now, if the room is
-        // there now). A node hosts one once it could now or one of its steps has come; the
-        // others hold no replica, so `choose_nodes` would pass them over: most nodes, when a
-        // gang waits for a few of them to free up.
-        candidates.clear();
-        for (k, h) in hosting.iter().enumerate() {
-            let hosts_then = hosted[k] > 0 || (!room_now && first_steps[k].is_some_and(|step| step <= at));
-            if !hosts_then {
-                continue;
-            }
-            let room = if room_now { h.now_free } else { h.free_at(at) };
-            candidates.push(Candidate { node: h.node, available: room.saturating_minus(h.debt), capacity: h.capacity });
-        }
+        let at = learnt.earliest_time(replicas, now)?;
+        let room_now = learnt.hosted_total >= replicas as usize;
+        learnt.fill_candidates(at, room_now);
+        let Hosting { nodes: hosting, candidates, .. } = learnt;
         let chosen = choose_nodes(candidates, per_replica, replicas, self.config.policy.scoring)?;
         let nodes = chosen
             .into_iter()
             .map(|(node, count)| {
-                let c = candidates.iter().find(|c| c.node == node).expect("chosen among them");
-                let h = hosting.iter().find(|h| h.node == node).expect("a candidate is a usable node");
+                // Both are in id order.
+                let c = candidates.binary_search_by_key(&node, |c| c.node).map(|k| &candidates[k]);
+                let h = hosting.binary_search_by_key(&node, |h| h.node).map(|k| &hosting[k]);
+                let (c, h) = (c.expect("chosen among them"), h.expect("a candidate is a usable node"));
                 let reserved = per_replica.times(count);
                 // What the reservation leaves of the node's room then (its debt taken), and
                 // no more than is free now.
@@ -252,32 +320,31 @@ impl Scheduler {
     ///
     /// Every node's version is unique to its state (`Nodes::version`), so a node whose
     /// version is the one seen at the last computation is as it was then. When the nodes
-    /// are the ones seen then, only those that changed and those an earlier reservation
-    /// takes a part of (now or then) are read: nodes change at nearly every event, but one
-    /// or two at a time, and a walk over every usable node at every cycle was the
-    /// reservations' largest cost with everything on. Otherwise every node is walked.
+    /// log tells which changed since then (`Nodes::changed_since`), only those and those an
+    /// earlier reservation takes a part of (now or then) are read: nodes change at nearly
+    /// every event, but one or two at a time, and a walk over every usable node at every
+    /// cycle was the reservations' largest cost with everything on. Otherwise every node is
+    /// walked.
     fn learn_nodes(&self, learnt: &mut Hosting, taken: &[Planned], shape: PlanShape) {
-        let versions = self.nodes.versions();
-        let seen_all = learnt.seen.len() == versions.len() && learnt.positions.len() == learnt.nodes.len();
+        let seen = learnt.seen.filter(|_| learnt.positions.len() == learnt.nodes.len());
+        let changed = seen.and_then(|version| self.nodes.changed_since(version));
+        let known_changes = changed.is_some();
         let mut revisit = std::mem::take(&mut learnt.revisit);
         revisit.clear();
-        if seen_all {
-            revisit.extend(
-                versions.iter().zip(&learnt.seen).enumerate().filter(|(_, (v, s))| v != s).map(|(i, _)| i as u32),
-            );
+        if let Some(changed) = changed {
+            revisit.extend(changed);
             for node in learnt.taken_nodes.iter().copied().chain(nodes_of(taken)) {
                 revisit.extend(self.nodes.ix_of(node).map(|ix| ix.0));
             }
             revisit.sort_unstable();
             revisit.dedup();
         }
-        let learnt_in_place = seen_all && self.learn_changed(learnt, &revisit, taken, shape);
+        let learnt_in_place = known_changes && self.learn_changed(learnt, &revisit, taken, shape);
         if !learnt_in_place {
             self.learn_every_node(learnt, taken, shape);
         }
         learnt.revisit = revisit;
-        learnt.seen.clear();
-        learnt.seen.extend_from_slice(versions);
+        learnt.seen = Some(self.nodes.version());
         learnt.taken_nodes.clear();
         learnt.taken_nodes.extend(nodes_of(taken));
     }
@@ -286,16 +353,15 @@ impl Scheduler {
     /// brought up to date in place. `false`, with nothing changed, when one of them became
     /// usable or stopped being usable (the usable nodes are then walked again).
     fn learn_changed(&self, learnt: &mut Hosting, revisit: &[u32], taken: &[Planned], shape: PlanShape) -> bool {
-        let slot_of = |position: u32| learnt.positions.binary_search(&position).ok();
+        let slot_of = |learnt: &Hosting, position: u32| learnt.positions.binary_search(&position).ok();
         let usable = |position: u32| self.nodes.at(NodeIx(position)).usable_by(shape.2);
-        if revisit.iter().any(|&position| slot_of(position).is_some() != usable(position)) {
+        if revisit.iter().any(|&position| slot_of(learnt, position).is_some() != usable(position)) {
             return false;
         }
         for &position in revisit {
-            if let Some(k) = slot_of(position) {
+            if let Some(k) = slot_of(learnt, position) {
                 bring_up_to_date(&mut learnt.nodes[k], self.nodes.at(NodeIx(position)), taken, shape);
-                learnt.hosted[k] = learnt.nodes[k].hosted_now;
-                learnt.first_steps[k] = learnt.nodes[k].first_step();
+                learnt.set_slot(k);
             }
         }
         true
@@ -305,7 +371,7 @@ impl Scheduler {
     /// learnt of it if it is as it was (in place, in one pass: the usable nodes rarely
     /// change; from the first position where they did, the nodes are learnt afresh).
     fn learn_every_node(&self, learnt: &mut Hosting, taken: &[Planned], shape: PlanShape) {
-        let Hosting { nodes: hosting, positions, hosted, first_steps, .. } = learnt;
+        let Hosting { nodes: hosting, positions, .. } = learnt;
         positions.clear();
         let mut usable_count = 0;
         for (position, (id, version)) in self.nodes.ids_and_versions().enumerate() {
@@ -326,15 +392,17 @@ impl Scheduler {
             usable_count += 1;
         }
         hosting.truncate(usable_count);
-        hosted.clear();
-        hosted.extend(hosting.iter().map(|h| h.hosted_now));
-        first_steps.clear();
-        first_steps.extend(hosting.iter().map(NodeHosting::first_step));
+        learnt.set_every_slot();
     }
 
     /// Running jobs past their expected end get a new one, as of `now` (`estimate.rs`):
     /// what `run_ends` says before a reservation reads it.
     fn revise_run_ends(&mut self, now: Time) {
+        // Most cycles find the earliest end still ahead: one walk down the set's left edge,
+        // where a range over it costs two walks and a scan.
+        if self.run_ends.first().is_none_or(|&(end, _, _)| end > now) {
+            return;
+        }
         let overdue: Vec<(Time, JobId, JobIx)> = self.overdue_runs(now).collect();
         for entry in overdue {
             let ix = entry.2;

@@ -28,6 +28,7 @@ use std::cmp::{Ordering, Reverse};
 
 pub use smallvec::SmallVec;
 
+use crate::min_tree::MinTree;
 use crate::types::{GpuSet, JobId, NodeId, Priority, ResourceKind, Resources};
 
 /// A one-replica preemptor's victim search, as the scheduler saw it: for tests that check
@@ -1380,77 +1381,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     }
 }
 
-/// Values by index and the least of them, kept up to date in O(log n) per change.
-#[derive(Clone, Debug, Default)]
-struct MinTree {
-    /// Leaves from `width` on; each inner slot the least of its two children.
-    slots: Vec<u64>,
-    width: usize,
-}
-
-impl MinTree {
-    fn new(values: &[u64]) -> MinTree {
-        let width = values.len().next_power_of_two();
-        let mut slots = vec![u64::MAX; 2 * width];
-        slots[width..width + values.len()].copy_from_slice(values);
-        for i in (1..width).rev() {
-            slots[i] = slots[2 * i].min(slots[2 * i + 1]);
-        }
-        MinTree { slots, width }
-    }
-
-    fn min(&self) -> u64 {
-        self.slots.get(1).copied().unwrap_or(u64::MAX)
-    }
-
-    /// The values by index (and `u64::MAX` past them, up to a power of two).
-    fn leaves(&self) -> &[u64] {
-        &self.slots[self.width..]
-    }
-
-    /// Sets the value at `index`; returns the one it replaces.
-    fn replace(&mut self, index: usize, value: u64) -> u64 {
-        let mut i = self.width + index;
-        let before = std::mem::replace(&mut self.slots[i], value);
-        while i > 1 {
-            i /= 2;
-            let least = self.slots[2 * i].min(self.slots[2 * i + 1]);
-            if self.slots[i] == least {
-                // Nothing above depends on more than this slot: it is as it was.
-                break;
-            }
-            self.slots[i] = least;
-        }
-        before
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The tree's least value is the least of its values after any sequence of changes
-    /// (checked against a plain scan), and `replace` returns the value it replaced.
-    #[test]
-    fn min_tree_tracks_the_least_value() {
-        for len in [1usize, 2, 3, 5, 8, 13, 64] {
-            let mut values: Vec<u64> = (0..len as u64).map(|i| (i * 7919) % 23).collect();
-            let mut tree = MinTree::new(&values);
-            let mut seed = 12_345u64 + len as u64;
-            for _ in 0..2_000 {
-                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                let index = (seed >> 33) as usize % len;
-                // Small values repeat often, so many changes leave a slot's minimum as it was.
-                let value = match (seed >> 20) % 4 {
-                    0 => u64::MAX,
-                    _ => (seed >> 40) % 10,
-                };
-                assert_eq!(tree.replace(index, value), values[index]);
-                values[index] = value;
-                assert_eq!(tree.min(), *values.iter().min().expect("not empty"), "len {len}");
-            }
-        }
-    }
 
     fn gpu_victim(id: u64, gpus: u32, lost_gpu_min: u64) -> NodeCandidate {
         NodeCandidate {
