@@ -324,19 +324,28 @@ pub(crate) struct Nodes {
     /// Every change with a later version is in `change_log`. Adding or removing a node moves
     /// positions: the log starts again from that change.
     log_from: u64,
+    /// Whether changes are logged at all (where nothing reads the log, none is kept and
+    /// `log_from` follows `version`).
+    logging: bool,
 }
 
 /// The fewest changes `Nodes::change_log` keeps before it drops its older half.
 const CHANGE_LOG_MIN: usize = 64;
 
 impl Nodes {
+    /// No nodes; changes logged for `changed_since` or not.
+    pub fn with_change_log(logging: bool) -> Nodes {
+        Nodes { logging, ..Nodes::default() }
+    }
+
     pub fn version(&self) -> u64 {
         self.version
     }
 
     /// The positions of the nodes changed since `version` (a node changed more than once
-    /// comes more than once), or `None` when that is not known: the log no longer reaches
-    /// back that far, or a node was added or removed since.
+    /// comes more than once), or `None` when that is not known: changes are not logged
+    /// (`with_change_log`), the log no longer reaches back that far, or a node was added or
+    /// removed since.
     pub fn changed_since(&self, version: u64) -> Option<impl Iterator<Item = u32> + '_> {
         if version < self.log_from {
             return None;
@@ -349,6 +358,10 @@ impl Nodes {
     fn record_change(&mut self, ix: NodeIx) -> u64 {
         self.version += 1;
         self.versions[ix.0 as usize] = self.version;
+        if !self.logging {
+            self.log_from = self.version;
+            return self.version;
+        }
         let kept_max = 2 * self.nodes.len().max(CHANGE_LOG_MIN);
         if self.change_log.len() == kept_max {
             let dropped = kept_max / 2;
@@ -946,7 +959,13 @@ mod tests {
     /// last `max(nodes, CHANGE_LOG_MIN)` changes, and `check_ids` agrees with it.
     #[test]
     fn the_change_log_names_every_node_changed_since_a_version() {
-        let mut nodes = Nodes::default();
+        let mut unlogged = Nodes::default();
+        unlogged.add(node(0, 0, 8));
+        let before = unlogged.version();
+        unlogged.update(NodeId(0), |n| n.owned = GpuSet::first(1));
+        assert!(unlogged.changed_since(before).is_none(), "nothing is logged unless asked");
+        assert_eq!(unlogged.changed_since(unlogged.version()).map(|c| c.count()), Some(0));
+        let mut nodes = Nodes::with_change_log(true);
         for id in 0..10 {
             nodes.add(node(id, 0, 8));
         }

@@ -168,9 +168,11 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(config: Config) -> Scheduler {
         let fair = FairShares::new(config.policy.fair_share.map(|f| f.half_life_ms));
+        // Only a reservation's plan reads the nodes' change log.
+        let nodes = Nodes::with_change_log(config.policy.reservations.is_some());
         Scheduler {
             config,
-            nodes: Nodes::default(),
+            nodes,
             jobs: JobStore::default(),
             queue: PendingQueue::default(),
             tallies: VictimTallies::default(),
