@@ -289,7 +289,7 @@ fn may_reclaim_with(ledger: &Ledger, project: AccountId, cohort: AccountId, tota
 /// GPUs free on the nodes of `model` plus those held by preemptible work at or below
 /// `priority` (see `WakeChecks::gpus_at_or_below`).
 fn gpus_at_or_below(nodes: &Nodes, tallies: &VictimTallies, model: Option<GpuModel>, priority: Priority) -> u32 {
-    nodes.index.total_free(model) + tallies.preemptible.range(..=priority).map(|(_, t)| t.gpus).sum::<u32>()
+    nodes.index.total_free(model) + tallies.preemptible_gpus_at_or_below(priority)
 }
 
 /// What a victim search within the cycle's budget came to.

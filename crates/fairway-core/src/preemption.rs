@@ -637,23 +637,13 @@ impl SearchView<'_> {
     /// over the nodes, would cover it walks every node's list to find nothing.
     fn enough_gpus_below(&self, ix: JobIx, inclusive: bool) -> bool {
         let job = &self.jobs[ix];
-        let needed = job.spec.total().gpus;
-        let mut have = self.nodes.index.total_free(job.spec.gpu_model);
-        let mut below = match inclusive {
-            true => self.tallies.preemptible.range(..=job.spec.priority),
-            false => self.tallies.preemptible.range(..job.spec.priority),
-        }
-        .peekable();
-        if below.peek().is_none() {
+        let priority = job.spec.priority;
+        let level = if inclusive { Some(priority) } else { priority.checked_sub(1) };
+        let Some(level) = level.filter(|&l| self.tallies.preemptible.range(..=l).next().is_some()) else {
             return false;
-        }
-        for (_, tally) in below {
-            if have >= needed {
-                break;
-            }
-            have += tally.gpus;
-        }
-        have >= needed
+        };
+        let have = self.nodes.index.total_free(job.spec.gpu_model) + self.tallies.preemptible_gpus_at_or_below(level);
+        have >= job.spec.total().gpus
     }
 
     /// A necessary condition, cheap next to a search over the whole cluster: counting every

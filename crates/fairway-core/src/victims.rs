@@ -196,6 +196,13 @@ impl VictimTallies {
         }
     }
 
+    /// GPUs held by running preemptible jobs at or below `level`: with the GPUs free, what a
+    /// victim search at that level could have at most (`SearchView::enough_gpus_below`, and
+    /// the wake of a group whose search failed for want of it).
+    pub fn preemptible_gpus_at_or_below(&self, level: Priority) -> u32 {
+        self.preemptible.range(..=level).map(|(_, t)| t.gpus).sum()
+    }
+
     /// Running preemptible jobs below `priority`.
     pub fn preemptible_jobs_below(&self, priority: Priority) -> u64 {
         self.preemptible.range(..priority).map(|(_, t)| u64::from(t.jobs)).sum()
