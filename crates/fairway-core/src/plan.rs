@@ -323,8 +323,8 @@ impl Scheduler {
     /// log tells which changed since then (`Nodes::changed_since`), only those and those an
     /// earlier reservation takes a part of (now or then) are read: nodes change at nearly
     /// every event, but one or two at a time, and a walk over every usable node at every
-    /// cycle was the reservations' largest cost with everything on. Otherwise every node is
-    /// walked.
+    /// cycle would be the reservations' largest cost with everything on. Otherwise every
+    /// node is walked.
     fn learn_nodes(&self, learnt: &mut Hosting, taken: &[Planned], shape: PlanShape) {
         let seen = learnt.seen.filter(|_| learnt.positions.len() == learnt.nodes.len());
         let changed = seen.and_then(|version| self.nodes.changed_since(version));
