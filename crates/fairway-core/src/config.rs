@@ -178,6 +178,10 @@ pub struct Limits {
     pub victims_per_cycle_max: u32,
     /// Running jobs examined as victim candidates for one preemptor.
     pub victim_candidates_max: u32,
+    /// Steps of the branch and bound of one victim search over the whole cluster (a gang's,
+    /// or a job's bound by quota); past them it settles for the best set it has found or
+    /// a fallback's (see `preemption.rs`, "Where the search is exact").
+    pub wide_search_steps_max: u32,
     /// Feasible nodes scored for one replica.
     pub candidate_nodes_scored_max: u32,
     /// Jobs held (pending and running). Submits beyond it are refused.
@@ -196,6 +200,7 @@ impl Default for Limits {
             victims_per_preemption_max: 32,
             victims_per_cycle_max: 256,
             victim_candidates_max: 4_096,
+            wide_search_steps_max: 2_000,
             candidate_nodes_scored_max: 64,
             jobs_max: 1_000_000,
             replicas_max: 1_024,

@@ -260,8 +260,9 @@ impl SetCost {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exactness {
     Exact,
-    /// The branch and bound ran out of steps: the set is the candidates in rule order,
-    /// minus those not needed.
+    /// The branch and bound ran out of steps: on one node, the set is the candidates in
+    /// rule order, minus those not needed; over the whole cluster, the best set found by
+    /// then (see `best_wide_set`).
     StepsExhausted,
 }
 
@@ -705,6 +706,8 @@ pub struct WideSearch {
     pub quota_caps: Vec<Vec<Resources>>,
     pub candidates: Vec<WideCandidate>,
     pub victims_max: usize,
+    /// Steps the branch and bound may take (`Limits::wide_search_steps_max`).
+    pub steps_max: u32,
 }
 
 /// A gang's or a quota-bound job's search, as the scheduler saw it: for tests that check
@@ -713,17 +716,17 @@ pub struct WideSearch {
 pub struct WideSearchRecord {
     pub preemptor: JobId,
     pub search: WideSearch,
-    /// The victims chosen, by index into the candidates (ascending), if any.
+    /// The victims the search chose, by index into the candidates (ascending), if any.
     pub chosen: Option<Vec<usize>>,
     pub exactness: Exactness,
+    /// The victims the core took in the end, as `chosen`: the search's set when it is
+    /// exact, else the better of it (made minimal) and the fallback's.
+    pub taken: Option<Vec<usize>>,
 }
 
 /// Further replicas whose bound (`WideBranch::least_loss_for_missing`) is summed one by
 /// one; past them, each counts as the cheapest.
 const CHEAPEST_KEPT: usize = 8;
-
-/// Steps the search over the whole cluster may take.
-pub const WIDE_STEPS_MAX: u32 = 2_000;
 
 impl WideSearch {
     /// Replicas one node can hold in `room`.
@@ -737,6 +740,16 @@ impl WideSearch {
     /// Thousandths of GPUs all the replicas need.
     fn milli_needed(&self) -> u64 {
         self.per_replica.gpu_milli_total() * u64::from(self.replicas)
+    }
+
+    /// The rank of `set` (rules 2 to 5) once it has gone, to compare sets found by other
+    /// means (the fallbacks past the step bound) with the search's own.
+    pub fn rank_of(&self, set: &[usize]) -> SetCost {
+        let mut state = WideState::new(self);
+        for &i in set {
+            state.take(i);
+        }
+        self.cost_of(set, state.room_milli)
     }
 
     /// The rank of `set` (rules 2 to 5), `room_milli` being the thousandths of GPUs free on
@@ -760,7 +773,9 @@ impl WideSearch {
 
 /// The best set of at most `victims_max` candidates whose going lets every replica fit on
 /// the usable nodes and brings every quota need to zero; `None` with `Exact` if there is
-/// none (or none is needed), `None` with `StepsExhausted` if the search ran out of steps.
+/// none (or none is needed). With `StepsExhausted` the search ran out of steps, and the set
+/// is the best it had found by then, if any (it makes room, but a victim in it may not be
+/// needed: the caller makes it minimal).
 ///
 /// Rule 2 first, as on one node: candidates are admitted level by level, and at the first
 /// level where all of them together make room, a branch and bound ranks the sets by rules
@@ -836,8 +851,12 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
             branch.seed();
             branch.descend(0, 0);
             let best = branch.best;
-            if steps > WIDE_STEPS_MAX {
-                return (None, Exactness::StepsExhausted);
+            if steps > search.steps_max {
+                let found = best.map(|(_, mut set)| {
+                    set.sort_unstable();
+                    set
+                });
+                return (found, Exactness::StepsExhausted);
             }
             if let Some((_, mut set)) = best {
                 set.sort_unstable();
@@ -1250,7 +1269,7 @@ impl<'s, 'a> WideBranch<'s, 'a> {
 
     fn descend(&mut self, position: usize, lost: u64) {
         *self.steps += 1;
-        if *self.steps > WIDE_STEPS_MAX {
+        if *self.steps > self.search.steps_max {
             return;
         }
         if self.state.makes_room() {

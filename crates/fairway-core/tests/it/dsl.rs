@@ -10,6 +10,7 @@
 //! config policy=fifo|priority|fairway backfill=on|off preemption=on|off scoring=best-fit|spread
 //!        packing=random|dot-product|gpu-clustering|gpu-packing|best-fit|fgd|fairway|core
 //!        order=fifo|priority victims-max=N candidates-max=N attempts-max=N starts-max=N
+//!        wide-steps-max=N
 //!        nodes-scored-max=N fair-half-life=TIME|off reservations=N|off default-runtime=TIME
 //!        history=N                                           (before any other command)
 //! node [add] N gpus=8 model=A100 cpu=64000 mem=512000        (these are the defaults)
@@ -586,6 +587,7 @@ impl Runner {
             "order",
             "victims-max",
             "candidates-max",
+            "wide-steps-max",
             "attempts-max",
             "cycle-victims-max",
             "starts-max",
@@ -628,6 +630,7 @@ impl Runner {
                 }
                 "victims-max" => limits.victims_per_preemption_max = parse_num(k, v)?,
                 "candidates-max" => limits.victim_candidates_max = parse_num(k, v)?,
+                "wide-steps-max" => limits.wide_search_steps_max = parse_num(k, v)?,
                 "attempts-max" => limits.preemption_attempts_per_cycle_max = parse_num(k, v)?,
                 "cycle-victims-max" => limits.victims_per_cycle_max = parse_num(k, v)?,
                 "starts-max" => limits.starts_per_cycle_max = parse_num(k, v)?,

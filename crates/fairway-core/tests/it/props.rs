@@ -270,6 +270,9 @@ fn config() -> impl Strategy<Value = Config> {
                 1 => Just(None),
                 1 => prop::sample::select(PackPolicy::ALL.to_vec()).prop_map(Some)
             ],
+            // Few steps, so that wide searches run out of them and take the better of the
+            // set found so far and the fallback's.
+            prop_oneof![3 => Just(Limits::default().wide_search_steps_max), 1 => 0..6u32],
         ),
     )
         .prop_map(
@@ -279,7 +282,17 @@ fn config() -> impl Strategy<Value = Config> {
                 spread,
                 victims_max,
                 attempts_max,
-                (candidates, scored, starts, cycle_victims, fair_share, reservations, history_runs_max, packing),
+                (
+                    candidates,
+                    scored,
+                    starts,
+                    cycle_victims,
+                    fair_share,
+                    reservations,
+                    history_runs_max,
+                    packing,
+                    wide_steps,
+                ),
             )| {
                 if flip_backfill {
                     policy.backfill = !policy.backfill;
@@ -304,6 +317,7 @@ fn config() -> impl Strategy<Value = Config> {
                     candidate_nodes_scored_max: scored,
                     starts_per_cycle_max: starts,
                     victims_per_cycle_max: cycle_victims,
+                    wide_search_steps_max: wide_steps,
                     ..Limits::default()
                 };
                 Config { policy, limits }
@@ -492,10 +506,22 @@ impl Driver {
         for record in self.s.take_wide_search_records() {
             let small = record.search.candidates.len() <= 16;
             if record.exactness != fairway_core::search::Exactness::Exact {
-                if small {
+                let steps_bound_lowered = record.search.steps_max < Limits::default().wide_search_steps_max;
+                if small && !steps_bound_lowered {
                     return Err(format!("the search for {} ran out of steps on a small case", record.preemptor));
                 }
+                if small {
+                    check_taken_past_the_step_bound(&record).map_err(|e| {
+                        format!("victim search for {} at {} out of steps: {e}\n{record:#?}", record.preemptor, self.now)
+                    })?;
+                }
                 continue;
+            }
+            if record.taken != record.chosen {
+                return Err(format!(
+                    "victim search for {} at {}: the search chose {:?}, the core took {:?}",
+                    record.preemptor, self.now, record.chosen, record.taken
+                ));
             }
             if !small {
                 continue;
@@ -965,4 +991,31 @@ fn placement_text(p: &Placement) -> String {
         })
         .collect();
     replicas.join("+")
+}
+
+/// A wide search that ran out of steps: if it had found a set, the core takes one; what it
+/// takes makes room by the brute force's own test, stays within the victim bound, and is
+/// minimal (without any one of its victims it no longer makes room).
+fn check_taken_past_the_step_bound(record: &fairway_core::search::WideSearchRecord) -> Result<(), String> {
+    use crate::search::wide_set_makes_room;
+    let Some(taken) = &record.taken else {
+        return match &record.chosen {
+            Some(set) => Err(format!("the search found {set:?} but the core took no set")),
+            None => Ok(()),
+        };
+    };
+    if taken.len() > record.search.victims_max {
+        return Err(format!("{taken:?} is over the victim bound"));
+    }
+    if !wide_set_makes_room(&record.search, taken) {
+        return Err(format!("{taken:?} does not make room"));
+    }
+    for i in 0..taken.len() {
+        let mut fewer = taken.clone();
+        let dropped = fewer.remove(i);
+        if wide_set_makes_room(&record.search, &fewer) {
+            return Err(format!("{taken:?} is not minimal: without {dropped} it still makes room"));
+        }
+    }
+    Ok(())
 }

@@ -10,7 +10,7 @@ use fairway_core::search::{
     Exactness, NodeCandidate, SearchRecord, SearchRoom, WideCandidate, WideSearch, best_set_on_node,
     best_set_on_node_in, best_wide_set,
 };
-use fairway_core::{GpuSet, JobId, NodeId, Priority, Resources};
+use fairway_core::{GpuSet, JobId, Limits, NodeId, Priority, Resources};
 use proptest::prelude::*;
 
 /// What a node has free once `set` is gone, as the rules count it: CPU and memory summed;
@@ -133,6 +133,71 @@ pub fn brute_force_record(record: &SearchRecord) -> Option<(NodeId, Vec<JobId>)>
     best.map(|(_, node, ids)| (node, ids))
 }
 
+/// The nodes once `set` has gone: on a node counted GPU by GPU, each victim adds its
+/// share (or 1000) to each of its GPUs there not held for a preemptor.
+fn wide_rooms_after(search: &WideSearch, set: &[usize]) -> Vec<SearchRoom> {
+    let mut room = search.available.clone();
+    for &i in set {
+        let c = &search.candidates[i];
+        for &(node, r, slots) in &c.frees {
+            let room = &mut room[node];
+            room.free = room.free.plus(r);
+            if !room.slot_free.is_empty() {
+                for slot in slots.iter().filter(|s| !room.held.contains(*s)) {
+                    room.slot_free[slot as usize] += if c.share_milli > 0 { c.share_milli as u16 } else { 1000 };
+                }
+            }
+        }
+    }
+    room
+}
+
+fn wide_free_milli(room: &SearchRoom) -> u64 {
+    if room.slot_free.is_empty() {
+        u64::from(room.free.gpus) * 1000
+    } else {
+        room.slot_free.iter().map(|&f| u64::from(f)).sum()
+    }
+}
+
+/// Does the going of `set` let every replica fit on the usable nodes and meet every quota
+/// need, as the rules count it?
+pub fn wide_set_makes_room(search: &WideSearch, set: &[usize]) -> bool {
+    let room = wide_rooms_after(search, set);
+    let mut quota = vec![Resources::ZERO; search.quota_needs.len()];
+    for (k, q) in quota.iter_mut().enumerate() {
+        let caps = search.quota_caps.get(k).filter(|caps| !caps.is_empty());
+        let groups = caps.map_or(1, Vec::len);
+        for g in 0..groups {
+            let of_group = set.iter().map(|&i| &search.candidates[i]).filter(|c| caps.is_none() || c.group == g);
+            let sum = of_group.fold(Resources::ZERO, |t, c| t.plus(c.quota_frees[k]));
+            *q = q.plus(caps.map_or(sum, |caps| sum.min_by_amount(caps[g])));
+        }
+    }
+    let per = search.per_replica;
+    let fit = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
+    let hosted: u64 = room
+        .iter()
+        .map(|r| {
+            let (cpu, memory) = (fit(r.free.cpu_millis, per.cpu_millis), fit(r.free.memory_mib, per.memory_mib));
+            let gpus = if per.gpu_milli > 0 {
+                // A share: one replica, on a GPU with at least its thousandths free.
+                let on_one_gpu = r.slot_free.iter().any(|&f| u32::from(f) >= per.gpu_milli);
+                if on_one_gpu { 1 } else { 0 }
+            } else {
+                let whole = if r.slot_free.is_empty() {
+                    u64::from(r.free.gpus)
+                } else {
+                    r.slot_free.iter().filter(|&&f| f >= 1000).count() as u64
+                };
+                fit(whole, u64::from(per.gpus))
+            };
+            gpus.min(cpu).min(memory).min(u64::from(search.replicas))
+        })
+        .sum();
+    hosted >= u64::from(search.replicas) && search.quota_needs.iter().zip(&quota).all(|(n, q)| n.within_by_amount(*q))
+}
+
 /// A gang's or a quota-bound job's search, by brute force: every set of at most
 /// `victims_max` candidates; a set makes room when, with its victims gone, the usable nodes
 /// hold every replica (each node as many as fit in what it would have free) and each of the
@@ -141,67 +206,9 @@ pub fn brute_force_record(record: &SearchRecord) -> Option<(NodeId, Vec<JobId>)>
 /// the rules as written, rule 4
 /// counting the GPUs left free on all usable nodes. The best set, as ascending indices.
 pub fn brute_force_wide(search: &WideSearch) -> Option<Vec<usize>> {
-    // The nodes once `set` has gone: on a node counted GPU by GPU, each victim adds its
-    // share (or 1000) to each of its GPUs there not held for a preemptor.
-    let rooms_after = |set: &[usize]| {
-        let mut room = search.available.clone();
-        for &i in set {
-            let c = &search.candidates[i];
-            for &(node, r, slots) in &c.frees {
-                let room = &mut room[node];
-                room.free = room.free.plus(r);
-                if !room.slot_free.is_empty() {
-                    for slot in slots.iter().filter(|s| !room.held.contains(*s)) {
-                        room.slot_free[slot as usize] += if c.share_milli > 0 { c.share_milli as u16 } else { 1000 };
-                    }
-                }
-            }
-        }
-        room
-    };
-    let free_milli = |room: &SearchRoom| -> u64 {
-        if room.slot_free.is_empty() {
-            u64::from(room.free.gpus) * 1000
-        } else {
-            room.slot_free.iter().map(|&f| u64::from(f)).sum()
-        }
-    };
-    let makes_room = |set: &[usize]| {
-        let room = rooms_after(set);
-        let mut quota = vec![Resources::ZERO; search.quota_needs.len()];
-        for (k, q) in quota.iter_mut().enumerate() {
-            let caps = search.quota_caps.get(k).filter(|caps| !caps.is_empty());
-            let groups = caps.map_or(1, Vec::len);
-            for g in 0..groups {
-                let of_group = set.iter().map(|&i| &search.candidates[i]).filter(|c| caps.is_none() || c.group == g);
-                let sum = of_group.fold(Resources::ZERO, |t, c| t.plus(c.quota_frees[k]));
-                *q = q.plus(caps.map_or(sum, |caps| sum.min_by_amount(caps[g])));
-            }
-        }
-        let per = search.per_replica;
-        let fit = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
-        let hosted: u64 = room
-            .iter()
-            .map(|r| {
-                let (cpu, memory) = (fit(r.free.cpu_millis, per.cpu_millis), fit(r.free.memory_mib, per.memory_mib));
-                let gpus = if per.gpu_milli > 0 {
-                    // A share: one replica, on a GPU with at least its thousandths free.
-                    let on_one_gpu = r.slot_free.iter().any(|&f| u32::from(f) >= per.gpu_milli);
-                    if on_one_gpu { 1 } else { 0 }
-                } else {
-                    let whole = if r.slot_free.is_empty() {
-                        u64::from(r.free.gpus)
-                    } else {
-                        r.slot_free.iter().filter(|&&f| f >= 1000).count() as u64
-                    };
-                    fit(whole, u64::from(per.gpus))
-                };
-                gpus.min(cpu).min(memory).min(u64::from(search.replicas))
-            })
-            .sum();
-        hosted >= u64::from(search.replicas)
-            && search.quota_needs.iter().zip(&quota).all(|(n, q)| n.within_by_amount(*q))
-    };
+    let makes_room = |set: &[usize]| wide_set_makes_room(search, set);
+    let rooms_after = |set: &[usize]| wide_rooms_after(search, set);
+    let free_milli = wide_free_milli;
     if makes_room(&[]) {
         return None;
     }
@@ -521,6 +528,7 @@ fn wide_case() -> impl Strategy<Value = WideSearch> {
                     .collect(),
                 candidates,
                 victims_max,
+                steps_max: Limits::default().wide_search_steps_max,
             }
         })
 }
@@ -603,6 +611,7 @@ fn wide_case_with_shares() -> impl Strategy<Value = WideSearch> {
                 quota_caps: quota_milli.map(|_| Vec::new()).into_iter().collect(),
                 candidates,
                 victims_max,
+                steps_max: Limits::default().wide_search_steps_max,
             }
         })
 }
@@ -622,6 +631,27 @@ proptest! {
         let (found, exactness) = best_wide_set(&search);
         prop_assert_eq!(exactness, Exactness::Exact);
         prop_assert_eq!(found, brute_force_wide(&search));
+    }
+
+    /// Out of steps, the search still returns a set whenever it found one before the bound,
+    /// and that set makes room within the victim bound; within the steps it is exact.
+    #[test]
+    fn a_search_out_of_steps_returns_a_set_that_makes_room(
+        search in prop_oneof![wide_case(), wide_case_with_shares()],
+        steps_max in 0..12u32,
+    ) {
+        let search = WideSearch { steps_max, ..search };
+        let (found, exactness) = best_wide_set(&search);
+        match exactness {
+            Exactness::Exact => prop_assert_eq!(found, brute_force_wide(&search)),
+            Exactness::StepsExhausted => {
+                if let Some(set) = found {
+                    prop_assert!(set.len() <= search.victims_max, "{set:?} is over the victim bound");
+                    prop_assert!(set.windows(2).all(|w| w[0] < w[1]), "{set:?} is not ascending");
+                    prop_assert!(wide_set_makes_room(&search, &set), "{set:?} does not make room");
+                }
+            }
+        }
     }
 }
 
@@ -651,6 +681,7 @@ fn a_victim_on_two_nodes_counts_its_loss_once() {
             victim(3, 10, vec![(0, Resources::gpus(2)), (1, Resources::gpus(2))]),
         ],
         victims_max: 32,
+        steps_max: Limits::default().wide_search_steps_max,
     };
     assert_eq!(brute_force_wide(&search), Some(vec![2]));
     assert_eq!(best_wide_set(&search), (Some(vec![2]), Exactness::Exact));
