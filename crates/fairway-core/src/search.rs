@@ -1046,6 +1046,34 @@ impl ByNode {
     }
 }
 
+/// The most GPUs `least_cover` covers (a node's GPUs are at most `Limits::gpus_per_node_max`,
+/// 64 by default); a larger need takes the fractional bound.
+const COVER_GPUS_MAX: u64 = 64;
+
+/// The least total loss of entries of one node (`ByNode`'s, whole GPUs, from `position`
+/// on) that free at least `gpus` whole GPUs, or `None` if all of them do not: a 0/1
+/// knapsack cover, by dynamic programming over the GPUs still needed.
+fn least_cover(entries: &[(usize, u64, u64)], position: usize, gpus: u64) -> Option<u64> {
+    let need = gpus as usize;
+    if need == 0 {
+        return Some(0);
+    }
+    debug_assert!(need <= COVER_GPUS_MAX as usize, "a cover of at most {COVER_GPUS_MAX} GPUs");
+    // `least[x]`: the least loss that frees at least `x` GPUs with the entries so far.
+    let mut least = [u64::MAX; COVER_GPUS_MAX as usize + 1];
+    least[0] = 0;
+    for &(_, milli, loss) in entries.iter().filter(|(p, _, _)| *p >= position) {
+        let frees = (milli / 1000) as usize;
+        for x in (1..=need).rev() {
+            let rest = least[x.saturating_sub(frees)];
+            if rest != u64::MAX {
+                least[x] = least[x].min(rest.saturating_add(loss));
+            }
+        }
+    }
+    least.get(need).copied().filter(|&l| l != u64::MAX)
+}
+
 struct WideBranch<'s, 'a> {
     search: &'a WideSearch,
     /// Whether the replicas do not all fit before any victim goes (else `by_node`,
@@ -1143,13 +1171,23 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     /// replica there: the thousandths of the GPUs a replica needs beyond the whole GPUs the
     /// node has left over (GPU by GPU, from the GPUs closest to whole), freed at the node's
     /// best ratios of work lost per thousandth (a fractional knapsack, a lower bound).
+    ///
+    /// For a job of one replica on a node counted in whole GPUs, the least loss of a set of
+    /// them that frees enough, exactly (`least_cover`): victims come whole, and the
+    /// fractional bound, counting half of one that frees 8 GPUs where 4 are needed, left
+    /// such searches to run out of steps. Not for a gang: a victim freeing room for two
+    /// replicas on a node would count whole for each, and the bound sums the replicas.
     fn next_replica_loss_on(&self, node: usize, position: usize) -> Option<u64> {
         let per = self.search.per_replica.gpus;
         let room = &self.state.room[node];
         let left_over = room.whole_gpus().saturating_sub(per * self.state.hosted[node]);
         let mut need = room.milli_short_of(per.saturating_sub(left_over))?;
+        let entries = self.by_node.on(node);
+        if self.search.replicas == 1 && !room.by_slot() && need <= COVER_GPUS_MAX * 1000 {
+            return least_cover(entries, position, need / 1000);
+        }
         let mut cost = 0u64;
-        for &(_, g, l) in self.by_node.on(node).iter().filter(|(p, _, _)| *p >= position) {
+        for &(_, g, l) in entries.iter().filter(|(p, _, _)| *p >= position) {
             if need == 0 {
                 break;
             }
@@ -1434,5 +1472,27 @@ mod tests {
         let one = best_set_on_node(Resources::ZERO, Resources::gpus(2), &candidates, 1).unwrap();
         assert_eq!(one.victims, [2]);
         assert_eq!(best_set_on_node(Resources::ZERO, Resources::gpus(3), &candidates, 1), None);
+    }
+
+    proptest::proptest! {
+        /// `least_cover` against every subset: the least loss of entries from `position` on
+        /// that free at least `gpus` GPUs.
+        #[test]
+        fn least_cover_is_the_cheapest_subset_that_frees_enough(
+            entries in proptest::collection::vec((0..6usize, 1..9u64, 0..1_000u64), 0..10),
+            position in 0..6usize,
+            gpus in 0..12u64,
+        ) {
+            let entries: Vec<(usize, u64, u64)> = entries.into_iter().map(|(p, g, l)| (p, g * 1000, l)).collect();
+            let eligible: Vec<&(usize, u64, u64)> = entries.iter().filter(|(p, _, _)| *p >= position).collect();
+            let brute = (0u32..1 << eligible.len())
+                .filter_map(|mask| {
+                    let chosen = eligible.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0);
+                    let (freed, loss) = chosen.fold((0, 0), |(f, l), (_, e)| (f + e.1 / 1000, l + e.2));
+                    (freed >= gpus).then_some(loss)
+                })
+                .min();
+            proptest::prop_assert_eq!(least_cover(&entries, position, gpus), brute);
+        }
     }
 }
