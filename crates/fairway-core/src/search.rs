@@ -1181,12 +1181,9 @@ impl<'s, 'a> WideBranch<'s, 'a> {
         let per = self.search.per_replica.gpus;
         let room = &self.state.room[node];
         let left_over = room.whole_gpus().saturating_sub(per * self.state.hosted[node]);
-        let mut need = room.milli_short_of(per.saturating_sub(left_over))?;
+        let needed = room.milli_short_of(per.saturating_sub(left_over))?;
         let entries = self.by_node.on(node);
-        if self.search.replicas == 1 && !room.by_slot() && need <= COVER_GPUS_MAX * 1000 {
-            return least_cover(entries, position, need / 1000);
-        }
-        let mut cost = 0u64;
+        let (mut need, mut cost, mut in_part) = (needed, 0u64, false);
         for &(_, g, l) in entries.iter().filter(|(p, _, _)| *p >= position) {
             if need == 0 {
                 break;
@@ -1194,10 +1191,19 @@ impl<'s, 'a> WideBranch<'s, 'a> {
             let take = g.min(need);
             // Only the last candidate is taken in part: the others cost their whole share,
             // without a division (this runs at every step of the branch and bound).
-            cost += if take == g { l } else { (u128::from(l) * u128::from(take) / u128::from(g)) as u64 };
+            in_part = take < g;
+            cost += if in_part { (u128::from(l) * u128::from(take) / u128::from(g)) as u64 } else { l };
             need -= take;
         }
-        (need == 0).then_some(cost)
+        if need > 0 {
+            return None;
+        }
+        // Where the fractional bound took every candidate whole, its set frees enough and
+        // costs the bound: the exact cover costs the same, with no dynamic program.
+        if in_part && self.search.replicas == 1 && !room.by_slot() && needed <= COVER_GPUS_MAX * 1000 {
+            return least_cover(entries, position, needed / 1000);
+        }
+        Some(cost)
     }
 
     /// A lower bound on the work the replicas still missing must cost: each further replica
