@@ -105,10 +105,13 @@ use crate::search::{
 use crate::types::{AccountId, GpuModel, GpuSet, JobId, NodeId, Priority, Resources, Time};
 use crate::victims::{LostClock, VictimEntry, VictimTallies};
 
-/// The index of the victim `id` among `victims` (the candidates of a wide search are in the
-/// same order, so a plan's victims map back to them).
-fn index_of(victims: &[Victim], id: JobId) -> usize {
-    victims.iter().position(|v| v.id == id).expect("a plan's victims are candidates")
+/// The plan's victims as indices into `victims`, ascending (a wide search's candidates are
+/// in the same order as its victims, so a plan maps back to them).
+fn indices_of(victims: &[Victim], plan: &VictimPlan) -> Vec<usize> {
+    let index_of = |id: JobId| victims.iter().position(|v| v.id == id).expect("a plan's victims are candidates");
+    let mut set: Vec<usize> = plan.victims.iter().map(|&(id, _)| index_of(id)).collect();
+    set.sort_unstable();
+    set
 }
 
 /// Whose work a preemptor may take.
@@ -366,11 +369,7 @@ impl SearchView<'_> {
         };
         let waived = scratch.protection_waived;
         if let Some(records) = scratch.wide_records.as_mut().filter(|_| !waived) {
-            let taken = plan.as_ref().map(|plan| {
-                let mut taken: Vec<usize> = plan.victims.iter().map(|(id, _)| index_of(&victims, *id)).collect();
-                taken.sort_unstable();
-                taken
-            });
+            let taken = plan.as_ref().map(|plan| indices_of(&victims, plan));
             let preemptor = self.jobs[ix].spec.id;
             records.push(WideSearchRecord { preemptor, search, chosen: set, exactness, taken });
         }
@@ -381,10 +380,8 @@ impl SearchView<'_> {
     /// found (made minimal) and the fallback's (a gang clears whole nodes; a job bound by
     /// quota takes its candidates in rule order), either if only one makes room. Neither
     /// alone is enough: the fallback in rule order spreads a one-replica job's victims over
-    /// many nodes and often finds no set within the victim bound where the search found one
-    /// (117 of 173 exhausted searches on Philly's VCs in a cohort, whose preemptors then
-    /// waited and searched again), and the search's set is only the best of the part it
-    /// walked.
+    /// many nodes and may find no set within the victim bound where the search found one,
+    /// and the search's set is only the best of the part it walked.
     fn past_the_step_bound(
         &self,
         ix: JobIx,
@@ -394,18 +391,14 @@ impl SearchView<'_> {
         found: Option<&[usize]>,
     ) -> Option<VictimPlan> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
-        let found = found.and_then(|set| {
-            let check = self.fit_check(ix, scope);
-            self.minimise(ix, &check, set.iter().map(|&i| &victims[i]).collect(), max_victims)
-        });
+        let check = self.fit_check(ix, scope);
+        let found =
+            found.and_then(|set| self.minimise(ix, &check, set.iter().map(|&i| &victims[i]).collect(), max_victims));
         let fallback = match scope {
-            PreemptionScope::Any => self.node_by_node_set(ix, victims),
-            PreemptionScope::Account(_) | PreemptionScope::Cohort { .. } => self.greedy_set(ix, scope, victims),
+            PreemptionScope::Any => self.node_by_node_set(ix, &check, victims),
+            PreemptionScope::Account(_) | PreemptionScope::Cohort { .. } => self.greedy_set(ix, &check, victims),
         };
-        let rank = |plan: &VictimPlan| {
-            let set: Vec<usize> = plan.victims.iter().map(|(id, _)| index_of(victims, *id)).collect();
-            search.rank_of(&set)
-        };
+        let rank = |plan: &VictimPlan| search.rank_of(&indices_of(victims, plan));
         match (found, fallback) {
             (Some(a), Some(b)) => Some(if rank(&b) < rank(&a) { b } else { a }),
             (a, b) => a.or(b),
@@ -1092,7 +1085,7 @@ impl SearchView<'_> {
 
     /// A gang: clear whole nodes, cheapest nodes first, so the gang lands on few nodes and
     /// takes few victims; then drop every victim that is not needed (most costly first).
-    fn node_by_node_set(&self, ix: JobIx, victims: &[Victim]) -> Option<VictimPlan> {
+    fn node_by_node_set(&self, ix: JobIx, check: &FitCheck, victims: &[Victim]) -> Option<VictimPlan> {
         let job = &self.jobs[ix];
         let per_replica = job.spec.per_replica.as_whole_gpus();
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
@@ -1163,7 +1156,7 @@ impl SearchView<'_> {
         if hosted < job.spec.replicas || taken.len() > max_victims.saturating_mul(2) {
             return None;
         }
-        self.minimise(ix, &self.fit_check(ix, PreemptionScope::Any), taken, max_victims)
+        self.minimise(ix, check, taken, max_victims)
     }
 
     /// Drop every victim the job does not need, most costly first; `None` if what is left
@@ -1191,14 +1184,13 @@ impl SearchView<'_> {
 
     /// Quota-bound preemptors: take the account's victims in order until the job fits within
     /// its cap and on the nodes, then drop every victim that is not needed.
-    fn greedy_set(&self, ix: JobIx, scope: PreemptionScope, victims: &[Victim]) -> Option<VictimPlan> {
+    fn greedy_set(&self, ix: JobIx, check: &FitCheck, victims: &[Victim]) -> Option<VictimPlan> {
         let max_victims = self.config.limits.victims_per_preemption_max as usize;
-        let check = self.fit_check(ix, scope);
         // The bound applies to the final, minimal set (rule 6); while collecting, allow twice
         // as many so that victims that free nothing useful do not end the search early.
         let longest = victims.len().min(max_victims.saturating_mul(2));
         let prefix = |len: usize| victims[..len].iter().collect::<Vec<&Victim>>();
-        let fits = |len: usize| self.fits_with(ix, &check, &prefix(len)).is_some();
+        let fits = |len: usize| self.fits_with(ix, check, &prefix(len)).is_some();
         if longest == 0 || !fits(longest) {
             return None;
         }
@@ -1213,7 +1205,7 @@ impl SearchView<'_> {
                 short = mid;
             }
         }
-        self.minimise(ix, &check, prefix(long), max_victims)
+        self.minimise(ix, check, prefix(long), max_victims)
     }
 
     /// Where the job would go if `gone` had left, respecting quota (and its cohort) for a

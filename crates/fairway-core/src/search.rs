@@ -1174,8 +1174,8 @@ impl<'s, 'a> WideBranch<'s, 'a> {
     ///
     /// For a job of one replica on a node counted in whole GPUs, the least loss of a set of
     /// them that frees enough, exactly (`least_cover`): victims come whole, and the
-    /// fractional bound, counting half of one that frees 8 GPUs where 4 are needed, left
-    /// such searches to run out of steps. Not for a gang: a victim freeing room for two
+    /// fractional bound, counting half of one that frees 8 GPUs where 4 are needed, is too
+    /// weak to end such searches within their steps. Not for a gang: a victim freeing room for two
     /// replicas on a node would count whole for each, and the bound sums the replicas.
     fn next_replica_loss_on(&self, node: usize, position: usize) -> Option<u64> {
         let per = self.search.per_replica.gpus;
