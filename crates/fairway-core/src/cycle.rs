@@ -168,6 +168,19 @@ impl GrownNodes<'_> {
     }
 }
 
+/// GPUs on `node` free or held by preemptible work below `priority`, or of `priority` where
+/// `may_take` its project (`RoomWake::Borrowed`).
+fn reclaimable_by(node: &Node, priority: Priority, may_take: &dyn Fn(AccountId) -> bool) -> u32 {
+    node.available_gpus()
+        + node
+            .victims
+            .iter()
+            .take_while(|e| e.priority <= priority)
+            .filter(|e| e.priority < priority || may_take(e.project))
+            .map(crate::victims::VictimEntry::gpus_freed_at_most)
+            .sum::<u32>()
+}
+
 /// GPUs on `node` free or held by preemptible work below `priority`.
 fn reclaimable_gpus(node: &Node, priority: Priority) -> u32 {
     node.available_gpus()
@@ -193,8 +206,17 @@ impl GrownRoom for GrownNodes<'_> {
         self.iter().filter(|n| gk.model.is_none_or(|m| m == n.spec.gpu_model)).any(|n| match room {
             RoomWake::Fits => n.available_gpus() >= need,
             RoomWake::Reclaim => reclaimable_gpus(n, gk.priority) >= need,
-            RoomWake::Never | RoomWake::Nodes | RoomWake::Any | RoomWake::Total { .. } => true,
+            RoomWake::Never | RoomWake::Nodes | RoomWake::Any | RoomWake::Total { .. } | RoomWake::Borrowed { .. } => {
+                true
+            }
         })
+    }
+
+    fn admits_reclaim(&self, gk: &GroupKey, may_take: &dyn Fn(AccountId) -> bool) -> bool {
+        let need = gk.per_replica.gpus;
+        self.iter()
+            .filter(|n| gk.model.is_none_or(|m| m == n.spec.gpu_model))
+            .any(|n| reclaimable_by(n, gk.priority, may_take) >= need)
     }
 }
 
@@ -204,28 +226,35 @@ impl GrownRoom for GrownNodes<'_> {
 /// its buffers are reused.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct GrownSnapshot {
-    /// (model, free GPUs, range of `levels`)
-    nodes: Vec<(GpuModel, u32, std::ops::Range<usize>)>,
+    /// (model, free GPUs, range of `levels`, range of `entries`)
+    nodes: Vec<(GpuModel, u32, std::ops::Range<usize>, std::ops::Range<usize>)>,
     /// (priority, GPUs freed by preemptible work at or below it), ascending, per node.
     levels: Vec<(Priority, u32)>,
+    /// (priority, project, GPUs freed) of each preemptible run, ascending, per node: what
+    /// `RoomWake::Borrowed` asks, whose answer depends on the run's project.
+    entries: Vec<(Priority, AccountId, u32)>,
 }
 
 impl GrownSnapshot {
     fn take(&mut self, grown: &GrownNodes<'_>) {
         self.nodes.clear();
         self.levels.clear();
+        self.entries.clear();
         for node in grown.iter() {
             let start = self.levels.len();
+            let entries_start = self.entries.len();
             let mut sum = 0;
             for e in &node.victims {
                 sum += e.gpus_freed_at_most();
+                self.entries.push((e.priority, e.project, e.gpus_freed_at_most()));
                 let same_level = self.levels.len() > start && self.levels.last().is_some_and(|(p, _)| *p == e.priority);
                 match self.levels.last_mut() {
                     Some((_, s)) if same_level => *s = sum,
                     _ => self.levels.push((e.priority, sum)),
                 }
             }
-            self.nodes.push((node.spec.gpu_model, node.available_gpus(), start..self.levels.len()));
+            let entries = entries_start..self.entries.len();
+            self.nodes.push((node.spec.gpu_model, node.available_gpus(), start..self.levels.len(), entries));
         }
     }
 
@@ -238,20 +267,36 @@ impl GrownSnapshot {
 
 impl GrownRoom for GrownSnapshot {
     fn free_gpus_max(&self) -> u32 {
-        self.nodes.iter().map(|(_, free, _)| *free).max().unwrap_or(0)
+        self.nodes.iter().map(|(_, free, ..)| *free).max().unwrap_or(0)
     }
 
     fn reclaimable_gpus_max(&self, priority: Priority) -> u32 {
-        self.nodes.iter().map(|(_, free, levels)| self.reclaimable(*free, levels, priority)).max().unwrap_or(0)
+        self.nodes.iter().map(|(_, free, levels, _)| self.reclaimable(*free, levels, priority)).max().unwrap_or(0)
     }
 
     fn admits(&self, gk: &GroupKey, room: RoomWake) -> bool {
         let need = gk.per_replica.gpus;
-        self.nodes.iter().filter(|(model, ..)| gk.model.is_none_or(|m| m == *model)).any(|(_, free, levels)| match room
-        {
-            RoomWake::Fits => *free >= need,
-            RoomWake::Reclaim => self.reclaimable(*free, levels, gk.priority) >= need,
-            RoomWake::Never | RoomWake::Nodes | RoomWake::Any | RoomWake::Total { .. } => true,
+        self.nodes.iter().filter(|(model, ..)| gk.model.is_none_or(|m| m == *model)).any(|(_, free, levels, _)| {
+            match room {
+                RoomWake::Fits => *free >= need,
+                RoomWake::Reclaim => self.reclaimable(*free, levels, gk.priority) >= need,
+                RoomWake::Never
+                | RoomWake::Nodes
+                | RoomWake::Any
+                | RoomWake::Total { .. }
+                | RoomWake::Borrowed { .. } => true,
+            }
+        })
+    }
+
+    fn admits_reclaim(&self, gk: &GroupKey, may_take: &dyn Fn(AccountId) -> bool) -> bool {
+        let need = gk.per_replica.gpus;
+        let p = gk.priority;
+        self.nodes.iter().filter(|(model, ..)| gk.model.is_none_or(|m| m == *model)).any(|(_, free, _, entries)| {
+            let runs = self.entries[entries.clone()].iter().take_while(|(priority, ..)| *priority <= p);
+            let taken: u32 =
+                runs.filter(|(priority, project, _)| *priority < p || may_take(*project)).map(|e| e.2).sum();
+            free + taken >= need
         })
     }
 }
@@ -277,6 +322,18 @@ impl WakeChecks for SchedulerChecks<'_> {
     fn gpus_at_or_below(&self, model: Option<GpuModel>, priority: Priority) -> u32 {
         gpus_at_or_below(self.nodes, self.tallies, model, priority)
     }
+
+    fn may_reclaim_from(&self, gk: &GroupKey, cohort: AccountId, owner: AccountId) -> bool {
+        may_reclaim_from(self.ledger, gk.project, cohort, owner)
+    }
+}
+
+/// May a job of `project`, a member of `cohort`, reclaim a run of its own priority from
+/// `owner`: is `owner` another member of `cohort` that borrows now (rule 1)?
+fn may_reclaim_from(ledger: &Ledger, project: AccountId, cohort: AccountId, owner: AccountId) -> bool {
+    owner != project
+        && ledger.cohort_of(owner) == Some(cohort)
+        && ledger.cohort(cohort).is_some_and(|c| ledger.get(owner).is_some_and(|a| a.borrowing(c)))
 }
 
 /// Would `project`, a member of `cohort`, stay within its nominal quota with `total` more
@@ -418,6 +475,7 @@ impl Scheduler {
     /// Step 4: walk the queue in order, one equivalence group at a time (see `queue.rs`).
     fn walk_queue(&mut self, now: Time, out: &mut CycleOutcome) {
         self.blocked_by = None;
+        self.ledger.take_borrowing_began(&mut self.changes.borrowing_began);
         // Nothing awake, nothing that wakes a group, and no reservation to bring up to date
         // (a fifth of Philly's cycles: a job joins a sleeping group): the walk would ask no
         // one. Under strict order it would still name the first blocker.
@@ -528,10 +586,13 @@ impl Scheduler {
                         next_candidate += 1;
                     }
                     if !self.queue.is_asleep(gix) {
-                        // Woken meanwhile: the walk finds it among the awake (the fair
+                        // Woken meanwhile (`wake_reclaimers`; and gone if its last job
+                        // started since): the walk finds it among the awake (the fair
                         // order, which took in its level's heads already, takes it now).
-                        let head = self.queue.group(gix).head();
-                        if fair && self.queue.awake.contains(&(head, gix)) {
+                        if fair
+                            && let Some(head) = self.queue.live_head(gix)
+                            && self.queue.awake.contains(&(head, gix))
+                        {
                             self.push_fair(&mut level, head, gix, From::Awake, now);
                         }
                         continue;
@@ -539,15 +600,25 @@ impl Scheduler {
                     // Second look: does a grown node still have room for it now?
                     let room = self.queue.room_wake(gix);
                     let gk = &self.queue.group(gix).key;
-                    let (model, priority, need) = (gk.model, gk.priority, gk.per_replica.gpus);
-                    let known_short =
-                        memo.no_room.iter().any(|&(m, r, p, g)| m == model && r == room && p >= priority && g <= need);
                     let grown = GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes };
-                    if known_short || !grown.admits(gk, room) {
-                        if !known_short {
-                            memo.no_room.push((model, room, priority, need));
+                    if let RoomWake::Borrowed { cohort } = room {
+                        // What it may take depends on its project: nothing to remember.
+                        let ledger = &self.ledger;
+                        if !grown.admits_reclaim(gk, &|owner| may_reclaim_from(ledger, gk.project, cohort, owner)) {
+                            continue;
                         }
-                        continue;
+                    } else {
+                        let (model, priority, need) = (gk.model, gk.priority, gk.per_replica.gpus);
+                        let known_short = memo
+                            .no_room
+                            .iter()
+                            .any(|&(m, r, p, g)| m == model && r == room && p >= priority && g <= need);
+                        if known_short || !grown.admits(gk, room) {
+                            if !known_short {
+                                memo.no_room.push((model, room, priority, need));
+                            }
+                            continue;
+                        }
                     }
                     self.queue.wake_lazily(gix);
                     blocker = first_blocker(self);
@@ -575,6 +646,7 @@ impl Scheduler {
                         self.blocked_by = Some((key, gk.priority));
                         return next_candidate;
                     }
+                    self.wake_reclaimers(fair.then_some(&mut level), now);
                 }
                 Considered::Failed(verdict) => {
                     let blocks = strict && verdict.blocks_strict_order();
@@ -590,6 +662,29 @@ impl Scheduler {
             self.blocked_by = self.blocked_by.or(blocker);
         }
         next_candidate
+    }
+
+    /// A start or a preemption of the walk made a member of a cohort begin to borrow: the
+    /// groups waiting for that (`RoomWake::Borrowed`) wake at once, so that those the walk
+    /// has yet to reach are asked in this cycle, after what made the member borrow, as they
+    /// would be had an event woken them; the others are asked next cycle. Under fair order
+    /// those of the level being walked join it.
+    fn wake_reclaimers(&mut self, level: Option<&mut FairLevel>, now: Time) {
+        self.ledger.take_borrowing_began(&mut self.changes.borrowing_began);
+        if self.changes.borrowing_began.is_empty() {
+            return;
+        }
+        let mut woken = std::mem::take(&mut self.reclaimers_woken);
+        self.queue.wake_borrowed(&mut self.changes.borrowing_began, &mut woken);
+        if let Some(level) = level {
+            for &gix in &woken {
+                let head = self.queue.group(gix).head();
+                if level.rank == Some(head.rank) {
+                    self.push_fair(level, head, gix, From::Awake, now);
+                }
+            }
+        }
+        self.reclaimers_woken = woken;
     }
 
     /// Under strict order the first sleeping group that blocks, or the first job holding
@@ -616,6 +711,9 @@ impl Scheduler {
             let Reverse((fair_key, key, gix, from)) = level.heap.pop()?;
             if from == From::Awake && !self.queue.awake.contains(&(key, gix)) {
                 continue; // No longer this group's awake head.
+            }
+            if from == From::Candidate && self.queue.live_head(gix).is_none() {
+                continue; // Woken meanwhile (`wake_reclaimers`), and its last job started.
             }
             if self.fair_key(&mut level.shares, gix, now) != fair_key {
                 self.push_fair(level, key, gix, from, now);
@@ -730,7 +828,9 @@ impl Scheduler {
                 match self.preempt_within(ix, PreemptionScope::Cohort { reclaim }, now, budget, out) {
                     Searched::Preempting => return Considered::Preempting,
                     Searched::OverBudget => wake = self.defer_for_budget(&mut reasons, now),
-                    Searched::NoSet => wake = self.cohort_search_failed(gk, CohortWake { cohort, reclaims: reclaim }),
+                    Searched::NoSet => {
+                        wake = self.cohort_search_failed(ix, gk, CohortWake { cohort, reclaims: reclaim }, now);
+                    }
                 }
             }
             return Considered::Failed(Verdict { reasons, wake });
@@ -839,8 +939,14 @@ impl Scheduler {
                         Searched::NoSet => {
                             reasons.push(PendingReason::NoPreemptionCandidates);
                             let cohort = self.ledger.cohort_of(gk.project).expect("a member may reclaim");
-                            let quota = [Some(any_uncharge(cohort)), None, None];
-                            wake = Wake::On(WakeOn { quota, room: RoomWake::Any, ..WakeOn::default() });
+                            wake = match self.no_node_holds(ix, true, cohort, now) {
+                                // Its cohort is not short: room alone stands in its way.
+                                Some(room) => Wake::On(WakeOn { room, ..WakeOn::default() }),
+                                None => {
+                                    let quota = [Some(any_uncharge(cohort)), None, None];
+                                    Wake::On(WakeOn { quota, room: RoomWake::Any, ..WakeOn::default() })
+                                }
+                            };
                         }
                     }
                 }
@@ -862,17 +968,40 @@ impl Scheduler {
     /// Most such searches fail because even with every preemptible run at or below its
     /// priority gone the GPUs would not cover the job (the search's first necessary
     /// condition, `enough_gpus_below`, at its widest): then only GPUs that others free, or
-    /// its cohort's shortage ending, change its answer. Otherwise anything charged to
-    /// or uncharged from the cohort, or room growing (a victim's protection ending), may let
-    /// the same search succeed.
-    fn cohort_search_failed(&self, gk: &GroupKey, c: CohortWake) -> Wake {
+    /// its cohort's shortage ending, change its answer. Next most fail because no node
+    /// could hold its replicas even with all it may take gone (`no_node_holds`): then only
+    /// a node growing or, where it reclaims, a member beginning to borrow can change that,
+    /// besides its cohort's shortage ending. Otherwise anything charged to or uncharged
+    /// from the cohort, or room growing (a victim's protection ending), may let the same
+    /// search succeed.
+    fn cohort_search_failed(&self, ix: JobIx, gk: &GroupKey, c: CohortWake, now: Time) -> Wake {
         // What its search may take: runs below its priority, and of its own where it reclaims.
         let level = if c.reclaims { gk.priority } else { gk.priority.saturating_sub(1) };
         if gpus_at_or_below(&self.nodes, &self.tallies, gk.model, level) < gk.total_gpus() {
             return Wake::On(WakeOn { cohort_short: Some(c), room: RoomWake::Total { level }, ..WakeOn::default() });
         }
+        if let Some(room) = self.no_node_holds(ix, c.reclaims, c.cohort, now) {
+            return Wake::On(WakeOn { cohort_short: Some(c), room, ..WakeOn::default() });
+        }
         let quota = [Some(any_uncharge(c.cohort)), None, None];
         Wake::On(WakeOn { quota, room: RoomWake::Any, ..WakeOn::default() })
+    }
+
+    /// After a failed victim search in `cohort` (reclaiming or not): if the nodes could not
+    /// hold the job's replicas even with every run it may take gone, counting GPUs only
+    /// (the search's necessary condition, `SearchView::room_possible`), the room wake under
+    /// which they might: no search can succeed before a node's free GPUs plus what it may
+    /// take there grow. That sum grows only when something leaves the node (or the node is
+    /// added or uncordoned, or a run's protection ends: the node counts as grown), or, for
+    /// a reclaim, when a member of the cohort begins to borrow (its runs of the job's
+    /// priority become what it may take); a run starting on the node takes free GPUs and
+    /// adds at most as many. `None` when they could (the search failed for another reason:
+    /// its cohort's needs, CPU or memory, its bounds).
+    fn no_node_holds(&self, ix: JobIx, reclaims: bool, cohort: AccountId, now: Time) -> Option<RoomWake> {
+        if self.search_view().room_possible(ix, reclaims, now) {
+            return None;
+        }
+        Some(if reclaims { RoomWake::Borrowed { cohort } } else { RoomWake::Reclaim })
     }
 
     /// Step f when an unrestricted victim search for the job fails (or would fail, as the
@@ -887,6 +1016,17 @@ impl Scheduler {
         let candidates = self.tallies.preemptible_jobs_below(priority);
         if candidates > u64::from(self.config.limits.victim_candidates_max) {
             *wake = Wake::On(WakeOn { room: RoomWake::Any, ..WakeOn::default() });
+        }
+        // A member of a cohort within its nominal quota with the job reclaims runs of its
+        // own priority from the members that borrow, and none does now (else it would have
+        // tried): it waits for one to begin as well, with room counting what it could then
+        // take (scenario 146).
+        if let Wake::On(on) = wake
+            && on.room == RoomWake::Reclaim
+            && let Some(cohort) = self.ledger.cohort_of(self.jobs[ix].spec.project)
+            && may_reclaim_with(&self.ledger, self.jobs[ix].spec.project, cohort, self.jobs[ix].spec.total())
+        {
+            on.room = RoomWake::Borrowed { cohort };
         }
     }
 

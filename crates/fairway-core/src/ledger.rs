@@ -88,6 +88,14 @@ pub(crate) struct Cohort {
     pub unused_guarantee: Resources,
 }
 
+/// Is `settled` (a member's usage as its cohort counts it) above the member's nominal quota
+/// `n` in some dimension `cohort` governs?
+fn over_nominal(n: &NominalQuota, settled: Resources, cohort: &Cohort) -> bool {
+    ResourceKind::ALL
+        .into_iter()
+        .any(|k| cohort.capacity.limit(k).is_some() && k.amount(settled) > k.amount_of_limit(n.nominal_of(k)))
+}
+
 impl Account {
     /// The account's cap in `kind`: its hard quota and, for a member of a cohort, its
     /// borrowing limit, whichever is lower; for a cohort, its capacity.
@@ -161,10 +169,7 @@ impl Account {
 
     /// Is a member using more than its nominal quota in some dimension its cohort governs?
     pub fn borrowing(&self, cohort: &Cohort) -> bool {
-        let Some(n) = self.nominal else { return false };
-        ResourceKind::ALL.into_iter().any(|k| {
-            cohort.capacity.limit(k).is_some() && k.amount(self.settled()) > k.amount_of_limit(n.nominal_of(k))
-        })
+        self.nominal.is_some_and(|n| over_nominal(&n, self.settled(), cohort))
     }
 
     /// Would a member still be within its nominal quota with `extra` more, in every
@@ -260,15 +265,34 @@ impl std::ops::Index<&AccountId> for Accounts {
     }
 }
 
+/// A member's figures before and after a change of what is charged to it (or moving, or
+/// its holds' shortfall), for its cohort to follow.
+struct MemberChange {
+    nominal: NominalQuota,
+    unused_before: Resources,
+    unused_now: Resources,
+    settled_before: Resources,
+    settled_now: Resources,
+}
+
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Ledger {
     accounts: Accounts,
     /// Accounts with a cap: while there are none, nothing is over quota and quota checks
     /// are skipped.
     capped: usize,
+    /// Cohorts one of whose members began to borrow (with repeats), since the scheduler
+    /// last took them (`take_borrowing_began`): the runs of the member's own priority
+    /// became what the others may reclaim (see `queue::RoomWake::Borrowed`).
+    borrowing_began: Vec<AccountId>,
 }
 
 impl Ledger {
+    /// The cohorts one of whose members began to borrow since the last call, into `out`.
+    pub fn take_borrowing_began(&mut self, out: &mut Vec<AccountId>) {
+        out.append(&mut self.borrowing_began);
+    }
+
     /// Does any account have a cap (or a place in a cohort)?
     pub fn any_capped(&self) -> bool {
         self.capped > 0
@@ -378,14 +402,20 @@ impl Ledger {
 
     /// Change an account; for a member of a cohort, (its cohort, its unused guarantee
     /// before, after).
-    fn change_account(a: &mut Account, change: impl FnOnce(&mut Account)) -> Option<(AccountId, Resources, Resources)> {
+    fn change_account(a: &mut Account, change: impl FnOnce(&mut Account)) -> Option<MemberChange> {
         let Some(n) = a.nominal else {
             change(a);
             return None;
         };
-        let unused_before = a.unused_guarantee();
+        let (unused_before, settled_before) = (a.unused_guarantee(), a.settled());
         change(a);
-        Some((n.cohort, unused_before, a.unused_guarantee()))
+        Some(MemberChange {
+            nominal: n,
+            unused_before,
+            unused_now: a.unused_guarantee(),
+            settled_before,
+            settled_now: a.settled(),
+        })
     }
 
     /// A victim of `project` terminating for a preemptor of `cohort` moves its cohort charge
@@ -432,13 +462,22 @@ impl Ledger {
     }
 
     /// A member's charge changed (`change_account`): its cohort's `U` follows.
-    fn cohort_follows(&mut self, change: Option<(AccountId, Resources, Resources)>) {
-        let Some((cohort, unused_before, unused_now)) = change else { return };
+    fn cohort_follows(&mut self, change: Option<MemberChange>) {
+        let Some(MemberChange { nominal, unused_before, unused_now, settled_before, settled_now }) = change else {
+            return;
+        };
+        let cohort_id = nominal.cohort;
+        let cohort = self.accounts.get_mut(&cohort_id).expect("a member's cohort is known");
+        let c = cohort.cohort.as_mut().expect("a member's cohort is a cohort");
+        if settled_now != settled_before
+            && !over_nominal(&nominal, settled_before, c)
+            && over_nominal(&nominal, settled_now, c)
+        {
+            self.borrowing_began.push(cohort_id);
+        }
         if unused_now == unused_before {
             return;
         }
-        let cohort = self.accounts.get_mut(&cohort).expect("a member's cohort is known");
-        let c = cohort.cohort.as_mut().expect("a member's cohort is a cohort");
         // What a lowered capacity grandfathered shrinks when the cohort's own charge does,
         // which follows in the same move: a member's charge and the cohort's do not happen at
         // once, and in between the level is not what either leaves it.

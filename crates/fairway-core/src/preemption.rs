@@ -268,6 +268,18 @@ pub(crate) struct SearchView<'a> {
 impl Scheduler {
     /// The view the victim search reads, and the buffers it reuses (borrowed beside the
     /// view, not moved out and back: the scratch is large).
+    /// The scheduler as the victim search reads it.
+    pub(crate) fn search_view(&self) -> SearchView<'_> {
+        SearchView {
+            config: &self.config,
+            nodes: &self.nodes,
+            jobs: &self.jobs,
+            ledger: &self.ledger,
+            tallies: &self.tallies,
+            fair: &self.fair,
+        }
+    }
+
     pub(crate) fn search_parts(&mut self) -> (SearchView<'_>, &mut SearchScratch) {
         let view = SearchView {
             config: &self.config,
@@ -686,6 +698,14 @@ impl SearchView<'_> {
         };
         let have = self.nodes.index.total_free(job.spec.gpu_model) + self.tallies.preemptible_gpus_at_or_below(level);
         have >= job.spec.total().gpus
+    }
+
+    /// Could the usable nodes hold all of the job's replicas with every run it may take
+    /// (below its priority, and with `reclaims` those of its priority that it may reclaim)
+    /// and that rule 1 does not protect gone, counting GPUs only? Every victim search for it
+    /// needs that (see `Scheduler::no_node_holds`).
+    pub(crate) fn room_possible(&self, ix: JobIx, reclaims: bool, now: Time) -> bool {
+        self.gang_could_fit(ix, reclaims, now, false)
     }
 
     /// A necessary condition, cheap next to a search over the whole cluster: counting every

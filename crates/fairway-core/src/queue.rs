@@ -52,6 +52,20 @@
 //!   grew, once per model and level. Any uncharge from its cohort, start in it or growth
 //!   of room would wake it to fail the same way: on a cohort of many members that is
 //!   nearly every event;
+//! - for a group that may reclaim (its project within its nominal quota with the job) and
+//!   whose search failed because no node could hold its replicas even with every run it may
+//!   take gone, or whose project is within its nominal quota but found no member borrowing:
+//!   room on a grown node counting its free GPUs, the preemptible runs below the group's
+//!   priority and those of its priority of the other members that borrow
+//!   ([`RoomWake::Borrowed`]); or a member of its cohort beginning to borrow (its runs of
+//!   that priority become what the group may take). A node's free GPUs plus what the group
+//!   may take there grow only so: something leaving the node, the node added or
+//!   uncordoned, a run's protection ending (its nodes count as grown), or a member
+//!   beginning to borrow; a start takes free GPUs and adds at most as many. The ledger notes
+//!   when a member's settled usage crosses its nominal quota; a start in the walk that makes
+//!   a member borrow wakes these groups at once (those the walk has yet to reach are asked
+//!   in the same cycle). Waking them at any growth of room, or any charge or uncharge of
+//!   their cohort, would wake them at nearly every event on a cohort of many members;
 //! - a node added or uncordoned ([`RoomWake::Nodes`]), for a group no node can ever hold;
 //! - any growth of room ([`RoomWake::Any`]), for a group that could get back under its cap
 //!   by preempting its own account's work but found no room;
@@ -183,6 +197,12 @@ pub(crate) enum RoomWake {
     Nodes,
     /// Any growth of room anywhere.
     Any,
+    /// A node of its model that grew has GPUs for one replica, free or held by preemptible
+    /// work below the group's priority or of its priority and another member of `cohort`
+    /// that borrows (what it may reclaim); or a member of `cohort` began to borrow. For a
+    /// group that may reclaim and whose victim search failed because no node could hold
+    /// its replicas even with all that work gone.
+    Borrowed { cohort: AccountId },
     /// The GPUs free on the nodes of its model and those held by preemptible work at or
     /// below `level` anywhere, together, cover all of its GPUs (see
     /// `WakeChecks::gpus_at_or_below`): for a group whose victim search could not succeed
@@ -203,6 +223,9 @@ pub(crate) trait WakeChecks {
     /// reclaimable); it grows only when something leaves a node or a node is added, which
     /// is when room grows.
     fn gpus_at_or_below(&self, model: Option<GpuModel>, priority: Priority) -> u32;
+    /// May a job of `gk` reclaim a run of its own priority from `owner`: is `owner` another
+    /// member of `cohort` that borrows now?
+    fn may_reclaim_from(&self, gk: &GroupKey, cohort: AccountId, owner: AccountId) -> bool;
 }
 
 /// What the cycle knows of the nodes that grew since the last one: the room checks of the
@@ -213,8 +236,11 @@ pub(crate) trait GrownRoom {
     /// The most GPUs free or held by preemptible work below `priority` on one grown node.
     fn reclaimable_gpus_max(&self, priority: Priority) -> u32;
     /// Does one grown node of the group's model have room for one of its replicas, as
-    /// `room` counts room?
+    /// `room` counts room? (`RoomWake::Borrowed` asks `admits_reclaim`.)
     fn admits(&self, gk: &GroupKey, room: RoomWake) -> bool;
+    /// `RoomWake::Borrowed`'s room: free GPUs and those of preemptible runs below the
+    /// group's priority, or of its priority where `may_take` their project.
+    fn admits_reclaim(&self, gk: &GroupKey, may_take: &dyn Fn(AccountId) -> bool) -> bool;
 }
 
 /// A group's members, ascending. Members join at the back (a job submitted later sorts
@@ -386,6 +412,8 @@ pub(crate) struct Changes {
     pub nodes_lost: bool,
     /// The reservations changed.
     pub plan_changed: bool,
+    /// Cohorts one of whose members began to borrow (with repeats).
+    pub borrowing_began: Vec<AccountId>,
     /// Scratch for `wake_for`, kept between cycles.
     woken: Vec<GroupIx>,
 }
@@ -405,6 +433,7 @@ impl Changes {
             && !self.nodes_changed
             && !self.nodes_lost
             && !self.plan_changed
+            && self.borrowing_began.is_empty()
     }
 }
 
@@ -439,6 +468,8 @@ pub(crate) struct PendingQueue {
     reclaim_levels: BTreeMap<Priority, u32>,
     by_nodes: BTreeSet<GroupIx>,
     by_room_any: BTreeSet<GroupIx>,
+    /// `RoomWake::Borrowed`, by cohort.
+    by_borrowed: BTreeSet<(AccountId, GroupIx)>,
     /// `WakeOn::plan`.
     by_plan: BTreeSet<GroupIx>,
     /// `WakeOn::at`, by time.
@@ -513,6 +544,11 @@ impl PendingQueue {
     /// The group in slot `gix`, unless the slot is vacant.
     fn live(&self, gix: GroupIx) -> Option<&Group> {
         self.groups.get(gix.0 as usize).filter(|g| !g.members.is_empty())
+    }
+
+    /// The head of the group in slot `gix`, unless the slot is vacant.
+    pub fn live_head(&self, gix: GroupIx) -> Option<QueueKey> {
+        self.live(gix).map(Group::head)
     }
 
     pub fn group(&self, gix: GroupIx) -> &Group {
@@ -688,6 +724,9 @@ impl PendingQueue {
             RoomWake::Any => {
                 self.by_room_any.insert(gix);
             }
+            RoomWake::Borrowed { cohort } => {
+                self.by_borrowed.insert((cohort, gix));
+            }
             RoomWake::Total { level } => {
                 self.by_total.insert((gk.model, level, gk.total_gpus(), gix));
             }
@@ -732,6 +771,9 @@ impl PendingQueue {
             }
             RoomWake::Any => {
                 self.by_room_any.remove(&gix);
+            }
+            RoomWake::Borrowed { cohort } => {
+                self.by_borrowed.remove(&(cohort, gix));
             }
             RoomWake::Total { level } => {
                 self.by_total.remove(&(gk.model, level, gk.total_gpus(), gix));
@@ -796,11 +838,18 @@ impl PendingQueue {
         if std::mem::take(&mut changes.plan_changed) {
             woken.extend(self.by_plan.iter().copied());
         }
+        changes.borrowing_began.sort_unstable();
+        changes.borrowing_began.dedup();
+        for cohort in changes.borrowing_began.drain(..) {
+            let in_cohort = self.by_borrowed.range((cohort, GroupIx(0))..=(cohort, GroupIx(u32::MAX)));
+            woken.extend(in_cohort.map(|(_, gix)| *gix));
+        }
         // A victim search is exact about room but takes victims in an order and within
         // bounds: with a node's victims gone, a search that failed may find another set.
         if std::mem::take(&mut changes.nodes_lost) {
             woken.extend(self.by_reclaim.iter().map(|(.., gix)| *gix));
             woken.extend(self.by_room_any.iter().copied());
+            woken.extend(self.by_borrowed.iter().map(|(_, gix)| *gix));
         }
         // A group indexed several ways may be named twice; sorting makes waking order-free.
         woken.sort_unstable();
@@ -810,7 +859,7 @@ impl PendingQueue {
         }
         self.candidates.clear();
         if room_grew {
-            self.find_candidates(grown);
+            self.find_candidates(grown, checks);
         }
     }
 
@@ -882,7 +931,7 @@ impl PendingQueue {
     }
 
     /// The sleeping groups that room on a grown node may let in, by head.
-    fn find_candidates(&mut self, grown: &dyn GrownRoom) {
+    fn find_candidates(&mut self, grown: &dyn GrownRoom, checks: &dyn WakeChecks) {
         let mut candidates = std::mem::take(&mut self.candidates);
         let head = |gix: GroupIx| (self.group(gix).head(), gix);
         let free_max = grown.free_gpus_max();
@@ -901,6 +950,12 @@ impl PendingQueue {
                 }
             }
         }
+        for &(cohort, gix) in &self.by_borrowed {
+            let gk = &self.group(gix).key;
+            if grown.admits_reclaim(gk, &|owner| checks.may_reclaim_from(gk, cohort, owner)) {
+                candidates.push(head(gix));
+            }
+        }
         candidates.sort_unstable();
         self.candidates = candidates;
     }
@@ -910,6 +965,24 @@ impl PendingQueue {
         match self.group(gix).verdict.as_ref().map(|v| v.wake) {
             Some(Wake::On(on)) => on.room,
             _ => RoomWake::Never,
+        }
+    }
+
+    /// Wake now the groups waiting for a member of one of `cohorts` to begin to borrow
+    /// (`RoomWake::Borrowed`), during a walk: those it asked already this cycle and that
+    /// sleep again are left, as are those it woke lazily (their turn comes, or came). The
+    /// groups woken go into `woken`; `cohorts` is emptied.
+    pub fn wake_borrowed(&mut self, cohorts: &mut Vec<AccountId>, woken: &mut Vec<GroupIx>) {
+        cohorts.sort_unstable();
+        cohorts.dedup();
+        woken.clear();
+        for cohort in cohorts.drain(..) {
+            let in_cohort = self.by_borrowed.range((cohort, GroupIx(0))..=(cohort, GroupIx(u32::MAX)));
+            woken.extend(in_cohort.map(|(_, gix)| *gix));
+        }
+        woken.retain(|gix| self.is_asleep(*gix));
+        for &gix in woken.iter() {
+            self.wake(gix);
         }
     }
 
@@ -984,6 +1057,7 @@ impl PendingQueue {
                 || (on.room == RoomWake::Reclaim && self.by_reclaim.contains(&(gk.priority, gk.per_replica.gpus, gix)))
                 || (on.room == RoomWake::Nodes && self.by_nodes.contains(&gix))
                 || (on.room == RoomWake::Any && self.by_room_any.contains(&gix))
+                || matches!(on.room, RoomWake::Borrowed { cohort } if self.by_borrowed.contains(&(cohort, gix)))
                 || (on.plan && self.by_plan.contains(&gix));
             if !indexed {
                 return Err(format!("group of {} asleep but nothing wakes it", head.id));
@@ -1016,6 +1090,7 @@ impl PendingQueue {
             || self.by_reclaim.iter().any(|(_, _, g)| !asleep(g))
             || self.by_nodes.iter().any(|g| !asleep(g))
             || self.by_room_any.iter().any(|g| !asleep(g))
+            || self.by_borrowed.iter().any(|(_, g)| !asleep(g))
             || self.by_plan.iter().any(|g| !asleep(g));
         if stale {
             return Err("a wake index names a group that is not asleep".into());

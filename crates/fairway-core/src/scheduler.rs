@@ -117,6 +117,8 @@ pub struct Scheduler {
     pub(crate) grown_nodes: Vec<crate::ids::NodeIx>,
     /// The cycle's memo of answers, kept for its allocations.
     pub(crate) cycle_memo: crate::cycle::CycleMemo,
+    /// Scratch for the groups `wake_reclaimers` wakes, kept between cycles.
+    pub(crate) reclaimers_woken: Vec<crate::ids::GroupIx>,
     /// The grown nodes summed up for the wake-up pass, kept for its allocations.
     pub(crate) grown_snapshot: crate::cycle::GrownSnapshot,
     /// Jobs asked to stop that still hold their GPUs.
@@ -188,6 +190,7 @@ impl Scheduler {
             plan_spare: Vec::new(),
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
+            reclaimers_woken: Vec::new(),
             grown_snapshot: Default::default(),
             terminating: BTreeSet::new(),
             reserving: BTreeMap::new(),

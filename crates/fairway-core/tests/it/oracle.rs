@@ -39,8 +39,12 @@
 //! - preemption liveness: a pending job that could obviously preempt (taking every eligible
 //!   lower-priority victim, within the victim bound, would make it fit, keep all its
 //!   accounts within their caps and its cohort within what the cohort lends) has not been
-//!   left without trying; a job short of its cohort is checked too (it may also reclaim at
-//!   its own priority, which the check leaves aside: it is a sufficient condition).
+//!   left without trying; a job short of its cohort is checked too. After a cycle that
+//!   decided nothing, the eligible victims include, for a job whose project stays within its
+//!   nominal quota with it, the runs of its own priority of the other members of its cohort
+//!   that use more than their nominal quota (a reclaim, rule 1): a start or preemption in a
+//!   cycle can make a member borrow, and what that lets a job reclaim is looked at from the
+//!   next cycle (scenario 142).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -925,15 +929,26 @@ impl Oracle {
                 continue;
             }
             // Over quota: only the account's own work; else any. Lower priority, preemptible,
-            // running (not already terminating).
+            // running (not already terminating); and where it may reclaim (rule 1: its
+            // project stays within its nominal quota with it), of its own priority from the
+            // other members of its cohort that borrow.
             let scope = self.over_quota(s, spec, &BTreeMap::new());
+            // A start or preemption in the cycle can make a member borrow (or move a charge
+            // to a hold): what it lets a job reclaim is looked at next cycle (scenario 142),
+            // so reclaims are checked after cycles that decided nothing.
+            let quiet = self.started_now.is_empty() && self.preempting_now.is_empty();
+            let reclaims_from =
+                if scope.is_none() && quiet { self.reclaimable_projects(s, spec) } else { BTreeSet::new() };
+            let eligible = |vs: &JobSpec| {
+                vs.priority < spec.priority || (vs.priority == spec.priority && reclaims_from.contains(&vs.project))
+            };
             let victims: Vec<JobId> = self
                 .live
                 .keys()
                 .copied()
                 .filter(|v| {
                     let vs = &self.specs[v];
-                    vs.priority < spec.priority
+                    eligible(vs)
                         && vs.preemptible
                         && matches!(s.job_status(*v), Some(JobStatus::Running { .. }))
                         && scope.is_none_or(|a| vs.user == a || vs.project == a)
@@ -986,7 +1001,7 @@ impl Oracle {
                 .keys()
                 .filter(|v| {
                     let vs = &self.specs[*v];
-                    vs.priority < spec.priority
+                    eligible(vs)
                         && vs.preemptible
                         && matches!(
                             s.job_status(**v),
@@ -1009,6 +1024,31 @@ impl Oracle {
             ));
         }
         Ok(())
+    }
+
+    /// The projects a pending job may reclaim runs of its own priority from (rule 1 and
+    /// docs/cohorts.md): if its project stays within its nominal quota with it, in every
+    /// dimension its cohort governs, the other members of its cohort that use more than
+    /// their nominal quota (usage as the cohort counts it, `cohort_usage`); else none.
+    fn reclaimable_projects(&self, s: &Scheduler, spec: &JobSpec) -> BTreeSet<AccountId> {
+        let Some(own) = self.nominals.get(&spec.project) else { return BTreeSet::new() };
+        let members: Vec<(AccountId, NominalQuota)> =
+            self.nominals.iter().filter(|(_, n)| n.cohort == own.cohort).map(|(p, n)| (*p, *n)).collect();
+        let governed: Vec<ResourceKind> = ResourceKind::ALL
+            .into_iter()
+            .filter(|&k| members.iter().any(|(_, n)| n.nominal.limit(k).is_some()))
+            .collect();
+        let above = |usage: Resources, n: &NominalQuota| {
+            governed.iter().any(|&k| k.amount(usage) > k.amount_of_limit(n.nominal.limit(k).unwrap_or(0)))
+        };
+        if above(self.cohort_usage(s, spec.project).plus(spec.total()), own) {
+            return BTreeSet::new();
+        }
+        members
+            .iter()
+            .filter(|(p, n)| *p != spec.project && above(self.cohort_usage(s, *p), n))
+            .map(|(p, _)| *p)
+            .collect()
     }
 
     /// Rule 1's delay, as documented for equivalence groups: a job behind a member of its
