@@ -646,7 +646,9 @@ impl Scheduler {
                         self.blocked_by = Some((key, gk.priority));
                         return next_candidate;
                     }
-                    self.wake_reclaimers(fair.then_some(&mut level), now);
+                    if self.wake_reclaimers(fair.then_some(&mut level), now) {
+                        blocker = first_blocker(self);
+                    }
                 }
                 Considered::Failed(verdict) => {
                     let blocks = strict && verdict.blocks_strict_order();
@@ -668,11 +670,12 @@ impl Scheduler {
     /// groups waiting for that (`RoomWake::Borrowed`) wake at once, so that those the walk
     /// has yet to reach are asked in this cycle, after what made the member borrow, as they
     /// would be had an event woken them; the others are asked next cycle. Under fair order
-    /// those of the level being walked join it.
-    fn wake_reclaimers(&mut self, level: Option<&mut FairLevel>, now: Time) {
+    /// those of the level being walked join it. Whether it woke any (under strict order,
+    /// the first blocker may have changed).
+    fn wake_reclaimers(&mut self, level: Option<&mut FairLevel>, now: Time) -> bool {
         self.ledger.take_borrowing_began(&mut self.changes.borrowing_began);
         if self.changes.borrowing_began.is_empty() {
-            return;
+            return false;
         }
         let mut woken = std::mem::take(&mut self.reclaimers_woken);
         self.queue.wake_borrowed(&mut self.changes.borrowing_began, &mut woken);
@@ -684,7 +687,9 @@ impl Scheduler {
                 }
             }
         }
+        let any = !woken.is_empty();
         self.reclaimers_woken = woken;
+        any
     }
 
     /// Under strict order the first sleeping group that blocks, or the first job holding
