@@ -313,10 +313,14 @@ impl WakeChecks for SchedulerChecks<'_> {
         self.ledger.base_gpus(account, level)
     }
 
-    fn cohort_wait_over(&self, gk: &GroupKey, reclaims: bool) -> bool {
+    fn cohort_wait_over(&self, gk: &GroupKey, wait: CohortWake) -> bool {
         let total = gk.total();
+        if !wait.short {
+            return self.ledger.cohort_of(gk.project) == Some(wait.cohort)
+                && may_reclaim_with(self.ledger, gk.project, wait.cohort, total);
+        }
         let Some((cohort, ..)) = self.ledger.over_cohort(gk.project, total) else { return true };
-        !reclaims && may_reclaim_with(self.ledger, gk.project, cohort, total)
+        !wait.reclaims && may_reclaim_with(self.ledger, gk.project, cohort, total)
     }
 
     fn gpus_at_or_below(&self, model: Option<GpuModel>, priority: Priority) -> u32 {
@@ -476,6 +480,7 @@ impl Scheduler {
     fn walk_queue(&mut self, now: Time, out: &mut CycleOutcome) {
         self.blocked_by = None;
         self.ledger.take_borrowing_began(&mut self.changes.borrowing_began);
+        self.ledger.take_settled_fell(&mut self.changes.settled_fell);
         // Nothing awake, nothing that wakes a group, and no reservation to bring up to date
         // (a fifth of Philly's cycles: a job joins a sleeping group): the walk would ask no
         // one. Under strict order it would still name the first blocker.
@@ -824,7 +829,7 @@ impl Scheduler {
             let mut reasons = Reasons::one(reason);
             // Without preempting, only its cohort's shortage ending lets it in (whether it
             // may reclaim is moot: `reclaims: true` leaves that test aside).
-            let cohort_short = Some(CohortWake { cohort, reclaims: true });
+            let cohort_short = Some(CohortWake { cohort, reclaims: true, short: true });
             let mut wake = Wake::On(WakeOn { cohort_short, at: delayed_until, ..WakeOn::default() });
             if let Some(until) = delayed_until {
                 reasons.push(PendingReason::PreemptionDelayed { until });
@@ -834,7 +839,8 @@ impl Scheduler {
                     Searched::Preempting => return Considered::Preempting,
                     Searched::OverBudget => wake = self.defer_for_budget(&mut reasons, now),
                     Searched::NoSet => {
-                        wake = self.cohort_search_failed(ix, gk, CohortWake { cohort, reclaims: reclaim }, now);
+                        let c = CohortWake { cohort, reclaims: reclaim, short: true };
+                        wake = self.cohort_search_failed(ix, gk, c, now);
                     }
                 }
             }
@@ -1022,16 +1028,20 @@ impl Scheduler {
         if candidates > u64::from(self.config.limits.victim_candidates_max) {
             *wake = Wake::On(WakeOn { room: RoomWake::Any, ..WakeOn::default() });
         }
-        // A member of a cohort within its nominal quota with the job reclaims runs of its
-        // own priority from the members that borrow, and none does now (else it would have
-        // tried): it waits for one to begin as well, with room counting what it could then
-        // take (scenario 146).
+        // A member of a cohort reclaims runs of its own priority from the members that
+        // borrow if it stays within its nominal quota with the job. Within it, none borrows
+        // now (else it would have tried): it waits for one to begin as well, with room
+        // counting what it could then take (scenario 146). Beyond it, it waits for its
+        // project to get back within it as well (scenario 148).
+        let (project, total) = (self.jobs[ix].spec.project, self.jobs[ix].spec.total());
         if let Wake::On(on) = wake
-            && on.room == RoomWake::Reclaim
-            && let Some(cohort) = self.ledger.cohort_of(self.jobs[ix].spec.project)
-            && may_reclaim_with(&self.ledger, self.jobs[ix].spec.project, cohort, self.jobs[ix].spec.total())
+            && let Some(cohort) = self.ledger.cohort_of(project)
         {
-            on.room = RoomWake::Borrowed { cohort };
+            if !may_reclaim_with(&self.ledger, project, cohort, total) {
+                on.cohort_short = Some(CohortWake { cohort, reclaims: false, short: false });
+            } else if on.room == RoomWake::Reclaim {
+                on.room = RoomWake::Borrowed { cohort };
+            }
         }
     }
 

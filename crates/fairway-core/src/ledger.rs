@@ -268,6 +268,7 @@ impl std::ops::Index<&AccountId> for Accounts {
 /// A member's figures before and after a change of what is charged to it (or moving, or
 /// its holds' shortfall), for its cohort to follow.
 struct MemberChange {
+    member: AccountId,
     nominal: NominalQuota,
     unused_before: Resources,
     unused_now: Resources,
@@ -285,12 +286,22 @@ pub(crate) struct Ledger {
     /// last took them (`take_borrowing_began`): the runs of the member's own priority
     /// became what the others may reclaim (see `queue::RoomWake::Borrowed`).
     borrowing_began: Vec<AccountId>,
+    /// Members whose settled usage fell in some dimension (with repeats), since the
+    /// scheduler last took them (`take_settled_fell`): a job of theirs that may not reclaim
+    /// because it would take its project over its nominal quota may now (see
+    /// `queue::CohortWake`).
+    settled_fell: Vec<AccountId>,
 }
 
 impl Ledger {
     /// The cohorts one of whose members began to borrow since the last call, into `out`.
     pub fn take_borrowing_began(&mut self, out: &mut Vec<AccountId>) {
         out.append(&mut self.borrowing_began);
+    }
+
+    /// The members whose settled usage fell since the last call, into `out`.
+    pub fn take_settled_fell(&mut self, out: &mut Vec<AccountId>) {
+        out.append(&mut self.settled_fell);
     }
 
     /// Does any account have a cap (or a place in a cohort)?
@@ -383,26 +394,26 @@ impl Ledger {
 
     pub fn charge(&mut self, account: AccountId, r: Resources) {
         let a = self.accounts.get_or_default(account);
-        let change = Self::change_account(a, |a| a.charge(r));
+        let change = Self::change_account(account, a, |a| a.charge(r));
         self.cohort_follows(change);
     }
 
     pub fn uncharge(&mut self, account: AccountId, r: Resources) {
         let a = self.accounts.get_mut(&account).expect("uncharging an account that was charged");
-        let change = Self::change_account(a, |a| a.uncharge(r));
+        let change = Self::change_account(account, a, |a| a.uncharge(r));
         self.cohort_follows(change);
     }
 
     /// Change a known account; if it is a member of a cohort, its cohort's `U` follows.
     fn change_member(&mut self, account: AccountId, change: impl FnOnce(&mut Account)) {
         let a = self.accounts.get_mut(&account).expect("a known account");
-        let change = Self::change_account(a, change);
+        let change = Self::change_account(account, a, change);
         self.cohort_follows(change);
     }
 
     /// Change an account; for a member of a cohort, (its cohort, its unused guarantee
     /// before, after).
-    fn change_account(a: &mut Account, change: impl FnOnce(&mut Account)) -> Option<MemberChange> {
+    fn change_account(id: AccountId, a: &mut Account, change: impl FnOnce(&mut Account)) -> Option<MemberChange> {
         let Some(n) = a.nominal else {
             change(a);
             return None;
@@ -410,6 +421,7 @@ impl Ledger {
         let (unused_before, settled_before) = (a.unused_guarantee(), a.settled());
         change(a);
         Some(MemberChange {
+            member: id,
             nominal: n,
             unused_before,
             unused_now: a.unused_guarantee(),
@@ -463,9 +475,13 @@ impl Ledger {
 
     /// A member's charge changed (`change_account`): its cohort's `U` follows.
     fn cohort_follows(&mut self, change: Option<MemberChange>) {
-        let Some(MemberChange { nominal, unused_before, unused_now, settled_before, settled_now }) = change else {
+        let Some(MemberChange { member, nominal, unused_before, unused_now, settled_before, settled_now }) = change
+        else {
             return;
         };
+        if ResourceKind::ALL.into_iter().any(|k| k.amount(settled_now) < k.amount(settled_before)) {
+            self.settled_fell.push(member);
+        }
         let cohort_id = nominal.cohort;
         let cohort = self.accounts.get_mut(&cohort_id).expect("a member's cohort is known");
         let c = cohort.cohort.as_mut().expect("a member's cohort is a cohort");

@@ -43,6 +43,11 @@
 //!   an uncharge of the cohort; each sleeper on the cohort is then tested exactly. A start
 //!   makes no cohort less short, so it wakes none of them (it wakes the groups that wait on
 //!   the cohort to preempt or reclaim: what it charges they may take);
+//! - for a group of a member of a cohort that found no room and nothing to preempt, and
+//!   may not reclaim because its project would go over its nominal quota with it, its
+//!   project back within (`CohortWake` with `short` false, scenario 148). That changes
+//!   only when the project's settled usage falls, which the ledger notes
+//!   (`Ledger::take_settled_fell`); only that project's sleepers are then tested, exactly;
 //! - the GPUs free on the nodes of its model plus those held by preemptible work at or
 //!   below a level, summed over the cluster, covering the group's GPUs
 //!   ([`RoomWake::Total`]), for a group short of its cohort whose victim search could not
@@ -175,11 +180,15 @@ pub(crate) struct QuotaWake {
 /// of the cohort (an uncharge proper, a member's charge following into its cohort, or a
 /// charge moved to a preemptor's hold: `Scheduler::cohort_may_ease`); that is when they
 /// are tested, exactly (`WakeChecks::cohort_wait_over`). A cap change of the cohort wakes
-/// the group outright.
+/// the group outright. A group whose cohort was not short (it found no room, and may not
+/// reclaim: its project would go over its nominal quota with the job) waits for the
+/// second alone (`short` false).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CohortWake {
     pub cohort: AccountId,
     pub reclaims: bool,
+    /// Was the cohort short for the job when it went to sleep?
+    pub short: bool,
 }
 
 /// Which growth of room wakes a group.
@@ -216,7 +225,7 @@ pub(crate) trait WakeChecks {
     /// What counts against `account`'s cap for a group at `level` (see [`QuotaWake`]).
     fn quota_base_gpus(&self, account: AccountId, level: Priority) -> i64;
     /// Is the group's wait on its cohort over (see [`CohortWake`])?
-    fn cohort_wait_over(&self, gk: &GroupKey, reclaims: bool) -> bool;
+    fn cohort_wait_over(&self, gk: &GroupKey, wait: CohortWake) -> bool;
     /// GPUs free on the nodes of `model` plus GPUs held by preemptible work at or below
     /// `priority` on any node. The sum falls when work at or above `priority` starts and
     /// holds when preemptible work below it starts (it takes free GPUs and makes as many
@@ -414,6 +423,8 @@ pub(crate) struct Changes {
     pub plan_changed: bool,
     /// Cohorts one of whose members began to borrow (with repeats).
     pub borrowing_began: Vec<AccountId>,
+    /// Members of cohorts whose settled usage fell (with repeats).
+    pub settled_fell: Vec<AccountId>,
     /// Scratch for `wake_for`, kept between cycles.
     woken: Vec<GroupIx>,
 }
@@ -434,6 +445,7 @@ impl Changes {
             && !self.nodes_lost
             && !self.plan_changed
             && self.borrowing_began.is_empty()
+            && self.settled_fell.is_empty()
     }
 }
 
@@ -457,6 +469,9 @@ pub(crate) struct PendingQueue {
     by_quota: BTreeSet<(AccountId, Priority, i64, GroupIx)>,
     /// `WakeOn::cohort_short`, by cohort.
     by_cohort_short: BTreeSet<(AccountId, GroupIx)>,
+    /// `WakeOn::cohort_short` of a group whose cohort was not short (`CohortWake::short`
+    /// false), by project: only its project's settled usage falling can end that wait.
+    by_nominal_wait: BTreeSet<(AccountId, GroupIx)>,
     /// `RoomWake::Total`, by GPU model, priority and GPUs in all.
     by_total: BTreeSet<(Option<GpuModel>, Priority, u32, GroupIx)>,
     /// `RoomWake::Fits`, by GPUs per replica.
@@ -700,8 +715,14 @@ impl PendingQueue {
         for q in on.quota.iter().flatten() {
             self.by_quota.insert((q.account, q.level, q.base_gpus_max, gix));
         }
-        if let Some(c) = on.cohort_short {
-            self.by_cohort_short.insert((c.cohort, gix));
+        match on.cohort_short {
+            Some(c) if c.short => {
+                self.by_cohort_short.insert((c.cohort, gix));
+            }
+            Some(_) => {
+                self.by_nominal_wait.insert((gk.project, gix));
+            }
+            None => {}
         }
         if let Some(at) = on.at {
             self.by_time.insert((at, gix));
@@ -742,8 +763,14 @@ impl PendingQueue {
         for q in on.quota.iter().flatten() {
             self.by_quota.remove(&(q.account, q.level, q.base_gpus_max, gix));
         }
-        if let Some(c) = on.cohort_short {
-            self.by_cohort_short.remove(&(c.cohort, gix));
+        match on.cohort_short {
+            Some(c) if c.short => {
+                self.by_cohort_short.remove(&(c.cohort, gix));
+            }
+            Some(_) => {
+                self.by_nominal_wait.remove(&(gk.project, gix));
+            }
+            None => {}
         }
         if let Some(at) = on.at {
             self.by_time.remove(&(at, gix));
@@ -826,6 +853,7 @@ impl PendingQueue {
         changes.grown.clear();
         let woken = &mut changes.woken;
         woken.clear();
+        self.nominal_woken(&mut changes.settled_fell, &changes.caps, checks, woken);
         self.quota_woken(&mut changes.caps, &mut changes.cohort_charged, &mut changes.uncharged, checks, woken);
         if room_grew {
             woken.extend(self.by_room_any.iter().copied());
@@ -895,8 +923,7 @@ impl PendingQueue {
         for account in uncharged.drain(..) {
             let wait_over = |gix: &GroupIx| {
                 let group = self.group(*gix);
-                let reclaims = group.indexed.and_then(|on| on.cohort_short).is_some_and(|c| c.reclaims);
-                checks.cohort_wait_over(&group.key, reclaims)
+                group.indexed.and_then(|on| on.cohort_short).is_some_and(|c| checks.cohort_wait_over(&group.key, c))
             };
             woken.extend(of_cohort(account).map(|(_, gix)| *gix).filter(wait_over));
             // Per level of the account's sleeping groups: those whose threshold the usage
@@ -913,6 +940,33 @@ impl PendingQueue {
                     None => break,
                 }
             }
+        }
+    }
+
+    /// The groups waiting for their project to get back within its nominal quota
+    /// (`CohortWake::short` false) whose project's settled usage fell (`settled_fell`,
+    /// emptied) and that now may reclaim, tested exactly; and those whose project's cap
+    /// changed (`caps`), outright.
+    fn nominal_woken(
+        &self,
+        settled_fell: &mut Vec<AccountId>,
+        caps: &[AccountId],
+        checks: &dyn WakeChecks,
+        woken: &mut Vec<GroupIx>,
+    ) {
+        settled_fell.sort_unstable();
+        settled_fell.dedup();
+        let of_project = |p: AccountId| self.by_nominal_wait.range((p, GroupIx(0))..=(p, GroupIx(u32::MAX)));
+        for &project in settled_fell.iter() {
+            let wait_over = |gix: &GroupIx| {
+                let group = self.group(*gix);
+                group.indexed.and_then(|on| on.cohort_short).is_some_and(|c| checks.cohort_wait_over(&group.key, c))
+            };
+            woken.extend(of_project(project).map(|(_, gix)| *gix).filter(wait_over));
+        }
+        settled_fell.clear();
+        for &account in caps {
+            woken.extend(of_project(account).map(|(_, gix)| *gix));
         }
     }
 
@@ -1046,7 +1100,11 @@ impl PendingQueue {
             if !quota_indexed {
                 return Err(format!("group of {} is not indexed under its accounts", head.id));
             }
-            if on.cohort_short.is_some_and(|c| !self.by_cohort_short.contains(&(c.cohort, gix))) {
+            let cohort_indexed = |c: CohortWake| match c.short {
+                true => self.by_cohort_short.contains(&(c.cohort, gix)),
+                false => self.by_nominal_wait.contains(&(gk.project, gix)),
+            };
+            if on.cohort_short.is_some_and(|c| !cohort_indexed(c)) {
                 return Err(format!("group of {} is not indexed under its cohort", head.id));
             }
             let indexed = on.quota.iter().any(Option::is_some)
@@ -1085,6 +1143,7 @@ impl PendingQueue {
         let asleep = |gix: &GroupIx| self.is_asleep(*gix);
         let stale = self.by_quota.iter().any(|(.., g)| !asleep(g))
             || self.by_cohort_short.iter().any(|(_, g)| !asleep(g))
+            || self.by_nominal_wait.iter().any(|(_, g)| !asleep(g))
             || self.by_total.iter().any(|(.., g)| !asleep(g))
             || self.by_room_fits.iter().any(|(_, g)| !asleep(g))
             || self.by_reclaim.iter().any(|(_, _, g)| !asleep(g))
