@@ -53,7 +53,8 @@ impl Scheduler {
         // What each account's placed jobs hold, as fair sharing must count it.
         let mut fair_held: BTreeMap<AccountId, Resources> = BTreeMap::new();
         // Per capped account, its running preemptible GPUs by priority (when tracked).
-        let mut own: Vec<BTreeMap<crate::types::Priority, u32>> = vec![BTreeMap::new(); account_ids.len()];
+        let mut own: Vec<BTreeMap<crate::types::Priority, crate::ledger::PreemptibleRuns>> =
+            vec![BTreeMap::new(); account_ids.len()];
         for node in &nodes {
             let node_id = node.spec.id;
             let (mut owned, mut used) = (GpuSet::EMPTY, Resources::ZERO);
@@ -129,8 +130,10 @@ impl Scheduler {
                         let gpus = job.spec.gpu_slots();
                         if job.spec.preemptible {
                             tallies.add(job.spec.priority, gpus);
-                            for a in job.accounts().filter(|a| gpus > 0 && self.ledger.is_capped(*a)) {
-                                *own[account(id, a)?].entry(job.spec.priority).or_default() += gpus;
+                            for a in job.accounts().filter(|a| self.ledger.is_capped(*a)) {
+                                let runs = own[account(id, a)?].entry(job.spec.priority).or_default();
+                                runs.gpus += gpus;
+                                runs.jobs += 1;
                             }
                         }
                         self.check_victim_entries(ix, job)?;

@@ -71,10 +71,19 @@ pub(crate) struct Account {
     /// Usage (for a cohort, its level) above a lowered cap that was already there when the
     /// cap changed: allowed to drain, never to grow.
     pub grandfathered: Resources,
-    /// GPUs of the account's running preemptible jobs by priority (no empty levels), kept
-    /// while the account has a cap and the policy preempts: what a job of the account over
-    /// the cap could preempt to get back under it (see `QuotaWake`).
-    pub preemptible_gpus: BTreeMap<Priority, u32>,
+    /// The account's running preemptible jobs by priority, their GPUs and how many (no
+    /// empty levels: a level has a job, perhaps of no GPU), kept while the account has a
+    /// cap and the policy preempts: what a job of the account over the cap could preempt to
+    /// get back under it (see `QuotaWake`), and what the other members of a cohort may
+    /// reclaim from it while it borrows (`Ledger::borrowers_at`).
+    pub preemptible: BTreeMap<Priority, PreemptibleRuns>,
+}
+
+/// An account's running preemptible jobs at one priority.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PreemptibleRuns {
+    pub gpus: u32,
+    pub jobs: u32,
 }
 
 /// A cohort's members and what rule 2 of the module doc reads.
@@ -184,7 +193,7 @@ impl Account {
 
     /// The GPUs the account holds beyond its own preemptible work below `level`.
     pub fn base_gpus(&self, level: Priority) -> i64 {
-        let below: u32 = self.preemptible_gpus.range(..level).map(|(_, g)| *g).sum();
+        let below: u32 = self.preemptible.range(..level).map(|(_, runs)| runs.gpus).sum();
         i64::from(self.charged.gpus) - i64::from(below)
     }
 
@@ -507,7 +516,7 @@ impl Ledger {
         &mut self,
         id: AccountId,
         quota: Option<Quota>,
-        preemptible_now: impl FnOnce() -> BTreeMap<Priority, u32>,
+        preemptible_now: impl FnOnce() -> BTreeMap<Priority, PreemptibleRuns>,
     ) {
         let account = self.accounts.get_or_default(id);
         let was = account.limited();
@@ -518,18 +527,23 @@ impl Ledger {
 
     /// Keep the count of watched accounts and their tallies of preemptible work in step
     /// with a change that made `id` watched or not.
-    fn limited_changed(&mut self, id: AccountId, was: bool, preemptible_now: impl FnOnce() -> BTreeMap<Priority, u32>) {
+    fn limited_changed(
+        &mut self,
+        id: AccountId,
+        was: bool,
+        preemptible_now: impl FnOnce() -> BTreeMap<Priority, PreemptibleRuns>,
+    ) {
         let account = self.accounts.get_mut(&id).expect("just set");
         match (was, account.limited()) {
             (false, true) => {
                 self.capped += 1;
                 if account.cohort.is_none() {
-                    account.preemptible_gpus = preemptible_now();
+                    account.preemptible = preemptible_now();
                 }
             }
             (true, false) => {
                 self.capped -= 1;
-                account.preemptible_gpus.clear();
+                account.preemptible.clear();
             }
             _ => {}
         }
@@ -544,7 +558,7 @@ impl Ledger {
         &mut self,
         project: AccountId,
         nominal: Option<NominalQuota>,
-        preemptible_now: impl FnOnce() -> BTreeMap<Priority, u32>,
+        preemptible_now: impl FnOnce() -> BTreeMap<Priority, PreemptibleRuns>,
     ) {
         let account = self.accounts.get_or_default(project);
         let was = account.limited();
@@ -623,7 +637,7 @@ impl Ledger {
     /// Whether one of `borrowers` runs preemptible work at `priority`.
     pub fn borrowers_at(&self, cohort: AccountId, priority: Priority, except: AccountId) -> bool {
         let Some(c) = self.cohort(cohort) else { return false };
-        self.borrowing_members(c, except).any(|(_, a)| a.preemptible_gpus.contains_key(&priority))
+        self.borrowing_members(c, except).any(|(_, a)| a.preemptible.contains_key(&priority))
     }
 
     /// `borrowers` of a cohort at hand, with their accounts (each looked up once).
@@ -674,7 +688,7 @@ impl Ledger {
         gpus: u32,
         running: bool,
     ) {
-        if self.capped == 0 || gpus == 0 {
+        if self.capped == 0 {
             return;
         }
         for account in accounts {
@@ -683,12 +697,15 @@ impl Ledger {
                 continue;
             }
             if running {
-                *account.preemptible_gpus.entry(priority).or_default() += gpus;
+                let tally = account.preemptible.entry(priority).or_default();
+                tally.gpus += gpus;
+                tally.jobs += 1;
             } else {
-                let tally = account.preemptible_gpus.get_mut(&priority).expect("tallied at start");
-                *tally -= gpus;
-                if *tally == 0 {
-                    account.preemptible_gpus.remove(&priority);
+                let tally = account.preemptible.get_mut(&priority).expect("tallied at start");
+                tally.gpus -= gpus;
+                tally.jobs -= 1;
+                if tally.jobs == 0 {
+                    account.preemptible.remove(&priority);
                 }
             }
         }
@@ -709,7 +726,11 @@ impl Ledger {
     /// in the order of `account_ids` (`preemptible` counted for capped accounts only), the
     /// count of capped accounts, and every account within its cap or what the cap
     /// grandfathered.
-    pub fn check(&self, charged: &[Resources], preemptible: &[BTreeMap<Priority, u32>]) -> Result<(), String> {
+    pub fn check(
+        &self,
+        charged: &[Resources],
+        preemptible: &[BTreeMap<Priority, PreemptibleRuns>],
+    ) -> Result<(), String> {
         assert_eq!(
             (charged.len(), preemptible.len()),
             (self.accounts.len(), self.accounts.len()),
@@ -724,8 +745,8 @@ impl Ledger {
             if !account.charged.same_amounts(*expected) {
                 return Err(format!("{id} charged {} but its jobs add up to {expected}", account.charged));
             }
-            if account.preemptible_gpus != *own {
-                return Err(format!("{id} tallies {:?} preemptible GPUs, its jobs {own:?}", account.preemptible_gpus));
+            if account.preemptible != *own {
+                return Err(format!("{id} tallies {:?} preemptible runs, its jobs {own:?}", account.preemptible));
             }
             if !account.within_quota() {
                 return Err(format!("{id} charged {} over its quota {:?}", account.charged, account.quota));

@@ -643,7 +643,7 @@ impl Scheduler {
 
     fn set_quota(&mut self, id: AccountId, quota: Option<Quota>) {
         let (nodes, jobs) = (&self.nodes, &self.jobs);
-        self.ledger.set_quota(id, quota, || preemptible_gpus_of(nodes, jobs, id));
+        self.ledger.set_quota(id, quota, || preemptible_runs_of(nodes, jobs, id));
         self.changes.caps.push(id);
     }
 
@@ -666,7 +666,7 @@ impl Scheduler {
         }
         let before = self.ledger.cohort_of(project);
         let (nodes, jobs) = (&self.nodes, &self.jobs);
-        self.ledger.set_nominal(project, nominal, || preemptible_gpus_of(nodes, jobs, project));
+        self.ledger.set_nominal(project, nominal, || preemptible_runs_of(nodes, jobs, project));
         let after = nominal.map(|n| n.cohort);
         if before != after {
             self.recount_cohorts(&[before, after]);
@@ -1225,9 +1225,13 @@ pub(crate) fn replicas_per_node(placement: &Placement) -> impl Iterator<Item = (
     })
 }
 
-/// GPUs of `account`'s running preemptible jobs by priority, counted afresh from the victim
-/// lists (a gang once).
-fn preemptible_gpus_of(nodes: &Nodes, jobs: &JobStore, account: AccountId) -> BTreeMap<Priority, u32> {
+/// `account`'s running preemptible jobs by priority, counted afresh from the victim lists (a
+/// gang once).
+fn preemptible_runs_of(
+    nodes: &Nodes,
+    jobs: &JobStore,
+    account: AccountId,
+) -> BTreeMap<Priority, crate::ledger::PreemptibleRuns> {
     let mut running: Vec<(JobId, Priority, JobIx)> = nodes
         .iter()
         .flat_map(|n| n.victims.iter().map(|e| (e.id, e.priority, e.ix)))
@@ -1235,10 +1239,11 @@ fn preemptible_gpus_of(nodes: &Nodes, jobs: &JobStore, account: AccountId) -> BT
         .collect();
     running.sort_unstable();
     running.dedup();
-    let mut tally = BTreeMap::new();
+    let mut tally: BTreeMap<Priority, crate::ledger::PreemptibleRuns> = BTreeMap::new();
     for (_, priority, ix) in running {
-        *tally.entry(priority).or_default() += jobs[ix].spec.gpu_slots();
+        let runs = tally.entry(priority).or_default();
+        runs.gpus += jobs[ix].spec.gpu_slots();
+        runs.jobs += 1;
     }
-    tally.retain(|_, gpus: &mut u32| *gpus > 0);
     tally
 }
