@@ -425,6 +425,9 @@ pub(crate) struct Changes {
     pub borrowing_began: Vec<AccountId>,
     /// Members of cohorts whose settled usage fell (with repeats).
     pub settled_fell: Vec<AccountId>,
+    /// A project joined or left a cohort, or its nominal quota changed: which jobs may
+    /// reclaim, and from whom, changed with no charge or room noted.
+    pub nominal_changed: bool,
     /// Scratch for `wake_for`, kept between cycles.
     woken: Vec<GroupIx>,
 }
@@ -446,6 +449,7 @@ impl Changes {
             && !self.plan_changed
             && self.borrowing_began.is_empty()
             && self.settled_fell.is_empty()
+            && !self.nominal_changed
     }
 }
 
@@ -874,7 +878,9 @@ impl PendingQueue {
         }
         // A victim search is exact about room but takes victims in an order and within
         // bounds: with a node's victims gone, a search that failed may find another set.
-        if std::mem::take(&mut changes.nodes_lost) {
+        // Likewise when which jobs may reclaim, and from whom, changed (scenario 151).
+        let nodes_lost = std::mem::take(&mut changes.nodes_lost);
+        if nodes_lost || std::mem::take(&mut changes.nominal_changed) {
             woken.extend(self.by_reclaim.iter().map(|(.., gix)| *gix));
             woken.extend(self.by_room_any.iter().copied());
             woken.extend(self.by_borrowed.iter().map(|(_, gix)| *gix));
@@ -915,6 +921,10 @@ impl PendingQueue {
         for account in caps.drain(..) {
             woken.extend(all_of(account));
             woken.extend(of_cohort(account).map(|(_, gix)| *gix));
+            // A member that joins a cohort, or whose nominal quota falls, may borrow at
+            // once, with no charge noted (scenario 150).
+            let borrowed = self.by_borrowed.range((account, GroupIx(0))..=(account, GroupIx(u32::MAX)));
+            woken.extend(borrowed.map(|(_, gix)| *gix));
         }
         // A charge makes no cohort less short: those waiting for that alone sleep on.
         for account in cohort_charged.drain(..) {

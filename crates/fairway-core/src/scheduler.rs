@@ -672,6 +672,7 @@ impl Scheduler {
             self.recount_cohorts(&[before, after]);
         }
         self.changes.caps.extend([Some(project), before, after].into_iter().flatten());
+        self.changes.nominal_changed = true;
         Ok(())
     }
 
