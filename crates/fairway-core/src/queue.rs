@@ -70,7 +70,11 @@
 //!   when a member's settled usage crosses its nominal quota; a start in the walk that makes
 //!   a member borrow wakes these groups at once (those the walk has yet to reach are asked
 //!   in the same cycle). Waking them at any growth of room, or any charge or uncharge of
-//!   their cohort, would wake them at nearly every event on a cohort of many members;
+//!   their cohort, would wake them at nearly every event on a cohort of many members. A
+//!   member joining, or a nominal quota changing, may make a member borrow with nothing
+//!   charged: a cap change of their cohort wakes them outright, and any change of nominal
+//!   quotas wakes every group asleep on room that may preempt (`Changes::nominal_changed`:
+//!   who may reclaim from whom changed);
 //! - a node added or uncordoned ([`RoomWake::Nodes`]), for a group no node can ever hold;
 //! - any growth of room ([`RoomWake::Any`]), for a group that could get back under its cap
 //!   by preempting its own account's work but found no room;
