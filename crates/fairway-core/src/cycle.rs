@@ -181,31 +181,20 @@ fn reclaimable_by(node: &Node, priority: Priority, may_take: &dyn Fn(AccountId) 
             .sum::<u32>()
 }
 
-/// GPUs on `node` free or held by preemptible work below `priority`.
-fn reclaimable_gpus(node: &Node, priority: Priority) -> u32 {
-    node.available_gpus()
-        + node
-            .victims
-            .iter()
-            .take_while(|e| e.priority < priority)
-            .map(crate::victims::VictimEntry::gpus_freed_at_most)
-            .sum::<u32>()
-}
-
 impl GrownRoom for GrownNodes<'_> {
     fn free_gpus_max(&self) -> u32 {
         self.iter().map(Node::available_gpus).max().unwrap_or(0)
     }
 
     fn reclaimable_gpus_max(&self, priority: Priority) -> u32 {
-        self.iter().map(|n| reclaimable_gpus(n, priority)).max().unwrap_or(0)
+        self.iter().map(|n| reclaimable_by(n, priority, &|_| false)).max().unwrap_or(0)
     }
 
     fn admits(&self, gk: &GroupKey, room: RoomWake) -> bool {
         let need = gk.per_replica.gpus;
         self.iter().filter(|n| gk.model.is_none_or(|m| m == n.spec.gpu_model)).any(|n| match room {
             RoomWake::Fits => n.available_gpus() >= need,
-            RoomWake::Reclaim => reclaimable_gpus(n, gk.priority) >= need,
+            RoomWake::Reclaim => reclaimable_by(n, gk.priority, &|_| false) >= need,
             RoomWake::Never | RoomWake::Nodes | RoomWake::Any | RoomWake::Total { .. } | RoomWake::Borrowed { .. } => {
                 true
             }
@@ -335,9 +324,7 @@ impl WakeChecks for SchedulerChecks<'_> {
 /// May a job of `project`, a member of `cohort`, reclaim a run of its own priority from
 /// `owner`: is `owner` another member of `cohort` that borrows now (rule 1)?
 fn may_reclaim_from(ledger: &Ledger, project: AccountId, cohort: AccountId, owner: AccountId) -> bool {
-    owner != project
-        && ledger.cohort_of(owner) == Some(cohort)
-        && ledger.cohort(cohort).is_some_and(|c| ledger.get(owner).is_some_and(|a| a.borrowing(c)))
+    owner != project && ledger.cohort(cohort).is_some_and(|c| ledger.borrows_in(owner, cohort, c))
 }
 
 /// Would `project`, a member of `cohort`, stay within its nominal quota with `total` more
@@ -985,7 +972,7 @@ impl Scheduler {
     /// besides its cohort's shortage ending. Otherwise anything charged to or uncharged
     /// from the cohort, or room growing (a victim's protection ending), may let the same
     /// search succeed.
-    fn cohort_search_failed(&self, ix: JobIx, gk: &GroupKey, c: CohortWake, now: Time) -> Wake {
+    fn cohort_search_failed(&mut self, ix: JobIx, gk: &GroupKey, c: CohortWake, now: Time) -> Wake {
         // What its search may take: runs below its priority, and of its own where it reclaims.
         let level = if c.reclaims { gk.priority } else { gk.priority.saturating_sub(1) };
         if gpus_at_or_below(&self.nodes, &self.tallies, gk.model, level) < gk.total_gpus() {
@@ -1008,8 +995,8 @@ impl Scheduler {
     /// priority become what it may take); a run starting on the node takes free GPUs and
     /// adds at most as many. `None` when they could (the search failed for another reason:
     /// its cohort's needs, CPU or memory, its bounds).
-    fn no_node_holds(&self, ix: JobIx, reclaims: bool, cohort: AccountId, now: Time) -> Option<RoomWake> {
-        if self.search_view().room_possible(ix, reclaims, now) {
+    fn no_node_holds(&mut self, ix: JobIx, reclaims: bool, cohort: AccountId, now: Time) -> Option<RoomWake> {
+        if self.search_parts().0.room_possible(ix, reclaims, now) {
             return None;
         }
         Some(if reclaims { RoomWake::Borrowed { cohort } } else { RoomWake::Reclaim })

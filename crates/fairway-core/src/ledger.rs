@@ -634,6 +634,11 @@ impl Ledger {
         self.cohort(cohort).into_iter().flat_map(move |c| self.borrowing_members(c, except).map(|(m, _)| m))
     }
 
+    /// Is `member` a member of `cohort` (`c` its figures) that borrows now?
+    pub fn borrows_in(&self, member: AccountId, cohort: AccountId, c: &Cohort) -> bool {
+        self.cohort_of(member) == Some(cohort) && self.get(member).is_some_and(|a| a.borrowing(c))
+    }
+
     /// Whether one of `borrowers` runs preemptible work at `priority`.
     pub fn borrowers_at(&self, cohort: AccountId, priority: Priority, except: AccountId) -> bool {
         let Some(c) = self.cohort(cohort) else { return false };

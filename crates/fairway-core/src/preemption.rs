@@ -268,18 +268,6 @@ pub(crate) struct SearchView<'a> {
 impl Scheduler {
     /// The view the victim search reads, and the buffers it reuses (borrowed beside the
     /// view, not moved out and back: the scratch is large).
-    /// The scheduler as the victim search reads it.
-    pub(crate) fn search_view(&self) -> SearchView<'_> {
-        SearchView {
-            config: &self.config,
-            nodes: &self.nodes,
-            jobs: &self.jobs,
-            ledger: &self.ledger,
-            tallies: &self.tallies,
-            fair: &self.fair,
-        }
-    }
-
     pub(crate) fn search_parts(&mut self) -> (SearchView<'_>, &mut SearchScratch) {
         let view = SearchView {
             config: &self.config,
@@ -570,7 +558,7 @@ impl SearchView<'_> {
     /// `reclaim_check`'s look-up, the usual path, is small enough to inline where it is asked.
     #[inline(never)]
     fn borrows_in(&self, owner: AccountId, id: AccountId, cohort: &crate::ledger::Cohort) -> bool {
-        self.ledger.cohort_of(owner) == Some(id) && self.ledger.get(owner).is_some_and(|a| a.borrowing(cohort))
+        self.ledger.borrows_in(owner, id, cohort)
     }
 
     /// Rule 1 and the candidate bound; sorted by rules 2, 3 and 5.

@@ -877,8 +877,7 @@ impl PendingQueue {
         changes.borrowing_began.sort_unstable();
         changes.borrowing_began.dedup();
         for cohort in changes.borrowing_began.drain(..) {
-            let in_cohort = self.by_borrowed.range((cohort, GroupIx(0))..=(cohort, GroupIx(u32::MAX)));
-            woken.extend(in_cohort.map(|(_, gix)| *gix));
+            woken.extend(self.borrowed_in(cohort));
         }
         // A victim search is exact about room but takes victims in an order and within
         // bounds: with a node's victims gone, a search that failed may find another set.
@@ -927,8 +926,7 @@ impl PendingQueue {
             woken.extend(of_cohort(account).map(|(_, gix)| *gix));
             // A member that joins a cohort, or whose nominal quota falls, may borrow at
             // once, with no charge noted (scenario 150).
-            let borrowed = self.by_borrowed.range((account, GroupIx(0))..=(account, GroupIx(u32::MAX)));
-            woken.extend(borrowed.map(|(_, gix)| *gix));
+            woken.extend(self.borrowed_in(account));
         }
         // A charge makes no cohort less short: those waiting for that alone sleep on.
         for account in cohort_charged.drain(..) {
@@ -1036,6 +1034,11 @@ impl PendingQueue {
         }
     }
 
+    /// The groups waiting for a member of `cohort` to begin to borrow (`RoomWake::Borrowed`).
+    fn borrowed_in(&self, cohort: AccountId) -> impl Iterator<Item = GroupIx> + '_ {
+        self.by_borrowed.range((cohort, GroupIx(0))..=(cohort, GroupIx(u32::MAX))).map(|(_, gix)| *gix)
+    }
+
     /// Wake now the groups waiting for a member of one of `cohorts` to begin to borrow
     /// (`RoomWake::Borrowed`), during a walk: those it asked already this cycle and that
     /// sleep again are left, as are those it woke lazily (their turn comes, or came). The
@@ -1045,8 +1048,7 @@ impl PendingQueue {
         cohorts.dedup();
         woken.clear();
         for cohort in cohorts.drain(..) {
-            let in_cohort = self.by_borrowed.range((cohort, GroupIx(0))..=(cohort, GroupIx(u32::MAX)));
-            woken.extend(in_cohort.map(|(_, gix)| *gix));
+            woken.extend(self.borrowed_in(cohort));
         }
         woken.retain(|gix| self.is_asleep(*gix));
         for &gix in woken.iter() {
