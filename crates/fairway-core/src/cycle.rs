@@ -303,13 +303,7 @@ impl WakeChecks for SchedulerChecks<'_> {
     }
 
     fn cohort_wait_over(&self, gk: &GroupKey, wait: CohortWake) -> bool {
-        let total = gk.total();
-        if !wait.short {
-            return self.ledger.cohort_of(gk.project) == Some(wait.cohort)
-                && may_reclaim_with(self.ledger, gk.project, wait.cohort, total);
-        }
-        let Some((cohort, ..)) = self.ledger.over_cohort(gk.project, total) else { return true };
-        !wait.reclaims && may_reclaim_with(self.ledger, gk.project, cohort, total)
+        self.ledger.cohort_wait_over(gk.project, wait.cohort, gk.total(), wait.short, wait.reclaims)
     }
 
     fn gpus_at_or_below(&self, model: Option<GpuModel>, priority: Priority) -> u32 {

@@ -360,6 +360,41 @@ impl Ledger {
         Some((n.cohort, short))
     }
 
+    /// Is a wait of a group of `project` needing `extra` over (`WakeChecks::cohort_wait_over`,
+    /// with the same answers, read with one look-up of the member and one of its cohort: it
+    /// is asked at most uncharges of a cohort)? With `short`: it starts within its cohort's
+    /// capacity (or is not a member), or, unless it `reclaims` already, it may now reclaim
+    /// (rule 1: within its nominal quota with `extra`). Without: it is a member of `cohort`
+    /// and may now reclaim.
+    pub fn cohort_wait_over(
+        &self,
+        project: AccountId,
+        cohort: AccountId,
+        extra: Resources,
+        short: bool,
+        reclaims: bool,
+    ) -> bool {
+        let Some(member) = self.get(project) else { return short };
+        let Some(n) = member.nominal else { return short };
+        if !short && n.cohort != cohort {
+            return false;
+        }
+        let cohort_account = self.get(n.cohort).expect("a member's cohort is known");
+        let c = cohort_account.cohort.as_ref().expect("a member's cohort is a cohort");
+        if !short {
+            return member.within_nominal_with(c, extra);
+        }
+        let (level, settled) = (cohort_account.level(), member.settled());
+        let fits = ResourceKind::ALL.into_iter().all(|k| {
+            let Some(capacity) = c.capacity.limit(k).map(|c| k.amount_of_limit(c)) else { return true };
+            // As `cohort_shortage` counts it.
+            let unused_own = k.amount_of_limit(n.guaranteed_of(k)).saturating_sub(k.amount(settled));
+            let after = k.amount(level) + k.amount(extra) - k.amount(extra).min(unused_own);
+            after <= capacity.max(k.amount(cohort_account.grandfathered))
+        });
+        fits || (!reclaims && member.within_nominal_with(c, extra))
+    }
+
     /// What each member would give back to its cohort's level if its running work of
     /// `taken` left, at most: `max(0, u − g)` per dimension, `u` counting `extra` more for
     /// `project` (the preemptor's own, as if it had started). Rule 2 in victims' terms.

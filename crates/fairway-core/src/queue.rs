@@ -491,8 +491,10 @@ pub(crate) struct PendingQueue {
     reclaim_levels: BTreeMap<Priority, u32>,
     by_nodes: BTreeSet<GroupIx>,
     by_room_any: BTreeSet<GroupIx>,
-    /// `RoomWake::Borrowed`, by cohort.
-    by_borrowed: BTreeSet<(AccountId, GroupIx)>,
+    /// `RoomWake::Borrowed`, by cohort, priority and GPUs per replica: the wake-up pass
+    /// reads, per cohort and level, only the groups a grown node could hold with every run
+    /// at or below their level gone (`find_candidates`).
+    by_borrowed: BTreeSet<(AccountId, Priority, u32, GroupIx)>,
     /// `WakeOn::plan`.
     by_plan: BTreeSet<GroupIx>,
     /// `WakeOn::at`, by time.
@@ -754,7 +756,7 @@ impl PendingQueue {
                 self.by_room_any.insert(gix);
             }
             RoomWake::Borrowed { cohort } => {
-                self.by_borrowed.insert((cohort, gix));
+                self.by_borrowed.insert((cohort, gk.priority, gk.per_replica.gpus, gix));
             }
             RoomWake::Total { level } => {
                 self.by_total.insert((gk.model, level, gk.total_gpus(), gix));
@@ -808,7 +810,7 @@ impl PendingQueue {
                 self.by_room_any.remove(&gix);
             }
             RoomWake::Borrowed { cohort } => {
-                self.by_borrowed.remove(&(cohort, gix));
+                self.by_borrowed.remove(&(cohort, gk.priority, gk.per_replica.gpus, gix));
             }
             RoomWake::Total { level } => {
                 self.by_total.remove(&(gk.model, level, gk.total_gpus(), gix));
@@ -886,7 +888,7 @@ impl PendingQueue {
         if nodes_lost || std::mem::take(&mut changes.nominal_changed) {
             woken.extend(self.by_reclaim.iter().map(|(.., gix)| *gix));
             woken.extend(self.by_room_any.iter().copied());
-            woken.extend(self.by_borrowed.iter().map(|(_, gix)| *gix));
+            woken.extend(self.by_borrowed.iter().map(|(.., gix)| *gix));
         }
         // A group indexed several ways may be named twice; sorting makes waking order-free.
         woken.sort_unstable();
@@ -1016,11 +1018,20 @@ impl PendingQueue {
                 }
             }
         }
-        for &(cohort, gix) in &self.by_borrowed {
-            let gk = &self.group(gix).key;
-            if grown.admits_reclaim(gk, &|owner| checks.may_reclaim_from(gk, cohort, owner)) {
-                candidates.push(head(gix));
+        // Per cohort and level `p`: a grown node holds a replica only with its free GPUs
+        // and those of runs at or below `p` (`admits_reclaim` counts some of those), so the
+        // groups needing more per replica than any grown node has so are passed over.
+        let mut from = Unbounded;
+        while let Some(&(cohort, p, ..)) = self.by_borrowed.range((from, Unbounded)).next() {
+            let at_or_below_p = p.checked_add(1).map_or(u32::MAX, |above| grown.reclaimable_gpus_max(above));
+            let level = (cohort, p, 0, GroupIx(0))..=(cohort, p, at_or_below_p, GroupIx(u32::MAX));
+            for &(.., gix) in self.by_borrowed.range(level) {
+                let gk = &self.group(gix).key;
+                if grown.admits_reclaim(gk, &|owner| checks.may_reclaim_from(gk, cohort, owner)) {
+                    candidates.push(head(gix));
+                }
             }
+            from = Excluded((cohort, p, u32::MAX, GroupIx(u32::MAX)));
         }
         candidates.sort_unstable();
         self.candidates = candidates;
@@ -1036,7 +1047,8 @@ impl PendingQueue {
 
     /// The groups waiting for a member of `cohort` to begin to borrow (`RoomWake::Borrowed`).
     fn borrowed_in(&self, cohort: AccountId) -> impl Iterator<Item = GroupIx> + '_ {
-        self.by_borrowed.range((cohort, GroupIx(0))..=(cohort, GroupIx(u32::MAX))).map(|(_, gix)| *gix)
+        let all = (cohort, Priority::MIN, 0, GroupIx(0))..=(cohort, Priority::MAX, u32::MAX, GroupIx(u32::MAX));
+        self.by_borrowed.range(all).map(|(.., gix)| *gix)
     }
 
     /// Wake now the groups waiting for a member of one of `cohorts` to begin to borrow
@@ -1131,7 +1143,8 @@ impl PendingQueue {
                 || (on.room == RoomWake::Reclaim && self.by_reclaim.contains(&(gk.priority, gk.per_replica.gpus, gix)))
                 || (on.room == RoomWake::Nodes && self.by_nodes.contains(&gix))
                 || (on.room == RoomWake::Any && self.by_room_any.contains(&gix))
-                || matches!(on.room, RoomWake::Borrowed { cohort } if self.by_borrowed.contains(&(cohort, gix)))
+                || matches!(on.room, RoomWake::Borrowed { cohort }
+                    if self.by_borrowed.contains(&(cohort, gk.priority, gk.per_replica.gpus, gix)))
                 || (on.plan && self.by_plan.contains(&gix));
             if !indexed {
                 return Err(format!("group of {} asleep but nothing wakes it", head.id));
@@ -1165,7 +1178,7 @@ impl PendingQueue {
             || self.by_reclaim.iter().any(|(_, _, g)| !asleep(g))
             || self.by_nodes.iter().any(|g| !asleep(g))
             || self.by_room_any.iter().any(|g| !asleep(g))
-            || self.by_borrowed.iter().any(|(_, g)| !asleep(g))
+            || self.by_borrowed.iter().any(|(.., g)| !asleep(g))
             || self.by_plan.iter().any(|g| !asleep(g));
         if stale {
             return Err("a wake index names a group that is not asleep".into());
