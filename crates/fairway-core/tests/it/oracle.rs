@@ -972,6 +972,12 @@ impl Oracle {
             }
             let mut extra: BTreeMap<NodeId, Resources> = BTreeMap::new();
             let mut freed_quota: BTreeMap<AccountId, Resources> = BTreeMap::new();
+            // A job short of its cohort needs what the members' runs give back to it: a
+            // victim of its cohort counts against the bound even where it frees no room the
+            // job can use.
+            let cohort = self.nominals.get(&spec.project).map(|n| n.cohort);
+            let short = self.cohort_short(s, spec, &BTreeMap::new());
+            let gives_cohort = |vs: &JobSpec| short && self.nominals.get(&vs.project).map(|n| n.cohort) == cohort;
             let mut useful = 0;
             for v in &victims {
                 let vs = &self.specs[v];
@@ -988,7 +994,7 @@ impl Oracle {
                     let f = freed_quota.entry(a).or_default();
                     *f = f.plus(vs.total());
                 }
-                if helps || scope.is_some() {
+                if helps || scope.is_some() || gives_cohort(vs) {
                     useful += 1;
                 }
             }
