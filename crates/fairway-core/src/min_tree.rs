@@ -25,6 +25,19 @@ impl MinTree {
         self.slots.get(1).copied().unwrap_or(u64::MAX)
     }
 
+    /// The index of the least value, the lowest index among equals (`None` when every
+    /// value is `u64::MAX`): the path down from the root to it, O(log n).
+    pub(crate) fn min_index(&self) -> Option<usize> {
+        if self.min() == u64::MAX {
+            return None;
+        }
+        let mut slot = 1;
+        while slot < self.width {
+            slot = if self.slots[2 * slot] <= self.slots[2 * slot + 1] { 2 * slot } else { 2 * slot + 1 };
+        }
+        Some(slot - self.width)
+    }
+
     /// The values by index (and `u64::MAX` past them, up to a power of two).
     pub(crate) fn leaves(&self) -> &[u64] {
         &self.slots[self.width..]
@@ -51,18 +64,27 @@ impl MinTree {
     /// are entered, so k of n values cost O(k log n).
     pub(crate) fn at_most(&self, bound: u64, out: &mut Vec<usize>) {
         debug_assert!(bound < u64::MAX, "the padding is at u64::MAX");
-        self.at_most_under(1, bound, out);
-    }
-
-    fn at_most_under(&self, slot: usize, bound: u64, out: &mut Vec<usize>) {
-        if self.slots.get(slot).is_none_or(|least| *least > bound) {
+        if self.min() > bound {
             return;
         }
-        if slot >= self.width {
-            out.push(slot - self.width);
-        } else {
-            self.at_most_under(2 * slot, bound, out);
-            self.at_most_under(2 * slot + 1, bound, out);
+        // Depth first, the left child first (indices come out ascending), on a stack of
+        // slots still to enter: at most two per level, and a level per bit of the width.
+        let mut stack = [0usize; 2 * usize::BITS as usize];
+        let (mut top, width) = (1, self.width);
+        stack[0] = 1;
+        while top > 0 {
+            top -= 1;
+            let slot = stack[top];
+            if slot >= width {
+                out.push(slot - width);
+                continue;
+            }
+            for child in [2 * slot + 1, 2 * slot] {
+                if self.slots[child] <= bound {
+                    stack[top] = child;
+                    top += 1;
+                }
+            }
         }
     }
 }
@@ -71,8 +93,8 @@ impl MinTree {
 mod tests {
     use super::*;
 
-    /// The tree's least value is the least of its values after any sequence of changes
-    /// (checked against a plain scan), and `replace` returns the value it replaced.
+    /// The tree's least value and its index are those of a plain scan after any sequence
+    /// of changes, and `replace` returns the value it replaced.
     #[test]
     fn min_tree_tracks_the_least_value() {
         for len in [1usize, 2, 3, 5, 8, 13, 64] {
@@ -90,6 +112,9 @@ mod tests {
                 assert_eq!(tree.replace(index, value), values[index]);
                 values[index] = value;
                 assert_eq!(tree.min(), *values.iter().min().expect("not empty"), "len {len}");
+                // The lowest index of the least value, none when every value is the padding's.
+                let least = values.iter().enumerate().min_by_key(|(_, v)| **v).filter(|(_, v)| **v < u64::MAX);
+                assert_eq!(tree.min_index(), least.map(|(i, _)| i), "len {len}");
             }
         }
     }

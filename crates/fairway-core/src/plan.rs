@@ -105,7 +105,8 @@ pub(crate) struct Hosting {
     taken_nodes: Vec<NodeId>,
     /// Scratch of `learn_nodes`: the positions to read again.
     revisit: Vec<u32>,
-    steps: Vec<Time>,
+    /// Scratch of `nth_step`: the slots whose steps it took, with how many.
+    taken_steps: Vec<(usize, usize)>,
     candidates: Vec<Candidate>,
 }
 
@@ -166,17 +167,45 @@ impl Hosting {
             let earliest = self.first_steps.min();
             return (earliest < u64::MAX).then_some(Time(earliest.max(now.0)));
         }
-        // Every node with a step, then every step of theirs.
-        let mut stepping = std::mem::take(&mut self.hosting_then);
-        stepping.clear();
-        self.first_steps.at_most(u64::MAX - 1, &mut stepping);
-        self.steps.clear();
-        for &k in &stepping {
-            self.steps.extend(self.nodes[k].steps.iter().map(|t| (*t).max(now)));
-        }
-        self.hosting_then = stepping;
+        // The later steps in order, a few of all the nodes': those before now count as now.
         let nth_later = nth - self.hosted_total;
-        (self.steps.len() > nth_later).then(|| *self.steps.select_nth_unstable(nth_later).1)
+        self.nth_step(nth_later).map(|t| Time(t.max(now.0)))
+    }
+
+    /// The `nth` (from 0) of all the nodes' steps in order, a node's own in theirs: the
+    /// least taken one at a time from the tree of first steps, each node's next step put
+    /// in its place, and the tree then restored. A gang waits for a few steps of many
+    /// nodes: this reads `nth + 1` of them, where listing every node's steps read them all.
+    /// `None` when there are no more than `nth` steps.
+    fn nth_step(&mut self, nth: usize) -> Option<u64> {
+        let mut taken = std::mem::take(&mut self.taken_steps);
+        taken.clear();
+        let mut found = None;
+        for _ in 0..=nth {
+            let Some(k) = self.first_steps.min_index() else {
+                found = None;
+                break;
+            };
+            let step = self.first_steps.min();
+            found = Some(step);
+            let count = match taken.iter_mut().find(|(slot, _)| *slot == k) {
+                Some((_, count)) => {
+                    *count += 1;
+                    *count
+                }
+                None => {
+                    taken.push((k, 1));
+                    1
+                }
+            };
+            let next = self.nodes[k].steps.get(count).map_or(u64::MAX, |t| t.0);
+            self.first_steps.replace(k, next);
+        }
+        for &(k, _) in &taken {
+            self.first_steps.replace(k, self.nodes[k].first_step().map_or(u64::MAX, |t| t.0));
+        }
+        self.taken_steps = taken;
+        found
     }
 
     /// `candidates`: the nodes that can host a replica at `at`, with their room then (now,
@@ -727,4 +756,44 @@ fn over_booked(n: &crate::cluster::Node) -> Resources {
         booked.cpu_millis.saturating_sub(cap.cpu_millis),
         booked.memory_mib.saturating_sub(cap.memory_mib),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `nth_step` is the `nth` of every node's steps sorted together (a plain sort), and
+    /// leaves the tree of first steps as it found it.
+    #[test]
+    fn nth_step_is_the_nth_of_all_steps_in_order() {
+        let mut seed = 7u64;
+        let mut next = |below: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % below
+        };
+        for nodes in [0usize, 1, 2, 5, 64] {
+            for _ in 0..100 {
+                let mut hosting = Hosting::default();
+                let mut all = Vec::new();
+                for _ in 0..nodes {
+                    let mut node = NodeHosting::empty();
+                    let mut at = next(50);
+                    for _ in 0..next(4) {
+                        // Steps repeat where one end frees room for several replicas.
+                        at += next(3);
+                        node.steps.push(Time(at));
+                        all.push(at);
+                    }
+                    hosting.nodes.push(node);
+                }
+                hosting.set_every_slot();
+                let tree_before = hosting.first_steps.leaves().to_vec();
+                all.sort_unstable();
+                for nth in 0..all.len() + 2 {
+                    assert_eq!(hosting.nth_step(nth), all.get(nth).copied(), "{nodes} nodes, step {nth} of {all:?}");
+                    assert_eq!(hosting.first_steps.leaves(), &tree_before[..], "the tree restored");
+                }
+            }
+        }
+    }
 }
