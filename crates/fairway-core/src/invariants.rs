@@ -550,6 +550,10 @@ mod tests {
         s.ledger.account_mut(account).charged.gpus += 1;
         broken(&s, "an account charged more than its jobs");
         let mut s = busy();
+        s.ledger.skew_settled(account);
+        let err = s.check_invariants().expect_err("an account whose settled usage was not worked out again");
+        assert!(err.contains("settled usage"), "{err}");
+        let mut s = busy();
         node_mut(&mut s).used.cpu_millis += 1;
         broken(&s, "a node's used resources disagree with its jobs");
     }

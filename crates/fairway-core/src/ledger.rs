@@ -68,6 +68,9 @@ pub(crate) struct Account {
     /// What its preemptors' holds are not charged to it while its own victims still leave
     /// (`hold_charges`): counted in its settled usage, which takes the holds in full.
     pub hold_shortfall: Resources,
+    /// `charged − moving + hold_shortfall`, kept as they change (`resettle`): the wake-up
+    /// pass and the cohort checks read it at nearly every event.
+    settled: Resources,
     /// Usage (for a cohort, its level) above a lowered cap that was already there when the
     /// cap changed: allowed to drain, never to grow.
     pub grandfathered: Resources,
@@ -156,17 +159,24 @@ impl Account {
 
     fn charge(&mut self, r: Resources) {
         self.charged = self.charged.plus(r);
+        self.resettle();
     }
 
     fn uncharge(&mut self, r: Resources) {
         self.charged = self.charged.minus(r);
+        self.resettle();
         self.grandfathered = self.grandfathered.min_by_amount(self.level());
     }
 
-    /// What is charged, less what is moving to a hold of its cohort: a member's usage as
-    /// its cohort counts it.
+    /// What is charged, less what is moving to a hold of its cohort, plus what its holds
+    /// are not charged: a member's usage as its cohort counts it.
     pub fn settled(&self) -> Resources {
-        self.charged.minus(self.moving).plus(self.hold_shortfall)
+        self.settled
+    }
+
+    /// `settled` worked out again after `charged`, `moving` or `hold_shortfall` changed.
+    fn resettle(&mut self) {
+        self.settled = self.charged.minus(self.moving).plus(self.hold_shortfall);
     }
 
     /// A member's guarantee set aside unused, `max(0, g − u)` per dimension.
@@ -460,10 +470,12 @@ impl Ledger {
     fn change_account(id: AccountId, a: &mut Account, change: impl FnOnce(&mut Account)) -> Option<MemberChange> {
         let Some(n) = a.nominal else {
             change(a);
+            a.resettle();
             return None;
         };
         let (unused_before, settled_before) = (a.unused_guarantee(), a.settled());
         change(a);
+        a.resettle();
         Some(MemberChange {
             member: id,
             nominal: n,
@@ -660,6 +672,7 @@ impl Ledger {
     pub fn set_cohort_charge(&mut self, cohort: AccountId, charged: Resources) {
         let Some(account) = self.accounts.get_mut(&cohort) else { return };
         account.charged = charged;
+        account.resettle();
         account.grandfathered = account.level();
     }
 
@@ -782,6 +795,10 @@ impl Ledger {
         }
         self.check_cohorts()?;
         for (((id, account), expected), own) in self.accounts.iter().zip(charged).zip(preemptible) {
+            let settled = account.charged.minus(account.moving).plus(account.hold_shortfall);
+            if account.settled != settled {
+                return Err(format!("{id} keeps {} as its settled usage, its figures make {settled}", account.settled));
+            }
             if !account.charged.same_amounts(*expected) {
                 return Err(format!("{id} charged {} but its jobs add up to {expected}", account.charged));
             }
@@ -827,6 +844,14 @@ impl Ledger {
     #[cfg(test)]
     pub fn account_mut(&mut self, account: AccountId) -> &mut Account {
         self.accounts.get_mut(&account).expect("known")
+    }
+
+    /// Test only: an account's kept settled usage one GPU off its figures, as a change that
+    /// forgot `Account::resettle` would leave it.
+    #[cfg(test)]
+    pub fn skew_settled(&mut self, account: AccountId) {
+        let a = self.accounts.get_mut(&account).expect("known");
+        a.settled.gpus += 1;
     }
 }
 
