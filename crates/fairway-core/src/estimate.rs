@@ -24,7 +24,7 @@
 //! that moves only when passed lets reservations keep running jobs sorted by it instead of
 //! weighing every one of them again at each cycle.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use crate::ids::JobIx;
 use crate::model::{JobState, Termination};
@@ -37,8 +37,10 @@ pub const HISTORY_RUNS_MIN: usize = 3;
 /// Completed run times per tenant (rule 3).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RunHistory {
-    /// Keyed by (project, user); `user: None` holds the project's runs.
-    runs: BTreeMap<(AccountId, Option<AccountId>), Runs>,
+    /// Keyed by (project, user); `user: None` holds the project's runs. Looked up at every
+    /// start and every revised end with reservations on, never listed: hashed, with a
+    /// fixed-key hasher (runs are reproducible down to memory layout).
+    runs: HashMap<(AccountId, Option<AccountId>), Runs, foldhash::fast::FixedState>,
 }
 
 /// One tenant's latest runs, in the order they completed and sorted.
