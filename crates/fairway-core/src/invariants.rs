@@ -549,9 +549,19 @@ mod tests {
         let account = s.ledger.iter().next().unwrap().0;
         s.ledger.account_mut(account).charged.gpus += 1;
         broken(&s, "an account charged more than its jobs");
+        // A member of a cohort keeps its settled usage: one left stale is caught.
         let mut s = busy();
-        s.ledger.skew_settled(account);
-        let err = s.check_invariants().expect_err("an account whose settled usage was not worked out again");
+        let project = crate::types::AccountId(0);
+        let nominal = crate::types::NominalQuota {
+            cohort: crate::types::AccountId(99),
+            nominal: crate::types::Quota::gpus(64),
+            borrowing_limit: crate::types::Quota::default(),
+            lending_limit: crate::types::Quota::default(),
+        };
+        s.apply(Event::SetNominalQuota { project, nominal: Some(nominal) }, Time(2)).unwrap();
+        assert_eq!(s.check_invariants(), Ok(()));
+        s.ledger.skew_settled(project);
+        let err = s.check_invariants().expect_err("a member whose settled usage was not worked out again");
         assert!(err.contains("settled usage"), "{err}");
         let mut s = busy();
         node_mut(&mut s).used.cpu_millis += 1;

@@ -68,8 +68,10 @@ pub(crate) struct Account {
     /// What its preemptors' holds are not charged to it while its own victims still leave
     /// (`hold_charges`): counted in its settled usage, which takes the holds in full.
     pub hold_shortfall: Resources,
-    /// `charged − moving + hold_shortfall`, kept as they change (`resettle`): the wake-up
-    /// pass and the cohort checks read it at nearly every event.
+    /// For a member of a cohort, `charged − moving + hold_shortfall`, kept as they change
+    /// (`resettle`): the wake-up pass and the cohort checks read it at nearly every event.
+    /// Other accounts work it out when asked (nothing asks at each event): keeping it
+    /// would cost every charge of a cluster without cohorts.
     settled: Resources,
     /// Usage (for a cohort, its level) above a lowered cap that was already there when the
     /// cap changed: allowed to drain, never to grow.
@@ -171,12 +173,19 @@ impl Account {
     /// What is charged, less what is moving to a hold of its cohort, plus what its holds
     /// are not charged: a member's usage as its cohort counts it.
     pub fn settled(&self) -> Resources {
-        self.settled
+        if self.nominal.is_some() { self.settled } else { self.settled_afresh() }
     }
 
-    /// `settled` worked out again after `charged`, `moving` or `hold_shortfall` changed.
+    fn settled_afresh(&self) -> Resources {
+        self.charged.minus(self.moving).plus(self.hold_shortfall)
+    }
+
+    /// `settled` kept up to date, for a member, after `charged`, `moving`,
+    /// `hold_shortfall` or its membership changed.
     fn resettle(&mut self) {
-        self.settled = self.charged.minus(self.moving).plus(self.hold_shortfall);
+        if self.nominal.is_some() {
+            self.settled = self.settled_afresh();
+        }
     }
 
     /// A member's guarantee set aside unused, `max(0, g − u)` per dimension.
@@ -611,6 +620,7 @@ impl Ledger {
         let was = account.limited();
         let before = account.nominal.map(|n| n.cohort);
         account.nominal = nominal;
+        account.resettle();
         account.grandfathered = account.level();
         self.limited_changed(project, was, preemptible_now);
         if let Some(cohort) = before {
@@ -795,8 +805,8 @@ impl Ledger {
         }
         self.check_cohorts()?;
         for (((id, account), expected), own) in self.accounts.iter().zip(charged).zip(preemptible) {
-            let settled = account.charged.minus(account.moving).plus(account.hold_shortfall);
-            if account.settled != settled {
+            let settled = account.settled_afresh();
+            if account.nominal.is_some() && account.settled != settled {
                 return Err(format!("{id} keeps {} as its settled usage, its figures make {settled}", account.settled));
             }
             if !account.charged.same_amounts(*expected) {
