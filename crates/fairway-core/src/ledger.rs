@@ -110,6 +110,21 @@ fn over_nominal(n: &NominalQuota, settled: Resources, cohort: &Cohort) -> bool {
         .any(|k| cohort.capacity.limit(k).is_some() && k.amount(settled) > k.amount_of_limit(n.nominal_of(k)))
 }
 
+/// By how much starting `extra` for `member` (of nominal quota `n`) would take its cohort's
+/// level above the cohort's capacity (or what a lowered capacity grandfathered), per
+/// dimension the cohort governs (0 where it stays within): rule 2.
+fn short_by(member: &Account, n: &NominalQuota, cohort_account: &Account, extra: Resources) -> Resources {
+    let cohort = cohort_account.cohort.as_ref().expect("a member's cohort is a cohort");
+    let (level, settled) = (cohort_account.level(), member.settled());
+    Resources::from_amounts(|k| {
+        let Some(capacity) = cohort.capacity.limit(k).map(|c| k.amount_of_limit(c)) else { return 0 };
+        // The job uses first what the project set aside unused: that part adds nothing.
+        let unused_own = k.amount_of_limit(n.guaranteed_of(k)).saturating_sub(k.amount(settled));
+        let after = k.amount(level) + k.amount(extra) - k.amount(extra).min(unused_own);
+        after.saturating_sub(capacity.max(k.amount(cohort_account.grandfathered)))
+    })
+}
+
 impl Account {
     /// The account's cap in `kind`: its hard quota and, for a member of a cohort, its
     /// borrowing limit, whichever is lower; for a cohort, its capacity.
@@ -367,16 +382,7 @@ impl Ledger {
         let member = self.get(project)?;
         let n = member.nominal?;
         let cohort_account = self.get(n.cohort).expect("a member's cohort is known");
-        let cohort = cohort_account.cohort.as_ref().expect("a member's cohort is a cohort");
-        let level = cohort_account.level();
-        let short = Resources::from_amounts(|k| {
-            let Some(capacity) = cohort.capacity.limit(k).map(|c| k.amount_of_limit(c)) else { return 0 };
-            // The job uses first what the project set aside unused: that part adds nothing.
-            let unused_own = k.amount_of_limit(n.guaranteed_of(k)).saturating_sub(k.amount(member.settled()));
-            let after = k.amount(level) + k.amount(extra) - k.amount(extra).min(unused_own);
-            after.saturating_sub(capacity.max(k.amount(cohort_account.grandfathered)))
-        });
-        Some((n.cohort, short))
+        Some((n.cohort, short_by(member, &n, cohort_account, extra)))
     }
 
     /// Is a wait of a group of `project` needing `extra` over (`WakeChecks::cohort_wait_over`,
@@ -403,14 +409,7 @@ impl Ledger {
         if !short {
             return member.within_nominal_with(c, extra);
         }
-        let (level, settled) = (cohort_account.level(), member.settled());
-        let fits = ResourceKind::ALL.into_iter().all(|k| {
-            let Some(capacity) = c.capacity.limit(k).map(|c| k.amount_of_limit(c)) else { return true };
-            // As `cohort_shortage` counts it.
-            let unused_own = k.amount_of_limit(n.guaranteed_of(k)).saturating_sub(k.amount(settled));
-            let after = k.amount(level) + k.amount(extra) - k.amount(extra).min(unused_own);
-            after <= capacity.max(k.amount(cohort_account.grandfathered))
-        });
+        let fits = short_by(member, &n, cohort_account, extra) == Resources::ZERO;
         fits || (!reclaims && member.within_nominal_with(c, extra))
     }
 
