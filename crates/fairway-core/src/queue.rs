@@ -66,7 +66,11 @@
 //!   that priority become what the group may take). A node's free GPUs plus what the group
 //!   may take there grow only so: something leaving the node, the node added or
 //!   uncordoned, a run's protection ending (its nodes count as grown), or a member
-//!   beginning to borrow; a start takes free GPUs and adds at most as many. The ledger notes
+//!   beginning to borrow; a start takes free GPUs and adds at most as many. A grown node
+//!   that has fewer GPUs free or held by runs at or below the group's priority than one
+//!   replica needs cannot hold it however the runs are counted, so a growth asks only the
+//!   groups below that, per level (the index is by cohort, priority and GPUs per replica).
+//!   The ledger notes
 //!   when a member's settled usage crosses its nominal quota; a start in the walk that makes
 //!   a member borrow wakes these groups at once (those the walk has yet to reach are asked
 //!   in the same cycle). Waking them at any growth of room, or any charge or uncharge of
