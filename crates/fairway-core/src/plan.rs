@@ -437,9 +437,7 @@ impl Scheduler {
             let ix = entry.2;
             let revised = self.expected_end(ix, now);
             if revised != entry.0 {
-                self.unindex_run_end(ix);
-                self.jobs[ix].expected_end = revised;
-                self.index_run_end(ix);
+                self.move_run_end(entry, revised);
             }
         }
     }
@@ -470,6 +468,24 @@ impl Scheduler {
             self.nodes.ends_mut(here[0].node).push(PlacedEnd::new(ix, end, per_replica, here));
         }
         self.run_ends.insert((end, id, ix));
+        self.run_ends_version += 1;
+    }
+
+    /// A running job's expected end, indexed at `entry`, moves to `revised`: its entry in
+    /// `run_ends` and those in its nodes' lists follow in place (the lists' order is not
+    /// read: `NodeHosting::compute` sorts them).
+    fn move_run_end(&mut self, entry: (Time, JobId, JobIx), revised: Time) {
+        let (_, id, ix) = entry;
+        self.run_ends.remove(&entry);
+        self.jobs[ix].expected_end = revised;
+        let job = &self.jobs[ix];
+        let JobState::Running { placement, .. } = &job.state else { unreachable!("only running jobs are revised") };
+        for here in placement.replicas().chunk_by(|a, b| a.node == b.node) {
+            for e in self.nodes.ends_mut(here[0].node).iter_mut().filter(|e| e.job == ix) {
+                e.end = revised;
+            }
+        }
+        self.run_ends.insert((revised, id, ix));
         self.run_ends_version += 1;
     }
 
