@@ -176,12 +176,10 @@ impl Account {
 
     fn charge(&mut self, r: Resources) {
         self.charged = self.charged.plus(r);
-        self.resettle();
     }
 
     fn uncharge(&mut self, r: Resources) {
         self.charged = self.charged.minus(r);
-        self.resettle();
         self.grandfathered = self.grandfathered.min_by_amount(self.level());
     }
 
@@ -196,7 +194,8 @@ impl Account {
     }
 
     /// `settled` kept up to date, for a member, after `charged`, `moving`,
-    /// `hold_shortfall` or its membership changed.
+    /// `hold_shortfall` or its membership changed (`Ledger::change_account`, which every
+    /// such change goes through, and `set_nominal`).
     fn resettle(&mut self) {
         if self.nominal.is_some() {
             self.settled = self.settled_afresh();
@@ -478,7 +477,6 @@ impl Ledger {
     fn change_account(id: AccountId, a: &mut Account, change: impl FnOnce(&mut Account)) -> Option<MemberChange> {
         let Some(n) = a.nominal else {
             change(a);
-            a.resettle();
             return None;
         };
         let (unused_before, settled_before) = (a.unused_guarantee(), a.settled());
@@ -681,7 +679,6 @@ impl Ledger {
     pub fn set_cohort_charge(&mut self, cohort: AccountId, charged: Resources) {
         let Some(account) = self.accounts.get_mut(&cohort) else { return };
         account.charged = charged;
-        account.resettle();
         account.grandfathered = account.level();
     }
 

@@ -880,11 +880,7 @@ impl PendingQueue {
         if std::mem::take(&mut changes.plan_changed) {
             woken.extend(self.by_plan.iter().copied());
         }
-        changes.borrowing_began.sort_unstable();
-        changes.borrowing_began.dedup();
-        for cohort in changes.borrowing_began.drain(..) {
-            woken.extend(self.borrowed_in(cohort));
-        }
+        self.borrowed_in_any(&mut changes.borrowing_began, woken);
         // A victim search is exact about room but takes victims in an order and within
         // bounds: with a node's victims gone, a search that failed may find another set.
         // Likewise when which jobs may reclaim, and from whom, changed (scenario 151).
@@ -939,11 +935,7 @@ impl PendingQueue {
             woken.extend(all_of(account));
         }
         for account in uncharged.drain(..) {
-            let wait_over = |gix: &GroupIx| {
-                let group = self.group(*gix);
-                group.indexed.and_then(|on| on.cohort_short).is_some_and(|c| checks.cohort_wait_over(&group.key, c))
-            };
-            woken.extend(of_cohort(account).map(|(_, gix)| *gix).filter(wait_over));
+            woken.extend(of_cohort(account).map(|(_, gix)| *gix).filter(|gix| self.cohort_wait_over(*gix, checks)));
             // Per level of the account's sleeping groups: those whose threshold the usage
             // that counts at that level now meets.
             let mut from = of_account(account).0;
@@ -976,11 +968,7 @@ impl PendingQueue {
         settled_fell.dedup();
         let of_project = |p: AccountId| self.by_nominal_wait.range((p, GroupIx(0))..=(p, GroupIx(u32::MAX)));
         for &project in settled_fell.iter() {
-            let wait_over = |gix: &GroupIx| {
-                let group = self.group(*gix);
-                group.indexed.and_then(|on| on.cohort_short).is_some_and(|c| checks.cohort_wait_over(&group.key, c))
-            };
-            woken.extend(of_project(project).map(|(_, gix)| *gix).filter(wait_over));
+            woken.extend(of_project(project).map(|(_, gix)| *gix).filter(|gix| self.cohort_wait_over(*gix, checks)));
         }
         settled_fell.clear();
         for &account in caps {
@@ -1049,6 +1037,22 @@ impl PendingQueue {
         }
     }
 
+    /// Is the cohort wait of the sleeping group at `gix` over (`WakeChecks::cohort_wait_over`)?
+    fn cohort_wait_over(&self, gix: GroupIx, checks: &dyn WakeChecks) -> bool {
+        let group = self.group(gix);
+        group.indexed.and_then(|on| on.cohort_short).is_some_and(|c| checks.cohort_wait_over(&group.key, c))
+    }
+
+    /// The groups waiting for a member of one of `cohorts` (emptied) to begin to borrow,
+    /// appended to `woken`.
+    fn borrowed_in_any(&self, cohorts: &mut Vec<AccountId>, woken: &mut Vec<GroupIx>) {
+        cohorts.sort_unstable();
+        cohorts.dedup();
+        for cohort in cohorts.drain(..) {
+            woken.extend(self.borrowed_in(cohort));
+        }
+    }
+
     /// The groups waiting for a member of `cohort` to begin to borrow (`RoomWake::Borrowed`).
     fn borrowed_in(&self, cohort: AccountId) -> impl Iterator<Item = GroupIx> + '_ {
         let all = (cohort, Priority::MIN, 0, GroupIx(0))..=(cohort, Priority::MAX, u32::MAX, GroupIx(u32::MAX));
@@ -1060,12 +1064,8 @@ impl PendingQueue {
     /// sleep again are left, as are those it woke lazily (their turn comes, or came). The
     /// groups woken go into `woken`; `cohorts` is emptied.
     pub fn wake_borrowed(&mut self, cohorts: &mut Vec<AccountId>, woken: &mut Vec<GroupIx>) {
-        cohorts.sort_unstable();
-        cohorts.dedup();
         woken.clear();
-        for cohort in cohorts.drain(..) {
-            woken.extend(self.borrowed_in(cohort));
-        }
+        self.borrowed_in_any(cohorts, woken);
         woken.retain(|gix| self.is_asleep(*gix));
         for &gix in woken.iter() {
             self.wake(gix);
