@@ -140,7 +140,7 @@ enum From {
 /// within a cycle, so an entry whose share has changed since it was pushed is pushed again
 /// with its new share when it comes up (it can only move back).
 #[derive(Default)]
-struct FairLevel {
+pub(crate) struct FairLevel {
     /// The level being walked.
     rank: Option<Reverse<Priority>>,
     heap: BinaryHeap<Reverse<(FairKey, QueueKey, GroupIx, From)>>,
@@ -149,6 +149,14 @@ struct FairLevel {
 }
 
 impl FairLevel {
+    /// Empty for a new walk (the buffers are kept: a walk with fair sharing on runs at
+    /// every cycle).
+    fn clear(&mut self) {
+        self.rank = None;
+        self.heap.clear();
+        self.shares.clear();
+    }
+
     /// A start changed these accounts' shares.
     fn forget(&mut self, accounts: [AccountId; 2]) {
         self.shares.retain(|(a, _)| !accounts.contains(a));
@@ -492,8 +500,17 @@ impl Scheduler {
         let candidates = std::mem::take(&mut self.queue.candidates);
         let mut memo = std::mem::take(&mut self.cycle_memo);
         memo.clear();
-        let reached = self.walk_heads(&candidates, &mut memo, now, out);
+        // The fair order's buffers are kept where it is on; otherwise it stays empty.
+        let mut level = match self.fair.enabled() {
+            true => std::mem::take(&mut self.fair_level),
+            false => FairLevel::default(),
+        };
+        level.clear();
+        let reached = self.walk_heads(&candidates, &mut memo, &mut level, now, out);
         self.cycle_memo = memo;
+        if self.fair.enabled() {
+            self.fair_level = level;
+        }
         // Candidates the walk did not reach (it stopped early) wake now, to be asked next
         // cycle as if woken at once.
         for &(_, gix) in &candidates[reached..] {
@@ -511,6 +528,7 @@ impl Scheduler {
         &mut self,
         candidates: &[(QueueKey, GroupIx)],
         memo: &mut CycleMemo,
+        level: &mut FairLevel,
         now: Time,
         out: &mut CycleOutcome,
     ) -> usize {
@@ -530,10 +548,9 @@ impl Scheduler {
         // Fair sharing reorders each priority level (backfill only: strict order is queue
         // order by definition).
         let fair = self.fair.enabled() && !strict;
-        let mut level = FairLevel::default();
         loop {
             let next = if fair {
-                self.next_fair(&mut level, candidates, &mut next_candidate, now)
+                self.next_fair(level, candidates, &mut next_candidate, now)
             } else {
                 let next_head = match last_head {
                     None => self.queue.awake.first(),
@@ -557,7 +574,7 @@ impl Scheduler {
                     // Candidates the fair order took in but did not reach wake as if
                     // unreached (see `walk_queue`).
                     let current = (from == From::Candidate).then_some(Reverse(((0, 0), key, gix, from)));
-                    for Reverse((.., gix, from)) in std::mem::take(&mut level.heap).into_iter().chain(current) {
+                    for Reverse((.., gix, from)) in level.heap.drain().chain(current) {
                         if from == From::Candidate && self.queue.is_asleep(gix) {
                             self.queue.wake(gix);
                         }
@@ -579,7 +596,7 @@ impl Scheduler {
                             && let Some(head) = self.queue.live_head(gix)
                             && self.queue.awake.contains(&(head, gix))
                         {
-                            self.push_fair(&mut level, head, gix, From::Awake, now);
+                            self.push_fair(level, head, gix, From::Awake, now);
                         }
                         continue;
                     }
@@ -624,7 +641,7 @@ impl Scheduler {
                         if fair {
                             level.forget([gk.project, gk.user]);
                             if !self.queue.is_asleep(gix) {
-                                self.push_fair(&mut level, self.queue.group(gix).head(), gix, From::Awake, now);
+                                self.push_fair(level, self.queue.group(gix).head(), gix, From::Awake, now);
                             }
                         }
                     }
@@ -632,7 +649,7 @@ impl Scheduler {
                         self.blocked_by = Some((key, gk.priority));
                         return next_candidate;
                     }
-                    if self.wake_reclaimers(fair.then_some(&mut level), now) {
+                    if self.wake_reclaimers(fair.then_some(&mut *level), now) {
                         blocker = first_blocker(self);
                     }
                 }

@@ -32,7 +32,7 @@
 //! The arithmetic is `f64`, done in the same order on every run: the same events give the
 //! same shares, so decisions stay deterministic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::types::{AccountId, Resources, Time};
 
@@ -57,7 +57,9 @@ pub(crate) struct FairShares {
     enabled: bool,
     half_life_ms: u64,
     capacity: Resources,
-    accounts: BTreeMap<AccountId, Usage>,
+    /// Hashed with a fixed key: read and changed at every start and exit, never listed in
+    /// an order a decision reads (`holdings` is compared as a set).
+    accounts: HashMap<AccountId, Usage, foldhash::fast::FixedState>,
     weights: BTreeMap<AccountId, u32>,
 }
 
@@ -72,6 +74,7 @@ fn past_at(half_life_ms: u64, usage: &Usage, now: Time) -> [f64; 3] {
     if half_life_ms == 0 {
         return alloc;
     }
+    // No time passed (several changes at one instant, the common case): nothing decayed.
     if now <= usage.at {
         return usage.past;
     }
@@ -156,7 +159,7 @@ impl FairShares {
         self.share(account, now).max(0.0).to_bits()
     }
 
-    /// Accounts holding something, with what they hold.
+    /// Accounts holding something, with what they hold, in no particular order.
     pub fn holdings(&self) -> impl Iterator<Item = (AccountId, Resources)> + '_ {
         self.accounts.iter().filter(|(_, u)| u.alloc != Resources::ZERO).map(|(a, u)| (*a, u.alloc))
     }

@@ -196,6 +196,39 @@ struct NodeVictim {
     share_milli: u32,
 }
 
+/// What rules 2b and 3 can tell of a node's sets at the level where it makes room, before
+/// they are weighed: the highest tenant share among its victims there (0 without fair
+/// sharing), and the least work lost by a victim of that share there. A set whose least
+/// share at the level is that share takes only victims of that share there, so it loses at
+/// least that work (`best_set_at_level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LevelKey {
+    share_max: u64,
+    lost_min: u64,
+}
+
+impl LevelKey {
+    /// The key with one more victim of the level, of `share`, weighed in: its lost work
+    /// (`lost`) is read only where its share is not below the highest so far.
+    fn with(key: Option<LevelKey>, share: u64, lost: impl FnOnce() -> u64) -> Option<LevelKey> {
+        match key {
+            Some(k) if share < k.share_max => Some(k),
+            Some(k) if share == k.share_max => Some(LevelKey { share_max: share, lost_min: k.lost_min.min(lost()) }),
+            _ => Some(LevelKey { share_max: share, lost_min: lost() }),
+        }
+    }
+
+    /// Weighed first: the highest share, then the least lost work.
+    fn order(self) -> (Reverse<u64>, u64) {
+        (Reverse(self.share_max), self.lost_min)
+    }
+
+    /// Whether no set on a node of this key can rank before `best` (rules 2b, 3).
+    fn cannot_beat(self, best: &SetCost) -> bool {
+        self.share_max < best.top_share || (self.share_max == best.top_share && self.lost_min > best.lost_gpu_ms)
+    }
+}
+
 /// The best set on one node so far, and the node.
 struct NodeSet {
     cost: SetCost,
@@ -205,12 +238,9 @@ struct NodeSet {
 /// Buffers the victim search reuses from one search to the next.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SearchScratch {
-    /// (level at which the node first makes room, node position, the least lost work of
-    /// its victims at that level when the walk that found the level already knows it).
-    ready: Vec<(Priority, u32, Option<u64>)>,
-    /// (highest tenant share among its victims at the level (rule 2b; 0 without fair
-    /// sharing), least lost work any set on the node can have, node position), for one level.
-    bounds: Vec<(Reverse<u64>, u64, u32)>,
+    /// (level at which the node first makes room, node position, its `LevelKey` there
+    /// once weighed: by the walk that found the level, or by `best_set_at_level`).
+    ready: Vec<(Priority, u32, Option<LevelKey>)>,
     /// Projects' shares as rule 2b reads them, for one search.
     shares: Vec<(AccountId, u64)>,
     /// A node's victims up to the level, in the order of rules 2, 3, 5.
@@ -892,24 +922,19 @@ impl SearchView<'_> {
     ) -> Option<VictimPlan> {
         let job = &self.jobs[ix];
         let (demand, model) = (job.spec.per_replica, job.spec.gpu_model);
-        scratch.ready.clear();
         scratch.shares.clear();
         let mut clock = LostClock::new(now);
-        // The node with the lowest level, then the least bound, then the lowest position.
-        let mut first: Option<(Priority, u64, u32)> = None;
-        for (i, node) in self.nodes.iter().enumerate() {
-            if node.usable_by(model)
-                && let Some((level, bound)) = room_level(node, demand, examined, counts, &mut clock)
-            {
-                scratch.ready.push((level, i as u32, Some(bound)));
-                let key = (level, bound, i as u32);
-                if first.is_none_or(|f| key < f) {
-                    first = Some(key);
-                }
-            }
-        }
-        // Known for the lowest level only: the levels after it are weighed afresh.
-        let mut first = first.map(|(level, _, position)| (level, position));
+        // Without fair sharing every share is 0: the walk is built without reading them.
+        let mut first = if self.fair.enabled() {
+            let mut shares = std::mem::take(&mut scratch.shares);
+            let share_of = |e: &VictimEntry| self.share_cached(&mut shares, e.project, now);
+            let first =
+                self.find_room_levels(&mut scratch.ready, (demand, model), (examined, counts), share_of, &mut clock);
+            scratch.shares = shares;
+            first
+        } else {
+            self.find_room_levels(&mut scratch.ready, (demand, model), (examined, counts), |_| 0, &mut clock)
+        };
         // The lowest level first. If every node there broke the victim bound, each of them
         // is weighed again at its next level (a set that tops out higher may have fewer
         // victims), with the nodes that first make room there.
@@ -918,22 +943,22 @@ impl SearchView<'_> {
                 Some((level, position)) => (level, Some(position)),
                 None => (scratch.ready.iter().map(|(l, _, _)| *l).min()?, None),
             };
-            let ready = std::mem::take(&mut scratch.ready);
+            let mut ready = std::mem::take(&mut scratch.ready);
             let at = (level, first_position);
-            let plan = self.best_set_at_level(&ready, at, demand, examined, counts, &mut clock, scratch);
+            let plan = self.best_set_at_level(&mut ready, at, demand, examined, counts, &mut clock, scratch);
             scratch.ready = ready;
             if plan.is_some() {
                 return plan;
             }
             let nodes = &self.nodes;
-            scratch.ready.retain_mut(|(l, position, bound)| {
+            scratch.ready.retain_mut(|(l, position, key)| {
                 if *l != level {
                     return true;
                 }
                 match next_level(nodes.at(NodeIx(*position)), level, examined, counts) {
                     Some(next) => {
                         *l = next;
-                        *bound = None;
+                        *key = None;
                         true
                     }
                     None => false,
@@ -942,23 +967,54 @@ impl SearchView<'_> {
         }
     }
 
+    /// Every usable node's level where it first makes room, with its key there, into
+    /// `ready` (emptied first); and the lowest level with the node of the first key there
+    /// (the lowest position among equals). Keys are known for the lowest level only: the
+    /// levels after it are weighed afresh.
+    // Inlined into its two callers (with shares read, and all 0): out of line or left to
+    // the compiler, the replays with cohorts took 0.4% more instructions (callgrind).
+    #[inline(always)]
+    fn find_room_levels(
+        &self,
+        ready: &mut Vec<(Priority, u32, Option<LevelKey>)>,
+        (demand, model): (Resources, Option<GpuModel>),
+        (examined, counts): (impl Fn(&VictimEntry) -> bool + Copy, impl Fn(&VictimEntry) -> bool + Copy),
+        mut share_of: impl FnMut(&VictimEntry) -> u64,
+        clock: &mut LostClock,
+    ) -> Option<(Priority, u32)> {
+        ready.clear();
+        let mut first: Option<(Priority, (Reverse<u64>, u64), u32)> = None;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.usable_by(model)
+                && let Some((level, key)) = room_level(node, demand, (examined, counts), &mut share_of, clock)
+            {
+                ready.push((level, i as u32, Some(key)));
+                let order = (level, key.order(), i as u32);
+                if first.is_none_or(|f| order < f) {
+                    first = Some(order);
+                }
+            }
+        }
+        first.map(|(level, _, position)| (level, position))
+    }
+
     /// Among the nodes of `ready` that first make room at `level`, the best minimal set
-    /// within the victim bound, by rules 3–5.
+    /// within the victim bound, by rules 2b–5.
     ///
-    /// Rule 2 is settled here (every set tops out at `level`), and rule 3 compares the work
-    /// the sets lose. A node that made room only at `level` needs at least one victim of
-    /// that level, so the least lost work of its victims at `level` bounds its set's from
-    /// below. The node with the least bound is weighed first; then every other node whose
-    /// bound does not exceed the lost work of the best set found so far (no set elsewhere
-    /// can win). Ties are broken exactly as if every node were weighed in id order.
+    /// Rule 2 is settled here (every set tops out at `level`). Each node's `LevelKey` bounds
+    /// what its sets can be: their least tenant share at the level is at most its highest
+    /// (rule 2b), and with that share they lose at least the least a victim of that share
+    /// loses there (rule 3). The node with the first key is weighed first; then every other
+    /// node whose key could beat the best set found so far (no set elsewhere can win).
+    /// Ties are broken exactly as if every node were weighed in id order: the best is the
+    /// least by (cost, node id), whatever the order of weighing.
     ///
     /// `first` is that node when the walk that found the levels already knows it, with
-    /// every bound (the usual case): without fair sharing the others are then read straight
-    /// from `ready`, with no list of keys.
+    /// every key (the usual case); otherwise the keys at `level` are weighed here.
     #[allow(clippy::too_many_arguments)]
     fn best_set_at_level(
         &self,
-        ready: &[(Priority, u32, Option<u64>)],
+        ready: &mut [(Priority, u32, Option<LevelKey>)],
         (level, first): (Priority, Option<u32>),
         demand: Resources,
         examined: impl Fn(&VictimEntry) -> bool + Copy,
@@ -967,57 +1023,31 @@ impl SearchView<'_> {
         scratch: &mut SearchScratch,
     ) -> Option<VictimPlan> {
         let now = clock.now();
+        let first = match first {
+            Some(position) => position,
+            None => {
+                let shares = &mut scratch.shares;
+                for (_, position, key) in ready.iter_mut().filter(|(l, _, key)| *l == level && key.is_none()) {
+                    let at_level = counted_at_level(self.nodes.at(NodeIx(*position)), level, &examined, &counts);
+                    *key = at_level.fold(None, |key, e| {
+                        LevelKey::with(key, self.share_cached(shares, e.project, now), || e.lost_gpu_ms_by(clock))
+                    });
+                }
+                let at_level = ready.iter().filter(|(l, _, _)| *l == level);
+                let keyed = at_level.map(|(_, position, key)| {
+                    (key.expect("a node that makes room at a level has a victim there").order(), *position)
+                });
+                keyed.min().expect("a level of a ready node").1
+            }
+        };
         let mut best: Option<NodeSet> = None;
-        if let Some(first) = first.filter(|_| !self.fair.enabled()) {
-            self.weigh_node(first, level, demand, (examined, counts), clock, scratch, &mut best);
-            for &(l, position, bound) in ready {
-                if l != level || position == first {
-                    continue;
-                }
-                let bound = bound.expect("the walk weighs every node's bound");
-                // Without fair sharing every share is 0: only rule 3's bound can rule a
-                // node out.
-                if best.as_ref().is_some_and(|b| bound > b.cost.lost_gpu_ms) {
-                    continue;
-                }
-                self.weigh_node(position, level, demand, (examined, counts), clock, scratch, &mut best);
+        self.weigh_node(first, level, demand, (examined, counts), clock, scratch, &mut best);
+        for &(l, position, key) in ready.iter() {
+            if l != level || position == first {
+                continue;
             }
-            return self.plan_of(best, scratch);
-        }
-        scratch.bounds.clear();
-        let mut first = 0;
-        let shares = &mut scratch.shares;
-        for &(_, position, known) in ready.iter().filter(|(l, _, _)| *l == level) {
-            let node = self.nodes.at(NodeIx(position));
-            let bound = known.unwrap_or_else(|| {
-                counted_at_level(node, level, &examined, &counts)
-                    .map(|e| e.lost_gpu_ms_by(clock))
-                    .min()
-                    .expect("a node that makes room at a level has a victim there")
-            });
-            let share_max = if self.fair.enabled() {
-                let at_level = counted_at_level(node, level, &examined, &counts);
-                at_level.map(|e| self.share_cached(shares, e.project, now)).max().unwrap_or(0)
-            } else {
-                0
-            };
-            // The least bound, found while listing (keys end in the node's position: no ties).
-            let key = (Reverse(share_max), bound, position);
-            if scratch.bounds.get(first).is_none_or(|b| key < *b) {
-                first = scratch.bounds.len();
-            }
-            scratch.bounds.push(key);
-        }
-        assert!(!scratch.bounds.is_empty(), "a level of a ready node");
-        for i in std::iter::once(first).chain((0..scratch.bounds.len()).filter(|&i| i != first)) {
-            let (Reverse(share_max), bound, position) = scratch.bounds[i];
-            // A node whose set cannot rank first is skipped: its set's least share at the
-            // level is at most `share_max` (rule 2b), and with the same share it loses at
-            // least `bound` (rule 3).
-            let cannot_win = |b: &NodeSet| {
-                share_max < b.cost.top_share || (share_max == b.cost.top_share && bound > b.cost.lost_gpu_ms)
-            };
-            if best.as_ref().is_some_and(cannot_win) {
+            let key = key.expect("every key at the level is weighed");
+            if best.as_ref().is_some_and(|b| key.cannot_beat(&b.cost)) {
                 continue;
             }
             self.weigh_node(position, level, demand, (examined, counts), clock, scratch, &mut best);
@@ -1326,12 +1356,12 @@ fn counted_at_level<'a>(
 fn room_level(
     node: &Node,
     demand: Resources,
-    examined: impl Fn(&VictimEntry) -> bool,
-    counts: impl Fn(&VictimEntry) -> bool + Copy,
+    (examined, counts): (impl Fn(&VictimEntry) -> bool, impl Fn(&VictimEntry) -> bool + Copy),
+    share_of: &mut impl FnMut(&VictimEntry) -> u64,
     clock: &mut LostClock,
-) -> Option<(Priority, u64)> {
+) -> Option<(Priority, LevelKey)> {
     if counts_whole(node, demand) {
-        return room_level_whole(node, demand, examined, counts, clock);
+        return room_level_whole(node, demand, (examined, counts), share_of, clock);
     }
     let mut room = search_room(node, demand);
     let entries = &node.victims;
@@ -1348,7 +1378,7 @@ fn room_level(
             // The lost work is weighed only at the level that makes room: most nodes a
             // search walks make room at their first level or never.
             if room.fits(demand) {
-                return Some((e.priority, level_bound(&entries[level_start..=i], counts, clock)));
+                return Some((e.priority, level_key(&entries[level_start..=i], counts, share_of, clock)));
             }
             level_start = i + 1;
         }
@@ -1361,39 +1391,122 @@ fn room_level(
 fn room_level_whole(
     node: &Node,
     demand: Resources,
-    examined: impl Fn(&VictimEntry) -> bool,
-    counts: impl Fn(&VictimEntry) -> bool,
+    (examined, counts): (impl Fn(&VictimEntry) -> bool, impl Fn(&VictimEntry) -> bool),
+    share_of: &mut impl FnMut(&VictimEntry) -> u64,
     clock: &mut LostClock,
-) -> Option<(Priority, u64)> {
+) -> Option<(Priority, LevelKey)> {
     let free = node.available();
     let (mut gpus, mut cpu_millis, mut memory_mib) = (free.gpus, free.cpu_millis, free.memory_mib);
     let entries = node.victims.as_slice();
     let mut i = 0;
     while let Some(first) = entries.get(i).filter(|e| examined(e)) {
         let level = first.priority;
-        // The bound is weighed in the same walk: most nodes make room at their first level,
+        // The key is weighed in the same walk: most nodes make room at their first level,
         // and a second walk of it cost more than the lost work weighed at levels that don't.
-        let mut least_lost = u64::MAX;
+        let mut key = None;
         while let Some(e) = entries.get(i).filter(|e| e.priority == level && examined(e)) {
             if counts(e) {
                 gpus += e.freed.gpus;
                 cpu_millis += e.freed.cpu_millis;
                 memory_mib += e.freed.memory_mib;
-                least_lost = least_lost.min(e.lost_gpu_ms_by(clock));
+                key = LevelKey::with(key, share_of(e), || e.lost_gpu_ms_by(clock));
             }
             i += 1;
         }
         if demand.gpus <= gpus && demand.cpu_millis <= cpu_millis && demand.memory_mib <= memory_mib {
-            assert!(least_lost != u64::MAX, "a node that makes room at a level has a victim there");
-            return Some((level, least_lost));
+            return Some((level, key.expect("a node that makes room at a level has a victim there")));
         }
     }
     None
 }
 
-/// The least work lost at `now` by the entries of the level where a node makes room, of
-/// those that count (the node's bound in `best_set_at_level`).
-fn level_bound(level: &[VictimEntry], counts: impl Fn(&VictimEntry) -> bool, clock: &mut LostClock) -> u64 {
-    let lost = level.iter().filter(|e| counts(e)).map(|e| e.lost_gpu_ms_by(clock));
-    lost.min().expect("a node that makes room at a level has a victim there")
+/// The `LevelKey` of the entries of the level where a node makes room, of those that count.
+fn level_key(
+    level: &[VictimEntry],
+    counts: impl Fn(&VictimEntry) -> bool,
+    share_of: &mut impl FnMut(&VictimEntry) -> u64,
+    clock: &mut LostClock,
+) -> LevelKey {
+    let counted = level.iter().filter(|e| counts(e));
+    let key = counted.fold(None, |key, e| LevelKey::with(key, share_of(e), || e.lost_gpu_ms_by(clock)));
+    key.expect("a node that makes room at a level has a victim there")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::{NodeCandidate, SearchRoom, SetCost};
+
+    /// `LevelKey`'s promise, checked against every set: on a node whose victims first make
+    /// room at a level, every set that makes room has a least share at that level no higher
+    /// than the key's share, and one whose least share is the key's loses at least the
+    /// key's lost work. `best_set_at_level` skips nodes on it.
+    #[test]
+    fn a_level_key_bounds_every_set_on_its_node() {
+        let mut seed = 11u64;
+        let mut next = |below: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % below
+        };
+        let mut sets_checked = 0;
+        for case in 0..400 {
+            let count = 1 + next(7) as usize;
+            let mut candidates: Vec<NodeCandidate> = (0..count)
+                .map(|i| NodeCandidate {
+                    id: JobId(i as u64),
+                    priority: next(3) as Priority,
+                    lost_gpu_ms: next(100),
+                    freed: Resources::gpus(1 + next(3) as u32),
+                    tenant_share: next(4),
+                    slots: GpuSet::default(),
+                    share_milli: 0,
+                })
+                .collect();
+            candidates.sort_by_key(|c| (c.priority, c.id));
+            let room = SearchRoom::whole(Resources::gpus(next(2) as u32));
+            let demand = Resources::gpus(1 + next(6) as u32);
+            // The level at which the node first makes room: all victims up to it taken.
+            let fits_up_to = |level: Priority| {
+                let mut after = room.clone();
+                candidates
+                    .iter()
+                    .filter(|c| c.priority <= level)
+                    .for_each(|c| after.add_freed(c.freed, c.slots, c.share_milli));
+                after.fits(demand)
+            };
+            let Some(level) = candidates.iter().map(|c| c.priority).find(|&p| fits_up_to(p)) else { continue };
+            if room.fits(demand) {
+                continue;
+            }
+            let at_level = candidates.iter().filter(|c| c.priority == level);
+            let key = at_level
+                .fold(None, |key, c| LevelKey::with(key, c.tenant_share, || c.lost_gpu_ms))
+                .expect("a victim at the level");
+            let up_to_level: Vec<&NodeCandidate> = candidates.iter().filter(|c| c.priority <= level).collect();
+            for mask in 1u32..(1 << up_to_level.len()) {
+                let set: Vec<NodeCandidate> =
+                    (0..up_to_level.len()).filter(|i| mask & (1 << i) != 0).map(|i| *up_to_level[i]).collect();
+                let mut after = room.clone();
+                set.iter().for_each(|c| after.add_freed(c.freed, c.slots, c.share_milli));
+                if !after.fits(demand) {
+                    continue;
+                }
+                let cost = SetCost::of(&set, &room, demand);
+                sets_checked += 1;
+                assert_eq!(cost.top_priority, level, "case {case}: a set that makes room reaches the level");
+                assert!(cost.top_share <= key.share_max, "case {case}: {cost:?} above {key:?}");
+                if cost.top_share == key.share_max {
+                    assert!(cost.lost_gpu_ms >= key.lost_min, "case {case}: {cost:?} loses less than {key:?}");
+                }
+                // What the search skips on: a node of this key cannot beat a set it bounds.
+                let better = SetCost { top_share: cost.top_share, lost_gpu_ms: cost.lost_gpu_ms + 1, ..cost.clone() };
+                assert!(!key.cannot_beat(&better), "case {case}: {key:?} would skip a node whose set {cost:?} wins");
+                if cost.top_share > 0 {
+                    let lower = SetCost { top_share: cost.top_share - 1, lost_gpu_ms: 0, ..cost.clone() };
+                    assert!(!key.cannot_beat(&lower), "case {case}: {key:?} would skip a node whose set {cost:?} wins");
+                }
+            }
+        }
+        assert!(sets_checked > 1000, "the cases reach enough sets: {sets_checked}");
+    }
 }

@@ -117,6 +117,8 @@ pub struct Scheduler {
     pub(crate) grown_nodes: Vec<crate::ids::NodeIx>,
     /// The cycle's memo of answers, kept for its allocations.
     pub(crate) cycle_memo: crate::cycle::CycleMemo,
+    /// The fair order's buffers, kept from one walk to the next (see `cycle.rs`).
+    pub(crate) fair_level: crate::cycle::FairLevel,
     /// Scratch for the groups `wake_reclaimers` wakes, kept between cycles.
     pub(crate) reclaimers_woken: Vec<crate::ids::GroupIx>,
     /// The grown nodes summed up for the wake-up pass, kept for its allocations.
@@ -190,6 +192,7 @@ impl Scheduler {
             plan_spare: Vec::new(),
             grown_nodes: Vec::new(),
             cycle_memo: Default::default(),
+            fair_level: Default::default(),
             reclaimers_woken: Vec::new(),
             grown_snapshot: Default::default(),
             terminating: BTreeSet::new(),
