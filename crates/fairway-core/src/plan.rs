@@ -23,11 +23,14 @@
 //! the plan as it is when nothing it reads changed since it was made (no node changed, no
 //! expected end moved, every reservation still held and still in the future); otherwise
 //! each reservation is computed again, reusing what its last computation learnt of each
-//! node that has not changed since (`NodeHosting`). A reservation that goes leaves what it
-//! learnt to the next one, which keeps it if its job has the same shape (GPUs per replica,
-//! replicas, GPU model) and otherwise learns every node afresh in the same buffers
-//! (`Hosting::learn_for`; the plan's holder changes often). Within a cycle, a job started
-//! on a reservation's spare room uses it up.
+//! node that has not changed since (`NodeHosting`). A reservation is kept as it was when
+//! its time came from the nodes' steps, is still to come, and no node that changed since
+//! hosts a replica by then, before or after the change: the same steps come by then, and
+//! the same nodes with the same room host its replicas then (`Hosting::last`). A
+//! reservation that goes leaves what it learnt to the next one, which keeps it if its job
+//! has the same shape (GPUs per replica, replicas, GPU model) and otherwise learns every
+//! node afresh in the same buffers (`Hosting::learn_for`; the plan's holder changes often).
+//! Within a cycle, a job started on a reservation's spare room uses it up.
 //!
 //! **Limits.** Reservations constrain starts on free room. A preemptor takes its victims by
 //! the preemption order (priority first), not by the plan; a reservation's holder that
@@ -108,6 +111,10 @@ pub(crate) struct Hosting {
     /// Scratch of `nth_step`: the slots whose steps it took, with how many.
     taken_steps: Vec<(usize, usize)>,
     candidates: Vec<Candidate>,
+    /// The last reservation computed with it, when its time came from the nodes' steps
+    /// (not from room free now): kept while no node that changed since hosts a replica
+    /// by its time, before or after the change (`Scheduler::shadow`).
+    last: Option<Planned>,
 }
 
 /// Spare `Hosting`s kept: a new reservation takes one instead of allocating two buffers
@@ -125,7 +132,13 @@ impl Hosting {
             }
             self.seen = None;
             self.shape = Some(shape);
+            self.last = None;
         }
+    }
+
+    /// Whether slot `k` hosts a replica by `at`: now, or at one of its steps.
+    fn hosts_by(&self, k: usize, at: Time) -> bool {
+        self.hosted[k] > 0 || self.nodes[k].first_step().is_some_and(|step| step <= at)
     }
 
     /// Slot `k`'s `hosted` and `first_steps`, and the sum and set kept of them.
@@ -321,7 +334,16 @@ impl Scheduler {
         let shape = plan_shape(&job.spec);
         let (per_replica, replicas, _) = shape;
         learnt.learn_for(shape);
-        self.learn_nodes(learnt, taken, shape);
+        let same_job = |last: &Planned| (last.id, last.ix, last.key) == (job.spec.id, ix, job.key);
+        let last = learnt.last.take().filter(|last| same_job(last) && last.at > now);
+        let unchanged = self.learn_nodes(learnt, taken, shape, last.as_ref().map(|l| l.at));
+        // No node that changed hosts a replica by the last time, before or after: the same
+        // steps come by then, the same nodes host one then with the same room, and the
+        // time is still to come. The same nodes are chosen.
+        if let Some(last) = last.filter(|_| unchanged) {
+            learnt.last = Some(last.clone());
+            return Some(last);
+        }
         let at = learnt.earliest_time(replicas, now)?;
         let room_now = learnt.hosted_total >= replicas as usize;
         learnt.fill_candidates(at, room_now);
@@ -341,7 +363,9 @@ impl Scheduler {
                 (node, reserved, spare)
             })
             .collect();
-        Some(Planned { id: job.spec.id, ix, key: job.key, at, nodes })
+        let planned = Planned { id: job.spec.id, ix, key: job.key, at, nodes };
+        learnt.last = (!room_now).then(|| planned.clone());
+        Some(planned)
     }
 
     /// Bring what `learnt` knows of each usable node up to date for a job of `shape`,
@@ -354,7 +378,10 @@ impl Scheduler {
     /// every event, but one or two at a time, and a walk over every usable node at every
     /// cycle would be the reservations' largest cost with everything on. Otherwise every
     /// node is walked.
-    fn learn_nodes(&self, learnt: &mut Hosting, taken: &[Planned], shape: PlanShape) {
+    ///
+    /// `true` when only those were read and none of them hosts a replica by `last_at`,
+    /// before or after (never without `last_at`).
+    fn learn_nodes(&self, learnt: &mut Hosting, taken: &[Planned], shape: PlanShape, last_at: Option<Time>) -> bool {
         let seen = learnt.seen.filter(|_| learnt.positions.len() == learnt.nodes.len());
         let changed = seen.and_then(|version| self.nodes.changed_since(version));
         let known_changes = changed.is_some();
@@ -368,32 +395,48 @@ impl Scheduler {
             revisit.sort_unstable();
             revisit.dedup();
         }
-        let learnt_in_place = known_changes && self.learn_changed(learnt, &revisit, taken, shape);
-        if !learnt_in_place {
+        let learnt_in_place = match known_changes {
+            true => self.learn_changed(learnt, &revisit, taken, shape, last_at),
+            false => None,
+        };
+        if learnt_in_place.is_none() {
             self.learn_every_node(learnt, taken, shape);
         }
         learnt.revisit = revisit;
         learnt.seen = Some(self.nodes.version());
         learnt.taken_nodes.clear();
         learnt.taken_nodes.extend(nodes_of(taken));
+        learnt_in_place.unwrap_or(false)
     }
 
     /// `learn_nodes` where only the nodes at `revisit` (positions) may have changed: each
-    /// brought up to date in place. `false`, with nothing changed, when one of them became
-    /// usable or stopped being usable (the usable nodes are then walked again).
-    fn learn_changed(&self, learnt: &mut Hosting, revisit: &[u32], taken: &[Planned], shape: PlanShape) -> bool {
+    /// brought up to date in place; with whether none of them hosts a replica by `last_at`,
+    /// before or after. `None`, with nothing changed, when one of them became usable or
+    /// stopped being usable (the usable nodes are then walked again).
+    fn learn_changed(
+        &self,
+        learnt: &mut Hosting,
+        revisit: &[u32],
+        taken: &[Planned],
+        shape: PlanShape,
+        last_at: Option<Time>,
+    ) -> Option<bool> {
         let slot_of = |learnt: &Hosting, position: u32| learnt.positions.binary_search(&position).ok();
         let usable = |position: u32| self.nodes.at(NodeIx(position)).usable_by(shape.2);
         if revisit.iter().any(|&position| slot_of(learnt, position).is_some() != usable(position)) {
-            return false;
+            return None;
         }
+        let mut unchanged = last_at.is_some();
         for &position in revisit {
             if let Some(k) = slot_of(learnt, position) {
+                let hosts_by_last = |learnt: &Hosting| last_at.is_some_and(|at| learnt.hosts_by(k, at));
+                unchanged &= !hosts_by_last(learnt);
                 bring_up_to_date(&mut learnt.nodes[k], self.nodes.at(NodeIx(position)), taken, shape);
                 learnt.set_slot(k);
+                unchanged &= !hosts_by_last(learnt);
             }
         }
-        true
+        Some(unchanged)
     }
 
     /// `learn_nodes` over every node: the usable ones in id order, each reusing what was
