@@ -36,6 +36,8 @@
 //! the preemption order (priority first), not by the plan; a reservation's holder that
 //! may preempt does so before it reserves.
 
+use std::collections::btree_map::Entry;
+
 use crate::cluster::PlacedEnd;
 use crate::ids::{JobIx, NodeIx, QueueKey};
 use crate::min_tree::MinTree;
@@ -300,9 +302,13 @@ impl NodeHosting {
         for (end, room) in &mut self.free_after {
             free = free.plus(*room);
             *room = free;
-            let more = hosts(free);
-            self.steps.extend(std::iter::repeat_n(*end, (more - hosted) as usize));
-            hosted = more;
+            // Once it could host them all, the later ends add no step (their room is
+            // still kept, for `free_at`).
+            if hosted < replicas {
+                let more = hosts(free);
+                self.steps.extend(std::iter::repeat_n(*end, (more - hosted) as usize));
+                hosted = more;
+            }
         }
     }
 
@@ -596,33 +602,28 @@ impl Scheduler {
         // reservations on, and fresh buffers cost more than the reservations' arithmetic.
         let mut before = std::mem::take(&mut self.plan_spare);
         std::mem::swap(&mut before, &mut self.plan);
+        // Each reservation's `Hosting` (what its last computation learnt of the nodes) is
+        // brought up to date where the map keeps it: the map is taken out for the loop
+        // (`shadow` does not read it), where taking each entry out and putting it back
+        // copied it twice at nearly every cycle with reservations on.
+        let mut hostings = std::mem::take(&mut self.hosting);
         for p in &before {
             if !self.still_reserving(p) {
                 continue;
             }
-            // What the last computation of the reservation learnt of the nodes, taken out of
-            // its entry and put back (the map keeps its shape: this runs at nearly every
-            // cycle with reservations on).
-            let mut hosting = match self.hosting.get_mut(&p.id) {
-                Some(kept) => std::mem::take(kept),
-                None => self.fresh_hosting(p.ix),
+            let hosting = match hostings.entry(p.id) {
+                Entry::Occupied(kept) => kept.into_mut(),
+                Entry::Vacant(none) => none.insert(self.fresh_hosting(p.ix)),
             };
-            match self.shadow(p.ix, &self.plan, now, &mut hosting) {
-                Some(fresh) => {
-                    self.plan.push(fresh);
-                    match self.hosting.get_mut(&p.id) {
-                        Some(kept) => *kept = hosting,
-                        None => {
-                            self.hosting.insert(p.id, hosting);
-                        }
-                    }
-                }
+            match self.shadow(p.ix, &self.plan, now, hosting) {
+                Some(fresh) => self.plan.push(fresh),
                 None => {
-                    self.hosting.remove(&p.id);
+                    let hosting = hostings.remove(&p.id).expect("just brought up to date");
                     self.retire_hosting(hosting);
                 }
             }
         }
+        self.hosting = hostings;
         // Those of reservations gone serve the next ones.
         let gone: Vec<JobId> =
             self.hosting.keys().filter(|id| !self.plan.iter().any(|p| p.id == **id)).copied().collect();
