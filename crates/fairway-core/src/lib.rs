@@ -33,6 +33,8 @@ mod queue;
 mod restore;
 mod scheduler;
 pub mod search;
+#[cfg(test)]
+mod test_rng;
 pub mod types;
 mod victims;
 

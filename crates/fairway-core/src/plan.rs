@@ -826,11 +826,8 @@ mod tests {
     /// leaves the tree of first steps as it found it.
     #[test]
     fn nth_step_is_the_nth_of_all_steps_in_order() {
-        let mut seed = 7u64;
-        let mut next = |below: u64| {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            (seed >> 33) % below
-        };
+        let mut rng = crate::test_rng::TestRng::new(7);
+        let mut next = |below: u64| rng.below(below);
         for nodes in [0usize, 1, 2, 5, 64] {
             for _ in 0..100 {
                 let mut hosting = Hosting::default();

@@ -1027,16 +1027,14 @@ impl SearchView<'_> {
             Some(position) => position,
             None => {
                 let shares = &mut scratch.shares;
+                let mut share_of = |e: &VictimEntry| self.share_cached(shares, e.project, now);
                 for (_, position, key) in ready.iter_mut().filter(|(l, _, key)| *l == level && key.is_none()) {
                     let at_level = counted_at_level(self.nodes.at(NodeIx(*position)), level, &examined, &counts);
-                    *key = at_level.fold(None, |key, e| {
-                        LevelKey::with(key, self.share_cached(shares, e.project, now), || e.lost_gpu_ms_by(clock))
-                    });
+                    *key = Some(level_key(at_level, &mut share_of, clock));
                 }
                 let at_level = ready.iter().filter(|(l, _, _)| *l == level);
-                let keyed = at_level.map(|(_, position, key)| {
-                    (key.expect("a node that makes room at a level has a victim there").order(), *position)
-                });
+                let keyed = at_level
+                    .map(|(_, position, key)| (key.expect("every key at the level is weighed").order(), *position));
                 keyed.min().expect("a level of a ready node").1
             }
         };
@@ -1378,7 +1376,8 @@ fn room_level(
             // The lost work is weighed only at the level that makes room: most nodes a
             // search walks make room at their first level or never.
             if room.fits(demand) {
-                return Some((e.priority, level_key(&entries[level_start..=i], counts, share_of, clock)));
+                let counted = entries[level_start..=i].iter().filter(|e| counts(e));
+                return Some((e.priority, level_key(counted, share_of, clock)));
             }
             level_start = i + 1;
         }
@@ -1420,14 +1419,12 @@ fn room_level_whole(
     None
 }
 
-/// The `LevelKey` of the entries of the level where a node makes room, of those that count.
-fn level_key(
-    level: &[VictimEntry],
-    counts: impl Fn(&VictimEntry) -> bool,
+/// The `LevelKey` of a node's candidates that count at the level where it makes room.
+fn level_key<'a>(
+    counted: impl Iterator<Item = &'a VictimEntry>,
     share_of: &mut impl FnMut(&VictimEntry) -> u64,
     clock: &mut LostClock,
 ) -> LevelKey {
-    let counted = level.iter().filter(|e| counts(e));
     let key = counted.fold(None, |key, e| LevelKey::with(key, share_of(e), || e.lost_gpu_ms_by(clock)));
     key.expect("a node that makes room at a level has a victim there")
 }
@@ -1443,11 +1440,8 @@ mod tests {
     /// key's lost work. `best_set_at_level` skips nodes on it.
     #[test]
     fn a_level_key_bounds_every_set_on_its_node() {
-        let mut seed = 11u64;
-        let mut next = |below: u64| {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            (seed >> 33) % below
-        };
+        let mut rng = crate::test_rng::TestRng::new(11);
+        let mut next = |below: u64| rng.below(below);
         let mut sets_checked = 0;
         for case in 0..400 {
             let count = 1 + next(7) as usize;
