@@ -47,7 +47,8 @@ impl Scheduler {
             Ok::<(), String>(())
         };
         let mut terminating = 0usize;
-        // Placed jobs with their keys in `run_ends`, counted once each.
+        // Running jobs, each with its live entry in `run_ends`.
+        let (run_ends_live, run_ends_counted) = self.run_ends.live_entries(|e| self.runs_to(e));
         let mut run_ends_seen = 0usize;
         let mut tallies = VictimTallies::default();
         // What each account's placed jobs hold, as fair sharing must count it.
@@ -104,9 +105,9 @@ impl Scheduler {
                     continue;
                 }
                 check_gang(id, &job.spec, placement, "placed")?;
-                if self.tracks_run_ends() {
-                    if !self.run_ends.contains(&(job.end_key(), id, ix)) {
-                        return Err(format!("{id} is placed but not indexed by its expected end"));
+                if self.tracks_run_ends() && running {
+                    if run_ends_live.binary_search(&(job.expected_end, id, ix)).is_err() {
+                        return Err(format!("{id} runs but is not indexed by its expected end"));
                     }
                     run_ends_seen += 1;
                 }
@@ -149,6 +150,9 @@ impl Scheduler {
             if node.ends.len() != ends_listed {
                 return Err(format!("{node_id} lists {} expected ends for {ends_listed} jobs", node.ends.len()));
             }
+            if let Some(w) = node.ends.windows(2).find(|w| w[0].end > w[1].end) {
+                return Err(format!("{node_id} lists the expected end {} before {}", w[0].end, w[1].end));
+            }
             let shared = GpuSet::from_bits(
                 shares.iter().enumerate().filter(|(_, m)| **m > 0).fold(0, |bits, (s, _)| bits | 1 << s),
             );
@@ -177,8 +181,11 @@ impl Scheduler {
                 return Err(format!("{node_id} over GPU capacity"));
             }
         }
-        if run_ends_seen != self.run_ends.len() {
-            return Err(format!("{} jobs indexed by expected end, {run_ends_seen} placed", self.run_ends.len()));
+        if run_ends_seen != run_ends_live.len() || run_ends_seen != run_ends_counted {
+            return Err(format!(
+                "{} jobs indexed by expected end ({run_ends_counted} counted), {run_ends_seen} running",
+                run_ends_live.len()
+            ));
         }
         if terminating != self.terminating.len() {
             return Err(format!("{} jobs in the terminating set, {terminating} terminating", self.terminating.len()));
@@ -541,6 +548,38 @@ mod tests {
         let ix = *node_mut(&mut s).placed.first().unwrap();
         node_mut(&mut s).placed.push(ix);
         broken(&s, "a node lists a job twice");
+    }
+
+    /// With reservations on, a node lists its jobs' expected ends sorted (what a
+    /// reservation reads in order): a list out of order is caught.
+    #[test]
+    fn expected_ends_out_of_order_are_caught() {
+        let mut config = Config::default();
+        config.policy.reservations = Some(crate::config::Reservations { count_max: 1 });
+        let mut s = Scheduler::new(config);
+        let node = NodeSpec { id: NodeId(1), gpu_model: GpuModel(0), capacity: Resources::new(8, 64_000, 512_000) };
+        s.apply(Event::NodeAdded(node), Time(0)).unwrap();
+        // Submitted longest first: sorted, the list is the reverse of the order they start.
+        for (i, hours) in [(0, 3), (1, 2), (2, 1)] {
+            let mut spec = JobSpec::new(JobId(i), 1000, Resources::gpus(2));
+            spec.max_runtime_ms = Some(hours * 3_600_000);
+            s.apply(Event::Submit(spec), Time(0)).unwrap();
+        }
+        s.cycle(Time(0));
+        assert_eq!(s.check_invariants(), Ok(()));
+        let ends: Vec<Time> = node_mut(&mut s).ends.iter().map(|e| e.end).collect();
+        assert_eq!(ends.len(), 3);
+        assert!(ends.is_sorted() && ends[0] < ends[2], "{ends:?}");
+        node_mut(&mut s).ends.swap(0, 2);
+        let err = s.check_invariants().expect_err("ends out of order");
+        assert!(err.contains("lists the expected end"), "{err}");
+        node_mut(&mut s).ends.swap(0, 2);
+        assert_eq!(s.check_invariants(), Ok(()));
+        // Running jobs are indexed by end to be revised once past it: an index that lost
+        // them is caught.
+        s.run_ends = Default::default();
+        let err = s.check_invariants().expect_err("running jobs not indexed");
+        assert!(err.contains("not indexed by its expected end"), "{err}");
     }
 
     #[test]

@@ -36,6 +36,9 @@
 //! the preemption order (priority first), not by the plan; a reservation's holder that
 //! may preempt does so before it reserves.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::collections::binary_heap::PeekMut;
 use std::collections::btree_map::Entry;
 
 use crate::cluster::PlacedEnd;
@@ -90,8 +93,10 @@ pub(crate) struct Hosting {
     /// The shape `nodes` was learnt for (`plan_shape`).
     shape: Option<PlanShape>,
     nodes: Vec<NodeHosting>,
-    /// The position among the cluster's nodes of each of `nodes`.
+    /// The position among the cluster's nodes of each of `nodes`, and the other way: each
+    /// position's slot in `nodes` (`u32::MAX`: not usable), read for every node that changed.
     positions: Vec<u32>,
+    slot_at: Vec<u32>,
     /// Each of `nodes`' `hosted_now`, their sum, and the nodes that host a replica now as a
     /// bit set (slot `k` is bit `k % 64` of word `k / 64`); and each one's `first_step`
     /// (`u64::MAX`: none) in a tree of minimums. Kept up to date with the slots, so that a
@@ -123,6 +128,80 @@ pub(crate) struct Hosting {
 /// per usable node and learning every node afresh (the plan's holder changes often with
 /// reservations on, and the next is often of the same shape).
 const SPARE_HOSTINGS_MAX: usize = 4;
+
+/// A running job's entry in `RunEnds`: its expected end, id and slot.
+pub(crate) type RunEnd = (Time, JobId, JobIx);
+
+/// Running jobs by expected end, for `revise_run_ends` to find those past it: a heap of
+/// entries, earliest end first. An entry goes stale when its job stops running to that end
+/// (it exits, is stopped, or its end is revised); stale entries are dropped when they come
+/// to the top, or all at once when they outnumber the live ones, instead of being looked up
+/// and removed at each change (a sorted tree's upkeep cost three times a heap's).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RunEnds {
+    heap: BinaryHeap<Reverse<RunEnd>>,
+    /// Running jobs indexed: one live entry each (a job indexed again with the same key
+    /// may have two copies, taken as one).
+    live: usize,
+}
+
+/// Stale entries `RunEnds` keeps beyond the live ones before dropping them all.
+const RUN_ENDS_STALE_SLACK: usize = 1024;
+
+impl RunEnds {
+    /// A running job's entry.
+    fn add(&mut self, entry: RunEnd) {
+        self.heap.push(Reverse(entry));
+        self.live += 1;
+    }
+
+    /// A running job's entry went stale (it stays until dropped).
+    fn went_stale(&mut self) {
+        self.live -= 1;
+    }
+
+    /// The earliest end of any entry, stale or live.
+    fn first_end(&self) -> Option<Time> {
+        self.heap.peek().map(|Reverse((end, ..))| *end)
+    }
+
+    /// Take out every entry that ends by `now` into `out`, stale ones too.
+    fn take_due(&mut self, now: Time, out: &mut Vec<RunEnd>) {
+        while let Some(top) = self.heap.peek_mut() {
+            if top.0.0 > now {
+                break;
+            }
+            out.push(PeekMut::pop(top).0);
+        }
+    }
+
+    /// Put back a live entry `take_due` took out.
+    fn put_back(&mut self, entry: RunEnd) {
+        self.heap.push(Reverse(entry));
+    }
+
+    /// Drop the stale entries once they outnumber the live ones by far (`is_live` tells):
+    /// called where the heap grows.
+    fn drop_stale_if_many(&mut self, is_live: impl Fn(&RunEnd) -> bool) {
+        if self.heap.len() <= 2 * self.live + RUN_ENDS_STALE_SLACK {
+            return;
+        }
+        let mut entries: Vec<RunEnd> = std::mem::take(&mut self.heap).into_iter().map(|Reverse(e)| e).collect();
+        entries.retain(|e| is_live(e));
+        entries.sort_unstable();
+        entries.dedup();
+        self.heap = entries.into_iter().map(Reverse).collect();
+    }
+
+    /// The live entries, sorted, each once (for the invariants check), with how many running
+    /// jobs are counted indexed.
+    pub(crate) fn live_entries(&self, is_live: impl Fn(&RunEnd) -> bool) -> (Vec<RunEnd>, usize) {
+        let mut entries: Vec<RunEnd> = self.heap.iter().map(|Reverse(e)| *e).filter(|e| is_live(e)).collect();
+        entries.sort_unstable();
+        entries.dedup();
+        (entries, self.live)
+    }
+}
 
 impl Hosting {
     /// Make it one for a job of `shape`: what was learnt for another shape is forgotten
@@ -296,17 +375,16 @@ impl NodeHosting {
         if self.hosted_now == replicas {
             return;
         }
-        self.free_after.extend(node.ends.iter().map(|e| (e.end, e.gives_back(node.held))));
-        self.free_after.sort_unstable_by_key(|e| e.0);
+        // The node keeps its ends sorted.
         let (mut free, mut hosted) = (self.now_free, self.hosted_now);
-        for (end, room) in &mut self.free_after {
-            free = free.plus(*room);
-            *room = free;
+        for e in &node.ends {
+            free = free.plus(e.gives_back(node.held));
+            self.free_after.push((e.end, free));
             // Once it could host them all, the later ends add no step (their room is
             // still kept, for `free_at`).
             if hosted < replicas {
                 let more = hosts(free);
-                self.steps.extend(std::iter::repeat_n(*end, (more - hosted) as usize));
+                self.steps.extend(std::iter::repeat_n(e.end, (more - hosted) as usize));
                 hosted = more;
             }
         }
@@ -427,7 +505,9 @@ impl Scheduler {
         shape: PlanShape,
         last_at: Option<Time>,
     ) -> Option<bool> {
-        let slot_of = |learnt: &Hosting, position: u32| learnt.positions.binary_search(&position).ok();
+        let slot_of = |learnt: &Hosting, position: u32| {
+            learnt.slot_at.get(position as usize).filter(|k| **k != u32::MAX).map(|k| *k as usize)
+        };
         let usable = |position: u32| self.nodes.at(NodeIx(position)).usable_by(shape.2);
         if revisit.iter().any(|&position| slot_of(learnt, position).is_some() != usable(position)) {
             return None;
@@ -470,33 +550,41 @@ impl Scheduler {
             usable_count += 1;
         }
         hosting.truncate(usable_count);
+        learnt.slot_at.clear();
+        learnt.slot_at.resize(self.nodes.len(), u32::MAX);
+        for (k, &position) in learnt.positions.iter().enumerate() {
+            learnt.slot_at[position as usize] = k as u32;
+        }
         learnt.set_every_slot();
     }
 
     /// Running jobs past their expected end get a new one, as of `now` (`estimate.rs`):
     /// what `run_ends` says before a reservation reads it.
     fn revise_run_ends(&mut self, now: Time) {
-        // Most cycles find the earliest end still ahead: one walk down the set's left edge,
-        // where a range over it costs two walks and a scan.
-        if self.run_ends.first().is_none_or(|&(end, _, _)| end > now) {
+        // Most cycles find the earliest end still ahead.
+        if self.run_ends.first_end().is_none_or(|end| end > now) {
             return;
         }
-        let overdue: Vec<(Time, JobId, JobIx)> = self.overdue_runs(now).collect();
-        for entry in overdue {
-            let ix = entry.2;
-            let revised = self.expected_end(ix, now);
-            if revised != entry.0 {
-                self.move_run_end(entry, revised);
+        let mut due = std::mem::take(&mut self.run_ends_due);
+        self.run_ends.take_due(now, &mut due);
+        due.retain(|entry| self.runs_to(entry));
+        // In order of end, then id: a job indexed twice with the same key is revised once.
+        due.sort_unstable();
+        due.dedup();
+        for &entry in &due {
+            let revised = self.expected_end(entry.2, now);
+            match revised != entry.0 {
+                true => self.move_run_end(entry, revised),
+                false => self.run_ends.put_back(entry),
             }
         }
+        due.clear();
+        self.run_ends_due = due;
     }
 
-    /// Running jobs whose expected end is `now` or past, from `run_ends`.
-    fn overdue_runs(&self, now: Time) -> impl Iterator<Item = (Time, JobId, JobIx)> + '_ {
-        self.run_ends
-            .range(..=(now, JobId(u64::MAX), JobIx(u32::MAX)))
-            .filter(|&&(_, _, ix)| matches!(self.jobs[ix].state, JobState::Running { .. }))
-            .copied()
+    /// Whether `entry` of `run_ends` is live: its job runs, to that end.
+    pub(crate) fn runs_to(&self, entry: &RunEnd) -> bool {
+        runs_to(&self.jobs, entry)
     }
 
     /// Whether the reservation's job still waits for it: pending, queued, holding nothing.
@@ -506,35 +594,44 @@ impl Scheduler {
         })
     }
 
-    /// Index the placed job at `ix` by its expected end (`run_ends` and its nodes' lists).
+    /// Index the placed job at `ix` by its expected end: in its nodes' lists, and in
+    /// `run_ends` while it runs (a terminating job's end is not revised).
     pub(crate) fn index_run_end(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
         let (JobState::Running { placement, .. } | JobState::Terminating { placement, .. }) = &job.state else {
             unreachable!("only placed jobs are indexed by end");
         };
         let (end, id, per_replica) = (job.end_key(), job.spec.id, job.spec.per_replica);
+        let running = matches!(job.state, JobState::Running { .. });
         for here in placement.replicas().chunk_by(|a, b| a.node == b.node) {
-            self.nodes.ends_mut(here[0].node).push(PlacedEnd::new(ix, end, per_replica, here));
+            PlacedEnd::new(ix, end, per_replica, here).insert_sorted(self.nodes.ends_mut(here[0].node));
         }
-        self.run_ends.insert((end, id, ix));
+        if running {
+            self.run_ends.add((end, id, ix));
+            // Where the heap grows, so that it never holds more than twice the most jobs
+            // that ran at once, and the slack.
+            let jobs = &self.jobs;
+            self.run_ends.drop_stale_if_many(|entry| runs_to(jobs, entry));
+        }
         self.run_ends_version += 1;
     }
 
-    /// A running job's expected end, indexed at `entry`, moves to `revised`: its entry in
-    /// `run_ends` and those in its nodes' lists follow in place (the lists' order is not
-    /// read: `NodeHosting::compute` sorts them).
-    fn move_run_end(&mut self, entry: (Time, JobId, JobIx), revised: Time) {
+    /// A running job's expected end, indexed at `entry` (taken out of `run_ends`), moves
+    /// to `revised`: a new entry in `run_ends`, and its entry in each of its nodes' lists
+    /// moved to its place in their order.
+    fn move_run_end(&mut self, entry: RunEnd, revised: Time) {
         let (_, id, ix) = entry;
-        self.run_ends.remove(&entry);
         self.jobs[ix].expected_end = revised;
         let job = &self.jobs[ix];
         let JobState::Running { placement, .. } = &job.state else { unreachable!("only running jobs are revised") };
         for here in placement.replicas().chunk_by(|a, b| a.node == b.node) {
-            for e in self.nodes.ends_mut(here[0].node).iter_mut().filter(|e| e.job == ix) {
-                e.end = revised;
-            }
+            let ends = self.nodes.ends_mut(here[0].node);
+            let at = ends.iter().position(|e| e.job == ix).expect("a placed job is listed on its nodes");
+            let mut moved = ends.remove(at);
+            moved.end = revised;
+            moved.insert_sorted(ends);
         }
-        self.run_ends.insert((revised, id, ix));
+        self.run_ends.put_back((revised, id, ix));
         self.run_ends_version += 1;
     }
 
@@ -544,7 +641,9 @@ impl Scheduler {
         let (JobState::Running { placement, .. } | JobState::Terminating { placement, .. }) = &job.state else {
             unreachable!("only placed jobs are indexed by end");
         };
-        self.run_ends.remove(&(job.end_key(), job.spec.id, ix));
+        if matches!(job.state, JobState::Running { .. }) {
+            self.run_ends.went_stale();
+        }
         for here in placement.replicas().chunk_by(|a, b| a.node == b.node) {
             self.nodes.ends_mut(here[0].node).retain(|e| e.job != ix);
         }
@@ -660,7 +759,12 @@ impl Scheduler {
             }
         }
         let read = (self.nodes.version(), self.run_ends_version);
-        let would_revise = self.overdue_runs(now).any(|(end, _, ix)| self.expected_end(ix, now) != end);
+        let would_revise = self
+            .run_ends
+            .live_entries(|e| self.runs_to(e))
+            .0
+            .iter()
+            .any(|&(end, _, ix)| end <= now && self.expected_end(ix, now) != end);
         let kept = self.plan_read == Some(read)
             && !would_revise
             && self.plan.iter().all(|p| p.at > now && self.still_reserving(p));
@@ -780,6 +884,12 @@ impl Scheduler {
     }
 }
 
+/// Whether `entry` of `run_ends` is live: its job runs, to that end.
+fn runs_to(jobs: &crate::jobs::JobStore, &(end, id, ix): &RunEnd) -> bool {
+    jobs.get_slot(ix)
+        .is_some_and(|j| j.spec.id == id && j.expected_end == end && matches!(j.state, JobState::Running { .. }))
+}
+
 /// The nodes reservations take a part of (a node once per reservation on it).
 fn nodes_of(plan: &[Planned]) -> impl Iterator<Item = NodeId> + '_ {
     plan.iter().flat_map(|p| p.nodes.iter().map(|(n, ..)| *n))
@@ -850,6 +960,70 @@ mod tests {
                     assert_eq!(hosting.nth_step(nth), all.get(nth).copied(), "{nodes} nodes, step {nth} of {all:?}");
                     assert_eq!(hosting.first_steps.leaves(), &tree_before[..], "the tree restored");
                 }
+            }
+        }
+    }
+
+    /// `RunEnds` against a sorted set of the live entries: the entries due at any time are
+    /// the set's up to then, whatever went stale before, and stale entries never pile up
+    /// past the slack (jobs indexed again with the same key included).
+    #[test]
+    fn run_ends_due_are_those_of_a_sorted_set() {
+        use std::collections::BTreeSet;
+        let mut rng = crate::test_rng::TestRng::new(11);
+        let (mut ends, mut model) = (RunEnds::default(), BTreeSet::<RunEnd>::new());
+        let mut gone: Vec<RunEnd> = Vec::new();
+        let (mut now, mut live_max) = (0, 0);
+        for step in 0..20_000u64 {
+            match rng.below(8) {
+                0..=2 => {
+                    let entry = (Time(now + rng.below(20_000)), JobId(step), JobIx(step as u32));
+                    ends.add(entry);
+                    model.insert(entry);
+                    ends.drop_stale_if_many(|e| model.contains(e));
+                }
+                3..=5 if !model.is_empty() => {
+                    let entry = *model.iter().nth(rng.below(model.len() as u64) as usize).unwrap();
+                    model.remove(&entry);
+                    ends.went_stale();
+                    gone.push(entry);
+                }
+                6 if !gone.is_empty() => {
+                    // Indexed again with the same key while its stale copy is still there.
+                    let entry = gone.swap_remove(rng.below(gone.len() as u64) as usize);
+                    if model.insert(entry) {
+                        ends.add(entry);
+                        ends.drop_stale_if_many(|e| model.contains(e));
+                    }
+                }
+                _ => {
+                    now += rng.below(20);
+                    let mut due = Vec::new();
+                    ends.take_due(Time(now), &mut due);
+                    due.retain(|e| model.contains(e));
+                    due.sort_unstable();
+                    due.dedup();
+                    let expected: Vec<RunEnd> =
+                        model.range(..=(Time(now), JobId(u64::MAX), JobIx(u32::MAX))).copied().collect();
+                    assert_eq!(due, expected, "at {now}");
+                    for (k, &entry) in due.iter().enumerate() {
+                        // Half move on, half stay where they are.
+                        let kept = match k % 2 {
+                            0 => entry,
+                            _ => (Time(now + 1 + rng.below(100)), entry.1, entry.2),
+                        };
+                        model.remove(&entry);
+                        model.insert(kept);
+                        ends.put_back(kept);
+                    }
+                }
+            }
+            live_max = live_max.max(model.len());
+            assert!(ends.heap.len() <= 2 * live_max + RUN_ENDS_STALE_SLACK + 1, "stale entries pile up");
+            if step % 100 == 0 {
+                let (live, counted) = ends.live_entries(|e| model.contains(e));
+                assert_eq!(live, model.iter().copied().collect::<Vec<_>>());
+                assert_eq!(counted, model.len());
             }
         }
     }

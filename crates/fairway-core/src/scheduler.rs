@@ -152,11 +152,14 @@ pub struct Scheduler {
     pub(crate) plan: Vec<crate::plan::Planned>,
     /// Completed run times per tenant, to estimate run times from (see `estimate.rs`).
     pub(crate) history: crate::estimate::RunHistory,
-    /// Placed jobs by when their runs are expected to end (see `plan.rs`): a running job
-    /// at `Job::expected_end`, one preempted at its grace deadline, one stopped at its
-    /// start. Kept only when the policy makes reservations (`tracks_run_ends`), with each
-    /// node's list of the same (`Node::ends`).
-    pub(crate) run_ends: BTreeSet<(Time, JobId, JobIx)>,
+    /// Running jobs by when their runs are expected to end (`Job::expected_end`, see
+    /// `plan.rs`), to revise those past it. Kept only when the policy makes reservations
+    /// (`tracks_run_ends`), with each node's list of its placed jobs' ends (`Node::ends`:
+    /// terminating jobs too, a preempted one at its grace deadline, one stopped at its
+    /// start).
+    pub(crate) run_ends: crate::plan::RunEnds,
+    /// Scratch of `revise_run_ends`: the entries of `run_ends` due.
+    pub(crate) run_ends_due: Vec<crate::plan::RunEnd>,
     /// Bumped by every change to `run_ends`.
     pub(crate) run_ends_version: u64,
     /// The (`Nodes::version`, `run_ends_version`) the plan was last computed from.
@@ -184,7 +187,8 @@ impl Scheduler {
             arrivals: Default::default(),
             plan: Vec::new(),
             history: Default::default(),
-            run_ends: BTreeSet::new(),
+            run_ends: Default::default(),
+            run_ends_due: Vec::new(),
             run_ends_version: 0,
             plan_read: None,
             hosting: BTreeMap::new(),
