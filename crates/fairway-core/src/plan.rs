@@ -834,11 +834,12 @@ impl Scheduler {
     pub(crate) fn delays_reservation(&self, ix: JobIx, chosen: &[(NodeId, u32)], now: Time) -> Option<&Planned> {
         let job = &self.jobs[ix];
         let ends_at = now.plus_ms(self.expected_run_ms(ix));
-        let use_on: Vec<(NodeId, Resources)> =
-            chosen.iter().map(|&(n, c)| (n, job.spec.per_replica.as_whole_gpus().times(c))).collect();
+        let per_replica = job.spec.per_replica.as_whole_gpus();
         // Each reservation's spare room already leaves out what those above it reserve.
         self.plan.iter().filter(|p| p.key < job.key && ends_at > p.at).find(|p| {
-            p.nodes.iter().any(|(node, _, spare)| use_on.iter().any(|(n, used)| n == node && !used.fits_in(*spare)))
+            p.nodes.iter().any(|(node, _, spare)| {
+                chosen.iter().any(|(n, count)| n == node && !per_replica.times(*count).fits_in(*spare))
+            })
         })
     }
 
@@ -848,18 +849,36 @@ impl Scheduler {
         let job = &self.jobs[ix];
         let ends_at = now.plus_ms(self.expected_run_ms(ix));
         let binding: Vec<&Planned> = self.plan.iter().filter(|p| p.key < job.key && ends_at > p.at).collect();
-        // Sized for every node: a filtered list would grow by doubling, one copy per step.
-        let mut candidates: Vec<Candidate> = Vec::with_capacity(self.nodes.len());
-        candidates.extend(self.nodes.iter().filter(|n| n.usable_by(job.spec.gpu_model)).map(|n| {
+        let (per_replica, model) = (job.spec.per_replica.as_whole_gpus(), job.spec.gpu_model);
+        let mut candidates: Vec<Candidate> = Vec::new();
+        // A node where one replica does not fit in what is free is no candidate (`choose_nodes`
+        // weighs only those where one does, in any order), whatever reservations leave of it.
+        let mut add = |n: &crate::cluster::Node| {
+            if !per_replica.fits_in(n.available()) {
+                return;
+            }
             let mut available = n.available();
             for p in &binding {
                 if let Some((_, _, spare)) = p.nodes.iter().find(|(node, ..)| *node == n.spec.id) {
                     available = available.min_each(*spare);
                 }
             }
-            Candidate { node: n.spec.id, available, capacity: n.spec.capacity }
-        }));
-        choose_nodes(&candidates, job.spec.per_replica.as_whole_gpus(), job.spec.replicas, self.config.policy.scoring)
+            candidates.push(Candidate { node: n.spec.id, available, capacity: n.spec.capacity });
+        };
+        match per_replica.gpus {
+            // Only the usable nodes with that many GPUs free or more, from the free index.
+            gpus @ 1.. => {
+                let index = &self.nodes.index;
+                index.visit_occupied_levels(model, gpus, |level| {
+                    index.visit_level(model, level, |at| {
+                        add(self.nodes.at(at));
+                        false
+                    })
+                });
+            }
+            0 => self.nodes.iter().filter(|n| n.usable_by(model)).for_each(add),
+        }
+        choose_nodes(&candidates, per_replica, job.spec.replicas, self.config.policy.scoring)
     }
 
     /// A job started on `chosen`: it used up the reservations' spare room there for the
