@@ -26,7 +26,9 @@
 //! node that has not changed since (`NodeHosting`). A reservation is kept as it was when
 //! its time came from the nodes' steps, is still to come, and no node that changed since
 //! hosts a replica by then, before or after the change: the same steps come by then, and
-//! the same nodes with the same room host its replicas then (`Hosting::last`). A
+//! the same nodes with the same room host its replicas then (`Hosting::last`). The nodes
+//! that changed are then only checked (their room by that time, `hosts_one_by`) and marked
+//! stale; their steps are learnt at the next computation that needs them. A
 //! reservation that goes leaves what it learnt to the next one, which keeps it if its job
 //! has the same shape (GPUs per replica, replicas, GPU model) and otherwise learns every
 //! node afresh in the same buffers (`Hosting::learn_for`; the plan's holder changes often).
@@ -115,6 +117,11 @@ pub(crate) struct Hosting {
     taken_nodes: Vec<NodeId>,
     /// Scratch of `learn_nodes`: the positions to read again.
     revisit: Vec<u32>,
+    /// Positions of usable nodes that changed since they were learnt, while the last
+    /// reservation was kept (none of them hosts a replica by its time): read again at the
+    /// next computation. Only those that change again are checked again. A bit set over
+    /// slots, as `hosting_now`.
+    stale: Vec<u64>,
     /// Scratch of `nth_step`: the slots whose steps it took, with how many.
     taken_steps: Vec<(usize, usize)>,
     candidates: Vec<Candidate>,
@@ -493,10 +500,15 @@ impl Scheduler {
         learnt_in_place.unwrap_or(false)
     }
 
-    /// `learn_nodes` where only the nodes at `revisit` (positions) may have changed: each
-    /// brought up to date in place; with whether none of them hosts a replica by `last_at`,
-    /// before or after. `None`, with nothing changed, when one of them became usable or
-    /// stopped being usable (the usable nodes are then walked again).
+    /// `learn_nodes` where only the nodes at `revisit` (positions) may have changed; with
+    /// whether none of them hosts a replica by `last_at`, before or after. `None`, with
+    /// nothing changed, when one of them became usable or stopped being usable (the usable
+    /// nodes are then walked again).
+    ///
+    /// When none of them does, the last reservation is kept and they are only marked
+    /// `stale` (read again at the next computation; most are read again by then anyway,
+    /// a node changes at most cycles and the reservation is kept at most of them); else
+    /// each is brought up to date in place.
     fn learn_changed(
         &self,
         learnt: &mut Hosting,
@@ -512,17 +524,41 @@ impl Scheduler {
         if revisit.iter().any(|&position| slot_of(learnt, position).is_some() != usable(position)) {
             return None;
         }
-        let mut unchanged = last_at.is_some();
-        for &position in revisit {
-            if let Some(k) = slot_of(learnt, position) {
-                let hosts_by_last = |learnt: &Hosting| last_at.is_some_and(|at| learnt.hosts_by(k, at));
-                unchanged &= !hosts_by_last(learnt);
-                bring_up_to_date(&mut learnt.nodes[k], self.nodes.at(NodeIx(position)), taken, shape);
-                learnt.set_slot(k);
-                unchanged &= !hosts_by_last(learnt);
+        if let Some(at) = last_at {
+            let hosts_by_last = |position: u32| {
+                let Some(k) = slot_of(learnt, position) else { return false };
+                // A stale node hosted none by then when it was marked (or the reservation
+                // would not have been kept): what was learnt of it is older than that.
+                let before = learnt.stale[k / 64] & (1 << (k % 64)) == 0 && learnt.hosts_by(k, at);
+                before || hosts_one_by(self.nodes.at(NodeIx(position)), taken, shape, at)
+            };
+            // Stale nodes that did not change since are as they were when marked.
+            if !revisit.iter().any(|&position| hosts_by_last(position)) {
+                for &position in revisit {
+                    if let Some(k) = slot_of(learnt, position) {
+                        learnt.stale[k / 64] |= 1 << (k % 64);
+                    }
+                }
+                return Some(true);
             }
         }
-        Some(unchanged)
+        for &position in revisit {
+            if let Some(k) = slot_of(learnt, position) {
+                bring_up_to_date(&mut learnt.nodes[k], self.nodes.at(NodeIx(position)), taken, shape);
+                learnt.set_slot(k);
+            }
+        }
+        for w in 0..learnt.stale.len() {
+            let mut bits = std::mem::take(&mut learnt.stale[w]);
+            while bits != 0 {
+                let k = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let position = learnt.positions[k];
+                bring_up_to_date(&mut learnt.nodes[k], self.nodes.at(NodeIx(position)), taken, shape);
+                learnt.set_slot(k);
+            }
+        }
+        Some(false)
     }
 
     /// `learn_nodes` over every node: the usable ones in id order, each reusing what was
@@ -550,6 +586,9 @@ impl Scheduler {
             usable_count += 1;
         }
         hosting.truncate(usable_count);
+        // Every node was read: none is stale.
+        learnt.stale.clear();
+        learnt.stale.resize(usable_count.div_ceil(64), 0);
         learnt.slot_at.clear();
         learnt.slot_at.resize(self.nodes.len(), u32::MAX);
         for (k, &position) in learnt.positions.iter().enumerate() {
@@ -914,6 +953,29 @@ fn nodes_of(plan: &[Planned]) -> impl Iterator<Item = NodeId> + '_ {
     plan.iter().flat_map(|p| p.nodes.iter().map(|(n, ..)| *n))
 }
 
+/// Whether `node` (a usable node) could host a replica of a job of `shape` by `at`, earlier
+/// reservations (`taken`) keeping their part of it: what `NodeHosting::compute` and
+/// `Hosting::hosts_by` say of it, without learning its steps.
+fn hosts_one_by(node: &crate::cluster::Node, taken: &[Planned], shape: PlanShape, at: Time) -> bool {
+    // Its free room at `at`: every job expected to end by then has left (ends are sorted).
+    let free = node
+        .ends
+        .iter()
+        .take_while(|e| e.end <= at)
+        .fold(node.available().without_shares(), |free, e| free.plus(e.gives_back(node.held)));
+    shape.0.fits_in(free.saturating_minus(debt_of(node, taken, over_booked(node))))
+}
+
+/// What earlier reservations (`taken`) take of `node`, and what is `over` booked there.
+fn debt_of(node: &crate::cluster::Node, taken: &[Planned], over: Resources) -> Resources {
+    let reserved_by_earlier = taken
+        .iter()
+        .flat_map(|p| p.nodes.iter())
+        .filter(|(n, ..)| *n == node.spec.id)
+        .fold(Resources::ZERO, |t, (_, r, _)| t.plus(*r));
+    reserved_by_earlier.plus(over)
+}
+
 /// What `h` learnt of `node` (a usable node), brought up to date: computed again unless the
 /// node is at the version learnt and earlier reservations (`taken`) take of it what they
 /// took then.
@@ -923,12 +985,7 @@ fn bring_up_to_date(h: &mut NodeHosting, node: &crate::cluster::Node, taken: &[P
     // A node as it was is over-booked as it was: only the earlier reservations' part of its
     // debt may have changed.
     let over_now = if learnt_as_is { h.over } else { over_booked(node) };
-    let reserved_by_earlier = taken
-        .iter()
-        .flat_map(|p| p.nodes.iter())
-        .filter(|(n, ..)| *n == node.spec.id)
-        .fold(Resources::ZERO, |t, (_, r, _)| t.plus(*r));
-    let debt = reserved_by_earlier.plus(over_now);
+    let debt = debt_of(node, taken, over_now);
     if !learnt_as_is || h.debt != debt {
         h.compute(node, debt, per_replica, replicas);
         h.over = over_now;
