@@ -13,9 +13,10 @@
 //! limit and grace, its own estimate, its tenant's history, or the default), as of its
 //! start until it runs past that; a job being preempted ends at its grace deadline, one
 //! being stopped at once. A pending job's own run is estimated the same way. With
-//! reservations on, placed jobs are also kept sorted by expected end (`Scheduler::run_ends`,
+//! reservations on, each node keeps its placed jobs' expected ends sorted (`Node::ends`),
+//! and the running jobs are kept by expected end (`Scheduler::run_ends`, a heap), both
 //! updated at start, stop and exit; a job past its end gets its new one before the plan is
-//! read).
+//! read.
 //!
 //! **The plan** (`Scheduler::plan`) is recomputed at the start of every cycle that has one,
 //! from the running jobs' expected ends, earlier reservations taking their nodes first; a
