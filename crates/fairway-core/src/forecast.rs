@@ -464,7 +464,7 @@ impl World {
         // 4. Reservations, in plan order.
         for p in &s.plan {
             let until = p.at.plus_ms(s.expected_run_ms(p.ix));
-            for &(node, reserved, _) in &p.nodes {
+            for &(node, reserved, _) in p.nodes.iter() {
                 if let Some(i) = world.node_index(node) {
                     world.take_room(i, p.at, until, reserved);
                 }

@@ -285,7 +285,7 @@ impl Scheduler {
             {
                 return Err(format!("{} holds a reservation but is not queued without a hold", p.id));
             }
-            for (node, reserved, spare) in &p.nodes {
+            for (node, reserved, spare) in p.nodes.iter() {
                 let n = self.nodes.get(*node).ok_or(format!("{} reserves on unknown {node}", p.id))?;
                 if job.spec.gpu_model.is_some_and(|m| m != n.spec.gpu_model) || !reserved.fits_in(n.spec.capacity) {
                     return Err(format!("{} reserves {reserved} on {node}, which cannot hold it", p.id));

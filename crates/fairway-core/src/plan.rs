@@ -61,8 +61,10 @@ pub(crate) struct Planned {
     /// When the GPUs it needs are expected to be free.
     pub at: Time,
     /// The nodes it would start on then: (node, what it reserves there, what of the node's
-    /// free room a job ranked below it may take now without delaying it).
-    pub nodes: Vec<(NodeId, Resources, Resources)>,
+    /// free room a job ranked below it may take now without delaying it). Shared with the
+    /// copy its `Hosting` keeps (`Hosting::last`), which a kept reservation hands back at
+    /// nearly every cycle; copied when a start uses up spare room (`plan_started`).
+    pub nodes: std::sync::Arc<Vec<(NodeId, Resources, Resources)>>,
 }
 
 /// What `Scheduler::shadow` learns of one usable node for one reservation's job: reused
@@ -441,7 +443,7 @@ impl Scheduler {
         learnt.fill_candidates(at, room_now);
         let Hosting { nodes: hosting, candidates, .. } = learnt;
         let chosen = choose_nodes(candidates, per_replica, replicas, self.config.policy.scoring)?;
-        let nodes = chosen
+        let nodes: Vec<_> = chosen
             .into_iter()
             .map(|(node, count)| {
                 // Both are in id order.
@@ -455,7 +457,7 @@ impl Scheduler {
                 (node, reserved, spare)
             })
             .collect();
-        let planned = Planned { id: job.spec.id, ix, key: job.key, at, nodes };
+        let planned = Planned { id: job.spec.id, ix, key: job.key, at, nodes: std::sync::Arc::new(nodes) };
         learnt.last = (!room_now).then(|| planned.clone());
         Some(planned)
     }
@@ -928,7 +930,10 @@ impl Scheduler {
         let per_replica = job.spec.per_replica.as_whole_gpus();
         // Whoever starts, the room it takes is no longer spare.
         for p in &mut self.plan {
-            for (node, _, spare) in &mut p.nodes {
+            if !p.nodes.iter().any(|(node, ..)| chosen.iter().any(|(n, _)| n == node)) {
+                continue;
+            }
+            for (node, _, spare) in std::sync::Arc::make_mut(&mut p.nodes) {
                 if let Some(&(_, count)) = chosen.iter().find(|(n, _)| n == node) {
                     *spare = spare.saturating_minus(per_replica.times(count));
                 }
