@@ -355,9 +355,9 @@ impl Nodes {
     }
 
     /// The positions of the nodes changed since `version` (a node changed more than once
-    /// may come more than once, though not twice in a row), or `None` when that is not known: changes are not logged
-    /// (`with_change_log`), the log no longer reaches back that far, or a node was added or
-    /// removed since.
+    /// may come more than once, though not twice in a row), or `None` when that is not
+    /// known: changes are not logged (`with_change_log`), the log no longer reaches back
+    /// that far, or a node was added or removed since.
     pub fn changed_since(&self, version: u64) -> Option<impl Iterator<Item = u32> + '_> {
         if version < self.log_from {
             return None;
@@ -1029,9 +1029,9 @@ mod tests {
                         assert!(since >= layout_at, "no positions across a layout change (step {step})");
                         // The same nodes; a node changed again with no other change
                         // between is named once.
-                        let changed: Vec<u32> = changed.collect();
+                        let mut changed: Vec<u32> = changed.collect();
                         assert!(changed.windows(2).all(|w| w[0] != w[1]), "{changed:?} (step {step})");
-                        let (mut changed, mut expected) = (changed, expected);
+                        let mut expected = expected;
                         changed.sort_unstable();
                         changed.dedup();
                         expected.sort_unstable();

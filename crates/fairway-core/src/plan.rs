@@ -120,10 +120,10 @@ pub(crate) struct Hosting {
     taken_nodes: Vec<NodeId>,
     /// Scratch of `learn_nodes`: the positions to read again.
     revisit: Vec<u32>,
-    /// Positions of usable nodes that changed since they were learnt, while the last
-    /// reservation was kept (none of them hosts a replica by its time): read again at the
-    /// next computation. Only those that change again are checked again. A bit set over
-    /// slots, as `hosting_now`.
+    /// The usable nodes that changed since they were learnt while the last reservation was
+    /// kept (none of them hosts a replica by its time), a bit per slot as in `hosting_now`:
+    /// learnt again at the next computation that is not kept, and checked again only if
+    /// they change again before.
     stale: Vec<u64>,
     /// Scratch of `nth_step`: the slots whose steps it took, with how many.
     taken_steps: Vec<(usize, usize)>,
@@ -509,9 +509,9 @@ impl Scheduler {
     /// nodes are then walked again).
     ///
     /// When none of them does, the last reservation is kept and they are only marked
-    /// `stale` (read again at the next computation; most are read again by then anyway,
-    /// a node changes at most cycles and the reservation is kept at most of them); else
-    /// each is brought up to date in place.
+    /// `stale`, a check of their room at its time instead of learning their steps (the
+    /// reservation is kept at most cycles, and a node changes at most of them). Otherwise
+    /// they and the stale ones are brought up to date in place.
     fn learn_changed(
         &self,
         learnt: &mut Hosting,
