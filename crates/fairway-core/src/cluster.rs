@@ -88,6 +88,10 @@ impl PlacedEnd {
     /// A share gives back no GPU: its slot is free only when every share on it is gone, and
     /// the plan and the forecast do not follow slots (they count it whole until then).
     pub fn gives_back(&self, held: GpuSet) -> Resources {
+        debug_assert!(
+            self.room.is_share() || self.slots.len() == self.room.gpus,
+            "a whole-GPU job's slots are its GPUs"
+        );
         let gpus = match self.room.is_share() {
             true => 0,
             // Its whole GPUs are its slots: counted only when some are held, which is rare
