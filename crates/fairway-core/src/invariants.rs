@@ -48,7 +48,7 @@ impl Scheduler {
         };
         let mut terminating = 0usize;
         // Running jobs, each with its live entry in `run_ends`.
-        let (run_ends_live, run_ends_counted) = self.run_ends.live_entries(|e| self.runs_to(e));
+        let (run_ends_live, run_ends_counted) = self.run_ends.live_entries(|e| crate::plan::runs_to(&self.jobs, e));
         let mut run_ends_seen = 0usize;
         let mut tallies = VictimTallies::default();
         // What each account's placed jobs hold, as fair sharing must count it.

@@ -145,8 +145,8 @@ pub(crate) type RunEnd = (Time, JobId, JobIx);
 /// Running jobs by expected end, for `revise_run_ends` to find those past it: a heap of
 /// entries, earliest end first. An entry goes stale when its job stops running to that end
 /// (it exits, is stopped, or its end is revised); stale entries are dropped when they come
-/// to the top, or all at once when they outnumber the live ones, instead of being looked up
-/// and removed at each change (a sorted tree's upkeep cost three times a heap's).
+/// to the top, or all at once when they outnumber the live ones, so that no change looks an
+/// entry up to remove it (a start, exit, stop or revision at nearly every event).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RunEnds {
     heap: BinaryHeap<Reverse<RunEnd>>,
@@ -175,14 +175,16 @@ impl RunEnds {
         self.heap.peek().map(|Reverse((end, ..))| *end)
     }
 
-    /// Take out every entry that ends by `now` into `out`, stale ones too.
-    fn take_due(&mut self, now: Time, out: &mut Vec<RunEnd>) {
+    /// Take out every entry that ends by `now`: the stale ones are dropped, the live ones
+    /// (`is_live` tells) go into `out`, in order of end, then id, each once.
+    fn take_due(&mut self, now: Time, is_live: impl Fn(&RunEnd) -> bool, out: &mut Vec<RunEnd>) {
         while let Some(top) = self.heap.peek_mut() {
             if top.0.0 > now {
                 break;
             }
             out.push(PeekMut::pop(top).0);
         }
+        keep_live_sorted(out, is_live);
     }
 
     /// Put back a live entry `take_due` took out.
@@ -197,20 +199,25 @@ impl RunEnds {
             return;
         }
         let mut entries: Vec<RunEnd> = std::mem::take(&mut self.heap).into_iter().map(|Reverse(e)| e).collect();
-        entries.retain(|e| is_live(e));
-        entries.sort_unstable();
-        entries.dedup();
+        keep_live_sorted(&mut entries, is_live);
         self.heap = entries.into_iter().map(Reverse).collect();
     }
 
     /// The live entries, sorted, each once (for the invariants check), with how many running
     /// jobs are counted indexed.
     pub(crate) fn live_entries(&self, is_live: impl Fn(&RunEnd) -> bool) -> (Vec<RunEnd>, usize) {
-        let mut entries: Vec<RunEnd> = self.heap.iter().map(|Reverse(e)| *e).filter(|e| is_live(e)).collect();
-        entries.sort_unstable();
-        entries.dedup();
+        let mut entries: Vec<RunEnd> = self.heap.iter().map(|Reverse(e)| *e).collect();
+        keep_live_sorted(&mut entries, is_live);
         (entries, self.live)
     }
+}
+
+/// `entries`' live ones, sorted, each once: a job indexed again with the same key while its
+/// stale copy is still in the heap has two copies.
+fn keep_live_sorted(entries: &mut Vec<RunEnd>, is_live: impl Fn(&RunEnd) -> bool) {
+    entries.retain(|e| is_live(e));
+    entries.sort_unstable();
+    entries.dedup();
 }
 
 impl Hosting {
@@ -608,11 +615,8 @@ impl Scheduler {
             return;
         }
         let mut due = std::mem::take(&mut self.run_ends_due);
-        self.run_ends.take_due(now, &mut due);
-        due.retain(|entry| self.runs_to(entry));
-        // In order of end, then id: a job indexed twice with the same key is revised once.
-        due.sort_unstable();
-        due.dedup();
+        let jobs = &self.jobs;
+        self.run_ends.take_due(now, |entry| runs_to(jobs, entry), &mut due);
         for &entry in &due {
             let revised = self.expected_end(entry.2, now);
             match revised != entry.0 {
@@ -622,11 +626,6 @@ impl Scheduler {
         }
         due.clear();
         self.run_ends_due = due;
-    }
-
-    /// Whether `entry` of `run_ends` is live: its job runs, to that end.
-    pub(crate) fn runs_to(&self, entry: &RunEnd) -> bool {
-        runs_to(&self.jobs, entry)
     }
 
     /// Whether the reservation's job still waits for it: pending, queued, holding nothing.
@@ -738,15 +737,13 @@ impl Scheduler {
         if self.plan_read == Some(read) && self.plan.iter().all(|p| p.at > now && self.still_reserving(p)) {
             return;
         }
-        // The plan is rebuilt in the buffer of the one before last, and each reservation's
-        // `Hosting` is taken out of its map and put back: this runs at most cycles with
-        // reservations on, and fresh buffers cost more than the reservations' arithmetic.
+        // The plan is rebuilt in the buffer of the one before last: this runs at most cycles
+        // with reservations on, and fresh buffers cost more than the reservations' arithmetic.
         let mut before = std::mem::take(&mut self.plan_spare);
         std::mem::swap(&mut before, &mut self.plan);
-        // Each reservation's `Hosting` (what its last computation learnt of the nodes) is
-        // brought up to date where the map keeps it: the map is taken out for the loop
-        // (`shadow` does not read it), where taking each entry out and putting it back
-        // copied it twice at nearly every cycle with reservations on.
+        // Each reservation's `Hosting` (what its last computation learnt of the nodes, a
+        // dozen buffers) is brought up to date where the map keeps it, never copied: the
+        // map is taken out for the loop, as `shadow` does not read it.
         let mut hostings = std::mem::take(&mut self.hosting);
         for p in &before {
             if !self.still_reserving(p) {
@@ -803,7 +800,7 @@ impl Scheduler {
         let read = (self.nodes.version(), self.run_ends_version);
         let would_revise = self
             .run_ends
-            .live_entries(|e| self.runs_to(e))
+            .live_entries(|e| runs_to(&self.jobs, e))
             .0
             .iter()
             .any(|&(end, _, ix)| end <= now && self.expected_end(ix, now) != end);
@@ -949,7 +946,7 @@ impl Scheduler {
 }
 
 /// Whether `entry` of `run_ends` is live: its job runs, to that end.
-fn runs_to(jobs: &crate::jobs::JobStore, &(end, id, ix): &RunEnd) -> bool {
+pub(crate) fn runs_to(jobs: &crate::jobs::JobStore, &(end, id, ix): &RunEnd) -> bool {
     jobs.get_slot(ix)
         .is_some_and(|j| j.spec.id == id && j.expected_end == end && matches!(j.state, JobState::Running { .. }))
 }
@@ -1081,10 +1078,7 @@ mod tests {
                 _ => {
                     now += rng.below(20);
                     let mut due = Vec::new();
-                    ends.take_due(Time(now), &mut due);
-                    due.retain(|e| model.contains(e));
-                    due.sort_unstable();
-                    due.dedup();
+                    ends.take_due(Time(now), |e| model.contains(e), &mut due);
                     let expected: Vec<RunEnd> =
                         model.range(..=(Time(now), JobId(u64::MAX), JobIx(u32::MAX))).copied().collect();
                     assert_eq!(due, expected, "at {now}");
