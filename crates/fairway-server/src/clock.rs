@@ -55,8 +55,29 @@ impl Clock for ManualClock {
     }
 }
 
+/// A time in Unix ms as people read it in a message: RFC 3339 in UTC to the second
+/// (`2026-12-06T18:37:22Z`, as the CLI prints times); the number itself if out of range.
+pub fn time_text(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(|| format!("{ms} (Unix ms)"), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+}
+
 /// The wall clock's time now, for what is not a scheduling decision (a unique name, a
 /// stamp on a file).
 pub fn wall_ms() -> u64 {
     SystemClock.now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_text;
+
+    #[test]
+    fn times_in_messages_read_as_rfc3339_to_the_second() {
+        assert_eq!(time_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(time_text(1_796_582_242_866), "2026-12-06T18:37:22Z", "milliseconds are dropped, not rounded");
+        assert_eq!(time_text(u64::MAX), format!("{} (Unix ms)", u64::MAX));
+    }
 }

@@ -716,6 +716,56 @@ fn wait_for_reason(api: &Api, job: i64, code: &str) -> Value {
     })
 }
 
+/// Reservations with backfill (`reservations:` in the config, docs/reservations.md): on two
+/// nodes of 4 GPUs, a 4-GPU and a 2-GPU run with limits hold six; a gang of two 4-GPU
+/// replicas then reserves both nodes for when they are expected to end. Of two 1-GPU jobs
+/// ranked below it, the one without a limit (expected to run the default 600 s) would run
+/// past that and is held for the reservation; the one with a 30 s limit ends before and
+/// starts at once on the free GPUs. Every pending job has its place and expected start.
+#[test]
+fn a_reservation_holds_a_long_job_back_and_lets_a_short_one_through() {
+    let config = "reservations: { count: 1, default_runtime_seconds: 600 }\n";
+    let server = InProcess::start("2x4", config);
+    let api = &server.api;
+    let limited = |name: &str, gpus: u32, seconds: u32| {
+        trainer_job(name, "vision", "low", gpus, 100_000, 50) + &format!("max_runtime_seconds: {seconds}\n")
+    };
+    let whole = api.submit(&limited("whole-node", 4, 300))[0];
+    let half = api.submit(&limited("half-node", 2, 300))[0];
+    let starts: Vec<u64> =
+        [whole, half].iter().map(|&id| api.wait_state(id, JobState::Running).job.started_at_ms.unwrap()).collect();
+    let gang = api.submit(&(trainer_job("gang", "speech", "low", 4, 10, 10) + "replicas: 2\n"))[0];
+    let long = api.submit(&trainer_job("long", "speech", "low", 1, 10, 10))[0];
+    let short = api.submit(&limited("short", 1, 30))[0];
+
+    // Both runs end at their limit plus the 20 s grace of the stop there.
+    let expected_at = starts.iter().max().unwrap() + 320_000;
+    let held = wait_for_reason(api, long, "held_for_reservation");
+    assert_eq!(
+        (held["data"]["job"].as_i64(), held["data"]["at_ms"].as_u64()),
+        (Some(gang), Some(expected_at)),
+        "{held}"
+    );
+    let message = held["message"].as_str().unwrap();
+    assert!(message.contains(&format!("gang (job {gang})")), "{message}");
+    assert!(
+        message.contains(&format!("expected to start at {}:", fairway_server::clock::time_text(expected_at))),
+        "{message}"
+    );
+    api.wait_state(short, JobState::Running);
+
+    let gang_view = api.job(gang).job;
+    assert_eq!(gang_view.queue_position, Some(1));
+    assert_eq!(gang_view.start_estimate.as_ref().and_then(|e| e.at_ms), Some(expected_at), "{gang_view:?}");
+    let long_view = api.job(long).job;
+    assert_eq!(long_view.queue_position, Some(2));
+    let long_at = long_view.start_estimate.as_ref().and_then(|e| e.at_ms).expect("an expected start");
+    assert_eq!(long_at, expected_at + 600_000, "after the gang's expected 600 s: {long_view:?}");
+    for id in [whole, half, gang, long, short] {
+        api.json("POST", &format!("/v1/jobs/{id}/cancel"), None);
+    }
+}
+
 #[test]
 fn a_class_minimum_run_protects_a_fresh_run_from_preemption() {
     let config = "priority_classes:\n  - { name: guarded, value: 500, min_run_before_preemption_seconds: 3, \
@@ -737,6 +787,8 @@ fn a_class_minimum_run_protects_a_fresh_run_from_preemption() {
     let protected = wait_for_reason(api, high, "victims_protected");
     let until = protected["data"]["until_ms"].as_u64().unwrap_or_else(|| panic!("{protected}"));
     assert_eq!(until, started + 3_000, "protected until the end of the minimum run: {protected}");
+    let message = protected["message"].as_str().unwrap();
+    assert!(message.ends_with(&format!("ends at {}", fairway_server::clock::time_text(until))), "{message}");
     let high_done = api.wait_state(high, JobState::Succeeded);
     let preempted = api.job(low).events.into_iter().find(|e| e.kind == "preempted").expect("preempted after all");
     assert!(preempted.at_ms >= started + 3_000, "preempted {} ms into its run", preempted.at_ms - started);
@@ -758,6 +810,9 @@ fn a_class_preemption_delay_makes_its_jobs_wait_before_preempting() {
     let submitted = api.job(urgent).job.submitted_at_ms;
     let delayed = wait_for_reason(api, urgent, "preemption_delayed");
     assert_eq!(delayed["data"]["until_ms"].as_u64(), Some(submitted + 2_000), "{delayed}");
+    let message = delayed["message"].as_str().unwrap();
+    let when = fairway_server::clock::time_text(submitted + 2_000);
+    assert!(message.ends_with(&format!("may preempt from {when}")) && when.ends_with('Z'), "{message}");
     let done = api.wait_state(urgent, JobState::Succeeded);
     let preempted = api.job(low).events.into_iter().find(|e| e.kind == "preempted").expect("preempted after all");
     assert!(preempted.at_ms >= submitted + 2_000, "preempted {} ms after the submit", preempted.at_ms - submitted);

@@ -187,9 +187,9 @@ impl Engine {
             }
             PendingReason::HeldForReservation { job, at } => (
                 format!(
-                    "held for the reservation of {}, ranked above it and expected to start at {} (Unix ms): this job would run past then on the GPUs it needs",
+                    "held for the reservation of {}, ranked above it and expected to start at {}: this job would run past then on the GPUs it needs",
                     self.name_of(job.0 as i64),
-                    at.millis()
+                    crate::clock::time_text(at.millis())
                 ),
                 json!({"job": job.0, "at_ms": at.millis()}),
             ),
@@ -202,15 +202,15 @@ impl Engine {
             ),
             PendingReason::VictimsProtected { until } => (
                 format!(
-                    "the lower-priority work that would make room is protected from preemption (its class's minimum run or hourly limit); the first protection ends at {} (Unix ms)",
-                    until.millis()
+                    "the lower-priority work that would make room is protected from preemption (its class's minimum run or hourly limit); the first protection ends at {}",
+                    crate::clock::time_text(until.millis())
                 ),
                 json!({"until_ms": until.millis()}),
             ),
             PendingReason::PreemptionDelayed { until } => (
                 format!(
-                    "waits for free GPUs before preempting (its class's preemption delay, or that of the job ahead of it with the same tier, tenant and shape); it may preempt from {} (Unix ms)",
-                    until.millis()
+                    "waits for free GPUs before preempting (its class's preemption delay, or that of the job ahead of it with the same tier, tenant and shape); it may preempt from {}",
+                    crate::clock::time_text(until.millis())
                 ),
                 json!({"until_ms": until.millis()}),
             ),
