@@ -307,6 +307,7 @@ fn quotas_bad_input_and_oversized_bodies_through_the_api() {
     });
     assert_eq!(pending.state, JobState::Pending);
     assert_eq!(pending.reasons[0].data["account"], "ads");
+    assert_eq!(pending.reasons[0].message, "over quota: project ads uses 2 of its 2 GPUs; the job asks 2");
     let (status, quotas) = api.json("GET", "/v1/quotas", None);
     assert_eq!(status, 200);
     let ads = quotas["quotas"].as_array().unwrap().iter().find(|q| q["account"] == "ads").unwrap().clone();

@@ -111,7 +111,7 @@ impl Engine {
                 (
                     format!(
                         "over quota: {kind} {name} uses {used} of its {limit} {}; the job asks {requested}",
-                        resource.name()
+                        unit_text(*resource)
                     ),
                     json!({"account_kind": kind, "account": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
                 )
@@ -122,7 +122,7 @@ impl Engine {
                 (
                     format!(
                         "cohort {name} lends no more: {used} of its {limit} {} are in use or kept for their owners; the job asks {requested}",
-                        resource.name()
+                        unit_text(*resource)
                     ),
                     json!({"cohort": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
                 )
@@ -146,7 +146,7 @@ impl Engine {
                     ),
                     Some(kind) => format!(
                         "no node{of_model} can ever hold a replica: it asks {requested} {}, the largest node has {largest}",
-                        kind.name()
+                        unit_text(*kind)
                     ),
                     None => format!("no node{of_model} has at once all that a replica asks"),
                 };
@@ -393,6 +393,15 @@ impl Engine {
 
 /// A reason's amount (`ResourceKind::amount`) as the API gives it: GPUs in GPUs, an integer
 /// when whole and a decimal for shares (`0.6`); CPU and memory as they are.
+/// A resource's unit as a message names it (the data keeps `ResourceKind::name`).
+fn unit_text(kind: fairway_core::ResourceKind) -> &'static str {
+    match kind {
+        fairway_core::ResourceKind::Gpu => "GPUs",
+        fairway_core::ResourceKind::Cpu => "CPU millicores",
+        fairway_core::ResourceKind::Memory => "MiB of memory",
+    }
+}
+
 fn amount_value(kind: fairway_core::ResourceKind, amount: u64) -> serde_json::Value {
     match kind {
         fairway_core::ResourceKind::Gpu if !amount.is_multiple_of(1000) => json!(amount as f64 / 1000.0),
