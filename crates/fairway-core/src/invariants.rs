@@ -263,14 +263,18 @@ impl Scheduler {
         }
     }
 
-    /// Reservations (see `plan.rs`): at most the configured number, in queue order, each of
+    /// Reservations (see `plan.rs`): at most the configured number, in queue order (by
+    /// priority only with fair sharing), each of
     /// a distinct job that is still queued without a hold, on known nodes of its model.
     fn check_plan(&self) -> Result<(), String> {
         let count_max = self.config.policy.reservations.map_or(0, |r| r.count_max as usize);
         if self.plan.len() > count_max {
             return Err(format!("{} reservations, at most {count_max} allowed", self.plan.len()));
         }
-        if !self.plan.windows(2).all(|w| w[0].key < w[1].key) {
+        // With fair sharing, holders of one rank are in the order of their tenants' shares
+        // at the last refresh (`plan.rs`), which starts since may have changed.
+        let fair = self.fair.enabled();
+        if !self.plan.windows(2).all(|w| if fair { w[0].key.rank <= w[1].key.rank } else { w[0].key < w[1].key }) {
             return Err("reservations are not in queue order".into());
         }
         for p in &self.plan {

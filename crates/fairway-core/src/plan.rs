@@ -2,7 +2,8 @@
 //!
 //! With `Policy::reservations` set, the highest-ranked pending jobs that cannot start (no
 //! room now, and no preemption that makes room) get a **reservation**, at most
-//! `Reservations::count_max` of them, in queue order: the earliest time the GPUs they need
+//! `Reservations::count_max` of them, in rank order (`PlanRank`: the order the walk asks
+//! jobs in, so with fair sharing a tier's tenants by share): the earliest time the GPUs they need
 //! are expected to be free, and the nodes they would start on then. A job ranked below a
 //! reservation starts now only if it cannot delay it: either it is expected to end before
 //! the reservation's time, or it takes only what the reservation's nodes will not need
@@ -138,6 +139,11 @@ pub(crate) struct Hosting {
 /// per usable node and learning every node afresh (the plan's holder changes often with
 /// reservations on, and the next is often of the same shape).
 const SPARE_HOSTINGS_MAX: usize = 4;
+
+/// A pending job's rank as the plan counts it (module doc): the order the walk asks jobs
+/// in, priority first, then with fair sharing its project's and user's shares now
+/// (`FairKey`; 0 without), then queue order.
+pub(crate) type PlanRank = (Reverse<crate::types::Priority>, crate::fairshare::FairKey, QueueKey);
 
 /// A running job's entry in `RunEnds`: its expected end, id and slot.
 pub(crate) type RunEnd = (Time, JobId, JobIx);
@@ -730,11 +736,13 @@ impl Scheduler {
             return;
         }
         self.revise_run_ends(now);
+        let reordered = self.order_plan_by_rank(now);
         // Nothing it reads changed and no reservation's time has come: the same plan (the
         // ends it walked up to each time are where they were; those passed since only
         // move to `now`, before that time).
         let read = (self.nodes.version(), self.run_ends_version);
-        if self.plan_read == Some(read) && self.plan.iter().all(|p| p.at > now && self.still_reserving(p)) {
+        if !reordered && self.plan_read == Some(read) && self.plan.iter().all(|p| p.at > now && self.still_reserving(p))
+        {
             return;
         }
         // The plan is rebuilt in the buffer of the one before last: this runs at most cycles
@@ -776,6 +784,23 @@ impl Scheduler {
         self.plan_read = Some(read);
     }
 
+    /// With fair sharing, holders of one priority move in rank as their tenants' shares
+    /// change: put the plan back in rank order as of `now` (earlier reservations take their
+    /// nodes first). Whether its order changed.
+    fn order_plan_by_rank(&mut self, now: Time) -> bool {
+        if !self.fair.enabled() || self.plan.len() < 2 {
+            return false;
+        }
+        let ranks: Vec<PlanRank> = self.plan.iter().map(|p| self.plan_rank(p.ix, p.key, now)).collect();
+        if ranks.is_sorted() {
+            return false;
+        }
+        let mut ranked: Vec<(PlanRank, Planned)> = ranks.into_iter().zip(self.plan.drain(..)).collect();
+        ranked.sort_unstable_by_key(|(rank, _)| *rank);
+        self.plan.extend(ranked.into_iter().map(|(_, p)| p));
+        true
+    }
+
     /// A check for the tests, before a cycle at `now`: a reservation computed from what its
     /// last computation learnt of the nodes (`hosting`) is what computing it from nothing
     /// gives; and when the cycle would keep the plan as it is (`refresh_plan`: nothing it
@@ -804,8 +829,10 @@ impl Scheduler {
             .0
             .iter()
             .any(|&(end, _, ix)| end <= now && self.expected_end(ix, now) != end);
+        let in_rank_order = self.plan.iter().map(|p| self.plan_rank(p.ix, p.key, now)).is_sorted();
         let kept = self.plan_read == Some(read)
             && !would_revise
+            && in_rank_order
             && self.plan.iter().all(|p| p.at > now && self.still_reserving(p));
         if !kept {
             return Ok(());
@@ -823,25 +850,26 @@ impl Scheduler {
     /// ranks among the first `count_max` such jobs.
     pub(crate) fn maybe_reserve(&mut self, ix: JobIx, now: Time) {
         let Some(limits) = self.config.policy.reservations else { return };
-        let key = self.jobs[ix].key;
         if self.plan.iter().any(|p| p.ix == ix) {
             return;
         }
-        let full = self.plan.len() >= limits.count_max as usize;
-        if full && self.plan.last().is_none_or(|last| last.key < key) {
+        // Its place: before the first reservation ranked below it (the plan is in rank
+        // order as of its last refresh; with fair sharing, starts since may have moved a
+        // holder down, and it is placed again after this one anyway).
+        let rank = self.plan_rank(ix, self.jobs[ix].key, now);
+        let at = self.plan.iter().position(|p| self.plan_rank(p.ix, p.key, now) > rank).unwrap_or(self.plan.len());
+        if at >= limits.count_max as usize {
             return;
         }
         self.revise_run_ends(now);
         // Reservations ranked above it keep their nodes first; those below are placed
-        // again after it at the next refresh.
-        let above: Vec<Planned> = self.plan.iter().filter(|p| p.key < key).cloned().collect();
+        // again after it.
         let mut learnt = self.fresh_hosting(ix);
-        let Some(planned) = self.shadow(ix, &above, now, &mut learnt) else {
+        let Some(planned) = self.shadow(ix, &self.plan[..at], now, &mut learnt) else {
             self.retire_hosting(learnt);
             return;
         };
         self.hosting.insert(planned.id, learnt);
-        let at = self.plan.partition_point(|p| p.key < key);
         self.plan.insert(at, planned);
         let kept = self.plan.len().min(limits.count_max as usize);
         while self.plan.len() > kept {
@@ -868,14 +896,27 @@ impl Scheduler {
         self.changes.plan_changed = true;
     }
 
+    /// The rank of the pending job at `ix` (queued at `key`) as of `now` (`PlanRank`).
+    /// Without fair sharing it is the queue's order, and no job is read.
+    pub(crate) fn plan_rank(&self, ix: JobIx, key: QueueKey, now: Time) -> PlanRank {
+        let job = || self.jobs.get_slot(ix).filter(|j| j.spec.id == key.id);
+        // A holder that left (the refresh drops it) ranks by its key alone.
+        let shares = match self.fair.enabled().then(job).flatten() {
+            Some(job) => (self.fair.share_bits(job.spec.project, now), self.fair.share_bits(job.spec.user, now)),
+            None => (0, 0),
+        };
+        (key.rank, shares, key)
+    }
+
     /// Would starting the job at `ix` on `chosen` now delay a reservation ranked above it?
     /// The first such reservation, if any.
     pub(crate) fn delays_reservation(&self, ix: JobIx, chosen: &[(NodeId, u32)], now: Time) -> Option<&Planned> {
         let job = &self.jobs[ix];
         let ends_at = now.plus_ms(self.expected_run_ms(ix));
         let per_replica = job.spec.per_replica.as_whole_gpus();
+        let rank = self.plan_rank(ix, job.key, now);
         // Each reservation's spare room already leaves out what those above it reserve.
-        self.plan.iter().filter(|p| p.key < job.key && ends_at > p.at).find(|p| {
+        self.plan.iter().filter(|p| ends_at > p.at && self.plan_rank(p.ix, p.key, now) < rank).find(|p| {
             p.nodes.iter().any(|(node, _, spare)| {
                 chosen.iter().any(|(n, count)| n == node && !per_replica.times(*count).fits_in(*spare))
             })
@@ -887,7 +928,9 @@ impl Scheduler {
     pub(crate) fn place_around_plan(&self, ix: JobIx, now: Time) -> Option<Vec<(NodeId, u32)>> {
         let job = &self.jobs[ix];
         let ends_at = now.plus_ms(self.expected_run_ms(ix));
-        let binding: Vec<&Planned> = self.plan.iter().filter(|p| p.key < job.key && ends_at > p.at).collect();
+        let rank = self.plan_rank(ix, job.key, now);
+        let binding: Vec<&Planned> =
+            self.plan.iter().filter(|p| ends_at > p.at && self.plan_rank(p.ix, p.key, now) < rank).collect();
         let (per_replica, model) = (job.spec.per_replica.as_whole_gpus(), job.spec.gpu_model);
         let mut candidates: Vec<Candidate> = Vec::new();
         // A node where one replica does not fit in what is free is no candidate (`choose_nodes`

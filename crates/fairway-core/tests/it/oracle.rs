@@ -29,7 +29,8 @@
 //!   its wait was over would show up here), and a job said to never fit indeed fits no node;
 //! - a job blocked behind another (strict order) names a pending job that does block;
 //! - no start ranked below a reservation delays it: after every cycle in which no job
-//!   ranked above a reservation started and none began preempting (a preemptor follows
+//!   ranked above a reservation started (with fair sharing, none of its priority or above:
+//!   shares rank a tier) and none began preempting (a preemptor follows
 //!   the preemption order, not the plan), the reservation's job still
 //!   fits at its time on the nodes of its model, counting as free there what live jobs
 //!   expected to end by then (by the documented rule, computed here: a run-time limit plus
@@ -825,10 +826,17 @@ impl Oracle {
         if plan.is_empty() {
             return Ok(());
         }
-        let first_displaced = plan.iter().position(|p| {
-            let key = self.queue_key(s, p.job);
-            self.started_now.iter().any(|k| self.queue_key(s, *k) < key) || !self.preempting_now.is_empty()
-        });
+        // With fair sharing a job of the holder's rank (its priority; every job under FIFO
+        // order) ranks above it when its tenants' shares are lower (`plan.rs`), whatever
+        // their submit order: any start at that rank or above may displace it.
+        let fair = s.config().policy.fair_share.is_some();
+        let ranks_above = |started: JobId, holder: JobId| match fair {
+            true => self.queue_key(s, started).0 <= self.queue_key(s, holder).0,
+            false => self.queue_key(s, started) < self.queue_key(s, holder),
+        };
+        let first_displaced = plan
+            .iter()
+            .position(|p| self.started_now.iter().any(|k| ranks_above(*k, p.job)) || !self.preempting_now.is_empty());
         // A reservation displaced, and those after it (they were placed around it), are
         // not checked this cycle.
         let plan = &plan[..first_displaced.unwrap_or(plan.len())];
