@@ -14,7 +14,7 @@
 //! 4. **Reservations.** A job holding a reservation (`plan.rs`) starts at its reservation's
 //!    time, on its nodes.
 //! 5. **Everyone else** is played forward as the cycle treats it. From `now`, at each time
-//!    room frees or usage falls, the jobs not yet started are taken in queue order, and
+//!    room frees or usage falls, the jobs not yet started are taken in the order of step 6, and
 //!    each one starts if its replicas fit in the room left for its whole expected run
 //!    (placed as the policy places them; a reservation's room is left to it) and every
 //!    capped account it is charged to stays within its cap. A job that does not fit but
@@ -24,14 +24,17 @@
 //!    (no backfill) a job that does not fit stops the walk at that time, as it stops the
 //!    cycle. A job's estimate is the first time it starts.
 //! 6. **Position**: a job's rank in the order the next cycle considers the queue, 1 for the
-//!    first; jobs waiting for their victims count.
+//!    first; jobs waiting for their victims count. That is queue order, but with fair
+//!    sharing each priority's tenants by their shares now, least first
+//!    (`Scheduler::pending_by_rank`).
 //!
 //! What it cannot know, and so does not claim:
 //! - jobs yet to arrive: a higher-priority job submitted later goes ahead;
 //! - preemptions to come: a job that will preempt once a run's protection or its own
 //!   preemption delay ends is forecast to wait for that run to end;
-//! - fair sharing's order among tenants of one tier: the forecast takes a tier in submit
-//!   order;
+//! - how fair sharing's order moves: a cycle counts each start before it chooses the next
+//!   job, so a tenant's share rises as its jobs start; the forecast orders each tier by the
+//!   shares now, a tenant's jobs all before those of any tenant holding more;
 //! - a cohort's guarantees: its capacity is compared with what its members use, not with
 //!   the guarantees idle members set aside, so a borrower's estimate may be early.
 //!
@@ -39,11 +42,12 @@
 //! [`FORECAST_TIMES_MAX`] times played forward per call (a job not started by the last one
 //! is "not before" it).
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::cluster::PlacedEnd;
-use crate::ids::{GroupKey, JobIx};
+use crate::ids::{GroupKey, JobIx, QueueKey};
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
@@ -99,13 +103,40 @@ impl Scheduler {
         self.forecast_where(now, jobs_max, Some(wanted))
     }
 
+    /// The pending jobs in the order a cycle would ask them now (step 6): queue order, but
+    /// with fair sharing (and backfill) each priority's jobs by their project's and then
+    /// user's share now, least first, each tenant's in queue order (`PlanRank`). A cycle
+    /// counts each start before it chooses the next job; this order counts none.
+    pub fn pending_by_rank(&self, now: Time) -> Vec<JobId> {
+        if !(self.fair.enabled() && self.config.policy.backfill) {
+            return self.queue.in_order().collect();
+        }
+        // Many jobs share a tenant: each account's share is worked out once.
+        let mut shares: BTreeMap<AccountId, u64> = BTreeMap::new();
+        let mut share =
+            |account: AccountId| *shares.entry(account).or_insert_with(|| self.fair.share_bits(account, now));
+        let mut ranked: Vec<(Reverse<Priority>, (u64, u64), QueueKey)> = self
+            .queue
+            .in_order()
+            .map(|id| {
+                let job = &self.jobs[self.jobs.ix_of(id).expect("a queued job exists")];
+                (job.key.rank, (share(job.spec.project), share(job.spec.user)), job.key)
+            })
+            .collect();
+        ranked.sort_unstable();
+        ranked.into_iter().map(|(.., key)| key.id).collect()
+    }
+
     fn forecast_where(&self, now: Time, jobs_max: usize, wanted: Option<&BTreeSet<JobId>>) -> Vec<Estimate> {
         // Step 6: positions. Every job forecast counts, wanted or not: a job ranked lower
         // may start first and delay one ranked higher.
         let mut wanted_unseen = wanted.map_or(usize::MAX, BTreeSet::len);
-        let order: Vec<(JobId, JobIx)> = self
-            .queue
-            .in_order()
+        let fair_order = self.fair.enabled() && self.config.policy.backfill;
+        let in_order: Box<dyn Iterator<Item = JobId> + '_> = match fair_order {
+            true => Box::new(self.pending_by_rank(now).into_iter()),
+            false => Box::new(self.queue.in_order()),
+        };
+        let order: Vec<(JobId, JobIx)> = in_order
             .enumerate()
             .take_while(|&(rank, id)| {
                 let more = rank < jobs_max || wanted_unseen > 0;

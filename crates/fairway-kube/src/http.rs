@@ -334,9 +334,9 @@ async fn dashboard(State(state): State<ApiState>) -> Response {
 /// pending ones with their forecast.
 fn dashboard_inputs(engine: &Engine, now: u64) -> fairway_server::dashboard::Inputs {
     use fairway_server::dashboard::{DashJob, Inputs, PENDING_LISTED_MAX};
-    let positions: BTreeMap<JobId, u64> =
-        engine.core().pending().enumerate().map(|(i, id)| (id, i as u64 + 1)).collect();
-    let listed: BTreeSet<JobId> = engine.core().pending().take(PENDING_LISTED_MAX.min(FORECAST_JOBS_MAX)).collect();
+    let order = engine.core().pending_by_rank(fairway_core::Time(now));
+    let positions: BTreeMap<JobId, u64> = order.iter().enumerate().map(|(i, id)| (*id, i as u64 + 1)).collect();
+    let listed: BTreeSet<JobId> = order.iter().take(PENDING_LISTED_MAX.min(FORECAST_JOBS_MAX)).copied().collect();
     let estimates = engine.start_estimates(now, Some(&listed));
     let jobs = engine
         .workloads()

@@ -62,7 +62,8 @@ pub fn lent_gpus(members: &[crate::api::CohortMemberView]) -> Vec<f64> {
         .collect()
 }
 
-/// Each queue's first pending job among the first `FORECAST_JOBS_MAX` of the core's queue,
+/// Each queue's first pending job among the first `FORECAST_JOBS_MAX` the core would ask
+/// (`Scheduler::pending_by_rank`),
 /// and when the forecast expects it to start, in seconds from `now_ms` (queues whose head
 /// has no expected time are left out). `queue_of` names a pending job's queue. Both drivers'
 /// `fairway_queue_head_start_estimate_seconds`.
@@ -73,7 +74,7 @@ pub fn queue_heads(
 ) -> Vec<(QueueLabels, u64)> {
     let mut heads: BTreeMap<fairway_core::JobId, QueueLabels> = BTreeMap::new();
     let mut seen: BTreeSet<QueueLabels> = BTreeSet::new();
-    for id in core.pending().take(crate::api::FORECAST_JOBS_MAX) {
+    for id in core.pending_by_rank(fairway_core::Time(now_ms)).into_iter().take(crate::api::FORECAST_JOBS_MAX) {
         let Some(queue) = queue_of(id) else { continue };
         if seen.insert(queue.clone()) {
             heads.insert(id, queue);

@@ -929,11 +929,16 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
     let server = InProcess::start("2", config);
     let api = &server.api;
     let long = api.submit(&trainer_job("long", "sweep", "medium", 1, 200, 50))[0];
-    let short = api.submit(&trainer_job("short", "sweep", "medium", 1, 20, 50))[0];
+    let short = api.submit(&trainer_job("short", "sweep", "medium", 1, 100, 50))[0];
     api.wait_state(long, JobState::Running);
     api.wait_state(short, JobState::Running);
     let queued = api.submit(&trainer_job("queued", "sweep", "medium", 1, 2, 10))[0];
     let light = api.submit(&trainer_job("light", "nlp", "medium", 1, 2, 10))[0];
+    // While both wait (the short job runs 5 s), nlp's job, submitted last but holding
+    // least, is first in line.
+    let positions = [light, queued].map(|id| api.job(id).job.queue_position);
+    assert_eq!(api.job(short).job.state, JobState::Running, "positions read while both waited");
+    assert_eq!(positions, [Some(1), Some(2)], "nlp's job first, then the sweep's");
     let light_started = api.wait_state(light, JobState::Succeeded).job.first_started_at_ms.unwrap();
     let queued_started = api.wait_state(queued, JobState::Succeeded).job.first_started_at_ms.unwrap();
     assert!(queued_started >= light_started, "nlp's job started at {light_started}, the sweep's at {queued_started}");

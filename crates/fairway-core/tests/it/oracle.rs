@@ -502,9 +502,33 @@ impl Oracle {
         let all = s.forecast(self.now, usize::MAX);
         let pending: Vec<JobId> = s.pending().collect();
         let listed: Vec<JobId> = all.iter().map(|e| e.job).collect();
-        if listed != pending {
+        let fair = s.config().policy.fair_share.is_some() && s.config().policy.backfill;
+        if !fair && listed != pending {
             return Err(format!("forecast lists {listed:?}, the queue is {pending:?}"));
         }
+        // With fair sharing, shares order each rank's tenants: every pending job once, the
+        // ranks in order, and each tenant's jobs of one rank in queue order.
+        if fair {
+            let mut sorted = listed.clone();
+            sorted.sort_unstable();
+            let mut queued = pending.clone();
+            queued.sort_unstable();
+            let rank_of = |id: &JobId| self.queue_key(s, *id).0;
+            let tenant_of = |id: &JobId| (rank_of(id), self.specs[id].project, self.specs[id].user);
+            let in_queue: Vec<(_, Vec<JobId>)> = group_in_order(&pending, tenant_of);
+            let in_forecast: Vec<(_, Vec<JobId>)> = group_in_order(&listed, tenant_of);
+            let tenants_in_order = |mut groups: Vec<(_, Vec<JobId>)>| {
+                groups.sort_by_key(|(tenant, _)| *tenant);
+                groups
+            };
+            if sorted != queued
+                || !listed.is_sorted_by_key(rank_of)
+                || tenants_in_order(in_queue) != tenants_in_order(in_forecast)
+            {
+                return Err(format!("forecast lists {listed:?}, the queue is {pending:?}"));
+            }
+        }
+        let pending = listed.clone();
         let plan: BTreeMap<JobId, Time> = s.reservations().iter().map(|p| (p.job, p.at)).collect();
         for (i, e) in all.iter().enumerate() {
             if e.position as usize != i + 1 {
@@ -1235,4 +1259,17 @@ fn replicas_fitting(free: Resources, per: Resources) -> u64 {
 /// The larger of each dimension, GPUs by amount (whole and shared together).
 fn max(a: Resources, b: Resources) -> Resources {
     Resources::from_amounts(|k| k.amount(a).max(k.amount(b)))
+}
+
+/// `ids` by `key`, each group's ids in the order met, the groups in order of their first.
+fn group_in_order<K: PartialEq + Copy>(ids: &[JobId], key: impl Fn(&JobId) -> K) -> Vec<(K, Vec<JobId>)> {
+    let mut groups: Vec<(K, Vec<JobId>)> = Vec::new();
+    for id in ids {
+        let k = key(id);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, members)) => members.push(*id),
+            None => groups.push((k, vec![*id])),
+        }
+    }
+    groups
 }

@@ -228,10 +228,11 @@ impl Engine {
     /// placed ones with where they run.
     fn dashboard_inputs(&mut self) -> Inputs {
         let now = self.now_ms();
+        let order = self.core.pending_by_rank(fairway_core::Time(now));
         let positions: BTreeMap<i64, u64> =
-            self.core.pending().enumerate().map(|(i, id)| (id.0 as i64, i as u64 + 1)).collect();
+            order.iter().enumerate().map(|(i, id)| (id.0 as i64, i as u64 + 1)).collect();
         let listed: BTreeSet<fairway_core::JobId> =
-            self.core.pending().take(PENDING_LISTED_MAX.min(FORECAST_JOBS_MAX)).collect();
+            order.iter().take(PENDING_LISTED_MAX.min(FORECAST_JOBS_MAX)).copied().collect();
         let estimates: BTreeMap<i64, StartEstimateView> = self
             .core
             .forecast_jobs(fairway_core::Time(now), &listed, FORECAST_JOBS_MAX)
