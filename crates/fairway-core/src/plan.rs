@@ -856,8 +856,8 @@ impl Scheduler {
         // Its place: before the first reservation ranked below it (the plan is in rank
         // order as of its last refresh; with fair sharing, starts since may have moved a
         // holder down, and it is placed again after this one anyway).
-        let rank = self.plan_rank(ix, self.jobs[ix].key, now);
-        let at = self.plan.iter().position(|p| self.plan_rank(p.ix, p.key, now) > rank).unwrap_or(self.plan.len());
+        let key = self.jobs[ix].key;
+        let at = self.plan.iter().position(|p| self.rank_against(ix, key, p, now).is_lt()).unwrap_or(self.plan.len());
         if at >= limits.count_max as usize {
             return;
         }
@@ -908,15 +908,29 @@ impl Scheduler {
         (key.rank, shares, key)
     }
 
+    /// How the pending job at `ix` (queued at `key`) ranks against the reservation `p` now
+    /// (`Less`: above it): `plan_rank` compared, the shares read only where they decide (the
+    /// same priority, other tenants).
+    fn rank_against(&self, ix: JobIx, key: QueueKey, p: &Planned, now: Time) -> std::cmp::Ordering {
+        if key.rank != p.key.rank || !self.fair.enabled() {
+            return key.cmp(&p.key);
+        }
+        let holder = self.jobs.get_slot(p.ix).filter(|j| j.spec.id == p.id);
+        let spec = &self.jobs[ix].spec;
+        match holder {
+            Some(h) if (h.spec.project, h.spec.user) == (spec.project, spec.user) => key.cmp(&p.key),
+            _ => self.plan_rank(ix, key, now).cmp(&self.plan_rank(p.ix, p.key, now)),
+        }
+    }
+
     /// Would starting the job at `ix` on `chosen` now delay a reservation ranked above it?
     /// The first such reservation, if any.
     pub(crate) fn delays_reservation(&self, ix: JobIx, chosen: &[(NodeId, u32)], now: Time) -> Option<&Planned> {
         let job = &self.jobs[ix];
         let ends_at = now.plus_ms(self.expected_run_ms(ix));
         let per_replica = job.spec.per_replica.as_whole_gpus();
-        let rank = self.plan_rank(ix, job.key, now);
         // Each reservation's spare room already leaves out what those above it reserve.
-        self.plan.iter().filter(|p| ends_at > p.at && self.plan_rank(p.ix, p.key, now) < rank).find(|p| {
+        self.plan.iter().filter(|p| ends_at > p.at && self.rank_against(ix, job.key, p, now).is_gt()).find(|p| {
             p.nodes.iter().any(|(node, _, spare)| {
                 chosen.iter().any(|(n, count)| n == node && !per_replica.times(*count).fits_in(*spare))
             })
@@ -928,9 +942,8 @@ impl Scheduler {
     pub(crate) fn place_around_plan(&self, ix: JobIx, now: Time) -> Option<Vec<(NodeId, u32)>> {
         let job = &self.jobs[ix];
         let ends_at = now.plus_ms(self.expected_run_ms(ix));
-        let rank = self.plan_rank(ix, job.key, now);
         let binding: Vec<&Planned> =
-            self.plan.iter().filter(|p| ends_at > p.at && self.plan_rank(p.ix, p.key, now) < rank).collect();
+            self.plan.iter().filter(|p| ends_at > p.at && self.rank_against(ix, job.key, p, now).is_gt()).collect();
         let (per_replica, model) = (job.spec.per_replica.as_whole_gpus(), job.spec.gpu_model);
         let mut candidates: Vec<Candidate> = Vec::new();
         // A node where one replica does not fit in what is free is no candidate (`choose_nodes`
