@@ -19,13 +19,17 @@ impl Lcg {
 
 /// One random run: 12 nodes of 8 GPUs, one-GPU jobs to whole-node gangs at three
 /// priorities, run-time limits or not, exits before their expected end or after it, and
-/// preemption on. Before every cycle, `check_kept_plan` compares each reservation computed
-/// from what was learnt with one computed from nothing.
+/// preemption on; on odd seeds, fair sharing between three projects of two users each
+/// (holders then move in rank as shares change, and the plan is put back in order). Before
+/// every cycle, `check_kept_plan` compares each reservation computed from what was learnt
+/// with one computed from nothing.
 fn run(seed: u64) -> Result<usize, String> {
     let mut rng = Lcg(seed);
     let mut config = Config::default();
     config.policy.reservations = Some(Reservations { count_max: 1 + (seed % 3) as u32 });
     config.policy.estimates.default_runtime_ms = 3_600_000;
+    let fair = seed % 2 == 1;
+    config.policy.fair_share = fair.then_some(FairSharing { half_life_ms: 1_800_000 });
     let mut s = Scheduler::new(config);
     for id in 0..12 {
         let spec = NodeSpec { id: NodeId(id), gpu_model: GpuModel(0), capacity: Resources::new(8, 64_000, 512_000) };
@@ -47,6 +51,10 @@ fn run(seed: u64) -> Result<usize, String> {
             let mut spec = JobSpec::new(JobId(next_job), [0, 10, 20][rng.below(3) as usize], Resources::gpus(gpus));
             spec.replicas = replicas;
             spec.max_runtime_ms = (rng.below(3) > 0).then(|| 600_000 + rng.below(20) * 600_000);
+            if fair {
+                spec.project = AccountId(1 + rng.below(3) as u32);
+                spec.user = AccountId(10 * spec.project.0 + rng.below(2) as u32);
+            }
             next_job += 1;
             s.apply(Event::Submit(spec), now).map_err(|e| e.to_string())?;
         }
