@@ -811,8 +811,9 @@ pub fn best_wide_set(search: &WideSearch) -> (Option<Vec<usize>>, Exactness) {
     for level in levels {
         // Rule 2b: floors of tenant share at this level, highest first (one floor, 0,
         // without fair sharing); see `best_set_on_node_with`.
-        let mut floors: Vec<u64> =
-            search.candidates.iter().filter(|c| c.priority == level).map(|c| c.tenant_share).collect();
+        // Sized for all the candidates: collecting a filter grows the vector step by step.
+        let mut floors: Vec<u64> = Vec::with_capacity(search.candidates.len());
+        floors.extend(search.candidates.iter().filter(|c| c.priority == level).map(|c| c.tenant_share));
         floors.sort_unstable_by(|a, b| b.cmp(a));
         floors.dedup();
         for floor in floors {
@@ -941,17 +942,20 @@ impl<'a> WideState<'a> {
                 .collect(),
             need_amounts: search.quota_needs.iter().map(|&r| Amounts::of(r)).collect(),
             cap_amounts: search.quota_caps.iter().map(|caps| caps.iter().map(|&r| Amounts::of(r)).collect()).collect(),
-            // A candidate that lists fewer give-backs than there are needs gives nothing to
-            // the others.
-            free_amounts: search
-                .candidates
-                .iter()
-                .flat_map(|c| {
-                    let given = |k: usize| c.quota_frees.get(k).map_or(Amounts::default(), |&r| Amounts::of(r));
-                    (0..search.quota_needs.len()).map(given)
-                })
-                .collect(),
+            free_amounts: Self::free_amounts(search),
         }
+    }
+
+    /// Each candidate's give-back to each need, candidate by candidate (sized at once: a
+    /// flattened iterator would grow it step by step). A candidate that lists fewer
+    /// give-backs than there are needs gives nothing to the others.
+    fn free_amounts(search: &WideSearch) -> Vec<Amounts> {
+        let needs = search.quota_needs.len();
+        let mut amounts = Vec::with_capacity(search.candidates.len() * needs);
+        for c in &search.candidates {
+            amounts.extend((0..needs).map(|k| c.quota_frees.get(k).map_or(Amounts::default(), |&r| Amounts::of(r))));
+        }
+        amounts
     }
 
     fn makes_room(&self) -> bool {
