@@ -409,6 +409,13 @@ impl Scheduler {
         self.ledger.usage(account)
     }
 
+    /// With fair sharing on, an account's share at `now` (`fairshare.rs`): the weighted
+    /// dominant share of what it holds plus what it held recently, the figure that orders
+    /// the tenants of a tier (least first). `None` with fair sharing off.
+    pub fn fair_share(&self, account: AccountId, now: Time) -> Option<f64> {
+        self.fair.enabled().then(|| self.fair.share(account, now))
+    }
+
     /// A cohort's level (what its members use, and what their guarantees set aside unused)
     /// and capacity (their nominal quotas); `None` if `cohort` has no members.
     pub fn cohort_usage(&self, cohort: AccountId) -> Option<(Resources, Quota)> {

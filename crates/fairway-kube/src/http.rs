@@ -440,7 +440,8 @@ fn quota_list(engine: &Engine) -> QuotaList {
         .filter_map(|ns| {
             let account = engine.interner().account_id(fairway_spec::AccountKind::Project, &ns)?;
             let (used, quota) = engine.core().account_usage(account);
-            Some(QuotaView::of("project", &ns, used, quota))
+            let share = engine.core().fair_share(account, fairway_core::Time(now_ms()));
+            Some(QuotaView::of("project", &ns, used, quota).with_fair_share(share))
         })
         .collect();
     QuotaList { quotas }

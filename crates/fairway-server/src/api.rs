@@ -283,14 +283,14 @@ pub struct PriorityClassView {
     pub description: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuotaList {
     pub quotas: Vec<QuotaView>,
 }
 
 /// An account's cap and what it holds now. Accounts without a cap are listed when they hold
 /// something.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuotaView {
     /// `user` or `project`.
     pub kind: String,
@@ -305,6 +305,11 @@ pub struct QuotaView {
     pub gpu_milli_used: u64,
     pub cpu_millis_used: u64,
     pub memory_mib_used: u64,
+    /// With fair sharing on: the account's share (docs/fair-sharing.md), what orders the
+    /// tenants of a tier, least first: the largest of its GPUs', CPU's and memory's (held
+    /// now plus its recent average) over the cluster's, divided by its weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_share: Option<f64>,
 }
 
 impl QuotaView {
@@ -326,7 +331,13 @@ impl QuotaView {
             gpu_milli_used: used.gpu_milli_total(),
             cpu_millis_used: used.cpu_millis,
             memory_mib_used: used.memory_mib,
+            fair_share: None,
         }
+    }
+
+    /// With the account's fair share (`Scheduler::fair_share`), rounded to 4 decimals.
+    pub fn with_fair_share(self, share: Option<f64>) -> QuotaView {
+        QuotaView { fair_share: share.map(|s| (s * 10_000.0).round() / 10_000.0), ..self }
     }
 }
 

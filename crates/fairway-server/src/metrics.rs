@@ -193,6 +193,8 @@ pub struct Metrics {
     pub quota_gpus_used: Family<AccountLabels, Gauge>,
     /// Each capped account's GPU cap, as of the last refresh.
     pub quota_gpus_max: Family<AccountLabels, Gauge>,
+    /// With fair sharing on, each listed account's share (`QuotaView::fair_share`).
+    pub quota_fair_share: Family<AccountLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// The accounts the two gauges above have series for.
     accounts: Series<AccountLabels>,
     /// Finished jobs by tier and final state.
@@ -241,6 +243,7 @@ impl Metrics {
             queue_gpu_hours_lost: Family::default(),
             quota_gpus_used: Family::default(),
             quota_gpus_max: Family::default(),
+            quota_fair_share: Family::default(),
             accounts: Series::new(),
             finished: finished.clone(),
             gpus_total: Gauge::default(),
@@ -312,6 +315,11 @@ impl Metrics {
             m.quota_gpus_used.clone(),
         );
         registry.register("quota_gpus_max", "Each capped user's or project's GPU quota", m.quota_gpus_max.clone());
+        registry.register(
+            "quota_fair_share",
+            "With fair sharing on, each listed user's or project's share: the largest of its GPUs', CPU's and memory's (held now plus its recent average) over the cluster's, divided by its weight; a tier serves the least first",
+            m.quota_fair_share.clone(),
+        );
         registry.register("jobs_finished", "Jobs that finished, by priority tier and final state", finished);
         registry.register("gpus", "GPUs the server schedules", m.gpus_total.clone());
         registry.register("gpus_allocated", "GPUs assigned to jobs", m.gpus_allocated.clone());
@@ -456,11 +464,20 @@ impl Metrics {
                     self.quota_gpus_max.remove(&labels);
                 }
             }
+            match q.fair_share {
+                Some(share) => {
+                    self.quota_fair_share.get_or_create(&labels).set(share);
+                }
+                None => {
+                    self.quota_fair_share.remove(&labels);
+                }
+            }
             fresh.insert(labels);
         }
         self.accounts.replace(fresh, |gone| {
             self.quota_gpus_used.remove(gone);
             self.quota_gpus_max.remove(gone);
+            self.quota_fair_share.remove(gone);
         });
     }
 

@@ -308,20 +308,31 @@ fn gpus_held(gpus: u32, gpu_milli: u64) -> String {
 }
 
 /// `fairway quota`: usage against caps.
+/// `fairway quota`: one row per account; with fair sharing on, its share (`FAIR SHARE`,
+/// docs/fair-sharing.md: what orders the tenants of a tier, least first; 2 for a tenant that
+/// has held the whole cluster for long, as it counts what is held now and its recent average).
 pub fn quotas_table(quotas: &[QuotaView]) -> String {
+    let fair = quotas.iter().any(|q| q.fair_share.is_some());
     let rows: Vec<Vec<String>> = quotas
         .iter()
         .map(|q| {
-            vec![
+            let mut row = vec![
                 q.kind.clone(),
                 q.account.clone(),
                 used_of(gpus_held(q.gpus_used, q.gpu_milli_used), q.gpus_max.map(|m| m.to_string())),
                 used_of(cpu(q.cpu_millis_used), q.cpu_millis_max.map(cpu)),
                 used_of(memory(q.memory_mib_used), q.memory_mib_max.map(memory)),
-            ]
+            ];
+            if fair {
+                row.push(q.fair_share.map_or("-".to_string(), |s| format!("{s:.3}")));
+            }
+            row
         })
         .collect();
-    table(&["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY"], &rows)
+    match fair {
+        true => table(&["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY", "FAIR SHARE"], &rows),
+        false => table(&["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY"], &rows),
+    }
 }
 
 /// `fairway quota cohorts`: one row per member; GPUs as used/nominal, the limits as `+N`
@@ -829,6 +840,7 @@ node-b   A100    2      0           7500m   1000Mi   false         0:- 1:-
                 gpu_milli_used: 6_000,
                 cpu_millis_used: 24_000,
                 memory_mib_used: 98_304,
+                fair_share: None,
             },
             QuotaView {
                 kind: "user".to_string(),
@@ -841,6 +853,7 @@ node-b   A100    2      0           7500m   1000Mi   false         0:- 1:-
                 gpu_milli_used: 1_600,
                 cpu_millis_used: 500,
                 memory_mib_used: 0,
+                fair_share: None,
             },
         ];
         let want = "\
@@ -849,6 +862,17 @@ project   ads       6/8     24/-     96Gi/128Gi
 user      bob       1.6/-   500m/-   0Mi/-
 ";
         assert_eq!(quotas_table(&quotas), want);
+        // With fair sharing on, each account's share.
+        let shared = quotas.map(|q| {
+            let share = if q.account == "ads" { 0.75 } else { 0.0312 };
+            q.with_fair_share(Some(share))
+        });
+        let want = "\
+KIND      ACCOUNT   GPUS    CPU      MEMORY       FAIR SHARE
+project   ads       6/8     24/-     96Gi/128Gi   0.750
+user      bob       1.6/-   500m/-   0Mi/-        0.031
+";
+        assert_eq!(quotas_table(&shared), want);
         assert_eq!(quota_caps(Some(8), None, Some(2_048)), "gpus 8, cpu unlimited, memory 2Gi");
     }
 

@@ -939,6 +939,21 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
     let positions = [light, queued].map(|id| api.job(id).job.queue_position);
     assert_eq!(api.job(short).job.state, JobState::Running, "positions read while both waited");
     assert_eq!(positions, [Some(1), Some(2)], "nlp's job first, then the sweep's");
+    // Each account's share, by the documented formula: with a half-life of 0 what it held
+    // recently is what it holds, so (held + held) / capacity over its weight. The sweep's
+    // project and user hold both GPUs: 2; nlp holds nothing: 0.
+    let (_, quotas) = api.json("GET", "/v1/quotas", None);
+    let share = |kind: &str, account: &str| {
+        let q = quotas["quotas"].as_array().unwrap().iter().find(|q| q["kind"] == kind && q["account"] == account);
+        q.and_then(|q| q["fair_share"].as_f64())
+    };
+    assert_eq!((share("project", "sweep"), share("user", "sweep-user")), (Some(2.0), Some(2.0)), "{quotas}");
+    // The gauges are refreshed at the server's tick.
+    let line = "fairway_quota_fair_share{kind=\"project\",account=\"sweep\"} 2.0";
+    api.wait_for(line, |api| {
+        let (_, metrics) = api.request("GET", "/metrics", None);
+        String::from_utf8(metrics).unwrap().lines().any(|l| l == line).then_some(())
+    });
     let light_started = api.wait_state(light, JobState::Succeeded).job.first_started_at_ms.unwrap();
     let queued_started = api.wait_state(queued, JobState::Succeeded).job.first_started_at_ms.unwrap();
     assert!(queued_started >= light_started, "nlp's job started at {light_started}, the sweep's at {queued_started}");

@@ -1168,6 +1168,7 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
         gpu_milli_used: 8000,
         cpu_millis_used: 0,
         memory_mib_used: 0,
+        fair_share: Some(0.5),
     };
     metrics.server.set_quotas(&fairway_server::api::QuotaList { quotas: vec![capped] });
     // The per-job series are the server's (opt-in), under the same registry.

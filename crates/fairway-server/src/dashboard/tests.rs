@@ -58,6 +58,7 @@ fn inputs(jobs: Vec<DashJob>) -> Inputs {
         gpu_milli_used: 2000,
         cpu_millis_used: 0,
         memory_mib_used: 0,
+        fair_share: None,
     };
     Inputs {
         now_ms: 5000,

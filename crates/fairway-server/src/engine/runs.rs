@@ -635,7 +635,8 @@ impl Engine {
 
     pub(crate) fn quota_view(&self, kind: AccountKind, account: &str, id: fairway_core::AccountId) -> QuotaView {
         let (used, quota) = self.core.account_usage(id);
-        QuotaView::of(kind.as_str(), account, used, quota)
+        let share = self.core.fair_share(id, fairway_core::Time(self.now_ms()));
+        QuotaView::of(kind.as_str(), account, used, quota).with_fair_share(share)
     }
 
     /// Runs `f` in one committed transaction. A failure (a full disk, an I/O error) makes
