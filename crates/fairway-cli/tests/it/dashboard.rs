@@ -166,9 +166,11 @@ async fn tab_through(c: &Client, presses: usize) -> Vec<String> {
 
 #[test]
 fn the_dashboard_shows_a_live_server_in_a_real_browser() {
-    // ads has a cap; speech and nlp share a cohort and run nothing (the quota view's rows).
+    // ads has a cap; speech and nlp share a cohort and run nothing (the quota view's rows);
+    // fair sharing (each tier has one tenant waiting at a time) gives the quota view a share.
     let config = "quotas: [{ project: ads, gpus_max: 3 }]\ncohorts:\n  - name: lab\n    members:\n      \
-                  - { project: speech, nominal: { gpus: 1 } }\n      - { project: nlp, nominal: { gpus: 1 } }\n";
+                  - { project: speech, nominal: { gpus: 1 } }\n      - { project: nlp, nominal: { gpus: 1 } }\n\
+                  fair_share: { half_life_seconds: 0 }\n";
     let server = InProcess::start("2x2", config);
     let api = &server.api;
     let base = api.base.clone();
@@ -303,7 +305,12 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         c.goto(&format!("{base}/ui/#/quotas")).await.unwrap();
         let quotas = text(c, "#quotas tbody").await;
         let ads = quotas.lines().position(|l| l.starts_with("project ads")).expect("ads' quota row");
-        assert!(quotas.lines().nth(ads + 1).is_some_and(|l| l.trim() == "2 / 3"), "ctr-model's 2 GPUs of 3: {quotas}");
+        // Its share with a half-life of 0: (2 held + 2 held recently) / 4 GPUs.
+        assert!(
+            quotas.lines().nth(ads + 1).is_some_and(|l| l.trim() == "2 / 3 1.000"),
+            "ctr-model's 2 GPUs of 3, share 1: {quotas}"
+        );
+        assert!(text(c, "#quotas thead").await.contains("Fair share"));
         let bar = c.find(Locator::Css("#quotas [role=meter]")).await.unwrap();
         assert_eq!(bar.attr("aria-valuenow").await.unwrap().as_deref(), Some("2"));
         let cohorts = text(c, "#cohorts tbody").await;

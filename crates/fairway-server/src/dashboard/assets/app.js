@@ -267,13 +267,17 @@ function bar(used, max, label) {
 }
 
 function quotasView(s) {
+  // With fair sharing on, each account's share: what orders the tenants of a tier.
+  const fair = s.quotas.some((q) => typeof q.fair_share === "number");
   const quotas = s.quotas.map((q) => {
     const max = q.gpus_max ?? null;
     const label = `${q.kind} ${q.account}: ${q.gpus_used} of ${max === null ? "unlimited" : max} GPUs`;
     return el("tr", {}, el("td", { text: q.kind }), el("td", { text: q.account }),
       el("td", {}, max === null ? "no cap" : bar(q.gpus_used, max, label)),
-      el("td", { class: "num", text: `${q.gpus_used} / ${max === null ? "∞" : max}` }));
+      el("td", { class: "num", text: `${q.gpus_used} / ${max === null ? "∞" : max}` }),
+      fair ? el("td", { class: "num", text: typeof q.fair_share === "number" ? q.fair_share.toFixed(3) : "–" }) : null);
   });
+  const quotaColumns = [["Kind"], ["Account"], ["Use"], ["GPUs", "num"]].concat(fair ? [["Fair share", "num"]] : []);
   const members = s.cohorts.flatMap((c) => c.members.map((m) => {
     const nominal = m.nominal ? m.nominal.gpus : undefined;
     return el("tr", {},
@@ -284,7 +288,7 @@ function quotasView(s) {
   }));
   return el("section", { "aria-labelledby": "quotas-title" },
     el("h2", { id: "quotas-title", text: "Quotas" }),
-    table("GPU quotas (hard caps)", [["Kind"], ["Account"], ["Use"], ["GPUs", "num"]], quotas, "quotas"),
+    table("GPU quotas (hard caps)", quotaColumns, quotas, "quotas"),
     members.length ? table("Cohorts: nominal quotas lent while idle", [["Cohort"], ["Project"], ["Uses", "num"],
       ["Nominal", "num"], ["Borrowed", "num"]], members, "cohorts") : null);
 }
