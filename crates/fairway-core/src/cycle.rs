@@ -386,7 +386,8 @@ impl Scheduler {
     ///    lower-priority work (and, within its nominal quota, borrowers of its own
     ///    priority) that gives back enough to the cohort (see `ledger.rs`);
     ///    e. place on free GPUs if possible and start, unless it would delay a reservation
-    ///    ranked above it (then elsewhere, or it is held back);
+    ///    ranked above it (`plan.rs`: with fair sharing, by share inside a priority; then
+    ///    elsewhere, or it is held back);
     ///    f. otherwise, if the policy and the job allow, preempt lower-priority work
     ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job; failing
     ///    that, a job within its project's nominal quota reclaims from the members of its
