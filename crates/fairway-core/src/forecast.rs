@@ -42,12 +42,11 @@
 //! [`FORECAST_TIMES_MAX`] times played forward per call (a job not started by the last one
 //! is "not before" it).
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::cluster::PlacedEnd;
-use crate::ids::{GroupKey, JobIx, QueueKey};
+use crate::ids::{GroupKey, JobIx};
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
 use crate::scheduler::Scheduler;
@@ -115,7 +114,7 @@ impl Scheduler {
         let mut shares: BTreeMap<AccountId, u64> = BTreeMap::new();
         let mut share =
             |account: AccountId| *shares.entry(account).or_insert_with(|| self.fair.share_bits(account, now));
-        let mut ranked: Vec<(Reverse<Priority>, (u64, u64), QueueKey)> = self
+        let mut ranked: Vec<crate::plan::PlanRank> = self
             .queue
             .in_order()
             .map(|id| {
