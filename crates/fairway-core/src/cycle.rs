@@ -546,9 +546,7 @@ impl Scheduler {
         // again); candidates come from their own list.
         let mut last_head: Option<(QueueKey, GroupIx)> = None;
         let mut next_candidate = 0;
-        // Fair sharing reorders each priority level (backfill only: strict order is queue
-        // order by definition).
-        let fair = self.fair.enabled() && !strict;
+        let fair = self.orders_by_share();
         loop {
             let next = if fair {
                 self.next_fair(level, candidates, &mut next_candidate, now)
@@ -770,6 +768,12 @@ impl Scheduler {
             self.push_fair(level, key, gix, From::Candidate, now);
         }
         Some(())
+    }
+
+    /// Whether the walk orders each priority level by share: fair sharing on, and backfill
+    /// (under strict order the queue's order is the order by definition).
+    pub(crate) fn orders_by_share(&self) -> bool {
+        self.fair.enabled() && self.config.policy.backfill
     }
 
     /// Put a head or a candidate in the fair order, with its group's shares now.

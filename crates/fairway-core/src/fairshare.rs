@@ -159,6 +159,12 @@ impl FairShares {
         self.share(account, now).max(0.0).to_bits()
     }
 
+    /// A job's place among the jobs of its priority (`FairKey`): its project's share, then
+    /// its user's, as ordered bits.
+    pub(crate) fn key(&self, project: AccountId, user: AccountId, now: Time) -> FairKey {
+        (self.share_bits(project, now), self.share_bits(user, now))
+    }
+
     /// Accounts holding something, with what they hold, in no particular order.
     pub fn holdings(&self) -> impl Iterator<Item = (AccountId, Resources)> + '_ {
         self.accounts.iter().filter(|(_, u)| u.alloc != Resources::ZERO).map(|(a, u)| (*a, u.alloc))

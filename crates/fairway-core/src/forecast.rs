@@ -46,6 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::cluster::PlacedEnd;
+use crate::fairshare::FairKey;
 use crate::ids::{GroupKey, JobIx};
 use crate::model::JobState;
 use crate::placement::{Candidate, choose_nodes};
@@ -107,19 +108,19 @@ impl Scheduler {
     /// user's share now, least first, each tenant's in queue order (`PlanRank`). A cycle
     /// counts each start before it chooses the next job; this order counts none.
     pub fn pending_by_rank(&self, now: Time) -> Vec<JobId> {
-        if !(self.fair.enabled() && self.config.policy.backfill) {
+        if !self.orders_by_share() {
             return self.queue.in_order().collect();
         }
-        // Many jobs share a tenant: each account's share is worked out once.
-        let mut shares: BTreeMap<AccountId, u64> = BTreeMap::new();
-        let mut share =
-            |account: AccountId| *shares.entry(account).or_insert_with(|| self.fair.share_bits(account, now));
+        // Many jobs share a tenant: each tenant's key is worked out once.
+        let mut keys: BTreeMap<(AccountId, AccountId), FairKey> = BTreeMap::new();
         let mut ranked: Vec<crate::plan::PlanRank> = self
             .queue
             .in_order()
             .map(|id| {
                 let job = &self.jobs[self.jobs.ix_of(id).expect("a queued job exists")];
-                (job.key.rank, (share(job.spec.project), share(job.spec.user)), job.key)
+                let (project, user) = (job.spec.project, job.spec.user);
+                let shares = *keys.entry((project, user)).or_insert_with(|| self.fair.key(project, user, now));
+                (job.key.rank, shares, job.key)
             })
             .collect();
         ranked.sort_unstable();
@@ -130,8 +131,8 @@ impl Scheduler {
         // Step 6: positions. Every job forecast counts, wanted or not: a job ranked lower
         // may start first and delay one ranked higher.
         let mut wanted_unseen = wanted.map_or(usize::MAX, BTreeSet::len);
-        let fair_order = self.fair.enabled() && self.config.policy.backfill;
-        let in_order: Box<dyn Iterator<Item = JobId> + '_> = match fair_order {
+        // Queue order is read lazily, as far as needed; the order by share is sorted whole.
+        let in_order: Box<dyn Iterator<Item = JobId> + '_> = match self.orders_by_share() {
             true => Box::new(self.pending_by_rank(now).into_iter()),
             false => Box::new(self.queue.in_order()),
         };

@@ -791,7 +791,7 @@ impl Scheduler {
         if !self.fair.enabled() || self.plan.len() < 2 {
             return false;
         }
-        let ranks: Vec<PlanRank> = self.plan.iter().map(|p| self.plan_rank(p.ix, p.key, now)).collect();
+        let ranks = self.plan_ranks(now);
         if ranks.is_sorted() {
             return false;
         }
@@ -829,7 +829,7 @@ impl Scheduler {
             .0
             .iter()
             .any(|&(end, _, ix)| end <= now && self.expected_end(ix, now) != end);
-        let in_rank_order = self.plan.iter().map(|p| self.plan_rank(p.ix, p.key, now)).is_sorted();
+        let in_rank_order = self.plan_ranks(now).is_sorted();
         let kept = self.plan_read == Some(read)
             && !would_revise
             && in_rank_order
@@ -899,13 +899,15 @@ impl Scheduler {
     /// The rank of the pending job at `ix` (queued at `key`) as of `now` (`PlanRank`).
     /// Without fair sharing it is the queue's order, and no job is read.
     pub(crate) fn plan_rank(&self, ix: JobIx, key: QueueKey, now: Time) -> PlanRank {
-        let job = || self.jobs.get_slot(ix).filter(|j| j.spec.id == key.id);
         // A holder that left (the refresh drops it) ranks by its key alone.
-        let shares = match self.fair.enabled().then(job).flatten() {
-            Some(job) => (self.fair.share_bits(job.spec.project, now), self.fair.share_bits(job.spec.user, now)),
-            None => (0, 0),
-        };
+        let job = self.jobs.get_slot(ix).filter(|j| self.fair.enabled() && j.spec.id == key.id);
+        let shares = job.map_or((0, 0), |j| self.fair.key(j.spec.project, j.spec.user, now));
         (key.rank, shares, key)
+    }
+
+    /// Each reservation's holder's rank now, in plan order.
+    fn plan_ranks(&self, now: Time) -> Vec<PlanRank> {
+        self.plan.iter().map(|p| self.plan_rank(p.ix, p.key, now)).collect()
     }
 
     /// How the pending job at `ix` (queued at `key`) ranks against the reservation `p` now

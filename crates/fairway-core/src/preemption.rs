@@ -550,8 +550,8 @@ impl SearchView<'_> {
         mut keep: impl FnMut(&VictimEntry) -> bool,
     ) -> Vec<(Priority, JobId, JobIx)> {
         let below = |p: Priority| p < priority || (inclusive && p == priority);
-        // Room for a few per node at once: grown entry by entry, it was reallocated several
-        // times a search.
+        // Room for a few per node at once, so that most searches never grow it (grown entry
+        // by entry from a filter, it would be reallocated several times a search).
         let mut all: Vec<(Priority, JobId, JobIx)> = Vec::with_capacity(4 * self.nodes.len());
         for node in self.nodes.iter() {
             let entries = node.victims.iter().take_while(|e| below(e.priority)).filter(|e| keep(e));

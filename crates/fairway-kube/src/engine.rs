@@ -42,6 +42,7 @@ use fairway_core::{
     Scheduler, StartEstimate, Time,
 };
 use fairway_server::api::FORECAST_JOBS_MAX;
+use fairway_server::clock::time_text;
 use fairway_spec::{AccountKind, Interner, ParseLimits, ParseOptions, PreemptionProtection, PriorityRef, ResolvedJob};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -1822,24 +1823,19 @@ impl Engine {
             PendingReason::BlockedBehind { job, priority } => {
                 format!("behind higher priority: {} (priority {priority}) waits for GPUs first", name(*job))
             }
-            PendingReason::HeldForReservation { job, at } => {
-                let at = jiff::Timestamp::from_millisecond(at.millis() as i64)
-                    .map_or_else(|_| at.to_string(), |t| t.to_string());
-                format!(
-                    "held for the reservation of {}, expected to start by {at}: it would run past then on the GPUs it needs",
-                    name(*job)
-                )
-            }
-            PendingReason::VictimsProtected { until } => {
-                let at = jiff::Timestamp::from_millisecond(until.millis() as i64)
-                    .map_or_else(|_| until.to_string(), |t| t.to_string());
-                format!("the lower-priority work that would make room is protected from preemption until {at}")
-            }
-            PendingReason::PreemptionDelayed { until } => {
-                let at = jiff::Timestamp::from_millisecond(until.millis() as i64)
-                    .map_or_else(|_| until.to_string(), |t| t.to_string());
-                format!("waits for free GPUs before preempting (its PriorityClass's preemption delay) until {at}")
-            }
+            PendingReason::HeldForReservation { job, at } => format!(
+                "held for the reservation of {}, expected to start by {}: it would run past then on the GPUs it needs",
+                name(*job),
+                time_text(at.millis())
+            ),
+            PendingReason::VictimsProtected { until } => format!(
+                "the lower-priority work that would make room is protected from preemption until {}",
+                time_text(until.millis())
+            ),
+            PendingReason::PreemptionDelayed { until } => format!(
+                "waits for free GPUs before preempting (its PriorityClass's preemption delay) until {}",
+                time_text(until.millis())
+            ),
             other => other.to_string(),
         }
     }

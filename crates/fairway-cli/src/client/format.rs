@@ -329,10 +329,8 @@ pub fn quotas_table(quotas: &[QuotaView]) -> String {
             row
         })
         .collect();
-    match fair {
-        true => table(&["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY", "FAIR SHARE"], &rows),
-        false => table(&["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY"], &rows),
-    }
+    let headers = ["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY", "FAIR SHARE"];
+    table(&headers[..if fair { 6 } else { 5 }], &rows)
 }
 
 /// `fairway quota cohorts`: one row per member; GPUs as used/nominal, the limits as `+N`

@@ -884,7 +884,9 @@ fn a_class_cap_on_preemptions_an_hour_holds_across_a_restart() {
             _ => None,
         })
         .collect();
-    assert!(said.iter().any(|m| m.contains("protected")), "{said:?}");
+    // Until the hour since that preemption is over, said as a time people read.
+    let until = fairway_server::clock::time_text(earlier + 3_600_000);
+    assert!(said.iter().any(|m| m.contains(&format!("protected from preemption until {until}"))), "{said:?}");
     h.now = earlier + 3_600_000;
     let actions = h.cycle();
     assert_eq!(suspended(&actions), [("nightly".to_owned(), Some("ads/ctr".to_owned()))]);
