@@ -214,7 +214,11 @@ pub struct Engine {
     /// those in opted-in namespaces escaped the webhook (made before the namespace was
     /// labelled, or before Fairway was installed) and are said once.
     unmanaged: BTreeMap<String, Unmanaged>,
+    /// The uid of each workload in the core (and of each occupant pod), by the core's id.
     by_job: HashMap<JobId, String>,
+    /// The uid of every tracked workload by its id, in the core or not (refused, finished,
+    /// or read before the start): what the API looks workloads up by.
+    tracked_ids: HashMap<JobId, String>,
     /// Occupant pods in the core, by pod uid.
     occupants: HashMap<String, JobId>,
     classes: BTreeMap<String, ClassInfo>,
@@ -314,6 +318,7 @@ impl Engine {
             workloads: HashMap::new(),
             unmanaged: BTreeMap::new(),
             by_job: HashMap::new(),
+            tracked_ids: HashMap::new(),
             occupants: HashMap::new(),
             classes: BTreeMap::new(),
             quotas: BTreeMap::new(),
@@ -369,9 +374,19 @@ impl Engine {
         JobId(fnv1a(uid.as_bytes()) & ID_BITS)
     }
 
-    /// A workload by the core's id.
+    /// A tracked workload by its id, whether the core holds it or not (refused, finished,
+    /// or read before the start).
     pub fn workload(&self, id: JobId) -> Option<&Workload> {
-        self.by_job.get(&id).and_then(|uid| self.workloads.get(uid)).map(|t| &t.w)
+        self.tracked(id).map(|t| &t.w)
+    }
+
+    /// Why the engine refused a tracked workload, if it did.
+    pub fn refusal(&self, id: JobId) -> Option<&str> {
+        self.tracked(id).and_then(|t| t.refused.as_deref())
+    }
+
+    fn tracked(&self, id: JobId) -> Option<&Tracked> {
+        self.tracked_ids.get(&id).and_then(|uid| self.workloads.get(uid))
     }
 
     /// Every managed workload, with its id and whether the engine refused it (and why).
@@ -390,7 +405,7 @@ impl Engine {
 
     /// Since when a managed workload waits (its creation, or its last requeue), Unix ms.
     pub fn queued_since_ms(&self, id: JobId) -> Option<u64> {
-        self.by_job.get(&id).and_then(|uid| self.workloads.get(uid)).map(|t| t.queued_since_ms)
+        self.tracked(id).map(|t| t.queued_since_ms)
     }
 
     pub fn node_name(&self, id: NodeId) -> Option<&str> {
@@ -849,6 +864,7 @@ impl Engine {
                 }
                 let id = Engine::job_id_of_uid(&uid);
                 let preempted_at_ms = w.preempted_at_ms();
+                self.tracked_ids.insert(id, uid.clone());
                 self.workloads.insert(
                     uid.clone(),
                     Tracked {
@@ -1081,6 +1097,10 @@ impl Engine {
     fn forget(&mut self, uid: &str) {
         if let Some(t) = self.workloads.remove(uid) {
             self.by_job.remove(&t.id);
+            // Ids are hashes of uids: another uid may have taken this one's.
+            if self.tracked_ids.get(&t.id).is_some_and(|u| u == uid) {
+                self.tracked_ids.remove(&t.id);
+            }
             self.published.remove(uid);
         }
     }

@@ -255,10 +255,19 @@ fn view(engine: &Engine, id: JobId, now: u64, estimates: &BTreeMap<JobId, Estima
                 Some(crate::workload::Finished::Failed) => JobState::Failed,
                 None => JobState::Pending,
             };
-            let refused = engine.workloads().find(|(i, ..)| *i == id).and_then(|(_, _, r)| r.map(str::to_owned));
-            let reasons = refused
-                .map(|r| vec![ReasonView { code: "invalid".into(), message: r, data: BTreeMap::new() }])
-                .unwrap_or_default();
+            let reason =
+                |code: &str, message: String| vec![ReasonView { code: code.into(), message, data: BTreeMap::new() }];
+            let reasons = match engine.refusal(id) {
+                Some(why) => reason("invalid", why.to_owned()),
+                // Read before the controller has listed every kind: it enters the queue
+                // once the listing is complete.
+                None if state == JobState::Pending && !engine.started() => reason(
+                    "starting",
+                    "the controller is still reading the cluster; this workload is queued once it has read everything"
+                        .to_owned(),
+                ),
+                None => Vec::new(),
+            };
             (state, None, reasons, None)
         }
     };

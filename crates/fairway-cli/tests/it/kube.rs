@@ -91,12 +91,19 @@ fn job(name: &str, class: &str, gpus: u32, stop_seconds: u32) -> Job {
 
 /// Polls `f` until it gives a value, for at most 30 s.
 fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    wait_for_seen(what, || f().ok_or_else(String::new))
+}
+
+/// Polls `f` until it gives `Ok`, for at most 30 s; a timeout shows the last `Err` (what
+/// was seen instead).
+fn wait_for_seen<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        let seen = match f() {
+            Ok(v) => return v,
+            Err(seen) => seen,
+        };
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; last seen:\n{seen}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -111,7 +118,10 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     std::fs::write(&kubeconfig, cluster.kubeconfig_yaml()).unwrap();
     // Jobs opt in explicitly here (the webhook is tested with the scenarios): no webhook.
     let config = dir.path().join("config.yaml");
-    std::fs::write(&config, "leader_election: { enabled: false }\nmetrics: { pending_job_series_max: 5 }\n").unwrap();
+    // Fair sharing on (one namespace: it decides nothing here) for the shares it reports.
+    let settings = "leader_election: { enabled: false }\nmetrics: { pending_job_series_max: 5 }\n\
+                    fair_share: { half_life_seconds: 0 }\n";
+    std::fs::write(&config, settings).unwrap();
 
     rt.block_on(async {
         let nodes: Api<Node> = Api::all(client.clone());
@@ -175,6 +185,9 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     assert!(nodes.contains("gpu-0") && nodes.contains("NVIDIA-H100-80GB-HBM3"), "{nodes}");
     let quota = cli_ok(&base, &["quota"]);
     assert!(quota.contains("ads") && quota.contains("16"), "{quota}");
+    // ads holds the node's 8 GPUs: with a half-life of 0, (8 + 8) / 8.
+    assert!(quota.lines().next().is_some_and(|l| l.ends_with("FAIR SHARE")), "{quota}");
+    assert!(quota.lines().any(|l| l.starts_with("project") && l.ends_with("2.000")), "{quota}");
     let describe = cli_ok(&base, &["describe", "ads/low-a"]);
     assert!(describe.contains("low-a") && describe.contains("gpu-0"), "{describe}");
     // The dashboard's snapshot: the same shape as the server's, read-only.
@@ -219,9 +232,9 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     controller = start_controller(&kubeconfig, &config);
     let base = controller.base.clone();
     // Rebuilt from the cluster: the victims on their way out, their GPUs held for urgent.
-    let why = wait_for("the rebuilt controller to answer", || {
-        let (ok, out, _) = cli(&base, &["why", "ads/urgent"]);
-        (ok && out.contains("waiting for the preemption")).then_some(out)
+    let why = wait_for_seen("the rebuilt controller to answer", || {
+        let (ok, out, err) = cli(&base, &["why", "ads/urgent"]);
+        if ok && out.contains("waiting for the preemption") { Ok(out) } else { Err(format!("{out}{err}")) }
     });
     assert!(why.contains("ads/low-a") && why.contains("ads/low-b"), "{why}");
     assert!(suspended("urgent"), "admitted while its victims' pods still run");
@@ -315,7 +328,9 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     assert!(metrics.lines().any(|l| l == "fairway_queue_gpus_allocated{tier=\"high\",tenant=\"ads\"} 8"), "{metrics}");
     assert!(!metrics.contains("fairway_queue_gpus_allocated{tier=\"low\""), "{metrics}");
     // The namespace's ResourceQuota (16 GPUs) against what it holds: urgent's 8.
-    for (name, want) in [("fairway_quota_gpus_used", 8), ("fairway_quota_gpus_max", 16)] {
+    for (name, want) in
+        [("fairway_quota_gpus_used", "8"), ("fairway_quota_gpus_max", "16"), ("fairway_quota_fair_share", "2.0")]
+    {
         let line = format!("{name}{{kind=\"project\",account=\"ads\"}} {want}");
         assert!(metrics.lines().any(|l| l == line), "{line} missing from:\n{metrics}");
     }

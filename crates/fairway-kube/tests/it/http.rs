@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use fairway_kube::controller::now_ms;
-use fairway_kube::engine::{Change, Input};
+use fairway_kube::engine::{Change, Input, Stream};
 use fairway_kube::http::{ApiState, KubeMetrics, router};
 use fairway_kube::leader::Role;
 use fairway_kube::workload::Workload;
@@ -72,4 +72,66 @@ async fn pending_jobs_have_their_queue_position_and_expected_start() {
     assert_eq!((detail.job.queue_position, detail.job.start_estimate), (Some(1), eval.start_estimate));
     let detail: JobDetail = http.get(format!("{url}/v1/jobs/{}", train.id)).send().await.unwrap().json().await.unwrap();
     assert_eq!((detail.job.queue_position, detail.job.start_estimate), (None, None));
+}
+
+/// `GET path` on the API: the status and the body as JSON.
+async fn get_json(http: &reqwest::Client, url: &str, path: &str) -> (u16, serde_json::Value) {
+    let response = http.get(format!("{url}{path}")).send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}")))
+}
+
+/// The API shows the managed workloads the core does not hold, where it used to panic
+/// (which left the engine's lock poisoned and the controller answering nothing): one the
+/// engine refused (its PriorityClass is missing), one that finished, and, while the
+/// controller still lists the cluster after a restart, every workload it has read so far.
+/// Each is listed, described and explained (`why`) with its state and reason.
+#[tokio::test]
+async fn workloads_outside_the_queue_are_listed_described_and_explained() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let mut h = Harness::new();
+    let mut done = job("ml", "done", "low", 1, 1, 0, None);
+    let condition = k8s_openapi::api::batch::v1::JobCondition {
+        type_: "Complete".into(),
+        status: "True".into(),
+        ..Default::default()
+    };
+    done.status =
+        Some(k8s_openapi::api::batch::v1::JobStatus { conditions: Some(vec![condition]), ..Default::default() });
+    let gold = job("ml", "gold", "gold", 1, 1, 0, None);
+    h.start(vec![node("n1", 8)], vec![class("low", 1000)], vec![done, gold], vec![], vec![]);
+    h.cycle();
+    let url = serve(h.engine).await;
+    let (status, list) = get_json(&http, &url, "/v1/jobs").await;
+    assert_eq!(status, 200, "{list}");
+    let find = |name: &str| list["jobs"].as_array().unwrap().iter().find(|j| j["name"] == name).cloned().unwrap();
+    let (done, gold) = (find("done"), find("gold"));
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(gold["state"], "pending", "{gold}");
+    let (status, detail) = get_json(&http, &url, &format!("/v1/jobs/{}", done["id"])).await;
+    assert_eq!((status, &detail["job"]["state"]), (200, &serde_json::json!("succeeded")), "{detail}");
+    let (status, why) = get_json(&http, &url, &format!("/v1/jobs/{}/why", gold["id"])).await;
+    assert_eq!(status, 200, "{why}");
+    let reason = &why["reasons"][0];
+    assert_eq!(reason["code"], "invalid", "{why}");
+    assert!(reason["message"].as_str().unwrap().contains("no PriorityClass \"gold\""), "{why}");
+    let (status, dashboard) = get_json(&http, &url, "/v1/dashboard").await;
+    assert_eq!(status, 200, "{dashboard}");
+
+    // A controller that has read the Jobs but not yet the other kinds queues nothing yet.
+    let mut h = Harness::new();
+    h.feed(Input::Listing(Stream::Jobs));
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&job("ml", "early", "low", 1, 1, 0, None)).unwrap())));
+    h.feed(Input::Listed(Stream::Jobs));
+    let url = serve(h.engine).await;
+    let (status, list) = get_json(&http, &url, "/v1/jobs").await;
+    assert_eq!(status, 200, "{list}");
+    let early = &list["jobs"][0];
+    assert_eq!((&early["name"], &early["state"]), (&serde_json::json!("early"), &serde_json::json!("pending")));
+    let (status, why) = get_json(&http, &url, &format!("/v1/jobs/{}/why", early["id"])).await;
+    assert_eq!((status, &why["reasons"][0]["code"]), (200, &serde_json::json!("starting")), "{why}");
+    let (status, health) = get_json(&http, &url, "/healthz").await;
+    assert_eq!((status, &health["status"]), (200, &serde_json::json!("starting")), "{health}");
 }
