@@ -68,7 +68,8 @@
 //!   - `phase`, `node_name` (pods); `unschedulable` (nodes);
 //!   - `event: {reason?, message?, type?}`: a core/v1 Event about the object.
 //! - `sleep`: a duration (`500ms`, `2s`, `1m`, or seconds as a number).
-//! - `controller: start|stop|restart`: delegated to the [`ControllerHooks`] given.
+//! - `controller: start|stop|restart`: delegated to the [`ControllerHooks`] given, whose
+//!   `check` also runs after every step (the caller's checks on the controller).
 //! - `nodes` (fake only): `{count, prefix?: node-, gpus, product?, cpu?: cores, memory?:
 //!   quantity, labels?}`: GPU nodes `prefix0`, `prefix1`, … (see [`crate::gpu_node`]).
 //! - `node: {name, cordon|ready|delete}`: `cordon` sets `spec.unschedulable`; `ready` (fake
@@ -98,6 +99,12 @@ use crate::{FakeCluster, Fault, FaultError, WriteVerb};
 pub trait ControllerHooks: Send {
     fn start(&mut self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
     fn stop(&mut self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+    /// The caller's own checks on the controller, run after every step that passed (for
+    /// instance: its API answers in whatever state the step left the cluster). None by
+    /// default.
+    fn check(&mut self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Where a scenario runs.
@@ -457,6 +464,9 @@ impl Scenario {
                     result.map_err(|e| fail(format!("the controller failed: {e}")))?;
                 }
                 other => runner.step(other).await.map_err(fail)?,
+            }
+            if let Some(hooks) = controller.as_deref_mut() {
+                hooks.check().await.map_err(|e| fail(format!("after the step: {e}")))?;
             }
         }
         Ok(Report { steps: self.steps.len(), elapsed: started.elapsed() })

@@ -114,6 +114,38 @@ impl InProcess {
         format!("http://{}", self.listening.expect("started").api)
     }
 
+    /// Every read endpoint of a running controller answers, whatever state the cluster is
+    /// in: the job list, each job alone and its `why`, the dashboard, nodes, quotas,
+    /// cohorts, classes, metrics and health. A handler that panics fails this at once
+    /// (and, before panics ended the process, left the engine's lock poisoned).
+    pub async fn check_api(&self) -> Result<(), String> {
+        let Some(listening) = self.listening else { return Ok(()) };
+        let base = format!("http://{}", listening.api);
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().map_err(|e| e.to_string())?;
+        let get = async |path: String| -> Result<String, String> {
+            let response = http.get(format!("{base}{path}")).send().await.map_err(|e| format!("GET {path}: {e}"))?;
+            let status = response.status();
+            let text = response.text().await.map_err(|e| format!("GET {path}: {e}"))?;
+            match status.is_success() {
+                true => Ok(text),
+                false => Err(format!("GET {path}: {status}: {text}")),
+            }
+        };
+        let list = get("/v1/jobs".into()).await?;
+        let list: fairway_server::api::JobList = serde_json::from_str(&list).map_err(|e| format!("{e}: {list}"))?;
+        for job in &list.jobs {
+            for path in [format!("/v1/jobs/{}", job.id), format!("/v1/jobs/{}/why", job.id)] {
+                get(path).await?;
+            }
+        }
+        for path in
+            ["/v1/dashboard", "/v1/nodes", "/v1/quotas", "/v1/cohorts", "/v1/priority-classes", "/metrics", "/healthz"]
+        {
+            get(path.into()).await?;
+        }
+        Ok(())
+    }
+
     pub fn kill(&mut self) {
         self.listening = None;
         if let Some(runtime) = self.runtime.take() {
@@ -136,6 +168,10 @@ impl ControllerHooks for InProcess {
     fn stop(&mut self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
         self.kill();
         Box::pin(async { Ok(()) })
+    }
+
+    fn check(&mut self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(self.check_api())
     }
 }
 
