@@ -368,6 +368,16 @@ impl Scheduler {
             .collect()
     }
 
+    /// The reservation a pending job holds now, if it holds one (the plan is at most
+    /// `reservations.count` long).
+    pub fn reservation_of(&self, job: JobId) -> Option<PlannedStart> {
+        self.plan.iter().find(|p| p.id == job).map(|p| PlannedStart {
+            job: p.id,
+            at: p.at,
+            nodes: p.nodes.iter().map(|&(n, r, _)| (n, r)).collect(),
+        })
+    }
+
     pub fn pending_count(&self) -> usize {
         self.queue.len()
     }

@@ -101,6 +101,56 @@ pub struct JobView {
     /// When it is expected to start (pending jobs), from the core's forecast.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_estimate: Option<StartEstimateView>,
+    /// The GPUs it has reserved (pending jobs that hold a reservation; `reservations` in the
+    /// configuration): when, and on which nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationView>,
+}
+
+/// A pending job's reservation (docs/reservations.md): the GPUs it needs are expected to be
+/// free at `at_ms` on these nodes, and no job ranked below it may start now where it would
+/// run past then on them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservationView {
+    pub at_ms: u64,
+    pub nodes: Vec<ReservedNodeView>,
+}
+
+/// What a reservation holds on one node: its replicas there and their GPUs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservedNodeView {
+    pub node: String,
+    pub replicas: u32,
+    pub gpus: u32,
+}
+
+impl ReservationView {
+    /// The view of `planned`, a reservation of a job whose replicas each ask
+    /// `per_replica`; `node_name` names the core's nodes.
+    pub fn of<'a>(
+        planned: &fairway_core::PlannedStart,
+        per_replica: &fairway_core::Resources,
+        node_name: impl Fn(fairway_core::NodeId) -> &'a str,
+    ) -> ReservationView {
+        let nodes = planned
+            .nodes
+            .iter()
+            .map(|(node, held)| {
+                // Replicas counted by the first dimension a replica asks for (a share of one
+                // GPU asks no whole GPU).
+                let dimensions = [
+                    (u64::from(held.gpus), u64::from(per_replica.gpus)),
+                    (u64::from(held.gpu_milli), u64::from(per_replica.gpu_milli)),
+                    (held.cpu_millis, per_replica.cpu_millis),
+                    (held.memory_mib, per_replica.memory_mib),
+                ];
+                let replicas =
+                    dimensions.into_iter().find(|&(_, per)| per > 0).map_or(1, |(held, per)| (held / per) as u32);
+                ReservedNodeView { node: node_name(*node).to_owned(), replicas, gpus: held.gpus }
+            })
+            .collect();
+        ReservationView { at_ms: planned.at.millis(), nodes }
+    }
 }
 
 /// Pending jobs a query's forecast covers, in queue order, in both drivers

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use fairway_server::api::{
     EventView, GpuView, JobDetail, JobState, JobView, NodeView, PriorityClassView, ProjectView, QuotaView, ReasonView,
-    ReplicaView, SubmitResponse, TokenView, WhyView,
+    ReplicaView, ReservationView, SubmitResponse, TokenView, WhyView,
 };
 
 /// Longest reason message the narrow job table shows; `-o wide` shows it whole.
@@ -574,12 +574,28 @@ fn describe_fields(out: &mut String, job: &JobView, now_ms: u64) {
     if let Some(start) = start_estimate_text(job, now_ms).filter(|_| job.state == JobState::Pending) {
         field(out, "Expected start", start);
     }
+    if let Some(reservation) = &job.reservation {
+        field(out, "Reservation", reservation_text(reservation, now_ms));
+    }
     field(out, "Restarts", job.restart_count);
     field(out, "Preemptions", job.preemptions);
     field(out, "Failures", format!("{} (retries allowed: {})", job.failures, job.retries));
     if let Some(exit) = exit_text(job) {
         field(out, "Exit", exit);
     }
+}
+
+/// When a reservation's GPUs are expected free, and what it holds on each node.
+fn reservation_text(reservation: &ReservationView, now_ms: u64) -> String {
+    let nodes: Vec<String> = reservation
+        .nodes
+        .iter()
+        .map(|n| {
+            let plural = |n: u32, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };
+            format!("{} ({}, {})", n.node, plural(n.replicas, "replica"), plural(n.gpus, "GPU"))
+        })
+        .collect();
+    format!("{} on {}", timestamp_relative(reservation.at_ms, now_ms), nodes.join(", "))
 }
 
 fn events_block(out: &mut String, events: &[EventView], now_ms: u64) {
@@ -606,7 +622,9 @@ fn events_block(out: &mut String, events: &[EventView], now_ms: u64) {
 mod tests {
     use std::collections::BTreeMap;
 
-    use fairway_server::api::{FieldError, PreemptionView, StartEstimateView, SubmittedJob};
+    use fairway_server::api::{
+        FieldError, PreemptionView, ReservationView, ReservedNodeView, StartEstimateView, SubmittedJob,
+    };
 
     use super::*;
 
@@ -643,6 +661,7 @@ mod tests {
             preemption: None,
             queue_position: None,
             start_estimate: None,
+            reservation: None,
         }
     }
 
@@ -668,6 +687,11 @@ mod tests {
         pending.queue_position = Some(2);
         pending.start_estimate =
             Some(StartEstimateView { kind: "at".to_string(), at_ms: Some(NOW + 25 * 60_000 + 500) });
+        let reserved = |node: &str, replicas| ReservedNodeView { node: node.to_string(), replicas, gpus: 4 * replicas };
+        pending.reservation = Some(ReservationView {
+            at_ms: NOW + 25 * 60_000 + 500,
+            nodes: vec![reserved("node-a", 1), reserved("node-b", 1)],
+        });
         let mut running = job(12, "ctr-model", JobState::Running);
         running.started_at_ms = Some(T0 + 5_000);
         running.first_started_at_ms = Some(T0 + 5_000);
@@ -982,6 +1006,7 @@ Submitted:       2026-01-01T00:50:00Z (10m ago)
 Wait:            10m
 Queue position:  2
 Expected start:  2026-01-01T01:25:00Z (in 25m)
+Reservation:     2026-01-01T01:25:00Z (in 25m) on node-a (1 replica, 4 GPUs), node-b (1 replica, 4 GPUs)
 Restarts:        0
 Preemptions:     0
 Failures:        0 (retries allowed: 0)

@@ -167,10 +167,11 @@ async fn tab_through(c: &Client, presses: usize) -> Vec<String> {
 #[test]
 fn the_dashboard_shows_a_live_server_in_a_real_browser() {
     // ads has a cap; speech and nlp share a cohort and run nothing (the quota view's rows);
-    // fair sharing (each tier has one tenant waiting at a time) gives the quota view a share.
+    // fair sharing (each tier has one tenant waiting at a time) gives the quota view a share;
+    // the first job that cannot start reserves a GPU (its page shows where and when).
     let config = "quotas: [{ project: ads, gpus_max: 3 }]\ncohorts:\n  - name: lab\n    members:\n      \
                   - { project: speech, nominal: { gpus: 1 } }\n      - { project: nlp, nominal: { gpus: 1 } }\n\
-                  fair_share: { half_life_seconds: 0 }\n";
+                  fair_share: { half_life_seconds: 0 }\nreservations: { count: 1, default_runtime_seconds: 600 }\n";
     let server = InProcess::start("2x2", config);
     let api = &server.api;
     let base = api.base.clone();
@@ -234,6 +235,18 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         for wanted in ["A Cluster", "A Queues", "A Quotas", "A explore", "BUTTON Cancel explore"] {
             assert!(focused.iter().any(|f| f.starts_with(wanted)), "Tab never reached {wanted:?}: {focused:?}");
         }
+        // explore's page: the GPU it has reserved, on a node, for when the runs are
+        // expected to end (the default 600 s, no limits given).
+        c.goto(&format!("{base}/ui/#/jobs/{explore}")).await.unwrap();
+        wait_true(
+            c,
+            "explore's reservation",
+            "document.querySelector('dl.facts') && document.querySelector('dl.facts').textContent.includes('Reserved')",
+        )
+        .await;
+        let facts = text(c, "dl.facts").await;
+        let reserved = facts.lines().skip_while(|l| *l != "Reserved").nth(1).unwrap_or_default();
+        assert!(reserved.starts_with("node-") && reserved.contains(" (1 replica, 1 GPU) from "), "{facts}");
 
         // A preemption as it happens: ctr-model (high, ads) takes nightly's two GPUs.
         let ctr = sync(|| api.submit(&trainer_job("ctr-model", "ads", "high", 2, 100_000, 50))[0]);

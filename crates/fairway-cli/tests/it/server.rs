@@ -758,7 +758,17 @@ fn a_reservation_holds_a_long_job_back_and_lets_a_short_one_through() {
     let gang_view = api.job(gang).job;
     assert_eq!(gang_view.queue_position, Some(1));
     assert_eq!(gang_view.start_estimate.as_ref().and_then(|e| e.at_ms), Some(expected_at), "{gang_view:?}");
+    // The gang's reservation itself: one replica of 4 GPUs on each node, by then.
+    let (status, nodes) = api.json("GET", "/v1/nodes", None);
+    assert_eq!(status, 200);
+    let names: Vec<&str> = nodes["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+    let reservation = gang_view.reservation.as_ref().expect("the gang holds the reservation");
+    assert_eq!(reservation.at_ms, expected_at);
+    let reserved: Vec<(&str, u32, u32)> =
+        reservation.nodes.iter().map(|n| (n.node.as_str(), n.replicas, n.gpus)).collect();
+    assert_eq!(reserved, names.iter().map(|&n| (n, 1, 4)).collect::<Vec<_>>());
     let long_view = api.job(long).job;
+    assert_eq!(long_view.reservation, None, "held, not holding");
     assert_eq!(long_view.queue_position, Some(2));
     let long_at = long_view.start_estimate.as_ref().and_then(|e| e.at_ms).expect("an expected start");
     assert_eq!(long_at, expected_at + 600_000, "after the gang's expected 600 s: {long_view:?}");

@@ -135,3 +135,38 @@ async fn workloads_outside_the_queue_are_listed_described_and_explained() {
     let (status, health) = get_json(&http, &url, "/healthz").await;
     assert_eq!((status, &health["status"]), (200, &serde_json::json!("starting")), "{health}");
 }
+
+/// With reservations on, the first job that cannot be admitted reserves the node for when
+/// `train` is expected to end (its activeDeadlineSeconds from its admission): the API shows
+/// the reservation on the job that holds it, and on no other.
+#[tokio::test]
+async fn the_job_holding_a_reservation_shows_it() {
+    let now = now_ms();
+    let settings =
+        fairway_kube::Settings::parse("reservations: { count: 1, default_runtime_seconds: 3600 }\n").unwrap();
+    let mut h = Harness::with_settings(settings);
+    h.now = now - 1_000;
+    h.start(
+        vec![node("n1", 8)],
+        vec![class("low", 1000)],
+        vec![job_at("train", now, 60_000, Some(3600))],
+        vec![],
+        vec![],
+    );
+    h.cycle();
+    let admitted_ms = h.now;
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&job_at("eval", now, 50_000, Some(1800))).unwrap())));
+    h.feed(Input::Workload(Change::Applied(Workload::from_job(&job_at("report", now, 40_000, None)).unwrap())));
+    h.cycle();
+    let url = serve(h.engine).await;
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let list: JobList = http.get(format!("{url}/v1/jobs")).send().await.unwrap().json().await.unwrap();
+    let find = |name: &str| -> JobView { list.jobs.iter().find(|j| j.name == name).cloned().unwrap() };
+    let reservation = find("eval").reservation.expect("eval holds the reservation");
+    assert_eq!(reservation.at_ms, admitted_ms + 3_600_000);
+    let nodes: Vec<(String, u32, u32)> = reservation.nodes.into_iter().map(|n| (n.node, n.replicas, n.gpus)).collect();
+    assert_eq!(nodes, [("n1".to_owned(), 1, 8)]);
+    assert_eq!((find("train").reservation, find("report").reservation), (None, None));
+}

@@ -168,6 +168,7 @@ pub struct LiveView {
     pub preemption: Option<PreemptionView>,
     pub queue_position: Option<u64>,
     pub start_estimate: Option<crate::api::StartEstimateView>,
+    pub reservation: Option<crate::api::ReservationView>,
 }
 
 /// A job the engine still schedules (not finished).

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{AccountKind, Command, Engine, LiveView, core_id};
 use crate::api::{
     FORECAST_JOBS_MAX, GpuView, Health, NodeList, NodeView, PreemptionView, PriorityClassList, PriorityClassView,
-    QuotaList, ReasonView, StartEstimateView,
+    QuotaList, ReasonView, ReservationView, StartEstimateView,
 };
 use crate::dashboard::{DashJob, Inputs, PENDING_LISTED_MAX};
 
@@ -54,15 +54,24 @@ impl Engine {
             return Some(LiveView { reasons: vec![self.backoff_reason(id, at)], ..LiveView::default() });
         }
         match self.core.job_status(core_id(id))? {
-            JobStatus::Pending { reasons, .. } => {
-                Some(LiveView { reasons: reasons.iter().map(|r| self.reason_view(r)).collect(), ..LiveView::default() })
-            }
+            JobStatus::Pending { reasons, .. } => Some(LiveView {
+                reasons: reasons.iter().map(|r| self.reason_view(r)).collect(),
+                reservation: self.reservation_view(id),
+                ..LiveView::default()
+            }),
             JobStatus::Preempting { preemptor, deadline, .. } => Some(LiveView {
                 preemption: Some(PreemptionView { preemptor: preemptor.0 as i64, deadline_ms: deadline.millis() }),
                 ..LiveView::default()
             }),
             _ => Some(LiveView::default()),
         }
+    }
+
+    /// The reservation a pending job holds, with its nodes' names.
+    fn reservation_view(&self, id: i64) -> Option<ReservationView> {
+        let planned = self.core.reservation_of(core_id(id))?;
+        let per_replica = self.core.job_spec(core_id(id))?.per_replica;
+        Some(ReservationView::of(&planned, &per_replica, |n| self.cluster.node_name(n)))
     }
 
     /// Positions in the core's pending order and expected starts, from one forecast of the

@@ -317,6 +317,10 @@ async function renderJob(id) {
   ];
   if (j.queue_position) facts.push(["Position", j.queue_position]);
   if (j.start_estimate) facts.push(["Expected start", estimate(j.start_estimate, Date.now())]);
+  if (j.reservation) {
+    const nodes = j.reservation.nodes.map((n) => `${n.node} (${n.replicas} replica${n.replicas === 1 ? "" : "s"}, ${n.gpus} GPU${n.gpus === 1 ? "" : "s"})`).join(", ");
+    facts.push(["Reserved", `${nodes} from ${clock(j.reservation.at_ms)}`]);
+  }
   if (j.placement && j.placement.length) facts.push(["Where", j.placement.map((r) => `${r.node}: GPUs ${r.gpus.join(",")}`).join("; ")]);
   if (j.preemption) facts.push(["Giving way to", `#${j.preemption.preemptor}`]);
   const reasons = (j.reasons || []).map((r) => el("li", {}, el("code", { text: r.code }), " ", r.message));
