@@ -41,10 +41,10 @@ async fn serve(engine: fairway_kube::engine::Engine) -> String {
 /// admission; `eval` (half an hour at most) is first in line and expected when `train`
 /// ends, `report` second and expected when `eval` ends. The API gives each pending job its
 /// position and expected start, in the list and alone; a running job has neither.
-#[tokio::test]
-async fn pending_jobs_have_their_queue_position_and_expected_start() {
-    let now = now_ms();
-    let mut h = Harness::new();
+/// `train` admitted on the only node `n1`, then `eval` and `report` queued behind it (see
+/// below), under `settings`; the API serving the engine, and when `train` was admitted.
+async fn train_eval_report(settings: fairway_kube::Settings, now: u64) -> (String, u64) {
+    let mut h = Harness::with_settings(settings);
     // The API forecasts from the clock: the engine's cycles are before it.
     h.now = now - 1_000;
     let train = job_at("train", now, 60_000, Some(3600));
@@ -54,13 +54,23 @@ async fn pending_jobs_have_their_queue_position_and_expected_start() {
     h.feed(Input::Workload(Change::Applied(Workload::from_job(&job_at("eval", now, 50_000, Some(1800))).unwrap())));
     h.feed(Input::Workload(Change::Applied(Workload::from_job(&job_at("report", now, 40_000, None)).unwrap())));
     h.cycle();
-    let url = serve(h.engine).await;
+    (serve(h.engine).await, admitted_ms)
+}
 
+/// `GET /v1/jobs` on the API at `url`.
+async fn job_list(url: &str) -> JobList {
     // reqwest is built without a crypto provider of its own; plain HTTP needs none to
     // run, but the client needs one to be built (another test may have installed it).
     let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new().get(format!("{url}/v1/jobs")).send().await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn pending_jobs_have_their_queue_position_and_expected_start() {
+    let now = now_ms();
+    let (url, admitted_ms) = train_eval_report(fairway_kube::Settings::default(), now).await;
     let http = reqwest::Client::new();
-    let list: JobList = http.get(format!("{url}/v1/jobs")).send().await.unwrap().json().await.unwrap();
+    let list = job_list(&url).await;
     let find = |name: &str| -> JobView { list.jobs.iter().find(|j| j.name == name).cloned().unwrap() };
     let at = |ms: u64| Some(StartEstimateView { kind: "at".into(), at_ms: Some(ms) });
     let (train, eval, report) = (find("train"), find("eval"), find("report"));
@@ -144,25 +154,8 @@ async fn the_job_holding_a_reservation_shows_it() {
     let now = now_ms();
     let settings =
         fairway_kube::Settings::parse("reservations: { count: 1, default_runtime_seconds: 3600 }\n").unwrap();
-    let mut h = Harness::with_settings(settings);
-    h.now = now - 1_000;
-    h.start(
-        vec![node("n1", 8)],
-        vec![class("low", 1000)],
-        vec![job_at("train", now, 60_000, Some(3600))],
-        vec![],
-        vec![],
-    );
-    h.cycle();
-    let admitted_ms = h.now;
-    h.feed(Input::Workload(Change::Applied(Workload::from_job(&job_at("eval", now, 50_000, Some(1800))).unwrap())));
-    h.feed(Input::Workload(Change::Applied(Workload::from_job(&job_at("report", now, 40_000, None)).unwrap())));
-    h.cycle();
-    let url = serve(h.engine).await;
-
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let http = reqwest::Client::new();
-    let list: JobList = http.get(format!("{url}/v1/jobs")).send().await.unwrap().json().await.unwrap();
+    let (url, admitted_ms) = train_eval_report(settings, now).await;
+    let list = job_list(&url).await;
     let find = |name: &str| -> JobView { list.jobs.iter().find(|j| j.name == name).cloned().unwrap() };
     let reservation = find("eval").reservation.expect("eval holds the reservation");
     assert_eq!(reservation.at_ms, admitted_ms + 3_600_000);
