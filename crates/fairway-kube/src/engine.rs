@@ -1746,9 +1746,21 @@ impl Engine {
         let estimates = if wanted.is_empty() { BTreeMap::new() } else { self.start_estimates(now, Some(&wanted)) };
         for s in sayings {
             let estimate = s.pending.and_then(|id| estimates.get(&id)).map(|e| estimate_text(e, now));
+            let estimate = match (estimate, s.pending.and_then(|id| self.reservation_text(id))) {
+                (Some(e), Some(r)) => Some(format!("{e}; {r}")),
+                (e, _) => e,
+            };
             self.say(&s.uid, &mut out, s.admitted, &s.reason, s.message, estimate);
         }
         self.actions.extend(out);
+    }
+
+    /// Where a pending job that holds a reservation has its GPUs reserved, as its condition
+    /// says it (the time is its expected start, said before it).
+    fn reservation_text(&self, id: JobId) -> Option<String> {
+        let planned = self.core.reservation_of(id)?;
+        let nodes: Vec<&str> = planned.nodes.iter().map(|(n, _)| self.node_name(*n).unwrap_or("?")).collect();
+        Some(format!("the GPUs it needs are reserved for it on {}", nodes.join(", ")))
     }
 
     /// Pending jobs' places in the queue and expected starts, by job, from one forecast:

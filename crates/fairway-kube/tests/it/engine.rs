@@ -1112,6 +1112,37 @@ fn a_pending_jobs_condition_gives_its_place_in_the_queue_and_its_expected_start(
     );
 }
 
+/// With reservations on, the condition of the Job that holds one also says where its GPUs
+/// are reserved; a Job ranked below it says only its place and expected start.
+#[test]
+fn the_condition_of_a_job_holding_a_reservation_names_its_nodes() {
+    let settings = Settings::parse("reservations: { count: 1, default_runtime_seconds: 3600 }\n").unwrap();
+    let mut h = Harness::with_settings(settings);
+    h.now = 1_800_000_600_000 - 100;
+    let train = with_deadline(job("ml", "train", "low", 8, 1, 0, None), 3600);
+    h.start(vec![node("n1", 8), node("n2", 4)], vec![class("low", 1000)], vec![train], vec![], vec![]);
+    assert_eq!(admitted(&h.cycle()).len(), 1);
+    h.background();
+    h.feed(workload(&with_deadline(job("ml", "eval", "low", 8, 1, 10, None), 1800)));
+    h.feed(workload(&job("ml", "report", "low", 8, 1, 20, None)));
+    assert!(admitted(&h.cycle()).is_empty(), "train holds the only node of 8 GPUs");
+    let said = h.background();
+    let eval_said = condition_messages(&said, "eval");
+    assert!(
+        eval_said.len() == 1
+            && eval_said[0].ends_with(
+                "; position 1 in the queue, expected to start at 2027-01-15T09:10Z; \
+                 the GPUs it needs are reserved for it on n1"
+            ),
+        "{eval_said:?}"
+    );
+    let report_said = condition_messages(&said, "report");
+    assert!(
+        report_said.len() == 1 && report_said[0].ends_with("expected to start at 2027-01-15T09:40Z"),
+        "{report_said:?}"
+    );
+}
+
 /// A managed Job of one pod asking `nvidia.com/gpu: 1` and `cores` of HAMi's
 /// `nvidia.com/gpucores` (a percentage of one GPU).
 fn share_job(name: &str, cores: u32, gpus: u32, parallelism: u32, created_s: u64) -> Job {
