@@ -67,8 +67,19 @@ pub async fn wait_true(c: &Client, what: &str, script: &str) {
     }
 }
 
+/// The text of the first element `css` matches, once there is one. The page re-renders as
+/// it polls: an element found may be replaced before its text is read (a stale
+/// reference), and is then found again.
 async fn text(c: &Client, css: &str) -> String {
-    wait_css(c, css).await.text().await.unwrap()
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match wait_css(c, css).await.text().await {
+            Ok(text) => return text,
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::StaleElementReference && Instant::now() < deadline => {}
+            Err(e) => panic!("the text of {css}: {e}"),
+        }
+    }
 }
 
 async fn screenshot(c: &Client, name: &str) {
