@@ -215,7 +215,7 @@ async fn why(State(state): State<ApiState>, Path(id): Path<String>) -> Response 
         return error(StatusCode::NOT_FOUND, "not_found", &format!("no workload with id {id}"));
     };
     let job = view(&engine, id, now_ms(), &BTreeMap::new());
-    Json(WhyView { id: job.id, state: job.state, reasons: job.reasons }).into_response()
+    Json(WhyView { id: job.id, state: job.state, reasons: job.reasons, reservation: job.reservation }).into_response()
 }
 
 async fn events(State(state): State<ApiState>, Path(id): Path<String>) -> Response {

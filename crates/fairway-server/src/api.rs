@@ -243,6 +243,9 @@ pub struct WhyView {
     pub id: i64,
     pub state: JobState,
     pub reasons: Vec<ReasonView>,
+    /// The GPUs it has reserved, if it holds a reservation (as in its job view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationView>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -437,8 +437,8 @@ async fn why(
     let id = job_id(&id)?;
     let row = job_row(&state, &who, id).await?;
     let live = live_of(&state, std::slice::from_ref(&row)).await?;
-    let reasons = live.get(&id).map(|l| l.reasons.clone()).unwrap_or_default();
-    Ok(Json(WhyView { id, state: row.state, reasons }))
+    let (reasons, reservation) = live.get(&id).map(|l| (l.reasons.clone(), l.reservation.clone())).unwrap_or_default();
+    Ok(Json(WhyView { id, state: row.state, reasons, reservation }))
 }
 
 async fn checkpoint(

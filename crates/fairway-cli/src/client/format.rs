@@ -478,7 +478,7 @@ fn indent(out: &mut String, text: &str) {
 }
 
 /// `fairway why`: the job's state and the reasons it waits.
-pub fn why(view: &WhyView) -> String {
+pub fn why(view: &WhyView, now_ms: u64) -> String {
     let mut out = String::new();
     match (view.state, view.reasons.is_empty()) {
         (JobState::Pending, true) => {
@@ -493,6 +493,13 @@ pub fn why(view: &WhyView) -> String {
                 let _ = writeln!(out, "  {}: {}", reason.code, reason.message);
             }
         }
+    }
+    if let Some(reservation) = &view.reservation {
+        let _ = writeln!(
+            out,
+            "it has reserved the GPUs it needs from {}: jobs ranked below it start before then only where they would end by then",
+            reservation_text(reservation, now_ms)
+        );
     }
     out
 }
@@ -962,8 +969,24 @@ priorityclass/urgent configured
             ),
         ];
         for (state, reasons, want) in cases {
-            assert_eq!(why(&WhyView { id: 5, state, reasons }), want);
+            assert_eq!(why(&WhyView { id: 5, state, reasons, reservation: None }, NOW), want);
         }
+        // A job that holds a reservation says where and from when.
+        let reservation = ReservationView {
+            at_ms: NOW + 25 * 60_000,
+            nodes: vec![ReservedNodeView { node: "node-a".to_string(), replicas: 2, gpus: 8 }],
+        };
+        let view = WhyView {
+            id: 5,
+            state: JobState::Pending,
+            reasons: vec![reason("no_fit", "no node fits")],
+            reservation: Some(reservation),
+        };
+        assert_eq!(
+            why(&view, NOW),
+            "job 5 is pending:\n  no_fit: no node fits\nit has reserved the GPUs it needs from 2026-01-01T01:25:00Z (in 25m) \
+             on node-a (2 replicas, 8 GPUs): jobs ranked below it start before then only where they would end by then\n"
+        );
     }
 
     /// A share of one GPU reads as a decimal of one GPU in `ls` and `describe`.

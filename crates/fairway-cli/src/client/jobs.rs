@@ -181,7 +181,7 @@ pub async fn why(client: &Client, args: &JobArgs) -> Result<()> {
     let view: WhyView = client.get(&["v1", "jobs", &id, "why"], &[]).await?;
     match args.output {
         Some(doc) => print(&render_doc(&view, doc)?),
-        None => print(&format::why(&view)),
+        None => print(&format::why(&view, now_ms())),
     }
 }
 

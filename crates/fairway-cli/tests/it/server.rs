@@ -767,6 +767,8 @@ fn a_reservation_holds_a_long_job_back_and_lets_a_short_one_through() {
     let reserved: Vec<(&str, u32, u32)> =
         reservation.nodes.iter().map(|n| (n.node.as_str(), n.replicas, n.gpus)).collect();
     assert_eq!(reserved, names.iter().map(|&n| (n, 1, 4)).collect::<Vec<_>>());
+    let (status, why) = api.json("GET", &format!("/v1/jobs/{gang}/why"), None);
+    assert_eq!((status, why["reservation"]["at_ms"].as_u64()), (200, Some(expected_at)), "{why}");
     let long_view = api.job(long).job;
     assert_eq!(long_view.reservation, None, "held, not holding");
     assert_eq!(long_view.queue_position, Some(2));

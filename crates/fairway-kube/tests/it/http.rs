@@ -161,5 +161,9 @@ async fn the_job_holding_a_reservation_shows_it() {
     assert_eq!(reservation.at_ms, admitted_ms + 3_600_000);
     let nodes: Vec<(String, u32, u32)> = reservation.nodes.into_iter().map(|n| (n.node, n.replicas, n.gpus)).collect();
     assert_eq!(nodes, [("n1".to_owned(), 1, 8)]);
+    let eval = find("eval").id;
+    let why: serde_json::Value =
+        reqwest::Client::new().get(format!("{url}/v1/jobs/{eval}/why")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(why["reservation"]["at_ms"].as_u64(), Some(admitted_ms + 3_600_000), "{why}");
     assert_eq!((find("train").reservation, find("report").reservation), (None, None));
 }
