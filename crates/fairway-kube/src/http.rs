@@ -543,9 +543,10 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
         {
             placed.push((tier, w.namespace.as_str(), spec.total().gpus));
         }
-        if let Some(JobStatus::Pending { .. }) = engine.core().job_status(id) {
+        if let status @ Some(JobStatus::Pending { .. }) = engine.core().job_status(id) {
             let since = engine.queued_since_ms(id).unwrap_or(now);
-            queued.push(Queued { tier, tenant: &w.namespace, waiting_ms: now.saturating_sub(since) });
+            let reason = fairway_server::metrics::pending_reason_label(status);
+            queued.push(Queued { tier, tenant: &w.namespace, waiting_ms: now.saturating_sub(since), reason });
             if per_job > 0 {
                 let labels = PendingJobLabels {
                     tier: tier.to_owned(),

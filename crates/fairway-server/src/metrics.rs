@@ -115,6 +115,28 @@ pub struct Queued<'a> {
     /// How long it has waited since it last entered the queue (its submission, or its
     /// requeue after a preemption or a failed run), milliseconds.
     pub waiting_ms: u64,
+    /// Why it waits: its first reason's label (`PendingReason::label`), `retry_backoff`
+    /// for a job waiting out a failed run's backoff, `not_yet_considered` before a cycle
+    /// has looked at it.
+    pub reason: &'a str,
+}
+
+/// The reason label a pending job counts under in `fairway_pending_jobs_by_reason`, from
+/// its status in the core: its first reason, or `not_yet_considered`.
+pub fn pending_reason_label(status: Option<fairway_core::JobStatus<'_>>) -> &'static str {
+    match status {
+        Some(fairway_core::JobStatus::Pending { reasons, .. }) => {
+            reasons.first().map_or("not_yet_considered", fairway_core::PendingReason::label)
+        }
+        _ => "not_yet_considered",
+    }
+}
+
+/// A priority tier and a reason jobs wait for.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct TierReasonLabels {
+    pub tier: String,
+    pub reason: String,
 }
 
 /// One pending job (opt-in series, `metrics.pending_job_series_max`).
@@ -164,6 +186,11 @@ pub struct Metrics {
     pub queue_oldest_pending_seconds: Family<QueueLabels, Gauge>,
     /// The queues the two gauges above have series for.
     queues: Series<QueueLabels>,
+    /// Pending jobs per tier by why they wait (their first reason), as of the last refresh:
+    /// the fleet's answer to "why is my job pending?".
+    pub pending_by_reason: Family<TierReasonLabels, Gauge>,
+    /// The (tier, reason) pairs the gauge above has series for.
+    reasons: Series<TierReasonLabels>,
     /// GPUs held by each queue's placed jobs (running, or stopping but not yet gone), as of
     /// the last refresh.
     pub queue_gpus_allocated: Family<QueueLabels, Gauge>,
@@ -230,6 +257,8 @@ impl Metrics {
             queue_pending: Family::default(),
             queue_oldest_pending_seconds: Family::default(),
             queues: Series::new(),
+            pending_by_reason: Family::default(),
+            reasons: Series::new(),
             queue_gpus_allocated: Family::default(),
             holding_queues: Series::new(),
             cohort_member_gpus_used: Family::default(),
@@ -264,6 +293,11 @@ impl Metrics {
             wait,
         );
         registry.register("queue_pending_jobs", "Pending jobs, by priority tier and tenant", m.queue_pending.clone());
+        registry.register(
+            "pending_jobs_by_reason",
+            "Pending jobs, by priority tier and the first reason each waits (over_quota, no_fit, held_for_reservation, ...)",
+            m.pending_by_reason.clone(),
+        );
         registry.register(
             "queue_oldest_pending_seconds",
             "How long the longest-waiting pending job of each priority tier and tenant has waited since it last entered the queue",
@@ -355,11 +389,22 @@ impl Metrics {
     /// Set the queue gauges from the jobs pending now: a queue with none loses its series.
     pub fn set_queues<'a>(&self, pending: impl IntoIterator<Item = Queued<'a>>) {
         let mut now: BTreeMap<(&str, &str), (i64, u64)> = BTreeMap::new();
+        let mut by_reason: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for q in pending {
             let (count, oldest) = now.entry((q.tier, q.tenant)).or_default();
             *count += 1;
             *oldest = (*oldest).max(q.waiting_ms);
+            *by_reason.entry((q.tier, q.reason)).or_default() += 1;
         }
+        let mut fresh = BTreeSet::new();
+        for ((tier, reason), count) in by_reason {
+            let labels = TierReasonLabels { tier: tier.into(), reason: reason.into() };
+            self.pending_by_reason.get_or_create(&labels).set(count);
+            fresh.insert(labels);
+        }
+        self.reasons.replace(fresh, |gone| {
+            self.pending_by_reason.remove(gone);
+        });
         let mut fresh = BTreeSet::new();
         for ((tier, tenant), (count, oldest_ms)) in now {
             let labels = QueueLabels { tier: tier.into(), tenant: tenant.into() };

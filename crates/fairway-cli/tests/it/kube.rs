@@ -298,6 +298,9 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
         metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.parse::<i64>().unwrap())
     };
     assert_eq!(queue("fairway_queue_pending_jobs"), Some(2), "{metrics}");
+    // Both wait for room (their first reason), counted by tier and reason.
+    let by_reason: Vec<&str> = metrics.lines().filter(|l| l.starts_with("fairway_pending_jobs_by_reason{")).collect();
+    assert_eq!(by_reason, ["fairway_pending_jobs_by_reason{tier=\"low\",reason=\"no_fit\"} 2"], "{metrics}");
     let oldest = queue("fairway_queue_oldest_pending_seconds").expect("the low queue's longest wait");
     assert!((0..=60).contains(&oldest), "waited {oldest} s since the requeue");
     // Their queue's head is expected once urgent's run ends (by the default estimate of an

@@ -769,6 +769,24 @@ fn a_reservation_holds_a_long_job_back_and_lets_a_short_one_through() {
     assert_eq!(reserved, names.iter().map(|&n| (n, 1, 4)).collect::<Vec<_>>());
     let (status, why) = api.json("GET", &format!("/v1/jobs/{gang}/why"), None);
     assert_eq!((status, why["reservation"]["at_ms"].as_u64()), (200, Some(expected_at)), "{why}");
+    // The fleet's view of why jobs wait: one held for the reservation, the gang for room.
+    let by_reason = |metrics: &str| -> Vec<String> {
+        let prefix = "fairway_pending_jobs_by_reason{tier=\"low\",reason=";
+        let mut lines: Vec<String> =
+            metrics.lines().filter_map(|l| l.strip_prefix(prefix)).map(str::to_owned).collect();
+        lines.sort_unstable();
+        lines
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let want = ["\"held_for_reservation\"} 1", "\"no_fit\"} 1"];
+    loop {
+        let metrics = String::from_utf8(api.request("GET", "/metrics", None).1).unwrap();
+        if by_reason(&metrics) == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?} in\n{metrics}", by_reason(&metrics));
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let long_view = api.job(long).job;
     assert_eq!(long_view.reservation, None, "held, not holding");
     assert_eq!(long_view.queue_position, Some(2));

@@ -1157,7 +1157,12 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
     let metrics = fairway_kube::http::KubeMetrics::new();
     // A family without series is not written out: give each one a series.
     metrics.server.job_state("medium", fairway_server::api::JobState::Pending, 1);
-    metrics.server.set_queues([fairway_server::metrics::Queued { tier: "medium", tenant: "ads", waiting_ms: 1 }]);
+    metrics.server.set_queues([fairway_server::metrics::Queued {
+        tier: "medium",
+        tenant: "ads",
+        waiting_ms: 1,
+        reason: "no_fit",
+    }]);
     let capped = fairway_server::api::QuotaView {
         kind: "project".into(),
         account: "ads".into(),

@@ -569,10 +569,14 @@ impl Engine {
         let waited = |j: &ActiveJob| j.pending_since_ms.map_or(0, |since| now.saturating_sub(since));
         let mut pending: Vec<(u64, i64, &ActiveJob)> =
             self.jobs.iter().filter(|(_, j)| j.state == JobState::Pending).map(|(&id, j)| (waited(j), id, j)).collect();
-        self.metrics.set_queues(pending.iter().map(|&(waiting_ms, _, j)| Queued {
+        self.metrics.set_queues(pending.iter().map(|&(waiting_ms, id, j)| Queued {
             tier: tier_name(&j.resolved),
             tenant: &j.resolved.doc.project,
             waiting_ms,
+            reason: match j.retry_at_ms {
+                Some(_) => "retry_backoff",
+                None => crate::metrics::pending_reason_label(self.core.job_status(core_id(id))),
+            },
         }));
         let placed = self.jobs.iter().filter_map(|(&id, j)| {
             let held = matches!(j.state, JobState::Running | JobState::Preempting | JobState::Stopping);
