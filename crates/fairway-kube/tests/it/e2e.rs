@@ -35,12 +35,12 @@ fn free_port() -> u16 {
 
 /// The controller as a test runs it: the shipped settings but for addresses, leader
 /// election off (one replica), the webhook certificate made by the controller itself for
-/// the shipped Service's name.
-pub fn test_settings(webhook_port: u16) -> Settings {
+/// the shipped Service's name; then `more` (YAML lines).
+fn test_settings(webhook_port: u16, more: &str) -> Settings {
     let text = format!(
         "listen: 127.0.0.1:0\n\
          webhook:\n  listen: 127.0.0.1:{webhook_port}\n\
-         leader_election: {{ enabled: false }}\n"
+         leader_election: {{ enabled: false }}\n{more}"
     );
     Settings::parse(&text).unwrap()
 }
@@ -178,10 +178,15 @@ impl ControllerHooks for InProcess {
 /// Runs `tests/scenarios/<name>.yaml` on a fresh fake with the webhook installed, then
 /// checks that no node was ever left holding more than it has.
 async fn run_scenario(name: &str) {
+    run_scenario_with(name, "").await;
+}
+
+/// [`run_scenario`] with the controller's settings given `more` (YAML lines).
+async fn run_scenario_with(name: &str, more: &str) {
     let cluster = FakeCluster::start(FakeConfig { time_scale: TIME_SCALE, ..FakeConfig::default() }).await.unwrap();
     let port = free_port();
     install_webhook(&cluster, port).await;
-    let mut controller = InProcess::new(&cluster, test_settings(port));
+    let mut controller = InProcess::new(&cluster, test_settings(port, more));
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/scenarios/{name}.yaml"));
     let scenario = Scenario::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
     let outcome = scenario.run(Cluster::Fake(&cluster), Some(&mut controller)).await;
@@ -215,6 +220,13 @@ scenarios!(
     opt_in_without_webhook,
     pause_and_resume,
 );
+
+/// `tests/scenarios/reservation-with-backfill.yaml`, with one reservation (without it the
+/// gang says no reservation and the Job without a deadline is admitted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservation_with_backfill() {
+    run_scenario_with("reservation-with-backfill", "reservations: { count: 1, default_runtime_seconds: 3600 }\n").await;
+}
 
 /// Two replicas with leader election: one acts (a Job is admitted once), the other says who
 /// leads; when the leader dies, the other takes over within the Lease's duration and acts.
