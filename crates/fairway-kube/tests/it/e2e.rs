@@ -219,6 +219,7 @@ scenarios!(
     paddlejob,
     opt_in_without_webhook,
     pause_and_resume,
+    cohort_reclaim,
 );
 
 /// `tests/scenarios/reservation-with-backfill.yaml`, with one reservation (without it the
