@@ -229,6 +229,13 @@ async fn reservation_with_backfill() {
     run_scenario_with("reservation-with-backfill", "reservations: { count: 1, default_runtime_seconds: 3600 }\n").await;
 }
 
+/// `tests/scenarios/fair-sharing.yaml`, with fair sharing on (without it the older Job of
+/// the namespace already holding GPUs goes first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_sharing() {
+    run_scenario_with("fair-sharing", "fair_share: { half_life_seconds: 0 }\n").await;
+}
+
 /// Two replicas with leader election: one acts (a Job is admitted once), the other says who
 /// leads; when the leader dies, the other takes over within the Lease's duration and acts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
