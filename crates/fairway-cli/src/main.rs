@@ -188,20 +188,6 @@ pub enum Output {
     Json,
 }
 
-/// The long-running drivers end the whole process on a panic in any thread, after the panic
-/// is reported. A panic leaves the scheduler's state unknown (and its lock poisoned): a
-/// process that kept serving would answer nothing and schedule nothing while looking alive.
-/// Ended, it is restarted by its supervisor and rebuilt from what is durable (the server's
-/// store and its running processes; the cluster for the controller), as after `kill -9`.
-fn exit_on_panic() {
-    let report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        report(info);
-        eprintln!("fairway: a panic leaves the scheduler's state unknown: exiting so that it is restarted");
-        std::process::exit(101);
-    }));
-}
-
 fn main() -> ExitCode {
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_usage(&e));
     let server = &cli.server;
@@ -213,12 +199,12 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(&args),
         Command::Pack(args) => pack::run(&args),
         Command::Serve(args) => {
-            exit_on_panic();
+            fairway_server::crash::exit_on_panic();
             serve::run(&args)
         }
         #[cfg(feature = "kube")]
         Command::Kube(args) => {
-            exit_on_panic();
+            fairway_server::crash::exit_on_panic();
             kube::run(&args)
         }
         Command::Demo(args) => demo::run(&args),

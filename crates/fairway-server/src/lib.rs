@@ -14,6 +14,7 @@ pub mod api;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod crash;
 pub mod dashboard;
 pub mod datadir;
 pub mod engine;
