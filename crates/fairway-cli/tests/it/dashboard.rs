@@ -235,6 +235,7 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         c.find(Locator::Css("nav a[data-view='queues']")).await.unwrap().click().await.unwrap();
         let row = text(c, &format!("#pending tr[data-row-job='{explore}']")).await;
         assert!(row.starts_with("1 explore ads ads-user low 1"), "{row}");
+        assert!(row.contains(" · GPUs reserved"), "explore holds the reservation: {row}");
         assert!(row.contains("no room") || row.contains("GPU"), "the reason it waits: {row}");
         let queues = text(c, "#queues tbody").await;
         assert!(queues.contains("low ads 1 0 0"), "{queues}");

@@ -49,6 +49,9 @@ pub struct DashJob {
     /// Pending: when it is expected to start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_estimate: Option<StartEstimateView>,
+    /// Pending: it holds a reservation of the GPUs it needs, from this time (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_from_ms: Option<u64>,
     /// Pending: why it waits (the scheduler's first reason), and its stable code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -84,6 +87,7 @@ impl DashJob {
             preemptions: v.preemptions,
             position: position.filter(|_| pending),
             start_estimate: v.start_estimate.clone().filter(|_| pending),
+            reserved_from_ms: v.reservation.as_ref().map(|r| r.at_ms).filter(|_| pending),
             reason: first.map(|r| r.message.clone()).filter(|_| pending),
             reason_code: first.map(|r| r.code.clone()).filter(|_| pending),
             placement: (!v.placement.is_empty()).then(|| {

@@ -16,6 +16,7 @@ fn job(id: i64, tenant: &str, tier: &str, priority: i32, state: &str, gpus: u32)
         preemptions: 0,
         position: None,
         start_estimate: None,
+        reserved_from_ms: None,
         reason: None,
         reason_code: None,
         placement: None,
@@ -30,6 +31,7 @@ fn pending(id: i64, tenant: &str, tier: &str, priority: i32, position: u64, wait
         position: Some(position),
         wait_seconds,
         start_estimate: Some(eta),
+        reserved_from_ms: None,
         ..job(id, tenant, tier, priority, "pending", 1)
     }
 }

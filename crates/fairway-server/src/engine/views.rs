@@ -264,6 +264,7 @@ impl Engine {
                 preemptions: job.preemptions,
                 position: positions.get(&id).copied(),
                 start_estimate: estimates.get(&id).cloned(),
+                reserved_from_ms: None,
                 reason: None,
                 reason_code: None,
                 placement: None,
@@ -277,6 +278,7 @@ impl Engine {
                     view.reason = Some(reason.message);
                     view.reason_code = Some(reason.code);
                 }
+                view.reserved_from_ms = self.core.reservation_of(core_id(id)).map(|r| r.at.millis());
             }
             match self.core.job_status(core_id(id)) {
                 Some(JobStatus::Running { placement, .. } | JobStatus::Stopping { placement, .. }) => {

@@ -236,7 +236,7 @@ function queuesView(s) {
     el("td", {}, jobLink(j.id, j.name)), el("td", { text: j.tenant }), el("td", { text: j.user }),
     el("td", { text: j.tier }), el("td", { class: "num", text: j.gpus }),
     el("td", { class: "num", text: duration(j.wait_seconds) }),
-    el("td", { text: estimate(j.start_estimate, now) }),
+    el("td", { text: estimate(j.start_estimate, now) + (j.reserved_from_ms ? " · GPUs reserved" : "") }),
     el("td", { class: "why", text: j.reason || "" }),
     el("td", {}, cancelButton(j))));
   const placed = s.placed.map((j) => el("tr", { "data-row-job": j.id },
