@@ -214,11 +214,9 @@ pub struct Engine {
     /// those in opted-in namespaces escaped the webhook (made before the namespace was
     /// labelled, or before Fairway was installed) and are said once.
     unmanaged: BTreeMap<String, Unmanaged>,
-    /// The uid of each workload in the core (and of each occupant pod), by the core's id.
-    by_job: HashMap<JobId, String>,
-    /// The uid of every tracked workload by its id, in the core or not (refused, finished,
-    /// or read before the start): what the API looks workloads up by.
-    tracked_ids: HashMap<JobId, String>,
+    /// The uid of every tracked workload by its id (`job_id_of_uid`), in the core or not
+    /// (refused, finished, or read before the start).
+    uid_of: HashMap<JobId, String>,
     /// Occupant pods in the core, by pod uid.
     occupants: HashMap<String, JobId>,
     classes: BTreeMap<String, ClassInfo>,
@@ -317,8 +315,7 @@ impl Engine {
             pods_by_owner: HashMap::new(),
             workloads: HashMap::new(),
             unmanaged: BTreeMap::new(),
-            by_job: HashMap::new(),
-            tracked_ids: HashMap::new(),
+            uid_of: HashMap::new(),
             occupants: HashMap::new(),
             classes: BTreeMap::new(),
             quotas: BTreeMap::new(),
@@ -386,7 +383,7 @@ impl Engine {
     }
 
     fn tracked(&self, id: JobId) -> Option<&Tracked> {
-        self.tracked_ids.get(&id).and_then(|uid| self.workloads.get(uid))
+        self.uid_of.get(&id).and_then(|uid| self.workloads.get(uid))
     }
 
     /// Every managed workload, with its id and whether the engine refused it (and why).
@@ -640,7 +637,6 @@ impl Engine {
         self.resize_pending.remove(&id);
         for (pod, job) in on_node {
             self.occupants.remove(&pod);
-            self.by_job.remove(&job);
             let _ = self.core.apply(Event::Cancel(job), Time(now));
         }
     }
@@ -803,7 +799,6 @@ impl Engine {
         match self.core.apply(Event::Restore(restored), Time(now)) {
             Ok(()) => {
                 self.occupants.insert(uid.to_owned(), id);
-                self.by_job.insert(id, uid.to_owned());
                 self.stats.occupants += 1;
                 self.dirty = true;
             }
@@ -813,7 +808,6 @@ impl Engine {
 
     fn occupant_gone(&mut self, uid: &str, now: u64) {
         if let Some(id) = self.occupants.remove(uid) {
-            self.by_job.remove(&id);
             self.core_apply(Event::Exited { job: id, outcome: ExitOutcome::Succeeded }, now);
         }
     }
@@ -864,7 +858,7 @@ impl Engine {
                 }
                 let id = Engine::job_id_of_uid(&uid);
                 let preempted_at_ms = w.preempted_at_ms();
-                self.tracked_ids.insert(id, uid.clone());
+                self.uid_of.insert(id, uid.clone());
                 self.workloads.insert(
                     uid.clone(),
                     Tracked {
@@ -993,7 +987,6 @@ impl Engine {
                 // The core let it go (a pending one cancelled).
                 let deleted = t.deleted;
                 self.workloads.get_mut(uid).expect("present").in_core = false;
-                self.by_job.remove(&id);
                 if deleted && live == 0 {
                     self.forget(uid);
                 }
@@ -1070,7 +1063,6 @@ impl Engine {
             }
             let t = self.workloads.get_mut(uid).expect("checked");
             t.in_core = false;
-            self.by_job.remove(&id);
             if t.deleted || t.w.finished.is_some() {
                 // Finished: nothing more to do; deleted: forgotten with its last pod.
                 if t.deleted {
@@ -1096,10 +1088,9 @@ impl Engine {
 
     fn forget(&mut self, uid: &str) {
         if let Some(t) = self.workloads.remove(uid) {
-            self.by_job.remove(&t.id);
             // Ids are hashes of uids: another uid may have taken this one's.
-            if self.tracked_ids.get(&t.id).is_some_and(|u| u == uid) {
-                self.tracked_ids.remove(&t.id);
+            if self.uid_of.get(&t.id).is_some_and(|u| u == uid) {
+                self.uid_of.remove(&t.id);
             }
             self.published.remove(uid);
         }
@@ -1147,7 +1138,6 @@ impl Engine {
                 t.in_core = true;
                 t.queued_since_ms = w.created_ms;
                 self.stats.submissions += 1;
-                self.by_job.insert(id, uid.to_owned());
                 self.dirty = true;
                 if !suspended {
                     self.actions.push(Action::Suspend { target, preemption: None });
@@ -1427,7 +1417,7 @@ impl Engine {
         if !matches!(self.core.job_status(preemptor), Some(JobStatus::Pending { .. })) {
             return None;
         }
-        let uid = self.by_job.get(&preemptor)?;
+        let uid = self.uid_of.get(&preemptor)?;
         let spec = self.core_spec_cached(uid)?;
         let mut victim_slots: BTreeMap<NodeId, GpuSet> = BTreeMap::new();
         for v in victims {
@@ -1513,14 +1503,12 @@ impl Engine {
                 stopping,
             }),
         };
-        let id = t.id;
         match self.core.apply(Event::Restore(restored), Time(now)) {
             Ok(()) => {
                 let slots: Vec<Slot> = nodes.iter().map(|n| Slot { node: n.clone(), pod: None }).collect();
                 let t = self.workloads.get_mut(uid).expect("present");
                 t.in_core = true;
                 t.slots = slots;
-                self.by_job.insert(id, uid.to_owned());
                 // Its bound pods take their slots back; unbound ones get bound.
                 let pods: Vec<PodInfo> = self
                     .pods_by_owner
@@ -1585,10 +1573,10 @@ impl Engine {
     fn decided(&mut self, decision: Decision, now: u64) {
         match decision {
             Decision::Start { job, placement } => {
-                let Some(uid) = self.by_job.get(&job).cloned() else { return };
+                let Some(uid) = self.uid_of.get(&job).cloned() else { return };
                 let nodes: Vec<String> =
                     placement.replicas().iter().filter_map(|r| self.node_names.get(&r.node).cloned()).collect();
-                let t = self.workloads.get_mut(&uid).expect("by_job is in step");
+                let t = self.workloads.get_mut(&uid).expect("uid_of is in step");
                 t.slots = nodes.iter().map(|n| Slot { node: n.clone(), pod: None }).collect();
                 t.awaiting_admission = true;
                 let waited = Observation::Waited {
@@ -1617,10 +1605,10 @@ impl Engine {
                 }
             }
             Decision::Preempt { victim, preemptor, deadline } => {
-                let Some(uid) = self.by_job.get(&victim).cloned() else { return };
+                let Some(uid) = self.uid_of.get(&victim).cloned() else { return };
                 let by = self.workload(preemptor).map(Workload::key).unwrap_or_default();
                 self.touched.insert(uid.clone());
-                if let Some(p) = self.by_job.get(&preemptor) {
+                if let Some(p) = self.uid_of.get(&preemptor) {
                     self.touched.insert(p.clone());
                 }
                 // Where the preemptor's GPUs are held (the cycle's decisions are applied:
@@ -1667,8 +1655,8 @@ impl Engine {
                 // collector deletes the pods; the job leaves once they are gone.
             }
             Decision::Requeued { job, .. } => {
-                let Some(uid) = self.by_job.get(&job).cloned() else { return };
-                let t = self.workloads.get_mut(&uid).expect("by_job is in step");
+                let Some(uid) = self.uid_of.get(&job).cloned() else { return };
+                let t = self.workloads.get_mut(&uid).expect("uid_of is in step");
                 t.slots.clear();
                 let target = target_of(&t.w);
                 self.actions.push(Action::Suspend { target, preemption: None });

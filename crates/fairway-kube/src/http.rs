@@ -316,9 +316,7 @@ fn view(engine: &Engine, id: JobId, now: u64, estimates: &BTreeMap<JobId, Estima
         preemption,
         queue_position: estimates.get(&id).map(|e| u64::from(e.position)),
         start_estimate: estimates.get(&id).map(|e| StartEstimateView::of(e.start)),
-        reservation: engine.core().reservation_of(id).zip(spec).map(|(planned, spec)| {
-            ReservationView::of(&planned, &spec.per_replica, |n| engine.node_name(n).unwrap_or("?"))
-        }),
+        reservation: ReservationView::of_job(engine.core(), id, |n| engine.node_name(n).unwrap_or("?")),
     }
 }
 

@@ -125,13 +125,15 @@ pub struct ReservedNodeView {
 }
 
 impl ReservationView {
-    /// The view of `planned`, a reservation of a job whose replicas each ask
-    /// `per_replica`; `node_name` names the core's nodes.
-    pub fn of<'a>(
-        planned: &fairway_core::PlannedStart,
-        per_replica: &fairway_core::Resources,
+    /// The reservation `job` holds in `core` now, if any (both drivers' job views);
+    /// `node_name` names the core's nodes.
+    pub fn of_job<'a>(
+        core: &fairway_core::Scheduler,
+        job: fairway_core::JobId,
         node_name: impl Fn(fairway_core::NodeId) -> &'a str,
-    ) -> ReservationView {
+    ) -> Option<ReservationView> {
+        let planned = core.reservation_of(job)?;
+        let per_replica = core.job_spec(job)?.per_replica;
         let nodes = planned
             .nodes
             .iter()
@@ -149,7 +151,7 @@ impl ReservationView {
                 ReservedNodeView { node: node_name(*node).to_owned(), replicas, gpus: held.gpus }
             })
             .collect();
-        ReservationView { at_ms: planned.at.millis(), nodes }
+        Some(ReservationView { at_ms: planned.at.millis(), nodes })
     }
 }
 

@@ -172,6 +172,20 @@ impl<L: Ord> Series<L> {
     }
 }
 
+impl<L: Ord + Clone + std::hash::Hash + Eq> Series<L> {
+    /// A group of one gauge family: sets `family` to `values`; series not among them go.
+    fn set_gauge(&self, family: &Family<L, Gauge>, values: impl IntoIterator<Item = (L, i64)>) {
+        let mut fresh = BTreeSet::new();
+        for (labels, value) in values {
+            family.get_or_create(&labels).set(value);
+            fresh.insert(labels);
+        }
+        self.replace(fresh, |gone| {
+            family.remove(gone);
+        });
+    }
+}
+
 pub struct Metrics {
     pub registry: Registry,
     /// Unfinished jobs by tier and state (`pending`, `running`, `preempting`, `stopping`).
@@ -396,15 +410,12 @@ impl Metrics {
             *oldest = (*oldest).max(q.waiting_ms);
             *by_reason.entry((q.tier, q.reason)).or_default() += 1;
         }
-        let mut fresh = BTreeSet::new();
-        for ((tier, reason), count) in by_reason {
-            let labels = TierReasonLabels { tier: tier.into(), reason: reason.into() };
-            self.pending_by_reason.get_or_create(&labels).set(count);
-            fresh.insert(labels);
-        }
-        self.reasons.replace(fresh, |gone| {
-            self.pending_by_reason.remove(gone);
-        });
+        self.reasons.set_gauge(
+            &self.pending_by_reason,
+            by_reason
+                .into_iter()
+                .map(|((tier, reason), count)| (TierReasonLabels { tier: tier.into(), reason: reason.into() }, count)),
+        );
         let mut fresh = BTreeSet::new();
         for ((tier, tenant), (count, oldest_ms)) in now {
             let labels = QueueLabels { tier: tier.into(), tenant: tenant.into() };
@@ -425,40 +436,23 @@ impl Metrics {
         for (tier, tenant, gpus) in placed {
             *now.entry((tier, tenant)).or_default() += i64::from(gpus);
         }
-        let mut fresh = BTreeSet::new();
-        for ((tier, tenant), gpus) in now {
-            let labels = QueueLabels { tier: tier.into(), tenant: tenant.into() };
-            self.queue_gpus_allocated.get_or_create(&labels).set(gpus);
-            fresh.insert(labels);
-        }
-        self.holding_queues.replace(fresh, |gone| {
-            self.queue_gpus_allocated.remove(gone);
-        });
+        self.holding_queues.set_gauge(
+            &self.queue_gpus_allocated,
+            now.into_iter()
+                .map(|((tier, tenant), gpus)| (QueueLabels { tier: tier.into(), tenant: tenant.into() }, gpus)),
+        );
     }
 
     /// Set each queue's head estimate (seconds from now): queues not listed lose their series.
     pub fn set_head_estimates(&self, heads: impl IntoIterator<Item = (QueueLabels, u64)>) {
-        let mut fresh = BTreeSet::new();
-        for (labels, seconds) in heads {
-            self.head_start_estimate.get_or_create(&labels).set(seconds as i64);
-            fresh.insert(labels);
-        }
-        self.head_queues.replace(fresh, |gone| {
-            self.head_start_estimate.remove(gone);
-        });
+        self.head_queues
+            .set_gauge(&self.head_start_estimate, heads.into_iter().map(|(l, seconds)| (l, seconds as i64)));
     }
 
     /// Set the per-job gauge to these jobs (the longest-waiting ones, as many as the
     /// config allows, each with how long it has waited in ms): the others lose their series.
     pub fn set_pending_jobs(&self, jobs: impl IntoIterator<Item = (PendingJobLabels, u64)>) {
-        let mut fresh = BTreeSet::new();
-        for (labels, waiting_ms) in jobs {
-            self.job_pending_seconds.get_or_create(&labels).set((waiting_ms / 1000) as i64);
-            fresh.insert(labels);
-        }
-        self.pending_jobs.replace(fresh, |gone| {
-            self.job_pending_seconds.remove(gone);
-        });
+        self.pending_jobs.set_gauge(&self.job_pending_seconds, jobs.into_iter().map(|(l, ms)| (l, (ms / 1000) as i64)));
     }
 
     /// Set the cohort gauges from the cohorts now (`GET /v1/cohorts`'s list): a member no

@@ -116,8 +116,9 @@ impl InProcess {
 
     /// Every read endpoint of a running controller answers, whatever state the cluster is
     /// in: the job list, each job alone and its `why`, the dashboard, nodes, quotas,
-    /// cohorts, classes, metrics and health. A handler that panics fails this at once
-    /// (and, before panics ended the process, left the engine's lock poisoned).
+    /// cohorts, classes, metrics and health. A handler that panics fails this at once: the
+    /// workloads a step leaves in odd states (refused, paused, finished, mid-restart) are
+    /// what the API most easily gets wrong.
     pub async fn check_api(&self) -> Result<(), String> {
         let Some(listening) = self.listening else { return Ok(()) };
         let base = format!("http://{}", listening.api);

@@ -37,10 +37,6 @@ async fn serve(engine: fairway_kube::engine::Engine) -> String {
     format!("http://{at}")
 }
 
-/// `train` holds the only node for at most its activeDeadlineSeconds (an hour) from its
-/// admission; `eval` (half an hour at most) is first in line and expected when `train`
-/// ends, `report` second and expected when `eval` ends. The API gives each pending job its
-/// position and expected start, in the list and alone; a running job has neither.
 /// `train` admitted on the only node `n1`, then `eval` and `report` queued behind it (see
 /// below), under `settings`; the API serving the engine, and when `train` was admitted.
 async fn train_eval_report(settings: fairway_kube::Settings, now: u64) -> (String, u64) {
@@ -65,6 +61,10 @@ async fn job_list(url: &str) -> JobList {
     reqwest::Client::new().get(format!("{url}/v1/jobs")).send().await.unwrap().json().await.unwrap()
 }
 
+/// `train` holds the only node for at most its activeDeadlineSeconds (an hour) from its
+/// admission; `eval` (half an hour at most) is first in line and expected when `train`
+/// ends, `report` second and expected when `eval` ends. The API gives each pending job its
+/// position and expected start, in the list and alone; a running job has neither.
 #[tokio::test]
 async fn pending_jobs_have_their_queue_position_and_expected_start() {
     let now = now_ms();
@@ -92,11 +92,10 @@ async fn get_json(http: &reqwest::Client, url: &str, path: &str) -> (u16, serde_
     (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}")))
 }
 
-/// The API shows the managed workloads the core does not hold, where it used to panic
-/// (which left the engine's lock poisoned and the controller answering nothing): one the
-/// engine refused (its PriorityClass is missing), one that finished, and, while the
-/// controller still lists the cluster after a restart, every workload it has read so far.
-/// Each is listed, described and explained (`why`) with its state and reason.
+/// The API shows the managed workloads the core does not hold, as `fairway ls` lists them
+/// all: one the engine refused (its PriorityClass is missing), one that finished, and,
+/// while the controller still lists the cluster after a restart, every workload it has
+/// read so far. Each is listed, described and explained (`why`) with its state and reason.
 #[tokio::test]
 async fn workloads_outside_the_queue_are_listed_described_and_explained() {
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -56,7 +56,7 @@ impl Engine {
         match self.core.job_status(core_id(id))? {
             JobStatus::Pending { reasons, .. } => Some(LiveView {
                 reasons: reasons.iter().map(|r| self.reason_view(r)).collect(),
-                reservation: self.reservation_view(id),
+                reservation: ReservationView::of_job(&self.core, core_id(id), |n| self.cluster.node_name(n)),
                 ..LiveView::default()
             }),
             JobStatus::Preempting { preemptor, deadline, .. } => Some(LiveView {
@@ -65,13 +65,6 @@ impl Engine {
             }),
             _ => Some(LiveView::default()),
         }
-    }
-
-    /// The reservation a pending job holds, with its nodes' names.
-    fn reservation_view(&self, id: i64) -> Option<ReservationView> {
-        let planned = self.core.reservation_of(core_id(id))?;
-        let per_replica = self.core.job_spec(core_id(id))?.per_replica;
-        Some(ReservationView::of(&planned, &per_replica, |n| self.cluster.node_name(n)))
     }
 
     /// Positions in the core's pending order and expected starts, from one forecast of the
