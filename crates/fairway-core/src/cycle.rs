@@ -370,6 +370,9 @@ impl Scheduler {
     /// 1. Hand out decisions that events produced since the last cycle (stops, requeues).
     /// 2. Stop running jobs whose run-time limit has passed.
     /// 3. Start preemptors whose victims have all exited, on the GPUs held for them.
+    ///    b. A preemptor still waiting for its victims that ranks above every queued job
+    ///    starts at once on room that freed elsewhere, if that crosses no quota and moves no
+    ///    cohort's level; its victims go on terminating (`move_waiting_preemptors`).
     /// 4. With reservations, bring them up to date (see `plan.rs`). Walk the pending queue in
     ///    order (priority, then submit time, then id), asking each equivalence group once per
     ///    failure (see `queue.rs`); nothing to walk when no group is awake and nothing that
@@ -415,6 +418,7 @@ impl Scheduler {
         self.enforce_runtime_limits(now, out);
         self.end_protections(now);
         self.start_ready_preemptors(now, out);
+        self.move_waiting_preemptors(now, out);
         self.walk_queue(now, out);
         out.stats.pending = self.queue.len() as u32;
         self.counters.preemption_searches += u64::from(out.stats.preemption_searches);
@@ -448,6 +452,83 @@ impl Scheduler {
             out.decisions.push(Decision::Start { job: id, placement });
             out.stats.started += 1;
         }
+    }
+
+    /// Step 3b: a preemptor still waiting for its victims starts at once where room freed
+    /// meanwhile (a job ended elsewhere), instead of waiting out their grace period; its
+    /// victims go on terminating and are requeued as before (they were told to stop, and
+    /// cannot be told otherwise). Only a preemptor that ranks above every queued job may
+    /// move (the room is the walk's to give in rank order otherwise), and only where the
+    /// move crosses no quota, borrowing limit or cohort (`may_move_off_hold`).
+    /// kube-scheduler does the same: a preemptor's nominated node is a hint, and it goes
+    /// wherever it fits first.
+    fn move_waiting_preemptors(&mut self, now: Time, out: &mut CycleOutcome) {
+        // Room that was not free when it preempted: only nodes that grew since can hold it.
+        if self.queue.holding.is_empty() || self.changes.grown.is_empty() {
+            return;
+        }
+        let best_queued = self.queue.best_queued_rank();
+        // Holders in queue order, without a list: a start changes the holding set.
+        let mut after: Option<QueueKey> = None;
+        loop {
+            let from = after.as_ref().map_or(Unbounded, Excluded);
+            let Some(&key) = self.queue.holding.range((from, Unbounded)).next() else { break };
+            if best_queued.is_some_and(|rank| key.rank >= rank) {
+                break;
+            }
+            after = Some(key);
+            let spec = &self.jobs[key.ix].spec;
+            let shape = Shape { model: spec.gpu_model, per_replica: spec.per_replica, replicas: spec.replicas };
+            // Any new placement puts a replica on a grown node: otherwise it fitted before.
+            if !self.grown_node_holds_one(shape) || !self.may_move_off_hold(key.ix) {
+                continue;
+            }
+            let Some(placement) = self.place_on_free_room(key.ix, shape) else { continue };
+            let grandfathered = self.grandfathered_of_job(key.ix);
+            self.start_off_hold(key.ix, placement.clone(), now);
+            self.ledger.keep_grandfathered(grandfathered);
+            out.decisions.push(Decision::Start { job: key.id, placement });
+            out.stats.started += 1;
+        }
+    }
+
+    /// Has a node that grew since the last cycle room for one replica of `shape` now?
+    fn grown_node_holds_one(&self, shape: Shape) -> bool {
+        let grown = self.changes.grown.iter().filter_map(|&id| self.nodes.ix_of(id)).map(|ix| self.nodes.at(ix));
+        grown
+            .filter(|n| n.schedulable && shape.model.is_none_or(|m| m == n.spec.gpu_model))
+            .any(|n| n.available_gpus() >= shape.per_replica.gpus)
+    }
+
+    /// May the holder at `ix` leave its hold for room elsewhere (step 3b)? Its victims keep
+    /// their GPUs until they exit and it runs on others, so the move charges each account
+    /// what its victims of that account still hold (the hold was charged less by that): an
+    /// account with a cap must have that room, and a member of a cohort must have nothing to
+    /// add (its cohort's level would move). A victim of its cohort has moved its cohort
+    /// charge to the hold: after a move the cohort would count that victim nowhere.
+    fn may_move_off_hold(&self, ix: JobIx) -> bool {
+        let job = &self.jobs[ix];
+        let JobState::Pending { reservation: Some(hold) } = &job.state else { return false };
+        if hold.waiting == 0 {
+            return false; // Step 3 starts it on its hold.
+        }
+        let (id, total, project) = (job.spec.id, job.spec.total(), job.spec.project);
+        let member = self.ledger.cohort_of(project).is_some();
+        // Only a member's victims move their cohort charge to its hold.
+        let moved_to_hold = |v: &JobId| {
+            self.jobs.get(*v).is_some_and(|victim| {
+                victim.moved_to_hold.is_some()
+                    && matches!(victim.state, JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } if preemptor == id)
+            })
+        };
+        if member && hold.victims.iter().any(moved_to_hold) {
+            return false;
+        }
+        self.charged_accounts(ix).zip(hold.charged).all(|(account, charged)| {
+            let more = total.minus(charged);
+            more == Resources::ZERO
+                || (!(member && account == project) && self.ledger.over_quota(account, more).is_none())
+        })
     }
 
     /// Step 2b: running jobs whose protection from preemption (rule 1) has ended are victims
@@ -903,19 +984,7 @@ impl Scheduler {
             }
         }
         if memo.no_fit.get(&shape).is_none() {
-            let per_replica = shape.per_replica;
-            let placement = match shape.replicas {
-                1 => self
-                    .free_room()
-                    .with_image(self.jobs[ix].spec.image)
-                    .place_one_with_gpus(shape.model, per_replica)
-                    .map(|(node, gpus)| self.assign_one(node, gpus, per_replica)),
-                _ => self
-                    .free_room()
-                    .place(shape.model, per_replica, shape.replicas)
-                    .map(|c| self.assign_slots(&c, per_replica)),
-            };
-            if let Some(placement) = placement {
+            if let Some(placement) = self.place_on_free_room(ix, shape) {
                 let id = self.jobs[ix].spec.id;
                 self.start(ix, placement.clone(), now);
                 out.decisions.push(Decision::Start { job: id, placement });
@@ -1275,6 +1344,22 @@ impl Scheduler {
     }
 
     /// The read-only view free-room placement walks.
+    /// Where the job at `ix` fits on free GPUs now, by the policy's placement.
+    fn place_on_free_room(&self, ix: JobIx, shape: Shape) -> Option<Placement> {
+        let per_replica = shape.per_replica;
+        match shape.replicas {
+            1 => self
+                .free_room()
+                .with_image(self.jobs[ix].spec.image)
+                .place_one_with_gpus(shape.model, per_replica)
+                .map(|(node, gpus)| self.assign_one(node, gpus, per_replica)),
+            _ => self
+                .free_room()
+                .place(shape.model, per_replica, shape.replicas)
+                .map(|c| self.assign_slots(&c, per_replica)),
+        }
+    }
+
     fn free_room(&self) -> FreeRoom<'_> {
         FreeRoom {
             packing: self.config.policy.packing.map(|p| (p, &self.jobs, &self.arrivals)),

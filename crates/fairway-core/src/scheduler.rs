@@ -96,6 +96,8 @@ pub struct Counters {
     pub preemption_searches: u64,
     /// Pending jobs considered by cycles.
     pub jobs_considered: u64,
+    /// Preemptors that started on room freed elsewhere before their victims had gone.
+    pub preemptors_moved: u64,
 }
 
 pub struct Scheduler {
@@ -1158,6 +1160,15 @@ impl Scheduler {
         let reservation = self.release_hold(ix).expect("a ready preemptor holds a reservation");
         self.start(ix, reservation.placement.clone(), now);
         reservation.placement
+    }
+
+    /// A preemptor still waiting for its victims starts on `placement`, room that freed
+    /// elsewhere (cycle step 3b): its hold is released, and its victims go on terminating
+    /// (their exits find it no longer holding, `victim_gone`) and are requeued as ever.
+    pub(crate) fn start_off_hold(&mut self, ix: JobIx, placement: Placement, now: Time) {
+        self.release_hold(ix).expect("a preemptor moving off its hold holds one");
+        self.start(ix, placement, now);
+        self.counters.preemptors_moved += 1;
     }
 
     /// Undo a reservation's holds and charges; the job stays out of its group. Its nodes

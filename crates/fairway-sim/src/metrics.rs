@@ -302,6 +302,9 @@ pub struct ClusterSummary {
     pub makespan_seconds: f64,
     pub events_processed: u64,
     pub cycles: u64,
+    /// Preemptors that started on GPUs freed elsewhere before their victims had gone
+    /// (cycle step 3b).
+    pub preemptors_moved: u64,
 }
 
 /// Summary of one policy's run.
@@ -641,6 +644,7 @@ pub fn summarize(run: &RunResult) -> PolicySummary {
             makespan_seconds: makespan_ms as f64 / MS_PER_SECOND,
             events_processed: run.events_processed,
             cycles: run.cycles,
+            preemptors_moved: run.core_counters.preemptors_moved,
         },
     }
 }

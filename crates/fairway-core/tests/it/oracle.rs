@@ -62,6 +62,9 @@ pub struct Oracle {
     reserved_before: BTreeMap<JobId, Placement>,
     /// Jobs running (not terminating) just before the current cycle.
     running_before: BTreeSet<JobId>,
+    /// The best rank of a pending job holding nothing just before the current cycle: a
+    /// preemptor must rank above it to leave its hold for room elsewhere.
+    best_queued_rank_before: Option<std::cmp::Reverse<Priority>>,
     /// The time of the cycle being checked.
     now: Time,
     /// When each running job started, as of the cycle's start.
@@ -384,8 +387,13 @@ impl Oracle {
         self.reserved_before.clear();
         self.running_before.clear();
         self.started_before.clear();
+        self.best_queued_rank_before = None;
         for &id in self.specs.keys() {
             match s.job_status(id) {
+                Some(JobStatus::Pending { reserved: None, .. }) => {
+                    let rank = self.queue_key(s, id).0;
+                    self.best_queued_rank_before = Some(self.best_queued_rank_before.map_or(rank, |r| r.min(rank)));
+                }
                 Some(JobStatus::Pending { reserved: Some(p), .. }) => {
                     self.reserved_before.insert(id, p.clone());
                 }
@@ -428,7 +436,7 @@ impl Oracle {
         for d in &out.decisions {
             match d {
                 Decision::Start { job, placement } => {
-                    self.check_start(*job, placement)?;
+                    self.check_start(s, *job, placement)?;
                     started_now.insert(*job);
                 }
                 Decision::Preempt { victim, preemptor, .. } => {
@@ -595,7 +603,7 @@ impl Oracle {
         self.specs.get(&id).ok_or(format!("decision names unknown {id}"))
     }
 
-    fn check_start(&mut self, job: JobId, placement: &Placement) -> Result<(), String> {
+    fn check_start(&mut self, s: &Scheduler, job: JobId, placement: &Placement) -> Result<(), String> {
         let spec = self.spec(job)?.clone();
         if self.live.contains_key(&job) {
             return Err(format!("{job} started while it still holds GPUs"));
@@ -607,12 +615,13 @@ impl Oracle {
         if let Some(r) = reserved
             && r != placement
         {
-            return Err(format!("{job} reserved {r} but started on {placement}"));
+            self.check_moved_off_hold(s, job, r, placement)?;
         }
+        let newly_placed = reserved != Some(placement);
         let mut mine: BTreeSet<(NodeId, u32)> = BTreeSet::new();
         for r in placement.replicas() {
             let node = self.nodes.get(&r.node).ok_or(format!("{job} started on unknown {}", r.node))?;
-            if reserved.is_none() && self.drained.contains(&r.node) {
+            if newly_placed && self.drained.contains(&r.node) {
                 return Err(format!("{job} newly placed on drained {}", r.node));
             }
             if spec.gpu_model.is_some_and(|m| m != node.gpu_model) {
@@ -648,6 +657,46 @@ impl Oracle {
             }
         }
         self.live.insert(job, placement.clone());
+        Ok(())
+    }
+
+    /// A preemptor that held `reserved` started on `placement` instead (cycle step 3b): only
+    /// while some victim of its still terminates (else it starts on its hold), only if it
+    /// ranked above every job that held nothing before the cycle, and only if none of its
+    /// terminating victims is of its cohort (the cohort's level would move). Its new GPUs
+    /// are checked free like any start's, and the quotas after the cycle.
+    fn check_moved_off_hold(
+        &self,
+        s: &Scheduler,
+        job: JobId,
+        reserved: &Placement,
+        placement: &Placement,
+    ) -> Result<(), String> {
+        let moved = || format!("{job} reserved {reserved} but started on {placement}");
+        let terminating: Vec<JobId> = (self.hold_victims.get(&job).into_iter().flatten())
+            .copied()
+            .filter(|v| matches!(s.job_status(*v), Some(JobStatus::Preempting { preemptor, .. }) if preemptor == job))
+            .collect();
+        if terminating.is_empty() {
+            return Err(format!("{}, though its victims had gone", moved()));
+        }
+        let rank = self.queue_key(s, job).0;
+        if let Some(best) = self.best_queued_rank_before
+            && rank >= best
+        {
+            return Err(format!("{}, though a job of rank {} was queued", moved(), best.0));
+        }
+        // Quotas are checked after the cycle over every live placement, the victims' too.
+        let spec = &self.specs[&job];
+        let cohort_of = |project: AccountId| self.nominals.get(&project).map(|n| n.cohort);
+        for v in terminating {
+            let victim = &self.specs[&v];
+            let shares_project = victim.project == spec.project;
+            let shares_cohort = cohort_of(spec.project).is_some_and(|c| cohort_of(victim.project) == Some(c));
+            if shares_cohort || (shares_project && cohort_of(spec.project).is_some()) {
+                return Err(format!("{}, while its victim {v} of its cohort terminates", moved()));
+            }
+        }
         Ok(())
     }
 

@@ -714,3 +714,28 @@ fn a_pull_under_way_is_shared_and_a_gang_waits_for_its_slowest_node() {
     assert_eq!(record(run, "gang").image_wait_gpu_ms, 400_000);
     assert_eq!(record(run, "jy").image_wait_gpu_ms, 50_000);
 }
+
+/// A preemptor does not wait out its victim's grace period when GPUs free elsewhere first
+/// (the core's cycle step 3b), hand-checked: two nodes of 4 GPUs; `low-a` (low, 1,000 s) and
+/// `done-soon` (high, 20 s) fill them at 0; `urgent` (high, 4 GPUs) comes at 10 and
+/// preempts `low-a`, whose grace period would end at 40. `done-soon` ends at 20 and `urgent`
+/// starts on its GPUs then. `low-a` stops all the same at 40 and restarts on its own GPUs.
+#[test]
+fn a_preemptor_starts_where_gpus_free_before_its_victims_have_gone() {
+    let text = "name: move\nseed: 1\ncluster:\n  nodes: [{ name: n, count: 2, gpus: 4, gpu_model: A100 }]\n\
+                job_defaults: { grace_seconds: 30 }\njobs:\n\
+                  - { name: low-a, tenant: { project: p }, priority: low, resources: { gpus: 4 }, command: [t], submit_seconds: 0, duration_seconds: 1000 }\n\
+                  - { name: done-soon, tenant: { project: p }, priority: high, resources: { gpus: 4 }, command: [t], submit_seconds: 0, duration_seconds: 20 }\n\
+                  - { name: urgent, tenant: { project: p }, priority: high, resources: { gpus: 4 }, command: [t], submit_seconds: 10, duration_seconds: 50 }\n\
+                policies: [fairway]\n";
+    let s = inline_scenario("move", text).unwrap();
+    let runs = run_all(&s);
+    let run = &runs[0];
+    assert_eq!(times(run, "urgent"), (20, 70), "urgent starts when done-soon ends, not at low-a's deadline (40)");
+    let low = record(run, "low-a");
+    assert_eq!((low.first_start_ms, low.preemptions), (Some(0), 1), "low-a was told to stop and stops");
+    assert_eq!(low.queued_ms, 0, "low-a restarts at 40 on the GPUs it freed");
+    let summary = fairway_sim::metrics::summarize(run);
+    assert_eq!(summary.cluster.preemptors_moved, 1);
+    assert_eq!(summary.cluster.preemptions_total, 1);
+}

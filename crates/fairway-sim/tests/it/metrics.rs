@@ -607,7 +607,8 @@ const TINY_JSON: &str = r#"{
         "preemptions_total": 1,
         "makespan_seconds": 100.0,
         "events_processed": 10,
-        "cycles": 5
+        "cycles": 5,
+        "preemptors_moved": 0
       }
     }
   ]
