@@ -211,6 +211,7 @@ macro_rules! scenarios {
 scenarios!(
     article,
     preemption_with_grace,
+    preemptor_moves_to_freed_gpus,
     quota_blocks_critical,
     gang_all_or_nothing,
     unmanaged_pods_occupy,
