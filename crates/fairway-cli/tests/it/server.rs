@@ -734,6 +734,11 @@ fn a_preemptor_starts_where_a_gpu_frees_before_its_victim_has_stopped() {
     assert_eq!(urgent_view.job.placement[0].node, short_node);
     assert!(urgent_view.job.wait_seconds < 15.0, "urgent waited {}s, not the 20 s grace", urgent_view.job.wait_seconds);
     assert_eq!(api.job(nightly).job.state, JobState::Preempting, "the victim is still stopping");
+    let started = urgent_view.events.iter().find(|e| e.kind == "started").expect("a started event");
+    assert!(
+        started.message.contains(&format!("on GPUs that freed before nightly (job {nightly}) had stopped")),
+        "{started:?}"
+    );
 
     let nightly_again = api.wait_for("nightly to run again", |api| {
         let view = api.job(nightly);

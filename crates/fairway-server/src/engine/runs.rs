@@ -160,6 +160,18 @@ impl Engine {
         }
     }
 
+    /// The jobs still stopping for preemptor `id`, in id order: a preemptor that starts while
+    /// some are starts on GPUs freed elsewhere (the core's cycle step 3b).
+    fn victims_still_stopping(&self, id: i64) -> Vec<i64> {
+        let preempting = self.jobs.iter().filter(|(_, job)| job.state == JobState::Preempting);
+        preempting
+            .map(|(&victim, _)| victim)
+            .filter(|&victim| {
+                matches!(self.core.job_status(core_id(victim)), Some(JobStatus::Preempting { preemptor, .. }) if preemptor == core_id(id))
+            })
+            .collect()
+    }
+
     /// What the store keeps of a pending preemptor's hold.
     fn hold_json(&self, preemptor: i64) -> Option<String> {
         let Some(JobStatus::Pending { reserved: Some(placement), reasons }) = self.core.job_status(core_id(preemptor))
@@ -179,6 +191,7 @@ impl Engine {
 
     /// Prepares a run: its store row, the executor's launch, and the `started` event.
     fn start_run(&mut self, id: i64, placement: &Placement, now: u64) -> (RunRow, ExecCommand, NewEvent) {
+        let still_stopping = self.victims_still_stopping(id);
         let job = self.jobs.get_mut(&id).expect("the core starts only known jobs");
         job.in_flight = true;
         job.started_at_ms = Some(now);
@@ -193,11 +206,16 @@ impl Engine {
         let run_dir = self.job_dir(id).join("runs").join(run.to_string());
         let replicas = self.launch_specs(id, placement, &run_dir);
         let placement_text = self.placement_text(placement);
-        let message = if first {
+        let mut message = if first {
             format!("started on {placement_text} after waiting {wait_s:.1}s")
         } else {
             format!("run {} started on {placement_text} after waiting {wait_s:.1}s again (restart {run})", run + 1)
         };
+        if !still_stopping.is_empty() {
+            // It did not wait for its victims: GPUs freed elsewhere first.
+            let names = self.names_of(&still_stopping).join(", ");
+            message += &format!(", on GPUs that freed before {names} had stopped (they stop all the same)");
+        }
         let row = RunRow {
             started_at_ms: now,
             placement_json: placement_json(placement),
