@@ -463,7 +463,9 @@ impl Scheduler {
     /// kube-scheduler does the same: a preemptor's nominated node is a hint, and it goes
     /// wherever it fits first.
     fn move_waiting_preemptors(&mut self, now: Time, out: &mut CycleOutcome) {
-        // Room that was not free when it preempted: only nodes that grew since can hold it.
+        // Only nodes that grew since the last cycle are looked at: room that stayed free did
+        // not hold the job when it preempted. (A holder skipped then for its rank waits for
+        // the next growth or for its victims, at most their grace period.)
         if self.queue.holding.is_empty() || self.changes.grown.is_empty() {
             return;
         }
