@@ -1570,6 +1570,20 @@ impl Engine {
         }
     }
 
+    /// Per preemptor, the workloads still stopping for it (`namespace/name`, in key order).
+    fn victims_still_stopping(&self) -> BTreeMap<JobId, Vec<String>> {
+        let mut stopping: BTreeMap<JobId, Vec<String>> = BTreeMap::new();
+        for t in self.workloads.values().filter(|t| t.in_core) {
+            if let Some(JobStatus::Preempting { preemptor, .. }) = self.core.job_status(t.id) {
+                stopping.entry(preemptor).or_default().push(t.w.key());
+            }
+        }
+        for names in stopping.values_mut() {
+            names.sort_unstable();
+        }
+        stopping
+    }
+
     fn decided(&mut self, decision: Decision, now: u64) {
         match decision {
             Decision::Start { job, placement } => {
@@ -1700,6 +1714,8 @@ impl Engine {
             pending: Option<JobId>,
         }
         let mut sayings: Vec<Saying> = Vec::new();
+        // Per preemptor, its victims still stopping (read once, when an admitted one is said).
+        let mut stopping_for: Option<BTreeMap<JobId, Vec<String>>> = None;
         for uid in uids {
             let Some(t) = self.workloads.get(&uid) else { continue };
             if !t.in_core {
@@ -1724,7 +1740,14 @@ impl Engine {
                 }
                 Some(JobStatus::Running { .. }) => {
                     let nodes: Vec<&str> = t.slots.iter().map(|s| s.node.as_str()).collect();
-                    (true, "Admitted".to_owned(), format!("admitted by Fairway; runs on {}", nodes.join(", ")), None)
+                    let mut message = format!("admitted by Fairway; runs on {}", nodes.join(", "));
+                    let stopping = stopping_for.get_or_insert_with(|| self.victims_still_stopping());
+                    if let Some(victims) = stopping.get(&t.id) {
+                        // Admitted on GPUs freed elsewhere before its victims had gone (the
+                        // core's cycle step 3b).
+                        message += &format!(", on GPUs that freed before {} had stopped", victims.join(", "));
+                    }
+                    (true, "Admitted".to_owned(), message, None)
                 }
                 _ => continue,
             };
