@@ -1345,7 +1345,6 @@ impl Scheduler {
         PendingReason::NoShareFit { gpu_milli, gpu_model: model, share_free_max, nodes_matching }
     }
 
-    /// The read-only view free-room placement walks.
     /// Where the job at `ix` fits on free GPUs now, by the policy's placement.
     fn place_on_free_room(&self, ix: JobIx, shape: Shape) -> Option<Placement> {
         let per_replica = shape.per_replica;
@@ -1362,6 +1361,7 @@ impl Scheduler {
         }
     }
 
+    /// The read-only view free-room placement walks.
     fn free_room(&self) -> FreeRoom<'_> {
         FreeRoom {
             packing: self.config.policy.packing.map(|p| (p, &self.jobs, &self.arrivals)),
