@@ -721,11 +721,12 @@ fn a_preemptor_starts_where_a_gpu_frees_before_its_victim_has_stopped() {
     let server = InProcess::start("2x1", "");
     let api = &server.api;
     let stubborn = "---\nname: nightly\ntenant: { user: vision-user, project: vision }\npriority: low\n\
-                    resources: { gpus: 1 }\ncommand: [sh, -c, \"trap '' TERM; sleep 3600\"]\n\
+                    resources: { gpus: 1 }\ncommand: [sh, -c, \"trap '' TERM; echo ignoring SIGTERM; sleep 3600\"]\n\
                     preemption_grace_seconds: 600\n";
     let nightly = api.submit(stubborn)[0];
     let short = api.submit(&trainer_job("short", "ads", "medium", 1, 40, 100))[0];
-    api.wait_state(nightly, JobState::Running);
+    // Its shell ignores SIGTERM only once it has run the trap.
+    api.wait_for("nightly to ignore SIGTERM", |api| api.log(nightly).contains("ignoring SIGTERM").then_some(()));
     let short_node = api.wait_state(short, JobState::Running).job.placement[0].node.clone();
     let urgent = api.submit(&trainer_job("urgent", "ads", "high", 1, 100, 50))[0];
     wait_for_reason(api, urgent, "waiting_for_preemption");
