@@ -192,6 +192,8 @@ pub struct EngineStats {
     pub submissions: u64,
     pub admissions: u64,
     pub preemptions: u64,
+    /// Preemptors admitted on GPUs freed elsewhere before their victims had stopped.
+    pub preemptors_moved: u64,
     pub binds: u64,
     pub occupants: u64,
 }
@@ -1564,7 +1566,9 @@ impl Engine {
         for id in resizing {
             self.sync_node(id, now);
         }
+        let moved_before = self.core.counters().preemptors_moved;
         let outcome = self.core.cycle(Time(now));
+        self.stats.preemptors_moved += self.core.counters().preemptors_moved - moved_before;
         for decision in outcome.decisions {
             self.decided(decision, now);
         }

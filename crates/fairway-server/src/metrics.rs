@@ -243,6 +243,9 @@ pub struct Metrics {
     pub gpus_total: Gauge,
     pub gpus_allocated: Gauge,
     pub preemptions: Counter,
+    /// Preemptors that started on GPUs freed elsewhere before their victims had stopped
+    /// (the core's cycle step 3b): preemptions that, looking back, were not needed.
+    pub preemptors_moved: Counter,
     pub starts: Counter,
     pub submissions: Counter,
     pub cycle_seconds: Histogram,
@@ -292,6 +295,7 @@ impl Metrics {
             gpus_total: Gauge::default(),
             gpus_allocated: Gauge::default(),
             preemptions: Counter::default(),
+            preemptors_moved: Counter::default(),
             starts: Counter::default(),
             submissions: Counter::default(),
             cycle_seconds: cycle_seconds.clone(),
@@ -372,6 +376,11 @@ impl Metrics {
         registry.register("gpus", "GPUs the server schedules", m.gpus_total.clone());
         registry.register("gpus_allocated", "GPUs assigned to jobs", m.gpus_allocated.clone());
         registry.register("preemptions", "Jobs asked to stop for higher-priority work", m.preemptions.clone());
+        registry.register(
+            "preemptors_moved",
+            "Preemptors that started on GPUs freed elsewhere before their victims had stopped (the victims stop all the same)",
+            m.preemptors_moved.clone(),
+        );
         registry.register("job_starts", "Runs started", m.starts.clone());
         registry.register("submissions", "Jobs accepted", m.submissions.clone());
         registry.register("scheduling_cycle_seconds", "Duration of one scheduling cycle", cycle_seconds);

@@ -742,6 +742,10 @@ fn a_preemptor_starts_where_a_gpu_frees_before_its_victim_has_stopped() {
         started.message.contains(&format!("on GPUs that freed before nightly (job {nightly}) had stopped")),
         "{started:?}"
     );
+    let metrics = String::from_utf8(api.request("GET", "/metrics", None).1).unwrap();
+    for line in ["fairway_preemptors_moved_total 1", "fairway_preemptions_total 1"] {
+        assert!(metrics.lines().any(|l| l == line), "{line} missing from\n{metrics}");
+    }
 }
 
 fn wait_for_reason(api: &Api, job: i64, code: &str) -> Value {

@@ -184,13 +184,24 @@ async fn run_scenario(name: &str) {
 
 /// [`run_scenario`] with the controller's settings given `more` (YAML lines).
 async fn run_scenario_with(name: &str, more: &str) {
+    run_scenario_then(name, more, &[]).await;
+}
+
+/// [`run_scenario_with`], and at its end the controller's metrics have each of `lines`.
+async fn run_scenario_then(name: &str, more: &str, lines: &[&str]) {
     let cluster = FakeCluster::start(FakeConfig { time_scale: TIME_SCALE, ..FakeConfig::default() }).await.unwrap();
     let port = free_port();
     install_webhook(&cluster, port).await;
     let mut controller = InProcess::new(&cluster, test_settings(port, more));
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/scenarios/{name}.yaml"));
     let scenario = Scenario::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
-    let outcome = scenario.run(Cluster::Fake(&cluster), Some(&mut controller)).await;
+    let mut outcome = scenario.run(Cluster::Fake(&cluster), Some(&mut controller)).await.map_err(|e| e.to_string());
+    if outcome.is_ok() && !lines.is_empty() {
+        let metrics = reqwest::get(format!("{}/metrics", controller.api_url())).await.unwrap().text().await.unwrap();
+        if let Some(line) = lines.iter().find(|&&line| !metrics.lines().any(|l| l == line)) {
+            outcome = Err(format!("{line} missing from the metrics:\n{metrics}"));
+        }
+    }
     controller.kill();
     if let Err(e) = outcome {
         panic!("{}: {e}", scenario.name);
@@ -211,7 +222,6 @@ macro_rules! scenarios {
 scenarios!(
     article,
     preemption_with_grace,
-    preemptor_moves_to_freed_gpus,
     quota_blocks_critical,
     gang_all_or_nothing,
     unmanaged_pods_occupy,
@@ -229,6 +239,14 @@ scenarios!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reservation_with_backfill() {
     run_scenario_with("reservation-with-backfill", "reservations: { count: 1, default_runtime_seconds: 3600 }\n").await;
+}
+
+/// `tests/scenarios/preemptor-moves-to-freed-gpus.yaml`; the metrics count the preemptor
+/// that moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemptor_moves_to_freed_gpus() {
+    let lines = ["fairway_preemptors_moved_total 1", "fairway_preemptions_total 1"];
+    run_scenario_then("preemptor-moves-to-freed-gpus", "", &lines).await;
 }
 
 /// `tests/scenarios/fair-sharing.yaml`, with fair sharing on (without it the older Job of

@@ -545,8 +545,10 @@ impl Engine {
 
     fn cycle(&mut self, now: u64) {
         let started = Instant::now();
+        let moved_before = self.core.counters().preemptors_moved;
         let outcome = self.core.cycle(Time(now));
         self.metrics.cycle_seconds.observe(started.elapsed().as_secs_f64());
+        self.metrics.preemptors_moved.inc_by(self.core.counters().preemptors_moved - moved_before);
         if !outcome.decisions.is_empty() {
             self.carry_out(outcome.decisions, now);
         }
