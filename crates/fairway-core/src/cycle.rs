@@ -511,9 +511,7 @@ impl Scheduler {
     fn may_move_off_hold(&self, ix: JobIx) -> bool {
         let job = &self.jobs[ix];
         let JobState::Pending { reservation: Some(hold) } = &job.state else { return false };
-        if hold.waiting == 0 {
-            return false; // Step 3 starts it on its hold.
-        }
+        debug_assert!(hold.waiting > 0, "step 3 started the holders whose victims are gone");
         let (id, total, project) = (job.spec.id, job.spec.total(), job.spec.project);
         let member = self.ledger.cohort_of(project).is_some();
         // Only a member's victims move their cohort charge to its hold.

@@ -508,11 +508,12 @@ pub(crate) struct PendingQueue {
     /// their place in the queue's order, and under strict order the first of them blocks
     /// every job behind it.
     pub holding: BTreeSet<QueueKey>,
-    /// How many jobs the groups hold at each rank (holding jobs not counted): the best
-    /// rank queued, which a preemptor must beat to move off its hold (cycle step 3b).
-    /// Sorted by rank, counts above zero; a vector, as a queue has a few distinct ranks and
-    /// every insert and removal counts.
-    queued_by_rank: Vec<(Reverse<Priority>, u32)>,
+    /// How many live groups there are at each rank (a group's members share its rank;
+    /// holding jobs are in none): the best rank queued, which a preemptor must beat to move
+    /// off its hold (cycle step 3b). Sorted by rank, counts above zero; a vector, as a queue
+    /// has a few distinct ranks. Changed only when a group gets its first member or loses
+    /// its last.
+    groups_by_rank: Vec<(Reverse<Priority>, u32)>,
     /// Sleeping groups that room on a grown node may concern, in queue order: the walk
     /// asks each again if a grown node still has room for it when its turn comes.
     pub candidates: Vec<(QueueKey, GroupIx)>,
@@ -533,12 +534,12 @@ impl PendingQueue {
         let fresh = group.members.insert(key);
         assert!(fresh, "{} queued twice", key.id);
         self.len += 1;
-        match self.queued_by_rank.binary_search_by_key(&key.rank, |&(rank, _)| rank) {
-            Ok(at) => self.queued_by_rank[at].1 += 1,
-            Err(at) => self.queued_by_rank.insert(at, (key.rank, 1)),
-        }
         match old_head {
             None => {
+                match self.groups_by_rank.binary_search_by_key(&key.rank, |&(rank, _)| rank) {
+                    Ok(at) => self.groups_by_rank[at].1 += 1,
+                    Err(at) => self.groups_by_rank.insert(at, (key.rank, 1)),
+                }
                 self.awake.insert((key, gix));
             }
             Some(old) if key < old => self.move_head(gix, old, key),
@@ -607,14 +608,6 @@ impl PendingQueue {
 
     pub fn remove(&mut self, key: &QueueKey, gix: GroupIx) {
         self.len -= 1;
-        let at = self.queued_by_rank.binary_search_by_key(&key.rank, |&(rank, _)| rank);
-        let at = at.expect("a queued job's rank is counted");
-        match &mut self.queued_by_rank[at].1 {
-            1 => {
-                self.queued_by_rank.remove(at);
-            }
-            count => *count -= 1,
-        }
         let group = self.group_mut(gix);
         let old_head = group.head();
         // A start takes the head (the walk asks heads only): no search for it.
@@ -625,6 +618,14 @@ impl PendingQueue {
                 self.awake.remove(&(old_head, gix));
             } else if group.blocks_strict_order() {
                 self.asleep_blocking.remove(&(old_head, gix));
+            }
+            let at = self.groups_by_rank.binary_search_by_key(&key.rank, |&(rank, _)| rank);
+            let at = at.expect("a live group's rank is counted");
+            match &mut self.groups_by_rank[at].1 {
+                1 => {
+                    self.groups_by_rank.remove(at);
+                }
+                count => *count -= 1,
             }
             self.unindex(gix);
             // The slot becomes vacant (`live`), its group's state cleared for reuse.
@@ -660,7 +661,7 @@ impl PendingQueue {
 
     /// The best rank of a job in a group (holding jobs aside), if any is queued.
     pub fn best_queued_rank(&self) -> Option<Reverse<Priority>> {
-        self.queued_by_rank.first().map(|&(rank, _)| rank)
+        self.groups_by_rank.first().map(|&(rank, _)| rank)
     }
 
     /// A queued job starts holding GPUs for its victims: out of its group, into `holding`.
@@ -1190,11 +1191,14 @@ impl PendingQueue {
             ));
         }
         let mut by_rank: BTreeMap<Reverse<Priority>, u32> = BTreeMap::new();
-        for key in self.groups().flat_map(|(_, g)| g.members.iter()) {
-            *by_rank.entry(key.rank).or_default() += 1;
+        for (_, group) in self.groups() {
+            if group.members.iter().any(|m| m.rank != group.head().rank) {
+                return Err(format!("the group of {} mixes ranks", group.head().id));
+            }
+            *by_rank.entry(group.head().rank).or_default() += 1;
         }
-        if !by_rank.iter().map(|(&rank, &count)| (rank, count)).eq(self.queued_by_rank.iter().copied()) {
-            return Err(format!("queued jobs by rank counted {:?}, the groups hold {by_rank:?}", self.queued_by_rank));
+        if !by_rank.iter().map(|(&rank, &count)| (rank, count)).eq(self.groups_by_rank.iter().copied()) {
+            return Err(format!("groups by rank counted {:?}, the queue holds {by_rank:?}", self.groups_by_rank));
         }
         if self.by_key.len() != self.groups().count() {
             return Err("the group map names groups that are gone".into());
