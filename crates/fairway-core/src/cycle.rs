@@ -378,7 +378,9 @@ impl Scheduler {
     ///    failure (see `queue.rs`); nothing to walk when no group is awake and nothing that
     ///    wakes one happened (scenario 136); for each job:
     ///    a. groups that failed before and whose wait cannot be over stay dormant (those
-    ///    that room on a grown node may concern get a second look when reached); with
+    ///    that room on a grown node may concern get a second look when reached; with fair
+    ///    sharing, one held for a reservation wakes when shares now rank it above the
+    ///    holder: `wake_outranking_held`); with
     ///    backfill off, the first job that cannot start blocks every job behind it;
     ///    b. a job holding GPUs while its victims terminate is not asked again (step 3
     ///    starts it), but with backfill off it blocks every job behind it;
@@ -577,6 +579,7 @@ impl Scheduler {
         self.grown_nodes.dedup();
         self.grown_snapshot.take(&GrownNodes { nodes: &self.nodes, grown: &self.grown_nodes });
         self.refresh_plan(now);
+        self.wake_outranking_held(now);
         let checks = SchedulerChecks { ledger: &self.ledger, nodes: &self.nodes, tallies: &self.tallies };
         self.queue.wake_for(now, &mut self.changes, &self.grown_snapshot, &checks);
         let candidates = std::mem::take(&mut self.queue.candidates);

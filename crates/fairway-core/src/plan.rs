@@ -34,7 +34,9 @@
 //! reservation that goes leaves what it learnt to the next one, which keeps it if its job
 //! has the same shape (GPUs per replica, replicas, GPU model) and otherwise learns every
 //! node afresh in the same buffers (`Hosting::learn_for`; the plan's holder changes often).
-//! Within a cycle, a job started on a reservation's spare room uses it up.
+//! Within a cycle, a job started on a reservation's spare room uses it up. With fair
+//! sharing, a job held for a reservation is asked again when shares alone move it above the
+//! holder (`wake_outranking_held`).
 //!
 //! **Limits.** Reservations constrain starts on free room. A preemptor takes its victims by
 //! the preemption order (priority first), not by the plan; a reservation's holder that
@@ -782,6 +784,29 @@ impl Scheduler {
         before.clear();
         self.plan_spare = before;
         self.plan_read = Some(read);
+    }
+
+    /// Step 4a, with fair sharing: shares move as jobs start and end, so a job held back
+    /// for a reservation may come to rank above its holder with neither the plan nor the
+    /// room changing. Its group wakes to be asked again, as the reservation no longer binds
+    /// it (scenario 161). A group held for a reservation that is gone was woken by the
+    /// plan's change.
+    pub(crate) fn wake_outranking_held(&mut self, now: Time) {
+        if !self.fair.enabled() || self.plan.is_empty() {
+            return;
+        }
+        let outranking: Vec<crate::ids::GroupIx> = self
+            .queue
+            .held_for_reservations()
+            .filter(|&(_, head, holder)| {
+                let Some(p) = self.plan.iter().find(|p| p.id == holder) else { return false };
+                self.jobs.ix_of(head.id).is_some_and(|ix| self.rank_against(ix, head, p, now).is_lt())
+            })
+            .map(|(gix, ..)| gix)
+            .collect();
+        for gix in outranking {
+            self.queue.wake(gix);
+        }
     }
 
     /// With fair sharing, holders of one priority move in rank as their tenants' shares

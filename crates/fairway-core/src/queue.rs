@@ -1103,6 +1103,18 @@ impl PendingQueue {
     pub fn is_asleep(&self, gix: GroupIx) -> bool {
         self.live(gix).is_some_and(|g| g.asleep)
     }
+
+    /// The sleeping groups held for a reservation (`WakeOn::plan`), each with its head and
+    /// the job whose reservation it would delay.
+    pub fn held_for_reservations(&self) -> impl Iterator<Item = (GroupIx, QueueKey, JobId)> + '_ {
+        self.by_plan.iter().filter_map(|&gix| {
+            let group = self.group(gix);
+            match group.verdict.as_ref()?.reasons.first() {
+                &PendingReason::HeldForReservation { job, .. } => Some((gix, group.head(), job)),
+                _ => None,
+            }
+        })
+    }
 }
 
 impl PendingQueue {

@@ -1201,6 +1201,13 @@ impl Oracle {
             return Ok(());
         }
         let free = self.free_room(s);
+        // With fair sharing, shares rank a holder and the jobs held for it. In a cycle that
+        // started nothing and began no preemption they did not move during the walk: each
+        // job held for a reservation ranks below its holder then, as the forecast lists
+        // them (one that shares moved above it is asked again, scenario 161).
+        let shares_still =
+            s.config().policy.fair_share.is_some() && self.started_now.is_empty() && self.preempting_now.is_empty();
+        let mut forecast_place: Option<BTreeMap<JobId, usize>> = None;
         for id in s.pending() {
             let spec = &self.specs[&id];
             let reasons = s.why(id);
@@ -1251,6 +1258,14 @@ impl Oracle {
                     || (s.config().policy.order == QueueOrder::Priority && holder.priority < spec.priority)
                 {
                     return Err(format!("{id} is held for {job}, which is not a pending job ranked above it"));
+                }
+                if shares_still {
+                    let place = forecast_place.get_or_insert_with(|| {
+                        s.forecast(self.now, usize::MAX).iter().enumerate().map(|(i, e)| (e.job, i)).collect()
+                    });
+                    if place.get(job) > place.get(&id) {
+                        return Err(format!("{id} is held for {job}, which shares now rank below it"));
+                    }
                 }
                 continue;
             }

@@ -795,6 +795,40 @@ proptest! {
     }
 }
 
+/// `case()` with fair sharing and reservations both on (few of its cases have both): shares
+/// move as jobs start and end, and with them which jobs a reservation binds.
+fn fair_reservations_case() -> impl Strategy<Value = Case> {
+    (case(), prop::collection::vec(op(), 0..=40), 1..3u32, 1..60u64, 0..3u64).prop_map(
+        |(mut case, more, count_max, runtime_s, half_life_min)| {
+            case.ops.extend(more);
+            let policy = &mut case.config.policy;
+            policy.backfill = true;
+            policy.fair_share = Some(FairSharing { half_life_ms: half_life_min * 60_000 });
+            policy.reservations = Some(Reservations { count_max });
+            policy.estimates.default_runtime_ms = runtime_s * 1000;
+            // Two tiers, so that tenants meet inside one more often than across them.
+            for op in &mut case.ops {
+                if let Op::Submit(shape) = op {
+                    shape.priority = if shape.priority >= 30 { 20 } else { 10 };
+                }
+            }
+            case
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// Invariants and outside checks hold under fair sharing with reservations.
+    #[test]
+    fn fair_sharing_with_reservations_keeps_invariants(case in fair_reservations_case()) {
+        if let Err(e) = Driver::run(&case, false) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2_000))]
 
