@@ -800,7 +800,7 @@ impl Scheduler {
             .held_for_reservations()
             .filter(|&(_, head, holder)| {
                 let Some(p) = self.plan.iter().find(|p| p.id == holder) else { return false };
-                self.jobs.ix_of(head.id).is_some_and(|ix| self.rank_against(ix, head, p, now).is_lt())
+                self.rank_against(head.ix, head, p, now).is_lt()
             })
             .map(|(gix, ..)| gix)
             .collect();
