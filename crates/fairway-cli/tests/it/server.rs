@@ -1029,6 +1029,50 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
     assert!(light_started >= short_ended, "nlp's job took the GPU the short job freed");
 }
 
+/// Fair sharing with a reservation (docs/reservations.md, rule 5; core scenario 161): a job
+/// held for a reservation is asked again when shares alone move it above the holder. On 6
+/// GPUs, speech and vision each run 2 (vision's with a 100 s limit). Vision's 4-GPU job,
+/// submitted first at equal shares, reserves the node for when vision's run ends; speech's
+/// 1-GPU job, with no limit, would run past that and is held for it. Vision then starts a
+/// 1-GPU job with a 30 s limit, which ends before the reservation's time: it delays nothing,
+/// but vision now holds 3 GPUs to speech's 2, so speech's job ranks first and starts at the
+/// next cycle, long before the reservation's time.
+#[test]
+fn a_job_held_for_a_reservation_starts_once_shares_rank_it_above_the_holder() {
+    let config = "fair_share: { half_life_seconds: 0 }\nreservations: { count: 1, default_runtime_seconds: 600 }\n";
+    let server = InProcess::start("6", config);
+    let api = &server.api;
+    let long = |name: &str, project: &str, gpus: u32| trainer_job(name, project, "medium", gpus, 100_000, 50);
+    let limited =
+        |name: &str, gpus: u32, seconds: u32| long(name, "vision", gpus) + &format!("max_runtime_seconds: {seconds}\n");
+    let speech_run = api.submit(&long("speech-run", "speech", 2))[0];
+    let vision_run = api.submit(&limited("vision-run", 2, 100))[0];
+    for id in [speech_run, vision_run] {
+        api.wait_state(id, JobState::Running);
+    }
+    let big = api.submit(&long("vision-big", "vision", 4))[0];
+    let small = api.submit(&long("speech-small", "speech", 1))[0];
+    let held = wait_for_reason(api, small, "held_for_reservation");
+    assert_eq!(held["data"]["job"].as_i64(), Some(big), "{held}");
+    let reserved_at = held["data"]["at_ms"].as_u64().expect("the reservation's time");
+
+    let short = api.submit(&limited("vision-short", 1, 30))[0];
+    let short_started = api.wait_state(short, JobState::Running).job.started_at_ms.unwrap();
+    let small_started = api.wait_state(small, JobState::Running).job.started_at_ms.unwrap();
+    assert!(
+        small_started >= short_started,
+        "speech's job started at {small_started}, vision's short one at {short_started}"
+    );
+    assert!(
+        small_started < reserved_at,
+        "speech's job started at {small_started}, not before the reservation at {reserved_at}"
+    );
+    assert_eq!(api.job(big).job.state, JobState::Pending, "the 4-GPU job still waits for room");
+    for id in [speech_run, vision_run, big, small, short] {
+        api.json("POST", &format!("/v1/jobs/{id}/cancel"), None);
+    }
+}
+
 /// Cohorts on the real server: vision (nominal 1 GPU) borrows speech's idle GPU from the
 /// cohort in the config; speech's job, of the same priority and within speech's nominal
 /// quota, takes it back by preempting one of vision's (graceful: SIGTERM, checkpoint,
