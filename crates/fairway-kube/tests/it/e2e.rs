@@ -256,6 +256,15 @@ async fn fair_sharing() {
     run_scenario_with("fair-sharing", "fair_share: { half_life_seconds: 0 }\n").await;
 }
 
+/// `tests/scenarios/fair-sharing-frees-a-held-job.yaml`, with fair sharing and one
+/// reservation (without the core's wake of held jobs that shares move above the holder,
+/// speech's Job waits for the reservation's time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_sharing_frees_a_held_job() {
+    let settings = "fair_share: { half_life_seconds: 0 }\nreservations: { count: 1, default_runtime_seconds: 3600 }\n";
+    run_scenario_with("fair-sharing-frees-a-held-job", settings).await;
+}
+
 /// Two replicas with leader election: one acts (a Job is admitted once), the other says who
 /// leads; when the leader dies, the other takes over within the Lease's duration and acts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
