@@ -827,10 +827,6 @@ proptest! {
             prop_assert!(false, "{}", e);
         }
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2_000))]
 
     /// The same events applied to two schedulers yield identical decisions and states.
     #[test]
