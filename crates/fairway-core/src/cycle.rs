@@ -5,7 +5,7 @@ use std::collections::BinaryHeap;
 use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use crate::cluster::{Node, Nodes};
-use crate::decision::{Decision, PendingReason, StopCause};
+use crate::decision::{Decision, PendingReason, PreemptCause, StopCause};
 use crate::fairshare::FairKey;
 use crate::free_room::FreeRoom;
 use crate::ids::{GroupIx, GroupKey, JobIx, NodeIx, QueueKey};
@@ -1384,13 +1384,28 @@ impl Scheduler {
             // After the victim left the index: its protection is computed from it again at
             // its next start.
             self.jobs[vix].record_preemption(now);
-            out.decisions.push(Decision::Preempt { victim, preemptor: id, deadline });
+            let cause = self.preempt_cause(ix, vix);
+            out.decisions.push(Decision::Preempt { victim, preemptor: id, deadline, cause });
             out.stats.victims_preempted += 1;
             self.counters.preemptions += 1;
+            self.counters.reclaims += u64::from(matches!(cause, PreemptCause::Reclaim { .. }));
         }
         let victims: Vec<crate::types::JobId> = plan.victims.iter().map(|(v, _)| *v).collect();
         let waiting = victims.len() as u32;
         self.reserve(ix, Reservation { placement, victims, waiting, charged: Default::default() });
+    }
+
+    /// Why the job at `vix` gives way to the one at `ix`: by priority when it is below, or
+    /// else a reclaim within the preemptor's cohort (the only way to preempt at one's own
+    /// priority; the search took it as a candidate only so).
+    fn preempt_cause(&self, ix: JobIx, vix: JobIx) -> PreemptCause {
+        let (job, victim) = (&self.jobs[ix].spec, &self.jobs[vix].spec);
+        if victim.priority < job.priority {
+            return PreemptCause::Priority;
+        }
+        debug_assert_eq!(victim.priority, job.priority, "a victim is never above its preemptor");
+        let cohort = self.ledger.cohort_of(job.project).expect("a job preempts at its own priority only to reclaim");
+        PreemptCause::Reclaim { cohort }
     }
 
     /// Slots for a preemptor, from what each GPU of a chosen node has free once the victims

@@ -11,14 +11,37 @@ pub enum Decision {
     /// Start every replica of `job` on the given GPUs.
     Start { job: JobId, placement: Placement },
     /// Ask `victim` to stop for `preemptor`: notice, SIGTERM, and SIGKILL at `deadline`.
-    /// The driver reports `Exited` when it is gone; the victim is then requeued.
-    Preempt { victim: JobId, preemptor: JobId, deadline: Time },
+    /// The driver reports `Exited` when it is gone; the victim is then requeued. `cause`
+    /// says why the victim gives way, for its owner to read.
+    Preempt { victim: JobId, preemptor: JobId, deadline: Time, cause: PreemptCause },
     /// Stop a job for good (cancelled, or its run-time limit reached). The driver kills it
     /// and reports `Exited`; the job does not come back.
     Stop { job: JobId, cause: StopCause },
     /// The job's node went away; the driver should kill what is left of it. It is already
     /// back in the queue.
     Requeued { job: JobId, cause: RequeueCause },
+}
+
+/// Why a victim gives way to its preemptor: the two ways a job may preempt
+/// (`preemption.rs`, eligibility). A victim of lower priority gives way by priority even
+/// when its preemptor also reclaims from others in the same plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreemptCause {
+    /// The preemptor's priority is above the victim's.
+    Priority,
+    /// Both have the same priority: the preemptor's project, within its nominal quota in
+    /// `cohort`, takes back GPUs that the victim's project, another member, borrows.
+    Reclaim { cohort: AccountId },
+}
+
+impl PreemptCause {
+    /// A short stable label for metrics and machine-readable notices.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PreemptCause::Priority => "priority",
+            PreemptCause::Reclaim { .. } => "reclaim",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,8 @@
 //!    above still goes first). A cohort gets back from a member only what the member uses
 //!    beyond its guarantee. Reclaim is graceful like any preemption (notice, grace,
 //!    requeue), and it cannot thrash: the borrower it preempts is over its nominal quota,
-//!    so it may not reclaim back. **No thrashing:** a run younger than its class's
+//!    so it may not reclaim back. Each victim is told which way it gives way
+//!    (`PreemptCause`: priority when below its preemptor, else reclaim; scenario 162). **No thrashing:** a run younger than its class's
 //!    minimum run (`min_run_before_preemption_ms`) is not a candidate, nor a job preempted
 //!    its class's `preemptions_per_hour_max` times in the last hour; when that protection
 //!    ends, the job's nodes count as grown, so a waiting preemptor looks again (and

@@ -90,6 +90,8 @@ pub struct Counters {
     pub cycles: u64,
     pub starts: u64,
     pub preemptions: u64,
+    /// Preemptions of them that were reclaims in a cohort (`PreemptCause::Reclaim`).
+    pub reclaims: u64,
     pub requeues: u64,
     pub finished: u64,
     /// Victim searches run (successful or not).

@@ -192,6 +192,11 @@ pub struct PreemptNotice {
     pub grace_seconds: u64,
     /// Why, for people: `preempted by job 42 (priority high)`.
     pub reason: String,
+    /// Why, for programs: `priority` (the preemptor's priority is higher) or `reclaim` (a
+    /// member of the job's cohort takes back what the job's project borrows). Absent in
+    /// notices of servers before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
 }
 
 /// Writes `notice` as JSON to `path` atomically (temporary file + rename), so a job polling

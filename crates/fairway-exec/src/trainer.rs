@@ -144,9 +144,10 @@ fn on_sigterm(dir: &Path, done: u64) -> i32 {
     if let Some(path) = std::env::var_os("FAIRWAY_PREEMPT_NOTICE_FILE") {
         match read_preempt_notice(Path::new(&path)) {
             Ok(Some(notice)) => println!(
-                "preempt notice: deadline_unix_ms={} ({} ms from now), reason: {}",
+                "preempt notice: deadline_unix_ms={} ({} ms from now), cause: {}, reason: {}",
                 notice.deadline_unix_ms,
                 notice.deadline_unix_ms.saturating_sub(now_unix_ms()),
+                notice.cause.as_deref().unwrap_or("unknown"),
                 notice.reason
             ),
             Ok(None) => {}

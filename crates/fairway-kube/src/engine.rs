@@ -38,8 +38,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fairway_core::{
     Config, Decision, Estimate, Event, ExitOutcome, GpuSet, JobId, JobSpec, JobStatus, Limits, NodeId, NodeSpec,
-    PendingReason, Placement, PreemptionPolicy, Quota, ReplicaPlacement, RestoredJob, RestoredRun, RestoredStop,
-    Scheduler, StartEstimate, Time,
+    PendingReason, Placement, PreemptCause, PreemptionPolicy, Quota, ReplicaPlacement, RestoredJob, RestoredRun,
+    RestoredStop, Scheduler, StartEstimate, Time,
 };
 use fairway_server::api::FORECAST_JOBS_MAX;
 use fairway_server::clock::time_text;
@@ -255,8 +255,8 @@ pub enum Observation {
     Waited { tier: String, tenant: String, seconds: f64 },
     /// It ended (not a requeue).
     Finished { tier: String, succeeded: bool },
-    /// It was asked to stop for a preemptor (priority or a cohort's reclaim).
-    Preempted { tier: String, tenant: String },
+    /// It was asked to stop for a preemptor (priority or a cohort's reclaim: `cause`).
+    Preempted { tier: String, tenant: String, cause: PreemptCause },
     /// A preempted run ended: the GPU-hours of work since its last checkpoint (or its
     /// admission) to the end of its last pod.
     Lost { tier: String, tenant: String, gpu_hours: f64 },
@@ -1588,6 +1588,23 @@ impl Engine {
         stopping
     }
 
+    /// Why a victim gives way, for its owner (`by`: the preemptor, `namespace/name`): by
+    /// priority, or to a reclaim within the cohort its namespace borrows in.
+    fn preemption_text(&self, by: &str, victim: JobId, preemptor: JobId, cause: PreemptCause) -> String {
+        match cause {
+            PreemptCause::Priority => format!("preempted by {by}"),
+            PreemptCause::Reclaim { cohort } => {
+                let cohort = self.interner.account_name(cohort).map_or("?", |(_, name)| name);
+                let namespace = |id: JobId| self.workload(id).map_or("?", |w| w.namespace.as_str());
+                format!(
+                    "reclaimed by {by} in cohort {cohort}: namespace {} uses more than its nominal quota there, which {} takes back at the same priority",
+                    namespace(victim),
+                    namespace(preemptor)
+                )
+            }
+        }
+    }
+
     fn decided(&mut self, decision: Decision, now: u64) {
         match decision {
             Decision::Start { job, placement } => {
@@ -1622,9 +1639,10 @@ impl Engine {
                     self.bind(&uid, &pod);
                 }
             }
-            Decision::Preempt { victim, preemptor, deadline } => {
+            Decision::Preempt { victim, preemptor, deadline, cause } => {
                 let Some(uid) = self.uid_of.get(&victim).cloned() else { return };
                 let by = self.workload(preemptor).map(Workload::key).unwrap_or_default();
+                let why = self.preemption_text(&by, victim, preemptor, cause);
                 self.touched.insert(uid.clone());
                 if let Some(p) = self.uid_of.get(&preemptor) {
                     self.touched.insert(p.clone());
@@ -1643,7 +1661,8 @@ impl Engine {
                 let history = t.preempted_at_ms.clone();
                 let t = &self.workloads[&uid];
                 let target = target_of(&t.w);
-                let preempted = Observation::Preempted { tier: tier_of(&t.w).into(), tenant: t.w.namespace.clone() };
+                let preempted =
+                    Observation::Preempted { tier: tier_of(&t.w).into(), tenant: t.w.namespace.clone(), cause };
                 self.stats.preemptions += 1;
                 self.actions.push(Action::Suspend {
                     target: target.clone(),
@@ -1654,9 +1673,7 @@ impl Engine {
                     target,
                     warning: false,
                     reason: "Preempted".into(),
-                    message: format!(
-                        "preempted by {by}: suspended; its pods get {grace}s to stop; it queues again at its place"
-                    ),
+                    message: format!("{why}: suspended; its pods get {grace}s to stop; it queues again at its place"),
                 });
                 if let Some(p) = self.workload(preemptor).map(target_of) {
                     self.actions.push(Action::Event {

@@ -598,7 +598,7 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
                 metrics.finished(&tier, if succeeded { JobState::Succeeded } else { JobState::Failed });
             }
             Observation::Cycle { seconds } => metrics.cycle_seconds.observe(seconds),
-            Observation::Preempted { tier, tenant } => metrics.preempted(&tier, &tenant),
+            Observation::Preempted { tier, tenant, cause } => metrics.preempted(&tier, &tenant, cause),
             Observation::Lost { tier, tenant, gpu_hours } => metrics.lost(&tier, &tenant, gpu_hours),
         }
     }

@@ -22,6 +22,15 @@ pub struct QueueLabels {
     pub tenant: String,
 }
 
+/// A preemption: the victim's queue, and why it gave way (`PreemptCause::label`:
+/// `priority`, or `reclaim` by another member of its cohort).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PreemptionLabels {
+    pub tier: String,
+    pub tenant: String,
+    pub cause: String,
+}
+
 /// A notification's receiver, how it went out (`email`, `webhook`), and how that went
 /// (`sent`, `failed` after its retries, `dropped` unsent because a bound was reached).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -227,8 +236,8 @@ pub struct Metrics {
     /// start), by the victim's tier and tenant. The standalone server's: a cluster reports no
     /// checkpoints.
     pub queue_gpu_hours_lost: Family<QueueLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
-    /// Jobs asked to stop for a preemptor, by the victim's tier and tenant.
-    pub queue_preemptions: Family<QueueLabels, Counter>,
+    /// Jobs asked to stop for a preemptor, by the victim's tier and tenant and the cause.
+    pub queue_preemptions: Family<PreemptionLabels, Counter>,
     /// GPUs each account holds (running, terminating and held for its preemptors), as of the
     /// last refresh: accounts with a quota, and those holding something.
     pub quota_gpus_used: Family<AccountLabels, Gauge>,
@@ -353,7 +362,7 @@ impl Metrics {
         );
         registry.register(
             "queue_preemptions",
-            "Jobs asked to stop for higher-priority work or a cohort's reclaim, by the victim's priority tier and tenant",
+            "Jobs asked to stop for higher-priority work or a cohort's reclaim, by the victim's priority tier and tenant and the cause (priority or reclaim)",
             m.queue_preemptions.clone(),
         );
         registry.register(
@@ -529,10 +538,11 @@ impl Metrics {
         });
     }
 
-    /// A job of `tier` and `tenant` was asked to stop for a preemptor (the unlabelled
-    /// `preemptions` total is the driver's to count).
-    pub fn preempted(&self, tier: &str, tenant: &str) {
-        self.queue_preemptions.get_or_create(&QueueLabels { tier: tier.into(), tenant: tenant.into() }).inc();
+    /// A job of `tier` and `tenant` was asked to stop for a preemptor, for `cause` (the
+    /// unlabelled `preemptions` total is the driver's to count).
+    pub fn preempted(&self, tier: &str, tenant: &str, cause: fairway_core::PreemptCause) {
+        let labels = PreemptionLabels { tier: tier.into(), tenant: tenant.into(), cause: cause.label().into() };
+        self.queue_preemptions.get_or_create(&labels).inc();
     }
 
     /// A preempted run of `tier` and `tenant` lost this much work.

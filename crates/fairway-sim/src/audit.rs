@@ -21,14 +21,17 @@
 //!    not the core's form of it).
 //! 4. A preemption is allowed: the victim runs, is preemptible and has strictly lower
 //!    priority than the preemptor, which is pending and may preempt; or, reclaimed, the
-//!    same priority, the victim's project another member of the preemptor's cohort.
+//!    same priority, the victim's project another member of the preemptor's cohort. Its
+//!    cause says which: `priority` when the victim is below, else `reclaim` in the
+//!    preemptor's cohort.
 //!
 //! The core's own whole-state check (`Scheduler::check_invariants`) verifies its internal
 //! indexes; the engine runs it on a schedule (see `engine::CheckLevel`).
 
 use fairway_core::GpuSet;
 use fairway_core::{
-    AccountId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, PreemptionPolicy, Quota, ResourceKind, Resources,
+    AccountId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, PreemptCause, PreemptionPolicy, Quota, ResourceKind,
+    Resources,
 };
 
 /// A node as the driver sees it.
@@ -201,6 +204,7 @@ impl Audit {
         victim_spec: &JobSpec,
         preemptor: usize,
         preemptor_spec: &JobSpec,
+        cause: PreemptCause,
     ) -> Result<(), String> {
         let (v, p) = (victim_spec, preemptor_spec);
         if self.placed[victim].is_none() {
@@ -217,6 +221,13 @@ impl Audit {
         }
         if self.placed[preemptor].is_some() {
             return Err(format!("{} preempted for {}, which already runs", v.id, p.id));
+        }
+        let expected = match v.priority < p.priority {
+            true => Some(PreemptCause::Priority),
+            false => self.member(p.project).map(|m| PreemptCause::Reclaim { cohort: m.nominal.cohort }),
+        };
+        if expected != Some(cause) {
+            return Err(format!("{} preempted for {} with cause {cause:?}, expected {expected:?}", v.id, p.id));
         }
         Ok(())
     }
@@ -407,13 +418,39 @@ mod tests {
     fn only_lower_priority_preemptible_running_work_is_preempted() {
         let mut a = audit();
         a.start(0, &job(0, 10, 2), &Placement::one(on(1, &[0, 1]))).unwrap();
-        assert!(a.preempt(0, &job(0, 10, 2), 1, &job(1, 100, 2)).is_ok());
-        let equal = a.preempt(0, &job(0, 10, 2), 1, &job(1, 10, 2)).unwrap_err();
+        let by_priority = PreemptCause::Priority;
+        assert!(a.preempt(0, &job(0, 10, 2), 1, &job(1, 100, 2), by_priority).is_ok());
+        let equal = a.preempt(0, &job(0, 10, 2), 1, &job(1, 10, 2), by_priority).unwrap_err();
         assert!(equal.contains("priority 10"), "{equal}");
         let protected = JobSpec { preemptible: false, ..job(0, 10, 2) };
-        assert!(a.preempt(0, &protected, 1, &job(1, 100, 2)).is_err());
+        assert!(a.preempt(0, &protected, 1, &job(1, 100, 2), by_priority).is_err());
         let never = JobSpec { preemption_policy: PreemptionPolicy::Never, ..job(1, 100, 2) };
-        assert!(a.preempt(0, &job(0, 10, 2), 1, &never).is_err());
-        assert!(a.preempt(2, &job(2, 1, 2), 1, &job(1, 100, 2)).is_err(), "job 2 does not run");
+        assert!(a.preempt(0, &job(0, 10, 2), 1, &never, by_priority).is_err());
+        assert!(a.preempt(2, &job(2, 1, 2), 1, &job(1, 100, 2), by_priority).is_err(), "job 2 does not run");
+        // A lower-priority victim gives way by priority, never to a reclaim.
+        let reclaim = PreemptCause::Reclaim { cohort: AccountId(9) };
+        let err = a.preempt(0, &job(0, 10, 2), 1, &job(1, 100, 2), reclaim).unwrap_err();
+        assert!(err.contains("expected Some(Priority)"), "{err}");
+    }
+
+    #[test]
+    fn a_reclaim_at_equal_priority_names_the_preemptors_cohort() {
+        const VISION: AccountId = AccountId(2);
+        const SPEECH: AccountId = AccountId(3);
+        const LAB: AccountId = AccountId(9);
+        let member = NominalQuota {
+            cohort: LAB,
+            nominal: Quota::gpus(4),
+            borrowing_limit: Quota::default(),
+            lending_limit: Quota::default(),
+        };
+        let mut a = Audit::new(&[node(1, 8)], &[], &[(VISION, member), (SPEECH, member)], 4);
+        let of = |id: u64, project: AccountId| JobSpec { user: ALICE, project, ..job(id, 10, 2) };
+        a.start(0, &of(0, VISION), &Placement::one(on(1, &[0, 1]))).unwrap();
+        a.preempt(0, &of(0, VISION), 1, &of(1, SPEECH), PreemptCause::Reclaim { cohort: LAB }).unwrap();
+        let err = a.preempt(0, &of(0, VISION), 1, &of(1, SPEECH), PreemptCause::Priority).unwrap_err();
+        assert!(err.contains("expected Some(Reclaim"), "{err}");
+        let elsewhere = PreemptCause::Reclaim { cohort: AccountId(8) };
+        assert!(a.preempt(0, &of(0, VISION), 1, &of(1, SPEECH), elsewhere).is_err());
     }
 }

@@ -532,11 +532,11 @@ impl<'a> Sim<'a> {
                 let finish_at = live.progress_from_ms + live.remaining_ms;
                 self.timers.push(Reverse((finish_at, Due::Finish, index, live.epoch)));
             }
-            Decision::Preempt { victim, preemptor, deadline } => {
+            Decision::Preempt { victim, preemptor, deadline, cause } => {
                 let index = victim.0 as usize;
                 if let Some(audit) = &self.audit {
                     let by = preemptor.0 as usize;
-                    audit.preempt(index, &self.jobs[index].spec, by, &self.jobs[by].spec)?;
+                    audit.preempt(index, &self.jobs[index].spec, by, &self.jobs[by].spec, cause)?;
                     if self.live[index].phase != Phase::Running {
                         return Err(format!("{victim} preempted again, or while it stops"));
                     }

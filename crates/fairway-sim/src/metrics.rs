@@ -296,6 +296,8 @@ pub struct ClusterSummary {
     #[serde(serialize_with = "ser_f64")]
     pub gpu_hours_lost: f64,
     pub preemptions_total: u64,
+    /// Of them, reclaims within a cohort (same priority; the rest gave way by priority).
+    pub reclaims_total: u64,
     /// Length of the busy window (first submit to last finish, or to the end of the run
     /// while jobs remain unfinished).
     #[serde(serialize_with = "ser_f64")]
@@ -641,6 +643,7 @@ pub fn summarize(run: &RunResult) -> PolicySummary {
             gpu_hours_useful: useful_gpu_ms as f64 / MS_PER_HOUR,
             gpu_hours_lost: lost_gpu_ms as f64 / MS_PER_HOUR,
             preemptions_total,
+            reclaims_total: run.core_counters.reclaims,
             makespan_seconds: makespan_ms as f64 / MS_PER_SECOND,
             events_processed: run.events_processed,
             cycles: run.cycles,

@@ -216,7 +216,10 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     wait_for("the preemptions in the metrics", || {
         let metrics =
             rt.block_on(async { reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap() });
-        metrics.lines().any(|l| l == "fairway_queue_preemptions_total{tier=\"low\",tenant=\"ads\"} 2").then_some(())
+        metrics
+            .lines()
+            .any(|l| l == "fairway_queue_preemptions_total{tier=\"low\",tenant=\"ads\",cause=\"priority\"} 2")
+            .then_some(())
     });
     let why = cli_ok(&base, &["why", "ads/urgent"]);
     assert!(

@@ -210,8 +210,13 @@ impl Names {
     fn decision(&self, d: &Decision) -> String {
         match d {
             Decision::Start { job, placement } => format!("start {} {}", self.j(*job), self.placement(placement)),
-            Decision::Preempt { victim, preemptor, deadline } => {
-                format!("preempt {} for {} deadline={deadline}", self.j(*victim), self.j(*preemptor))
+            Decision::Preempt { victim, preemptor, deadline, cause } => {
+                // A reclaim says so; priority, the usual cause, goes unsaid.
+                let cause = match cause {
+                    PreemptCause::Priority => String::new(),
+                    PreemptCause::Reclaim { cohort } => format!(" reclaim({})", self.a(*cohort)),
+                };
+                format!("preempt {} for {} deadline={deadline}{cause}", self.j(*victim), self.j(*preemptor))
             }
             Decision::Stop { job, cause } => {
                 let cause = match cause {

@@ -439,7 +439,7 @@ impl Oracle {
                     self.check_start(s, *job, placement)?;
                     started_now.insert(*job);
                 }
-                Decision::Preempt { victim, preemptor, .. } => {
+                Decision::Preempt { victim, preemptor, cause, .. } => {
                     let delay_ends = self.queued_at[preemptor].plus_ms(self.spec(*preemptor)?.preemption_delay_ms);
                     if self.now < delay_ends {
                         return Err(format!(
@@ -469,6 +469,17 @@ impl Oracle {
                         return Err(format!(
                             "{preemptor} (priority {}) preempted {victim} (priority {})",
                             p.priority, v.priority
+                        ));
+                    }
+                    // The cause the victim's owner reads: priority when it is below, else a
+                    // reclaim within the preemptor's cohort.
+                    let expected_cause = match v.priority < p.priority {
+                        true => PreemptCause::Priority,
+                        false => PreemptCause::Reclaim { cohort: self.nominals[&p.project].cohort },
+                    };
+                    if *cause != expected_cause {
+                        return Err(format!(
+                            "{preemptor} preempted {victim} with cause {cause:?}, expected {expected_cause:?}"
                         ));
                     }
                     if !v.preemptible {

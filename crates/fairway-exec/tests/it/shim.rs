@@ -214,12 +214,18 @@ fn preempt_notice_is_written_atomically_as_json() {
         preemptor_job_id: Some(42),
         grace_seconds: 30,
         reason: "preempted by job 42 (priority high)".into(),
+        cause: Some("priority".into()),
     };
     write_preempt_notice(&path, &notice).unwrap();
     let raw: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
     assert_eq!(raw["deadline_unix_ms"], 1_767_225_630_000u64);
     assert_eq!(raw["preemptor_job_id"], 42);
+    assert_eq!(raw["cause"], "priority");
     assert_eq!(read_preempt_notice(&path).unwrap(), Some(notice.clone()));
+    // A notice written before `cause` existed still reads.
+    let older = r#"{"deadline_unix_ms":1,"preemptor_job_id":null,"grace_seconds":0,"reason":"r"}"#;
+    fs::write(&path, older).unwrap();
+    assert_eq!(read_preempt_notice(&path).unwrap().map(|n| n.cause), Some(None));
     // Overwriting leaves exactly one file: no temporary file behind.
     write_preempt_notice(&path, &PreemptNotice { grace_seconds: 5, ..notice }).unwrap();
     let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();

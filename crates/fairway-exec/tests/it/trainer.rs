@@ -45,6 +45,7 @@ fn trainer_checkpoints_stops_on_sigterm_and_resumes_after_restart() {
         preemptor_job_id: Some(9),
         grace_seconds: 30,
         reason: "preempted by job 9".into(),
+        cause: Some("priority".into()),
     };
     write_preempt_notice(&notice_path, &notice).unwrap();
     signal_group(launched.pid, Signal::Term).unwrap();

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use fairway_core::{Decision, Event, ExitOutcome, JobStatus, PendingReason, Placement, StopCause, Time};
+use fairway_core::{Decision, Event, ExitOutcome, JobStatus, PendingReason, Placement, PreemptCause, StopCause, Time};
 use fairway_exec::{ContainerRun, LaunchSpec, PreemptNotice};
 use fairway_store::{JobState, NewEvent, RunEnd, RunRow, StopRow, Tx};
 
@@ -83,16 +83,16 @@ impl Engine {
                     writes.push(Write::Running(id, row, event));
                     commands.push(command);
                 }
-                Decision::Preempt { victim, preemptor, deadline } => {
+                Decision::Preempt { victim, preemptor, deadline, cause } => {
                     let (victim, preemptor) = (victim.0 as i64, preemptor.0 as i64);
-                    let (event, stop, command) = self.preempt(victim, preemptor, deadline, now);
+                    let (event, stop, command) = self.preempt(victim, preemptor, deadline, cause, now);
                     writes.push(Write::Stopping(victim, JobState::Preempting, stop, event));
                     preemptors.entry(preemptor).or_default().push(victim);
                     commands.extend(command);
                     self.set_live_state(victim, JobState::Preempting);
                     self.metrics.preemptions.inc();
                     if let Some(job) = self.jobs.get(&victim) {
-                        self.metrics.preempted(tier_name(&job.resolved), &job.resolved.doc.project);
+                        self.metrics.preempted(tier_name(&job.resolved), &job.resolved.doc.project, cause);
                     }
                 }
                 Decision::Stop { job, cause } => {
@@ -326,26 +326,53 @@ impl Engine {
         }
     }
 
+    /// Why a victim gives way, for its owner: the preemptor and its tier, or for a reclaim
+    /// the cohort and the two projects (the victim's borrows what the preemptor's takes back).
+    fn preemption_text(&self, victim: i64, preemptor: i64, cause: PreemptCause) -> String {
+        let preemptor_name = self.name_of(preemptor);
+        let project_of = |id: i64| self.jobs.get(&id).map(|j| j.resolved.doc.project.clone()).unwrap_or_default();
+        match cause {
+            PreemptCause::Priority => {
+                let tier = self.jobs.get(&preemptor).map(|j| tier_label(&j.resolved)).unwrap_or_default();
+                format!("preempted by {preemptor_name}, priority {tier}")
+            }
+            PreemptCause::Reclaim { cohort } => {
+                let (_, cohort) = self.account_name(cohort);
+                format!(
+                    "reclaimed by {preemptor_name} of project {} in cohort {cohort}: project {} uses more than its nominal quota there, which {} takes back at the same priority",
+                    project_of(preemptor),
+                    project_of(victim),
+                    project_of(preemptor),
+                )
+            }
+        }
+    }
+
     fn preempt(
         &mut self,
         victim: i64,
         preemptor: i64,
         deadline: Time,
+        cause: PreemptCause,
         now: u64,
     ) -> (NewEvent, StopRow, Option<ExecCommand>) {
-        let preemptor_tier = self.jobs.get(&preemptor).map(|j| tier_label(&j.resolved)).unwrap_or_default();
-        let preemptor_name = self.name_of(preemptor);
+        let reason = self.preemption_text(victim, preemptor, cause);
         let path = super::jobdirs::JobDirs::of(&self.job_dir(victim)).notice_file;
         let job = self.jobs.get_mut(&victim).expect("the core preempts only known jobs");
         job.stop_requested_at_ms = Some(now);
         job.remember_preemption(now);
         let grace_s = deadline.millis().saturating_sub(now) / 1000;
-        let reason = format!("preempted by {preemptor_name}, priority {preemptor_tier}");
         let event = NewEvent {
             job_id: victim,
             at_ms: now,
             kind: "preempted".into(),
-            reason: Some("preempted".into()),
+            reason: Some(
+                match cause {
+                    PreemptCause::Priority => "preempted",
+                    PreemptCause::Reclaim { .. } => "reclaimed",
+                }
+                .into(),
+            ),
             message: format!("{reason}: notice written, SIGTERM now, SIGKILL in {grace_s}s if still running"),
         };
         let notice = PreemptNotice {
@@ -353,6 +380,7 @@ impl Engine {
             preemptor_job_id: Some(preemptor as u64),
             grace_seconds: grace_s,
             reason,
+            cause: Some(cause.label().into()),
         };
         let stop = StopRow {
             cause: "preempted".into(),

@@ -342,6 +342,9 @@ fn a_cohort_lends_idle_quota_and_reclaims_it() {
     let preempted: Vec<&str> = lend.records.iter().filter(|r| r.preemptions > 0).map(|r| &*r.name).collect();
     assert_eq!(preempted.len(), 4, "{preempted:?}");
     assert!(preempted.iter().all(|n| n.starts_with("vision")), "{preempted:?}");
+    // All of the same tier: each was a reclaim, and the summary counts them so.
+    let summary = |run: &RunResult| fairway_sim::metrics::summarize(run).cluster;
+    assert_eq!((summary(lend).preemptions_total, summary(lend).reclaims_total), (4, 4));
     assert_eq!(first_starts(caps, "vision"), [0, 0, 0, 0, 100, 100, 100, 100]);
     assert_eq!(first_starts(caps, "speech"), [10; 4]);
     assert!(caps.records.iter().all(|r| r.preemptions == 0));

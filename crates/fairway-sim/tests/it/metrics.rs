@@ -605,6 +605,7 @@ const TINY_JSON: &str = r#"{
         "gpu_hours_useful": 0.033,
         "gpu_hours_lost": 0.5,
         "preemptions_total": 1,
+        "reclaims_total": 0,
         "makespan_seconds": 100.0,
         "events_processed": 10,
         "cycles": 5,
