@@ -1680,7 +1680,16 @@ impl Engine {
                         target: p,
                         warning: false,
                         reason: "Preempting".into(),
-                        message: format!("preempting {}; its GPUs are held for this job", t.w.key()),
+                        message: match cause {
+                            PreemptCause::Priority => {
+                                format!("preempting {}; its GPUs are held for this job", t.w.key())
+                            }
+                            PreemptCause::Reclaim { cohort } => format!(
+                                "reclaiming {} in cohort {}; its GPUs are held for this job",
+                                t.w.key(),
+                                self.interner.account_name(cohort).map_or("?", |(_, name)| name)
+                            ),
+                        },
                     });
                 }
                 self.observe(preempted);

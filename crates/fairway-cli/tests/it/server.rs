@@ -1137,6 +1137,9 @@ fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
             && event.message.contains("project vision uses more than its nominal quota"),
         "{event:?}"
     );
+    let preempting = done.events.iter().find(|e| e.kind == "preempting").expect("a preempting event");
+    let expected = format!("reclaiming {} (job {}) in cohort lab to make room", victim.job.name, victim.job.id);
+    assert!(preempting.message.starts_with(&expected), "{preempting:?}");
     let (_, log) = api.request("GET", &format!("/v1/jobs/{}/logs", victim.job.id), None);
     let log = String::from_utf8(log).unwrap();
     assert!(log.contains("preempt notice:") && log.contains("cause: reclaim, reason: reclaimed by s1"), "{log}");

@@ -74,7 +74,7 @@ impl Engine {
     pub(crate) fn carry_out(&mut self, decisions: Vec<Decision>, now: u64) {
         let mut commands = Vec::new();
         let mut writes = Vec::new();
-        let mut preemptors: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        let mut preemptors: BTreeMap<i64, Vec<(i64, PreemptCause)>> = BTreeMap::new();
         for decision in decisions {
             match decision {
                 Decision::Start { job, placement } => {
@@ -87,7 +87,7 @@ impl Engine {
                     let (victim, preemptor) = (victim.0 as i64, preemptor.0 as i64);
                     let (event, stop, command) = self.preempt(victim, preemptor, deadline, cause, now);
                     writes.push(Write::Stopping(victim, JobState::Preempting, stop, event));
-                    preemptors.entry(preemptor).or_default().push(victim);
+                    preemptors.entry(preemptor).or_default().push((victim, cause));
                     commands.extend(command);
                     self.set_live_state(victim, JobState::Preempting);
                     self.metrics.preemptions.inc();
@@ -120,10 +120,7 @@ impl Engine {
                 at_ms: now,
                 kind: "preempting".into(),
                 reason: Some("waiting_for_preemption".into()),
-                message: format!(
-                    "preempting {} to make room; their GPUs are held for this job",
-                    self.names_of(&victims).join(", ")
-                ),
+                message: self.preempting_text(&victims),
             }));
             writes.push(Write::Hold(preemptor, self.hold_json(preemptor)));
         }
@@ -324,6 +321,26 @@ impl Engine {
             // No runtime: validation let it through only with image_optional.
             _ => command,
         }
+    }
+
+    /// What a preemptor's event says of its victims: those it outranks, and those it
+    /// reclaims from in its cohort (one cohort: its project's).
+    fn preempting_text(&self, victims: &[(i64, PreemptCause)]) -> String {
+        let of = |reclaim: bool| -> Vec<i64> {
+            victims.iter().filter(|(_, c)| matches!(c, PreemptCause::Reclaim { .. }) == reclaim).map(|v| v.0).collect()
+        };
+        let (outranked, reclaimed) = (of(false), of(true));
+        let mut parts = Vec::new();
+        if !outranked.is_empty() {
+            parts.push(format!("preempting {}", self.names_of(&outranked).join(", ")));
+        }
+        if let Some(PreemptCause::Reclaim { cohort }) =
+            victims.iter().map(|v| v.1).find(|c| *c != PreemptCause::Priority)
+        {
+            let (_, cohort) = self.account_name(cohort);
+            parts.push(format!("reclaiming {} in cohort {cohort}", self.names_of(&reclaimed).join(", ")));
+        }
+        format!("{} to make room; their GPUs are held for this job", parts.join(" and "))
     }
 
     /// Why a victim gives way, for its owner: the preemptor and its tier, or for a reclaim
