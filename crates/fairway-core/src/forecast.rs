@@ -12,7 +12,13 @@
 //! 3. **Holds.** A job waiting for its victims starts when the last of them is expected to
 //!    be gone, and then keeps its GPUs for its expected run.
 //! 4. **Reservations.** A job holding a reservation (`plan.rs`) starts at its reservation's
-//!    time, on its nodes.
+//!    time, on its nodes, unless a job ranked above it takes that room first: such a job is
+//!    not bound by the reservation (a cycle asks it first), so where it fits only on the
+//!    reservation's room, the reservations in its way give way (the lowest-ranked first,
+//!    and only those it needs) and their jobs are played forward as any other (step 5), not
+//!    before their reservation's time (the earliest their room was expected). So is the job
+//!    of a reservation whose room is no longer there (the plan is brought up to date at the
+//!    start of the next cycle, after this cycle's starts and holds).
 //! 5. **Everyone else** is played forward as the cycle treats it. From `now`, at each time
 //!    room frees or usage falls, the jobs not yet started are taken in the order of step 6, and
 //!    each one starts if its replicas fit in the room left for its whole expected run
@@ -163,6 +169,16 @@ impl Scheduler {
                 }
             })
             .collect();
+        for (rank, &(id, _)) in order.iter().enumerate().take(jobs_max) {
+            if let Some(&at) = world.gave_way.get(&id) {
+                world.not_before.insert(rank, at);
+            }
+            if world.fixed.contains_key(&id)
+                && let Some(r) = world.reserved.iter_mut().find(|r| r.ix == self.jobs.ix_of(id).expect("queued"))
+            {
+                r.rank = rank;
+            }
+        }
         let mut starts: Vec<StartEstimate> = vec![StartEstimate::NotForecast; order.len()];
         let mut waiting = Waiting::default();
         // Jobs wanted that have not started yet in the forecast: it ends when none is left.
@@ -193,9 +209,28 @@ impl Scheduler {
         // Step 5, one time after another.
         let mut t = now;
         let mut times = 0;
-        let mut started = Vec::new();
-        while wanted_left > 0 {
-            world.walk(self, t, &jobs, &mut waiting, &mut started);
+        let (mut started, mut released) = (Vec::new(), Vec::new());
+        // A wanted job's reservation may still give way while a job ranked above waits.
+        let may_give_way = |world: &World, waiting: &Waiting, t: Time| {
+            let first_waiting = waiting.first();
+            world.reserved.iter().any(|r| {
+                !r.released
+                    && r.rank < jobs.len()
+                    && t < r.until
+                    && first_waiting.is_some_and(|w| w < r.rank)
+                    && wanted.is_none_or(|w| w.contains(&order[r.rank].0))
+            })
+        };
+        while wanted_left > 0 || may_give_way(&world, &waiting, t) {
+            world.walk(self, t, &jobs, &mut waiting, &mut started, &mut released);
+            // A reservation that gave way: its job waits like any other from then on.
+            for &rank in &released {
+                starts[rank] = StartEstimate::NotPlaceable;
+                if wanted.is_none_or(|w| w.contains(&order[rank].0)) {
+                    wanted_left += 1;
+                }
+            }
+            released.clear();
             first_starts(&mut starts, &started, t, &mut wanted_left);
             started.clear();
             times += 1;
@@ -256,6 +291,11 @@ impl Waiting {
 
     fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.by_gpus.values().flatten().copied()
+    }
+
+    /// The first rank waiting.
+    fn first(&self) -> Option<usize> {
+        self.by_gpus.values().filter_map(|ranks| ranks.first().copied()).min()
     }
 }
 
@@ -390,6 +430,12 @@ struct World {
     times: BTreeSet<Time>,
     /// Starts known before the walk: jobs waiting for their victims, and reservations.
     fixed: BTreeMap<JobId, Time>,
+    /// The reservations of step 4 that hold, in plan order.
+    reserved: Vec<Reserved>,
+    /// Jobs whose reservation gave way, by rank: not started before its time.
+    not_before: BTreeMap<usize, Time>,
+    /// Jobs whose reservation's room was gone before the walk, with its time.
+    gave_way: BTreeMap<JobId, Time>,
     /// Jobs started in the forecast and not preempted in it, by rank: what a later
     /// preemptor may take back.
     started: BTreeMap<usize, Started>,
@@ -404,6 +450,19 @@ struct World {
     /// Within one walk, the shapes that found no room, with the shortest run that did not
     /// (cleared when room grows: at each time, and when a preemption gives some back).
     no_room: BTreeMap<(Option<GpuModel>, Resources, u32), u64>,
+}
+
+/// A reservation of step 4 in the forecast.
+struct Reserved {
+    ix: JobIx,
+    /// Its job's rank (`usize::MAX` until the order is known, and for a job not forecast).
+    rank: usize,
+    at: Time,
+    until: Time,
+    /// (node position, what it reserves there).
+    room: Vec<(usize, Resources)>,
+    /// It gave way to a job ranked above its own (step 4).
+    released: bool,
 }
 
 /// A job started in the forecast.
@@ -426,6 +485,9 @@ impl World {
             accounts: BTreeMap::new(),
             times: BTreeSet::new(),
             fixed: BTreeMap::new(),
+            reserved: Vec::new(),
+            not_before: BTreeMap::new(),
+            gave_way: BTreeMap::new(),
             started: BTreeMap::new(),
             preemptible_gpus: BTreeMap::new(),
             last_room: Vec::new(),
@@ -492,17 +554,23 @@ impl World {
             world.times.insert(until);
             world.fixed.insert(job.spec.id, start);
         }
-        // 4. Reservations, in plan order.
+        // 4. Reservations, in plan order, where their room is still there.
         for p in &s.plan {
             let until = p.at.plus_ms(s.expected_run_ms(p.ix));
-            for &(node, reserved, _) in p.nodes.iter() {
-                if let Some(i) = world.node_index(node) {
-                    world.take_room(i, p.at, until, reserved);
-                }
+            let room: Vec<(usize, Resources)> =
+                p.nodes.iter().filter_map(|&(node, reserved, _)| Some((world.node_index(node)?, reserved))).collect();
+            if room.iter().any(|&(i, r)| world.room[i].at(p.at).0[0] < i64::from(r.gpus)) {
+                world.gave_way.insert(p.id, p.at);
+                world.times.insert(p.at);
+                continue;
+            }
+            for &(i, r) in &room {
+                world.take_room(i, p.at, until, r);
             }
             world.charge(s, p.ix, p.at, until, false);
             world.times.insert(until);
             world.fixed.insert(p.id, p.at);
+            world.reserved.push(Reserved { ix: p.ix, rank: usize::MAX, at: p.at, until, room, released: false });
         }
         world
     }
@@ -555,8 +623,17 @@ impl World {
     }
 
     /// Step 5 at time `t`: the waiting jobs in queue order, each started if it fits; the
-    /// ranks of those started go to `started`.
-    fn walk(&mut self, s: &Scheduler, t: Time, jobs: &[Queued], waiting: &mut Waiting, started: &mut Vec<usize>) {
+    /// ranks of those started go to `started`, and of those whose reservation gave way to
+    /// a job ranked above (step 4) to `released` (they wait from then on).
+    fn walk(
+        &mut self,
+        s: &Scheduler,
+        t: Time,
+        jobs: &[Queued],
+        waiting: &mut Waiting,
+        started: &mut Vec<usize>,
+        released: &mut Vec<usize>,
+    ) {
         let strict = !s.config.policy.backfill;
         let ended: Vec<usize> = self.started.iter().filter(|(_, v)| v.until <= t).map(|(&rank, _)| rank).collect();
         for rank in ended {
@@ -573,7 +650,8 @@ impl World {
             // Room at `t` bounds the room over a run: only jobs that need no more GPUs than
             // are free then, with what they may preempt, can start (under strict order the
             // next job, whatever it needs: if it cannot start, nothing behind it does).
-            let free = self.gpus_total.at(t).0[0];
+            // What reservations hold then may go to a job ranked above theirs (step 4).
+            let free = self.gpus_total.at(t).0[0] + self.reserved_gpus_at(t);
             let gpus_max = if strict { i64::MAX } else { free + reclaimable_after };
             let Some(rank) = waiting.next_after(after, gpus_max) else { break };
             after = Some(rank);
@@ -587,12 +665,13 @@ impl World {
                 true => reclaimable,
                 false => self.preemptible_gpus.values().sum(),
             };
-            if failed.contains(&job.key) {
+            if failed.contains(&job.key) || self.not_before.get(&rank).is_some_and(|&at| t < at) {
                 continue;
             }
             let until = t.plus_ms(job.run_ms);
             let fits = job.gpus <= free + reclaimable
                 && (self.start_if_fits(s, job.ix, t, until)
+                    || self.start_on_reserved(s, rank, t, until, waiting, jobs, released)
                     || (job.may_preempt && reclaimable > 0 && self.preempt_for(s, job.ix, t, until, waiting, jobs)));
             if fits {
                 let room = std::mem::take(&mut self.last_room);
@@ -668,6 +747,99 @@ impl World {
             self.times.insert(until);
         }
         true
+    }
+
+    /// GPUs the reservations that still hold take at `t`.
+    fn reserved_gpus_at(&self, t: Time) -> i64 {
+        let active = self.reserved.iter().filter(|r| !r.released && r.at <= t && t < r.until);
+        active.flat_map(|r| r.room.iter()).map(|(_, room)| i64::from(room.gpus)).sum()
+    }
+
+    /// Step 4: the job at `rank` does not fit at `t` around the reservations: release, one
+    /// at a time, those of jobs ranked below it that its run overlaps (the lowest-ranked
+    /// first), until it fits; their jobs wait from then on (`released`). Nothing changes if
+    /// it does not fit even then.
+    #[allow(clippy::too_many_arguments)]
+    fn start_on_reserved(
+        &mut self,
+        s: &Scheduler,
+        rank: usize,
+        t: Time,
+        until: Time,
+        waiting: &mut Waiting,
+        jobs: &[Queued],
+        released: &mut Vec<usize>,
+    ) -> bool {
+        let mut below: Vec<usize> = (0..self.reserved.len())
+            .filter(|&k| {
+                let r = &self.reserved[k];
+                !r.released && r.rank > rank && r.rank < jobs.len() && r.at < until && t < r.until
+            })
+            .collect();
+        below.sort_by_key(|&k| std::cmp::Reverse(self.reserved[k].rank));
+        let ix = jobs[rank].ix;
+        for (n, &k) in below.iter().enumerate() {
+            self.release(s, k, false);
+            if self.start_if_fits(s, ix, t, until) {
+                // Those it did not need hold again, the highest-ranked first (plan order).
+                for &k in below[..=n].iter().rev() {
+                    if self.room_still_there(s, k) {
+                        self.release(s, k, true);
+                        continue;
+                    }
+                    // Its job waits, but not to start before its reservation's time: that
+                    // was the earliest its room was expected to be free.
+                    let holder = self.reserved[k].rank;
+                    waiting.insert(holder, jobs[holder].gpus);
+                    self.not_before.insert(holder, self.reserved[k].at);
+                    self.times.insert(self.reserved[k].at);
+                    released.push(holder);
+                }
+                return true;
+            }
+        }
+        for &k in &below {
+            self.release(s, k, true);
+        }
+        false
+    }
+
+    /// Whether released reservation `k` could hold again: its room on its nodes and its
+    /// accounts' caps over its run.
+    fn room_still_there(&self, s: &Scheduler, k: usize) -> bool {
+        let r = &self.reserved[k];
+        let room_ok = r.room.iter().all(|&(i, room)| {
+            let left = self.room[i].min_over(r.at, r.until);
+            let asks = Amount::of(room);
+            (0..3).all(|d| left.0[d] >= asks.0[d])
+        });
+        let asks = Amount::of(s.jobs[r.ix].spec.total());
+        room_ok
+            && s.charged_accounts(r.ix).all(|a| {
+                self.accounts.get(&a).is_none_or(|u| {
+                    let level = u.steps.max_over(r.at, r.until);
+                    (0..3).all(|d| u.cap[d].is_none_or(|cap| level.0[d] + asks.0[d] <= cap as i64))
+                })
+            })
+    }
+
+    /// Give reservation `k`'s room and charges back (or, `undo`, take them again).
+    fn release(&mut self, s: &Scheduler, k: usize, undo: bool) {
+        let (ix, at, until) = (self.reserved[k].ix, self.reserved[k].at, self.reserved[k].until);
+        let room = std::mem::take(&mut self.reserved[k].room);
+        for &(i, r) in &room {
+            match undo {
+                true => self.take_room(i, at, until, r),
+                false => {
+                    self.room[i].add(at, until, Amount::of(r));
+                    self.gpus_total.add(at, until, Amount([i64::from(r.gpus), 0, 0]));
+                }
+            }
+        }
+        self.charge(s, ix, at, until, !undo);
+        self.reserved[k].room = room;
+        self.reserved[k].released = !undo;
+        self.no_room.clear();
     }
 
     /// A job that does not fit at `t` and may preempt: take back, one at a time, what jobs

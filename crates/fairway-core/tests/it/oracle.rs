@@ -548,7 +548,21 @@ impl Oracle {
             }
         }
         let pending = listed.clone();
-        let plan: BTreeMap<JobId, Time> = s.reservations().iter().map(|p| (p.job, p.at)).collect();
+        let reservations = s.reservations();
+        let plan: BTreeMap<JobId, Time> = reservations.iter().map(|p| (p.job, p.at)).collect();
+        // Nodes where a job started or began to hold GPUs for its victims in this cycle: the
+        // plan, brought up to date at the next cycle's start, may still count their room.
+        let started_on: BTreeSet<NodeId> = self
+            .started_now
+            .iter()
+            .chain(&self.preempting_now)
+            .filter_map(|id| match s.job_status(*id) {
+                Some(JobStatus::Running { placement, .. })
+                | Some(JobStatus::Pending { reserved: Some(placement), .. }) => Some(placement),
+                _ => None,
+            })
+            .flat_map(|placement: &Placement| placement.replicas().iter().map(|r| r.node))
+            .collect();
         for (i, e) in all.iter().enumerate() {
             if e.position as usize != i + 1 {
                 return Err(format!("{} at position {} in place {}", e.job, e.position, i + 1));
@@ -572,8 +586,29 @@ impl Oracle {
                 Some(JobStatus::Pending { reserved: Some(_), .. }) => Some(victims_gone),
                 _ => plan.get(&e.job).copied(),
             };
+            // A reservation's job starts at its time, unless the reservation gave way (later
+            // then, never earlier): to a job ranked above it, forecast to start first, or
+            // because a job started in this cycle on one of its nodes.
+            let held_by_plan = plan.contains_key(&e.job);
+            let gave_way = |at: Time| {
+                let later = match e.start {
+                    StartEstimate::At(t) => t > at,
+                    StartEstimate::NotBefore(_) | StartEstimate::NotPlaceable => true,
+                    StartEstimate::NotForecast => false,
+                };
+                let first_above = all[..i].iter().any(|o| {
+                    matches!((o.start, e.start.at()), (StartEstimate::At(t), Some(mine)) if t <= mine)
+                        || matches!((o.start, e.start.at()), (StartEstimate::At(_), None))
+                });
+                let room_taken = reservations
+                    .iter()
+                    .filter(|p| p.job == e.job)
+                    .any(|p| p.nodes.iter().any(|(node, _)| started_on.contains(node)));
+                later && (first_above || room_taken)
+            };
             if let Some(at) = expected
                 && e.start != StartEstimate::At(at)
+                && !(held_by_plan && gave_way(at))
             {
                 return Err(format!("{} forecast {:?}, expected at {at}", e.job, e.start));
             }
