@@ -582,7 +582,14 @@ fn describe_fields(out: &mut String, job: &JobView, now_ms: u64) {
         field(out, "Expected start", start);
     }
     if let Some(reservation) = &job.reservation {
-        field(out, "Reservation", reservation_text(reservation, now_ms));
+        let mut text = reservation_text(reservation, now_ms);
+        // The forecast lets a reservation give way to a job ranked above it that takes its
+        // room first (docs/estimates.md, step 4): say so where the two times part.
+        let later = job.start_estimate.as_ref().and_then(|e| e.at_ms).is_some_and(|at| at > reservation.at_ms);
+        if later && job.state == JobState::Pending {
+            text.push_str("; a job ranked above it is expected to take this room first");
+        }
+        field(out, "Reservation", text);
     }
     field(out, "Restarts", job.restart_count);
     field(out, "Preemptions", job.preemptions);
@@ -1047,6 +1054,15 @@ Events:
   10m   2026-01-01T00:50:00Z   submitted   -        submitted by bob
 ";
         assert_eq!(got, want);
+        // Expected later than its reservation: a job ranked above takes that room first.
+        let mut later = detail.clone();
+        later.job.start_estimate.as_mut().unwrap().at_ms = Some(NOW + 60 * 60_000);
+        let got = describe(&later, None, NOW);
+        assert!(got.contains("Expected start:  2026-01-01T02:00:00Z (in 1h)\n"), "{got}");
+        assert!(
+            got.contains("(1 replica, 4 GPUs); a job ranked above it is expected to take this room first\n"),
+            "{got}"
+        );
     }
 
     #[test]
