@@ -195,6 +195,15 @@ mod tests {
     }
 
     #[test]
+    fn reservations_default_to_one_and_the_cores_hour() {
+        let doc: ReservationsDoc = serde_saphyr::from_str("{}").unwrap();
+        let (core, default_runtime_ms) = doc.to_core("reservations").unwrap();
+        assert_eq!((core.count_max, default_runtime_ms), (1, 3_600_000));
+        let doc: ReservationsDoc = serde_saphyr::from_str("{ count: 2, default_runtime_seconds: 600 }").unwrap();
+        assert_eq!(doc.to_core("reservations").unwrap(), (fairway_core::Reservations { count_max: 2 }, 600_000));
+    }
+
+    #[test]
     fn impossible_cohorts_are_refused_with_the_field() {
         let cases = [
             ("- name: lab\n  members: []\n", "cohorts[0].members", "at least one member"),
@@ -239,17 +248,23 @@ mod tests {
 
 /// `reservations:` in the server's configuration and the controller's settings: how many
 /// pending jobs that cannot start reserve the GPUs they need (1: EASY backfill), and how
-/// long a job without a run-time limit is expected to run (see the core's `plan.rs`).
+/// long a job without a run-time limit is expected to run (see the core's `plan.rs`; the
+/// core's default, an hour, when left out).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReservationsDoc {
     #[serde(default = "one_reservation")]
     pub count: u32,
+    #[serde(default = "core_default_runtime_seconds")]
     pub default_runtime_seconds: u64,
 }
 
 fn one_reservation() -> u32 {
     1
+}
+
+fn core_default_runtime_seconds() -> u64 {
+    fairway_core::RuntimeEstimates::default().default_runtime_ms / 1000
 }
 
 /// The most reservations at once, and the longest default estimate (a year).
