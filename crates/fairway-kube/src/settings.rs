@@ -65,7 +65,9 @@ pub struct Settings {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct FairShareSettings {
-    /// Past usage counts half as much this long after (0: only current holdings count).
+    /// Past usage counts half as much this long after (0: only current holdings count; a
+    /// day when left out).
+    #[serde(default = "fairway_spec::half_life_seconds_default")]
     pub half_life_seconds: u64,
 }
 
@@ -287,6 +289,10 @@ mod tests {
     fn defaults_and_errors() {
         let s = Settings::parse("").unwrap();
         assert_eq!((s.scheduler_name.as_str(), s.managed_label()), ("fairway", Some(("fairway.dev/managed", "true"))));
+        // Fair sharing and reservations turn on with their defaults: a day, one, an hour.
+        let s = Settings::parse("fair_share: {}\nreservations: {}\n").unwrap();
+        assert_eq!(s.fair_share.map(|f| f.half_life_seconds), Some(86_400));
+        assert_eq!(s.reservations.map(|r| (r.count, r.default_runtime_seconds)), Some((1, 3600)));
         for (text, want) in [
             ("listen: nowhere\n", "listen"),
             ("managed_namespace_label: managed\n", "managed_namespace_label"),

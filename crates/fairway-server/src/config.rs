@@ -189,7 +189,9 @@ pub const PENDING_JOB_SERIES_MAX: u32 = 10_000;
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct FairShareConfig {
-    /// Past usage counts half as much this long after (0: only current holdings count).
+    /// Past usage counts half as much this long after (0: only current holdings count; a
+    /// day when left out).
+    #[serde(default = "fairway_spec::half_life_seconds_default")]
     pub half_life_seconds: u64,
     /// Weights (1 unless named).
     #[serde(default)]
@@ -496,6 +498,14 @@ mod tests {
         assert_eq!(file.quotas[0].gpus_max, Some(4));
         assert_eq!(file.limits.log_files_max, 5);
         assert_eq!(file.limits.log_bytes_max, LimitsConfig::default().log_bytes_max);
+    }
+
+    #[test]
+    fn fair_sharing_and_reservations_turn_on_with_their_defaults() {
+        let file = ConfigFile::parse("fair_share: {}\nreservations: {}\n").unwrap();
+        assert_eq!(file.fair_share.map(|f| f.half_life_seconds), Some(86_400));
+        let reservations = file.reservations.unwrap().to_core("reservations").unwrap();
+        assert_eq!((reservations.0.count_max, reservations.1), (1, 3_600_000));
     }
 
     #[test]

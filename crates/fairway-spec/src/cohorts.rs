@@ -263,6 +263,12 @@ fn one_reservation() -> u32 {
     1
 }
 
+/// `fair_share.half_life_seconds` where the server's configuration or the controller's
+/// settings leave it out: a day, so that a team that burst yesterday yields today.
+pub fn half_life_seconds_default() -> u64 {
+    24 * 3600
+}
+
 fn core_default_runtime_seconds() -> u64 {
     fairway_core::RuntimeEstimates::default().default_runtime_ms / 1000
 }

@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use cluster::{ClusterShape, ModelShape, validate_against_cluster};
 pub use cohorts::{
     COHORT_MEMBERS_MAX, COHORTS_MAX, CohortDoc, CohortError, DEFAULT_RUNTIME_SECONDS_MAX, LimitsDoc, MemberDoc,
-    RESERVATIONS_MAX, ReservationsDoc, resolve_cohorts,
+    RESERVATIONS_MAX, ReservationsDoc, half_life_seconds_default, resolve_cohorts,
 };
 pub use error::{SpecError, SpecErrors, Warning};
 pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
