@@ -650,11 +650,15 @@ impl World {
             // Room at `t` bounds the room over a run: only jobs that need no more GPUs than
             // are free then, with what they may preempt, can start (under strict order the
             // next job, whatever it needs: if it cannot start, nothing behind it does).
-            // What reservations hold then may go to a job ranked above theirs (step 4).
-            let free = self.gpus_total.at(t).0[0] + self.reserved_gpus_at(t);
-            let gpus_max = if strict { i64::MAX } else { free + reclaimable_after };
+            // What reservations hold then may go to a job ranked above theirs (step 4): to
+            // the next job, at most what those ranked below the next rank hold.
+            let free_now = self.gpus_total.at(t).0[0];
+            let first_rank = after.map_or(0, |a| a + 1);
+            let gpus_max =
+                if strict { i64::MAX } else { free_now + self.reserved_gpus_at(t, first_rank) + reclaimable_after };
             let Some(rank) = waiting.next_after(after, gpus_max) else { break };
             after = Some(rank);
+            let free = free_now + self.reserved_gpus_at(t, rank);
             let job = &jobs[rank];
             let priority = s.jobs[job.ix].spec.priority;
             let reclaimable: i64 = match job.may_preempt {
@@ -749,9 +753,13 @@ impl World {
         true
     }
 
-    /// GPUs the reservations that still hold take at `t`.
-    fn reserved_gpus_at(&self, t: Time) -> i64 {
-        let active = self.reserved.iter().filter(|r| !r.released && r.at <= t && t < r.until);
+    /// GPUs that the reservations still holding at `t`, of jobs ranked below `rank`, take
+    /// then: what they may give to the job at `rank` (step 4).
+    fn reserved_gpus_at(&self, t: Time, rank: usize) -> i64 {
+        let active = self
+            .reserved
+            .iter()
+            .filter(|r| !r.released && r.rank > rank && r.rank != usize::MAX && r.at <= t && t < r.until);
         active.flat_map(|r| r.room.iter()).map(|(_, room)| i64::from(room.gpus)).sum()
     }
 
