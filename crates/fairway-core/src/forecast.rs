@@ -169,12 +169,13 @@ impl Scheduler {
                 }
             })
             .collect();
-        for (rank, &(id, _)) in order.iter().enumerate().take(jobs_max) {
+        for (rank, &(id, ix)) in order.iter().enumerate().take(jobs_max) {
             if let Some(&at) = world.gave_way.get(&id) {
                 world.not_before.insert(rank, at);
             }
+            // Few jobs start at a known time: look among the reservations only for those.
             if world.fixed.contains_key(&id)
-                && let Some(r) = world.reserved.iter_mut().find(|r| r.ix == self.jobs.ix_of(id).expect("queued"))
+                && let Some(r) = world.reserved.iter_mut().find(|r| r.ix == ix)
             {
                 r.rank = rank;
             }

@@ -1594,7 +1594,7 @@ impl Engine {
         match cause {
             PreemptCause::Priority => format!("preempted by {by}"),
             PreemptCause::Reclaim { cohort } => {
-                let cohort = self.interner.account_name(cohort).map_or("?", |(_, name)| name);
+                let cohort = self.cohort_name(cohort);
                 let namespace = |id: JobId| self.workload(id).map_or("?", |w| w.namespace.as_str());
                 format!(
                     "reclaimed by {by} in cohort {cohort}: namespace {} uses more than its nominal quota there, which {} takes back at the same priority",
@@ -1603,6 +1603,11 @@ impl Engine {
                 )
             }
         }
+    }
+
+    /// A cohort's name as its Namespaces' annotations give it.
+    fn cohort_name(&self, cohort: fairway_core::AccountId) -> &str {
+        self.interner.account_name(cohort).map_or("?", |(_, name)| name)
     }
 
     fn decided(&mut self, decision: Decision, now: u64) {
@@ -1687,7 +1692,7 @@ impl Engine {
                             PreemptCause::Reclaim { cohort } => format!(
                                 "reclaiming {} in cohort {}; its GPUs are held for this job",
                                 t.w.key(),
-                                self.interner.account_name(cohort).map_or("?", |(_, name)| name)
+                                self.cohort_name(cohort)
                             ),
                         },
                     });

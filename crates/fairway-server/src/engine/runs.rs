@@ -326,17 +326,21 @@ impl Engine {
     /// What a preemptor's event says of its victims: those it outranks, and those it
     /// reclaims from in its cohort (one cohort: its project's).
     fn preempting_text(&self, victims: &[(i64, PreemptCause)]) -> String {
-        let of = |reclaim: bool| -> Vec<i64> {
-            victims.iter().filter(|(_, c)| matches!(c, PreemptCause::Reclaim { .. }) == reclaim).map(|v| v.0).collect()
-        };
-        let (outranked, reclaimed) = (of(false), of(true));
+        let (mut outranked, mut reclaimed, mut cohort_of_reclaims) = (Vec::new(), Vec::new(), None);
+        for &(victim, cause) in victims {
+            match cause {
+                PreemptCause::Priority => outranked.push(victim),
+                PreemptCause::Reclaim { cohort } => {
+                    reclaimed.push(victim);
+                    cohort_of_reclaims = Some(cohort);
+                }
+            }
+        }
         let mut parts = Vec::new();
         if !outranked.is_empty() {
             parts.push(format!("preempting {}", self.names_of(&outranked).join(", ")));
         }
-        if let Some(PreemptCause::Reclaim { cohort }) =
-            victims.iter().map(|v| v.1).find(|c| *c != PreemptCause::Priority)
-        {
+        if let Some(cohort) = cohort_of_reclaims {
             let (_, cohort) = self.account_name(cohort);
             parts.push(format!("reclaiming {} in cohort {cohort}", self.names_of(&reclaimed).join(", ")));
         }
