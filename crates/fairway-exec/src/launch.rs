@@ -193,8 +193,8 @@ pub struct PreemptNotice {
     /// Why, for people: `preempted by job 42 (priority high)`.
     pub reason: String,
     /// Why, for programs: `priority` (the preemptor's priority is higher) or `reclaim` (a
-    /// member of the job's cohort takes back what the job's project borrows). Absent in
-    /// notices of servers before it.
+    /// member of the job's cohort takes back what the job's project borrows). Optional, so
+    /// that a notice without it still reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
 }
