@@ -2,7 +2,9 @@
 //! into one of these and hand it to [`crate::Scheduler::apply`] with the current time.
 
 use crate::decision::StopCause;
-use crate::types::{AccountId, ImageId, JobId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, Quota, Time};
+use crate::types::{
+    AccountId, ImageId, JobId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, Quota, RecentUsage, Time,
+};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -58,6 +60,16 @@ pub enum Event {
     SetFairShareWeight {
         account: AccountId,
         weight: u32,
+    },
+    /// After a restart, once every job is restored: an account's recent average holding as
+    /// the driver saved it at `as_of` (`Scheduler::recent_usage`), so that a tenant that
+    /// burst before the restart still yields after it. From `as_of` on it moves toward
+    /// what the account holds now, as if it had held that since: the runs a restarted
+    /// driver adopts ran on meanwhile. Without fair sharing in the policy it is ignored.
+    RestoreRecentUsage {
+        account: AccountId,
+        recent: RecentUsage,
+        as_of: Time,
     },
 }
 

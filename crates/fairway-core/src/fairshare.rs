@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::types::{AccountId, Resources, Time};
+use crate::types::{AccountId, RecentUsage, Resources, Time};
 
 /// What a tenant holds and held, for its share.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -163,6 +163,46 @@ impl FairShares {
     /// its user's, as ordered bits.
     pub(crate) fn key(&self, project: AccountId, user: AccountId, now: Time) -> FairKey {
         (self.share_bits(project, now), self.share_bits(user, now))
+    }
+
+    /// Every account's recent average (`past_r`) at `now`, in whole units, leaving out those
+    /// that round to nothing; in account order.
+    pub fn recent_usage(&self, now: Time) -> Vec<(AccountId, RecentUsage)> {
+        if !self.enabled {
+            return Vec::new();
+        }
+        let mut out: Vec<(AccountId, RecentUsage)> = self
+            .accounts
+            .iter()
+            .map(|(account, usage)| {
+                let past = past_at(self.half_life_ms, usage, now);
+                let recent = RecentUsage {
+                    gpu_milli: (past[0] * 1000.0).round() as u64,
+                    cpu_millis: past[1].round() as u64,
+                    memory_mib: past[2].round() as u64,
+                };
+                (*account, recent)
+            })
+            .filter(|(_, recent)| *recent != RecentUsage::default())
+            .collect();
+        out.sort_unstable_by_key(|(account, _)| *account);
+        out
+    }
+
+    /// An account's recent average as saved at `as_of` (`Event::RestoreRecentUsage`): it
+    /// replaces what the account's restored runs gave it, and from `as_of` on moves toward
+    /// what the account holds now.
+    pub fn restore_recent(&mut self, account: AccountId, recent: RecentUsage, as_of: Time) {
+        if !self.enabled {
+            return;
+        }
+        let past = [recent.gpu_milli as f64 / 1000.0, recent.cpu_millis as f64, recent.memory_mib as f64];
+        let usage = self.accounts.entry(account).or_insert(Usage { at: as_of, ..Usage::default() });
+        usage.past = past;
+        usage.at = as_of;
+        if usage.alloc == Resources::ZERO && recent == RecentUsage::default() {
+            self.accounts.remove(&account);
+        }
     }
 
     /// Accounts holding something, with what they hold, in no particular order.

@@ -16,8 +16,8 @@ use crate::model::{self, Job, JobState, MovedToHold, Reservation, Termination};
 use crate::preemption::SearchScratch;
 use crate::queue::{Changes, PendingQueue};
 use crate::types::{
-    AccountId, GpuSet, JobId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, Priority, Quota, ReplicaPlacement,
-    Resources, Time,
+    AccountId, GpuSet, JobId, JobSpec, NodeId, NodeSpec, NominalQuota, Placement, Priority, Quota, RecentUsage,
+    ReplicaPlacement, Resources, Time,
 };
 use crate::victims::{self, VictimEntry, VictimTallies};
 
@@ -277,6 +277,10 @@ impl Scheduler {
                 self.fair.set_weight(account, weight);
                 Ok(())
             }
+            Event::RestoreRecentUsage { account, recent, as_of } => {
+                self.fair.restore_recent(account, recent, as_of);
+                Ok(())
+            }
         }
     }
 
@@ -428,6 +432,13 @@ impl Scheduler {
     /// the tenants of a tier (least first). `None` with fair sharing off.
     pub fn fair_share(&self, account: AccountId, now: Time) -> Option<f64> {
         self.fair.enabled().then(|| self.fair.share(account, now))
+    }
+
+    /// With fair sharing on, every account's recent average holding at `now` that is not
+    /// nil, in account order: what a driver saves to hand back after a restart
+    /// (`Event::RestoreRecentUsage`). Empty with fair sharing off.
+    pub fn recent_usage(&self, now: Time) -> Vec<(AccountId, RecentUsage)> {
+        self.fair.recent_usage(now)
     }
 
     /// A cohort's level (what its members use, and what their guarantees set aside unused)

@@ -492,6 +492,17 @@ impl Quota {
     }
 }
 
+/// An account's recent average holding for fair sharing (`past_r` in `fairshare.rs`'s
+/// formula), in whole units: what a driver saves so that a restarted core still remembers
+/// who burst lately (`Scheduler::recent_usage`, `Event::RestoreRecentUsage`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecentUsage {
+    /// Thousandths of a GPU.
+    pub gpu_milli: u64,
+    pub cpu_millis: u64,
+    pub memory_mib: u64,
+}
+
 /// A project's place in a cohort (Kueue's ClusterQueue in a cohort), per dimension: the
 /// nominal quota it is guaranteed, how far beyond it it may borrow what other members do not
 /// use, and how much of its nominal quota it lends while it does not use it.

@@ -22,7 +22,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 pub use migrations::SCHEMA_VERSION;
 pub use rows::{
     CohortRow, EventRow, JobFilter, JobRow, JobState, NewEvent, NewJob, NewToken, PriorityClassRow, ProjectRow,
-    QuotaRow, Role, RunEnd, RunRow, StopRow, TokenRow,
+    QuotaRow, RecentUsageRow, Role, RunEnd, RunRow, StopRow, TokenRow,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +158,25 @@ impl Store {
             "SELECT account_kind, account, gpus_max, cpu_millis_max, memory_mib_max FROM quotas ORDER BY account_kind, account",
         )?;
         let rows = stmt.query_map([], rows::quota_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Fair sharing's saved recent averages (`Tx::replace_recent_usage`), by account.
+    pub fn recent_usage(&self) -> Result<Vec<RecentUsageRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT account_kind, account, gpu_milli, cpu_millis, memory_mib, as_of_ms FROM recent_usage
+             ORDER BY account_kind, account",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(RecentUsageRow {
+                account_kind: r.get(0)?,
+                account: r.get(1)?,
+                gpu_milli: r.get::<_, i64>(2)? as u64,
+                cpu_millis: r.get::<_, i64>(3)? as u64,
+                memory_mib: r.get::<_, i64>(4)? as u64,
+                as_of_ms: r.get::<_, i64>(5)? as u64,
+            })
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -376,6 +395,27 @@ impl Tx<'_> {
                  ON CONFLICT (name) DO UPDATE SET members_json = ?2",
             )?
             .execute(params![cohort.name, cohort.members_json])?;
+        Ok(())
+    }
+
+    /// Fair sharing's recent averages, all of them at once: what was saved before is
+    /// replaced, accounts left out are forgotten.
+    pub fn replace_recent_usage(&mut self, rows: &[RecentUsageRow]) -> Result<()> {
+        self.tx.execute("DELETE FROM recent_usage", [])?;
+        let mut insert = self.tx.prepare_cached(
+            "INSERT INTO recent_usage (account_kind, account, gpu_milli, cpu_millis, memory_mib, as_of_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for row in rows {
+            insert.execute(params![
+                row.account_kind,
+                row.account,
+                row.gpu_milli as i64,
+                row.cpu_millis as i64,
+                row.memory_mib as i64,
+                row.as_of_ms as i64
+            ])?;
+        }
         Ok(())
     }
 

@@ -116,6 +116,18 @@ const MIGRATIONS: &[&str] = &[
         name TEXT PRIMARY KEY,
         members_json TEXT NOT NULL
     );",
+    // 6: fair sharing's memory: each account's recent average holding, saved now and then
+    //    and at shutdown so that a restarted server still knows who burst lately. All rows
+    //    are written at once, as of one time.
+    "CREATE TABLE recent_usage (
+        account_kind TEXT NOT NULL CHECK (account_kind IN ('user', 'project')),
+        account TEXT NOT NULL,
+        gpu_milli INTEGER NOT NULL,
+        cpu_millis INTEGER NOT NULL,
+        memory_mib INTEGER NOT NULL,
+        as_of_ms INTEGER NOT NULL,
+        PRIMARY KEY (account_kind, account)
+    );",
 ];
 
 pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {

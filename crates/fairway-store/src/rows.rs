@@ -187,6 +187,19 @@ pub struct QuotaRow {
     pub memory_mib_max: Option<u64>,
 }
 
+/// An account's recent average holding for fair sharing (`fairway_core::RecentUsage`), as
+/// of `as_of_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecentUsageRow {
+    /// `user` or `project`.
+    pub account_kind: String,
+    pub account: String,
+    pub gpu_milli: u64,
+    pub cpu_millis: u64,
+    pub memory_mib: u64,
+    pub as_of_ms: u64,
+}
+
 /// A cohort and its members, as JSON (`fairway_spec::MemberDoc` list; the store does not
 /// read it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -480,9 +480,13 @@ fn a_replica_that_failed_while_the_server_was_down_fails_its_gang() {
     );
     let id = api.submit(&job)[0];
     api.wait_for("the replica that lives on to run", |_| (sleeping(&marker) == 1).then_some(()));
+    // The server launches the replicas one after the other: under load replica 0 may sleep
+    // before replica 1's shim has started it, and a server killed then never launched it.
+    let replica_1 = dir.path().join(format!("jobs/{id}/runs/0/replica-1"));
+    api.wait_for("replica 1 to start", |_| replica_1.join(fairway_exec::JOB_STARTED_FILE).exists().then_some(()));
     first.child.kill().unwrap();
     first.child.wait().unwrap();
-    let exit = dir.path().join(format!("jobs/{id}/runs/0/replica-1/{}", fairway_exec::EXIT_FILE));
+    let exit = replica_1.join(fairway_exec::EXIT_FILE);
     let waited = Instant::now();
     while !exit.exists() {
         assert!(waited.elapsed() < Duration::from_secs(30), "replica 1 did not exit");

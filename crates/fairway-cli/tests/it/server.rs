@@ -143,6 +143,7 @@ pub struct InProcess {
     pub data_dir: tempfile::TempDir,
     rt: Option<tokio::runtime::Runtime>,
     server: Option<fairway_server::RunningServer>,
+    config: fairway_server::ServerConfig,
 }
 
 impl InProcess {
@@ -169,10 +170,27 @@ impl InProcess {
         // The same answers on machines with and without a container runtime.
         config.file.container_runtime.get_or_insert_with(|| "none".into());
         config.clock = clock;
+        InProcess::serve(data_dir, config)
+    }
+
+    fn serve(data_dir: tempfile::TempDir, config: fairway_server::ServerConfig) -> InProcess {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let server = rt.block_on(fairway_server::start(config)).unwrap();
+        let server = rt.block_on(fairway_server::start(config.clone())).unwrap();
         let api = Api::new(format!("http://{}", server.addr), Some(admin_token(data_dir.path())));
-        InProcess { api, data_dir, rt: Some(rt), server: Some(server) }
+        InProcess { api, data_dir, rt: Some(rt), server: Some(server), config }
+    }
+
+    /// Shuts the server down as `fairway serve` does on SIGTERM (running jobs keep running)
+    /// and starts a new one on the same data directory and settings.
+    pub fn restart(mut self) -> InProcess {
+        if let (Some(rt), Some(server)) = (self.rt.take(), self.server.take()) {
+            rt.block_on(server.shutdown());
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+        let data_dir = std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap());
+        let config = self.config.clone();
+        drop(self);
+        InProcess::serve(data_dir, config)
     }
 }
 
@@ -1030,6 +1048,40 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
     assert!(queued_started >= light_started, "nlp's job started at {light_started}, the sweep's at {queued_started}");
     let short_ended = api.job(short).job.finished_at_ms.expect("the short job ended");
     assert!(light_started >= short_ended, "nlp's job took the GPU the short job freed");
+}
+
+/// Fair sharing remembers across a restart (docs/fair-sharing.md, core scenario 164): the
+/// sweep's project held the only GPU for a while, and the server was then restarted. Its
+/// recent average was saved at shutdown and handed back, so `GET /v1/quotas` still lists
+/// it though it holds nothing, and nlp's job, submitted after the sweep's, goes first. A
+/// server that forgot would rank both at a share of 0 and take the sweep's, submitted first.
+#[test]
+fn fair_sharing_remembers_who_burst_across_a_restart() {
+    let share = |api: &Api, kind: &str, account: &str| {
+        let (_, quotas) = api.json("GET", "/v1/quotas", None);
+        let q = quotas["quotas"].as_array().unwrap().iter().find(|q| q["kind"] == kind && q["account"] == account);
+        q.and_then(|q| q["fair_share"].as_f64())
+    };
+    let server = InProcess::start("1", "fair_share: { half_life_seconds: 60 }\n");
+    let burst = server.api.submit(&trainer_job("burst", "sweep", "medium", 1, 20, 100))[0];
+    server.api.wait_state(burst, JobState::Succeeded);
+    let before = share(&server.api, "project", "sweep").expect("the sweep's project is listed after its run");
+    assert!(before > 0.0, "the sweep's project held the GPU lately: share {before}");
+
+    let server = server.restart();
+    let api = &server.api;
+    let after = share(api, "project", "sweep").expect("the sweep's recent average survives the restart");
+    assert!(after > 0.0 && after <= before, "share {after} after the restart, {before} before");
+    assert!(share(api, "user", "sweep-user").is_some_and(|s| s > 0.0), "the sweep's user too");
+    let blocker = api.submit(&trainer_job("blocker", "other", "medium", 1, 100_000, 50))[0];
+    api.wait_state(blocker, JobState::Running);
+    let queued = api.submit(&trainer_job("queued", "sweep", "medium", 1, 2, 10))[0];
+    let light = api.submit(&trainer_job("light", "nlp", "medium", 1, 2, 10))[0];
+    let positions = [light, queued].map(|id| api.job(id).job.queue_position);
+    assert_eq!(positions, [Some(1), Some(2)], "nlp's job first, then the sweep's");
+    for id in [blocker, queued, light] {
+        api.json("POST", &format!("/v1/jobs/{id}/cancel"), None);
+    }
 }
 
 /// Fair sharing with a reservation (docs/reservations.md, rule 5; core scenario 161): a job

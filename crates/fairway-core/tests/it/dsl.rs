@@ -18,6 +18,8 @@
 //! images N IMG,IMG...                                        (the images node N holds now)
 //! quota ACCOUNT [gpus=N] [cpu=N] [mem=N] | quota ACCOUNT none
 //! weight ACCOUNT N                                           (fair-share weight)
+//! recent ACCOUNT [gpu-milli=N] [cpu=N] [mem=N] as-of=TIME     (a recent average saved before
+//!        a restart: `Event::RestoreRecentUsage`)
 //! submit J prio=0 gpus=1 share=MILLI replicas=1 model=M cpu=0 mem=0 user=default project=default
 //!        (share=: a share of one GPU in thousandths, with no whole GPU unless gpus= says;
 //!        image=IMG: the container image it runs)
@@ -30,6 +32,7 @@
 //! forecast [jobs-max=N] every pending job's position and expected start (`Scheduler::forecast`)
 //! wakeup                when the core next wants a cycle without an event (`next_wakeup`)
 //! usage ACCOUNT         what is charged to the account, and its quota
+//! share ACCOUNT...      each account's fair share (`Scheduler::fair_share`) and recent average
 //! work                  the core's counters so far: jobs considered, victim searches (what a
 //!                       cycle cost; scenarios about wake-ups pin how many looks they take)
 //! ```
@@ -455,6 +458,16 @@ impl Runner {
                 let text = format!("weight {}", line.args.join(" "));
                 self.apply(&text, Event::SetFairShareWeight { account, weight })
             }
+            "recent" => {
+                line.only(&["gpu-milli", "cpu", "mem", "as-of"])?;
+                let account = self.names.account(line.arg(0)?);
+                let num = |key: &str| line.get(key).map_or(Ok(0), |v| parse_num(key, v));
+                let recent =
+                    RecentUsage { gpu_milli: num("gpu-milli")?, cpu_millis: num("cpu")?, memory_mib: num("mem")? };
+                let as_of = Time(parse_time(line.get("as-of").ok_or("recent: as-of= is required")?)?);
+                let text = format!("recent {}", line.args.join(" "));
+                self.apply(&text, Event::RestoreRecentUsage { account, recent, as_of })
+            }
             "submit" => self.submit(&line),
             "restore" => self.restore(&line),
             "restore-hold" => self.restore_hold(&line),
@@ -548,6 +561,18 @@ impl Runner {
                 let c = self.sched().counters();
                 let _ =
                     writeln!(self.out, "work: {} considered, {} searches", c.jobs_considered, c.preemption_searches);
+                Ok(())
+            }
+            "share" => {
+                line.only(&[])?;
+                let now = self.now;
+                for name in &line.args {
+                    let account = self.names.account(name);
+                    let share = self.sched().fair_share(account, now).map_or("off".to_string(), |s| format!("{s:.4}"));
+                    let recent = self.sched().recent_usage(now);
+                    let recent = recent.iter().find(|(a, _)| *a == account).map(|(_, r)| *r).unwrap_or_default();
+                    let _ = writeln!(self.out, "share {name}: {share} (recent gpu-milli={})", recent.gpu_milli);
+                }
                 Ok(())
             }
             "usage" => {

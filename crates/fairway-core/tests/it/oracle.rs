@@ -181,6 +181,7 @@ impl Oracle {
             | Event::Exited { .. }
             | Event::CheckpointReported { .. }
             | Event::SetFairShareWeight { .. }
+            | Event::RestoreRecentUsage { .. }
             | Event::NodeImages { .. } => {}
         }
         // Started jobs back in the queue (an exit requeued, a node removed) entered it now.

@@ -751,6 +751,28 @@ impl Driver {
         for hold in holds {
             self.apply(Event::RestoreHold(hold))?;
         }
+        // What each account held lately, as a driver saves it: the new core's shares are
+        // the old one's, up to the thousandth of a GPU the saved figures are rounded to.
+        for (account, recent) in old.recent_usage(self.now) {
+            self.apply(Event::RestoreRecentUsage { account, recent, as_of: self.now })?;
+        }
+        // Half a unit of rounding in each resource, over its capacity (a weight only divides).
+        let capacity = self.node_specs.values().fold(Resources::ZERO, |sum, n| sum.plus(n.capacity));
+        let rounding = [capacity.gpus as f64 * 1000.0, capacity.cpu_millis as f64, capacity.memory_mib as f64]
+            .into_iter()
+            .filter(|c| *c > 0.0)
+            .map(|c| 0.5 / c)
+            .fold(0.0, f64::max);
+        for (account, _) in old.recent_usage(self.now) {
+            let (before, after) = (old.fair_share(account, self.now), self.s.fair_share(account, self.now));
+            let close = match (before, after) {
+                (Some(b), Some(a)) => (a - b).abs() <= rounding + 1e-9,
+                (b, a) => b == a,
+            };
+            if !close {
+                return Err(format!("after a restart {account}'s share is {after:?}, before {before:?}"));
+            }
+        }
         Ok(())
     }
 
@@ -939,6 +961,14 @@ fn script_line(event: &Event, now: Time) -> String {
         }
         Event::SetQuota { account, quota: None } => format!("quota {} none {at}", acct(*account)),
         Event::SetFairShareWeight { account, weight } => format!("weight {} {weight}", acct(*account)),
+        Event::RestoreRecentUsage { account, recent, as_of } => format!(
+            "recent {} gpu-milli={} cpu={} mem={} as-of={}ms",
+            acct(*account),
+            recent.gpu_milli,
+            recent.cpu_millis,
+            recent.memory_mib,
+            as_of.millis()
+        ),
         Event::SetQuota { account, quota: Some(q) } => {
             let mut line = format!("quota {} {at}", acct(*account));
             if let Some(g) = q.gpus_max {

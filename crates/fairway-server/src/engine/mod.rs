@@ -13,7 +13,8 @@
 //! 6. If anything changed (or on a tick): run one core cycle; write its decisions in one
 //!    transaction, commit, then give them to the executor.
 //! 7. Once a second: refresh the gauges and the head-of-queue estimates, and check the
-//!    `notify:` rules (`notices.rs`).
+//!    `notify:` rules (`notices.rs`). Once a minute, with fair sharing: save each account's
+//!    recent average (`recent_usage.rs`; also at shutdown).
 //! 8. Answer the queries of the batch (after the cycle, so reasons are fresh).
 //!
 //! **When the store cannot be written** (disk full, I/O error), nothing is carried out that
@@ -29,6 +30,7 @@ mod admin;
 mod cohorts;
 mod jobdirs;
 mod notices;
+mod recent_usage;
 mod recovery;
 mod runs;
 mod submit;
@@ -264,6 +266,8 @@ pub struct Engine {
     last_tick: Instant,
     /// When the head-of-queue start estimates were last refreshed (ms).
     head_estimates_at_ms: Option<u64>,
+    /// When fair sharing's recent averages were last saved (ms; `recent_usage.rs`).
+    recent_usage_saved_at_ms: Option<u64>,
     /// The `notify:` rules and what fires now.
     pub(crate) notifier: crate::notify::Evaluator,
     /// Where notices go to be sent; `None` without rules.
@@ -322,6 +326,7 @@ impl Engine {
             dirty: true,
             last_tick: Instant::now(),
             head_estimates_at_ms: None,
+            recent_usage_saved_at_ms: None,
             notifier,
             notices: parts.notices,
         };
@@ -348,7 +353,8 @@ impl Engine {
         self.load_weights()?;
         self.projects = self.store.projects()?.into_iter().map(|p| (p.name.clone(), p)).collect();
         self.tokens.load(&self.store.tokens()?);
-        self.recover()
+        self.recover()?;
+        self.restore_recent_usage()
     }
 
     /// Gives the HTTP handlers the classes as they are now.
@@ -359,6 +365,9 @@ impl Engine {
     /// Drops every in-memory fact and loads them again from the store: what a restart
     /// would build, without stopping any process.
     pub(crate) fn rebuild(&mut self) -> Result<(), crate::ServerError> {
+        // What fair sharing remembers is in memory only until saved: saved now (the store
+        // took a write), it survives the rebuild.
+        self.save_recent_usage(self.now_ms());
         self.core = new_core(&self.config);
         self.interner = Interner::new();
         self.classes = PriorityClasses::builtin();
@@ -433,20 +442,29 @@ impl Engine {
             let tick = Duration::from_millis(self.config.tick_ms);
             let timeout = tick.saturating_sub(self.last_tick.elapsed());
             let first = match commands.recv_timeout(timeout) {
-                Ok(Command::Shutdown) => return,
+                Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(c) => Some(c),
                 Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
             };
             let mut batch: Vec<Command> = first.into_iter().collect();
+            let mut shutdown = false;
             while batch.len() < BATCH_MAX {
                 match commands.try_recv() {
-                    Ok(Command::Shutdown) => return,
+                    Ok(Command::Shutdown) => {
+                        shutdown = true;
+                        break;
+                    }
                     Ok(c) => batch.push(c),
                     Err(_) => break,
                 }
             }
+            if shutdown {
+                break;
+            }
             self.turn(batch);
+        }
+        if self.degraded.is_none() {
+            self.save_recent_usage(self.now_ms());
         }
     }
 
@@ -515,6 +533,12 @@ impl Engine {
             self.refresh_head_estimates(now);
             self.refresh_gauges(now);
             self.evaluate_notify_rules(now);
+        }
+        let save_due =
+            self.recent_usage_saved_at_ms.is_none_or(|at| now >= at + recent_usage::RECENT_USAGE_SAVE_EVERY_MS);
+        if self.degraded.is_none() && save_due {
+            self.recent_usage_saved_at_ms = Some(now);
+            self.save_recent_usage(now);
         }
         for query in queries {
             self.answer(query);

@@ -350,6 +350,14 @@ impl Engine {
             accounts.insert(("project".into(), job.resolved.doc.project.clone()));
             accounts.insert(("user".into(), job.resolved.doc.user.clone()));
         }
+        // With fair sharing, a tenant that holds nothing now but did lately: its recent
+        // average is what ranks its next job behind others'.
+        for (account, _) in self.core.recent_usage(fairway_core::Time(self.now_ms())) {
+            if let Some((kind @ (AccountKind::User | AccountKind::Project), name)) = self.interner.account_name(account)
+            {
+                accounts.insert((kind.as_str().to_owned(), name.to_owned()));
+            }
+        }
         let mut quotas = Vec::new();
         for (kind, name) in accounts {
             let Some(k) = AccountKind::parse(&kind) else { continue };

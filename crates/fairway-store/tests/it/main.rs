@@ -70,6 +70,7 @@ fn a_version_2_file_is_upgraded_and_its_rows_get_no_protection() {
          ALTER TABLE priority_classes DROP COLUMN preemption_delay_seconds;
          ALTER TABLE jobs DROP COLUMN preemption_delay_seconds;
          DROP TABLE cohorts;
+         DROP TABLE recent_usage;
          PRAGMA user_version = 2;",
     )
     .unwrap();
@@ -99,6 +100,7 @@ fn a_version_3_file_is_upgraded_and_keeps_its_protection_without_a_delay() {
         "ALTER TABLE priority_classes DROP COLUMN preemption_delay_seconds;
          ALTER TABLE jobs DROP COLUMN preemption_delay_seconds;
          DROP TABLE cohorts;
+         DROP TABLE recent_usage;
          PRAGMA user_version = 3;",
     )
     .unwrap();
@@ -119,7 +121,7 @@ fn a_version_4_file_is_upgraded_and_cohorts_are_kept_replaced_and_deleted() {
     tx.commit().unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("DROP TABLE cohorts; PRAGMA user_version = 4;").unwrap();
+    conn.execute_batch("DROP TABLE cohorts; DROP TABLE recent_usage; PRAGMA user_version = 4;").unwrap();
     drop(conn);
     let mut store = Store::open(&path).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
@@ -137,6 +139,46 @@ fn a_version_4_file_is_upgraded_and_cohorts_are_kept_replaced_and_deleted() {
     assert!(!tx.delete_cohort("ads").unwrap());
     tx.commit().unwrap();
     assert_eq!(store.cohorts().unwrap(), [row("lab", "[3]")]);
+}
+
+#[test]
+fn a_version_5_file_is_upgraded_and_recent_usage_is_replaced_as_a_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fairway.db");
+    let mut store = Store::open(&path).unwrap();
+    let mut tx = store.transaction().unwrap();
+    let id = tx.insert_job(&new_job("a", "ads", 10, 1)).unwrap();
+    tx.commit().unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE recent_usage; PRAGMA user_version = 5;").unwrap();
+    drop(conn);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert!(store.job(id).unwrap().is_some(), "the job survives the upgrade");
+    assert!(store.recent_usage().unwrap().is_empty());
+    let row = |kind: &str, account: &str, gpu_milli: u64, as_of_ms: u64| RecentUsageRow {
+        account_kind: kind.into(),
+        account: account.into(),
+        gpu_milli,
+        cpu_millis: 2 * gpu_milli,
+        memory_mib: 3 * gpu_milli,
+        as_of_ms,
+    };
+    let mut tx = store.transaction().unwrap();
+    tx.replace_recent_usage(&[row("user", "alice", 1500, 10), row("project", "ads", 4000, 10)]).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(store.recent_usage().unwrap(), [row("project", "ads", 4000, 10), row("user", "alice", 1500, 10)]);
+    // The next save replaces every row: an account no longer listed is forgotten.
+    let mut tx = store.transaction().unwrap();
+    tx.replace_recent_usage(&[row("project", "ads", 2000, 20)]).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(store.recent_usage().unwrap(), [row("project", "ads", 2000, 20)]);
+    // A rolled-back save changes nothing.
+    let mut tx = store.transaction().unwrap();
+    tx.replace_recent_usage(&[]).unwrap();
+    drop(tx);
+    assert_eq!(store.recent_usage().unwrap(), [row("project", "ads", 2000, 20)]);
 }
 
 #[test]
