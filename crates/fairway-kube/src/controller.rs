@@ -92,7 +92,8 @@ impl Controller {
             tokio::spawn(watch_jobs(Api::all(client.clone()), tx.clone(), stopped.clone())),
             tokio::spawn(watch_paddle(client.clone(), tx.clone(), stopped.clone())),
         ];
-        tasks.push(tokio::spawn(run_engine(engine.clone(), rx, executor.clone(), stopped)));
+        let saved = settings.fair_share.is_some().then(|| (client.clone(), settings.leader_election.namespace.clone()));
+        tasks.push(tokio::spawn(run_engine(engine.clone(), rx, executor.clone(), stopped, saved)));
         Controller { engine, executor, stop, tasks }
     }
 
@@ -106,13 +107,23 @@ impl Controller {
     }
 }
 
-/// The engine task: gathers inputs, applies them, runs a cycle, hands out actions.
+/// The engine task: gathers inputs, applies them, runs a cycle, hands out actions. With
+/// `saved_in` (fair sharing on), first reads the recent averages an earlier leader saved
+/// there (`recent_usage.rs`), before any input: the engine hands them to the core when it
+/// rebuilds it from the cluster.
 async fn run_engine(
     engine: SharedEngine,
     mut rx: mpsc::UnboundedReceiver<Input>,
     executor: Executor,
     mut stopped: watch::Receiver<bool>,
+    saved_in: Option<(kube::Client, String)>,
 ) {
+    if let Some((client, namespace)) = saved_in
+        && let Some(saved) = crate::recent_usage::load(&client, &namespace).await
+    {
+        tracing::info!(accounts = saved.accounts.len(), "fair sharing's recent usage read back");
+        engine.lock().expect("not poisoned").set_saved_recent_usage(saved);
+    }
     let mut tick = tokio::time::interval(TICK);
     loop {
         let first = tokio::select! {

@@ -124,12 +124,15 @@ pub enum Action {
     Condition { target: Target, admitted: bool, reason: String, message: String },
     /// An Event on the workload.
     Event { target: Target, warning: bool, reason: String, message: String },
+    /// Fair sharing's recent averages (`recent_usage.rs`), into the ConfigMap of the
+    /// controller's namespace.
+    SaveRecentUsage { namespace: String, json: String },
 }
 
 impl Action {
-    /// Status and events: paced, and never ahead of admissions.
+    /// Status, events and fair sharing's memory: paced, and never ahead of admissions.
     pub fn is_background(&self) -> bool {
-        matches!(self, Action::Condition { .. } | Action::Event { .. })
+        matches!(self, Action::Condition { .. } | Action::Event { .. } | Action::SaveRecentUsage { .. })
     }
 }
 
@@ -246,6 +249,11 @@ pub struct Engine {
     swept_ms: u64,
     stats: EngineStats,
     observations: std::collections::VecDeque<Observation>,
+    /// Fair sharing's recent averages as an earlier leader saved them, handed to the core
+    /// once the workloads are restored (`recent_usage.rs`).
+    saved_recent_usage: Option<crate::recent_usage::SavedRecentUsage>,
+    /// When the recent averages were last handed out to be saved (ms).
+    recent_usage_saved_at_ms: Option<u64>,
 }
 
 /// What metrics need beyond the counters, drained by whoever exports them.
@@ -335,7 +343,68 @@ impl Engine {
             swept_ms: 0,
             stats: EngineStats::default(),
             observations: std::collections::VecDeque::new(),
+            saved_recent_usage: None,
+            recent_usage_saved_at_ms: None,
         }
+    }
+
+    /// Fair sharing's recent averages as an earlier leader saved them: given to the core
+    /// when it is rebuilt from the cluster (before that; ignored with fair sharing off).
+    pub fn set_saved_recent_usage(&mut self, saved: crate::recent_usage::SavedRecentUsage) {
+        self.saved_recent_usage = Some(saved);
+    }
+
+    /// The document of fair sharing's recent averages as of `now` (`recent_usage.rs`):
+    /// `None` before the core is rebuilt from the cluster, or with fair sharing off.
+    pub fn recent_usage_document(&self, now: u64) -> Option<crate::recent_usage::SavedRecentUsage> {
+        if !self.started || self.settings.fair_share.is_none() {
+            return None;
+        }
+        let accounts = self
+            .core
+            .recent_usage(Time(now))
+            .into_iter()
+            .filter_map(|(account, recent)| {
+                let (kind @ (AccountKind::User | AccountKind::Project), name) = self.interner.account_name(account)?
+                else {
+                    return None;
+                };
+                Some(crate::recent_usage::SavedAccount {
+                    kind: kind.as_str().to_owned(),
+                    account: name.to_owned(),
+                    gpu_milli: recent.gpu_milli,
+                    cpu_millis: recent.cpu_millis,
+                    memory_mib: recent.memory_mib,
+                })
+            })
+            .collect();
+        Some(crate::recent_usage::SavedRecentUsage::new(now, accounts))
+    }
+
+    /// Once the workloads are back in the core: the saved recent averages.
+    fn restore_recent_usage(&mut self, now: u64) {
+        let Some(saved) = self.saved_recent_usage.take() else { return };
+        if self.settings.fair_share.is_none() {
+            return;
+        }
+        for a in &saved.accounts {
+            let Some(kind) = a.account_kind() else { continue };
+            let Ok(account) = self.interner.account_of(kind, &a.account) else { continue };
+            let event = Event::RestoreRecentUsage { account, recent: a.recent(), as_of: Time(saved.as_of_ms) };
+            self.core_apply(event, now);
+        }
+    }
+
+    /// Once a minute with fair sharing: the recent averages, to be saved.
+    fn save_recent_usage_if_due(&mut self, now: u64) {
+        let due = self.recent_usage_saved_at_ms.is_none_or(|at| now >= at + crate::recent_usage::SAVE_EVERY_MS);
+        if !due {
+            return;
+        }
+        let Some(saved) = self.recent_usage_document(now) else { return };
+        self.recent_usage_saved_at_ms = Some(now);
+        let namespace = self.settings.leader_election.namespace.clone();
+        self.actions.push(Action::SaveRecentUsage { namespace, json: saved.to_json() });
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -1383,6 +1452,7 @@ impl Engine {
             self.check_workload(uid, now);
         }
         self.restore_holds(now);
+        self.restore_recent_usage(now);
         self.dirty = true;
     }
 
@@ -1572,6 +1642,7 @@ impl Engine {
         for decision in outcome.decisions {
             self.decided(decision, now);
         }
+        self.save_recent_usage_if_due(now);
     }
 
     /// Per preemptor, the workloads still stopping for it (`namespace/name`, in key order).

@@ -198,6 +198,9 @@ impl Executor {
                 self.condition(target, *admitted, reason, message).await
             }
             Action::Event { target, warning, reason, message } => self.event(target, *warning, reason, message).await,
+            Action::SaveRecentUsage { namespace, json } => {
+                crate::recent_usage::save(&self.client, namespace, json).await
+            }
         }
     }
 
@@ -359,5 +362,8 @@ fn describe(action: &Action) -> String {
         Action::Release { target } => format!("releasing {}/{}", target.namespace, target.name),
         Action::Condition { target, .. } => format!("the condition of {}/{}", target.namespace, target.name),
         Action::Event { target, .. } => format!("an event of {}/{}", target.namespace, target.name),
+        Action::SaveRecentUsage { namespace, .. } => {
+            format!("saving fair sharing's recent usage in {namespace}/{}", crate::recent_usage::CONFIGMAP_NAME)
+        }
     }
 }

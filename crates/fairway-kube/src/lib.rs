@@ -14,6 +14,7 @@
 //! - [`objects`]: what is read from nodes, pods, quotas and priority classes.
 //! - [`settings`]: the config file.
 //! - [`certs`]: the webhook's own certificate, kept in a Secret.
+//! - [`recent_usage`]: fair sharing's memory, kept in a ConfigMap across leaders.
 
 pub mod certs;
 pub mod controller;
@@ -22,6 +23,7 @@ pub mod executor;
 pub mod http;
 pub mod leader;
 pub mod objects;
+pub mod recent_usage;
 pub mod run;
 pub mod settings;
 pub mod webhook;

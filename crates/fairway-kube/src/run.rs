@@ -149,6 +149,11 @@ pub async fn run_with(
         () = shutdown => Ok(()),
         () = leading => Err(KubeError::Config("lost the leader Lease; exiting so that a new leader takes over".into())),
     };
+    // Shut down while leading: fair sharing's memory is saved for the next leader. Not
+    // when leadership was lost: another leader may already have written newer figures.
+    if result.is_ok() && role.acts() {
+        save_recent_usage(&client, &settings, &engine).await;
+    }
     if let Some(task) = bundle_task {
         task.abort();
     }
@@ -163,6 +168,21 @@ pub async fn run_with(
         let _ = task.await;
     }
     result
+}
+
+/// Saves fair sharing's recent averages now (`recent_usage.rs`), if the engine has any, for
+/// a few seconds at most.
+async fn save_recent_usage(client: &kube::Client, settings: &Settings, engine: &crate::controller::SharedEngine) {
+    let now = crate::controller::now_ms();
+    let Some(saved) = engine.lock().expect("not poisoned").recent_usage_document(now) else { return };
+    let namespace = &settings.leader_election.namespace;
+    let json = saved.to_json();
+    let write = crate::recent_usage::save(client, namespace, &json);
+    match tokio::time::timeout(std::time::Duration::from_secs(5), write).await {
+        Ok(Ok(())) => tracing::info!(accounts = saved.accounts.len(), "fair sharing's recent usage saved"),
+        Ok(Err(e)) => tracing::warn!("saving fair sharing's recent usage: {e}"),
+        Err(_) => tracing::warn!("saving fair sharing's recent usage: no answer within 5 s"),
+    }
 }
 
 fn listen_config(tls: Option<tokio_rustls::TlsAcceptor>) -> fairway_server::listen::ListenConfig {

@@ -69,12 +69,34 @@ pub struct InProcess {
     settings: Settings,
     runtime: Option<tokio::runtime::Runtime>,
     listening: Option<Listening>,
+    /// Asks the running controller to shut down as on SIGTERM, and tells when it has.
+    shutdown: Option<(tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>)>,
     pub starts: u32,
 }
 
 impl InProcess {
     pub fn new(cluster: &FakeCluster, settings: Settings) -> InProcess {
-        InProcess { kube_config: cluster.kube_config(), settings, runtime: None, listening: None, starts: 0 }
+        InProcess {
+            kube_config: cluster.kube_config(),
+            settings,
+            runtime: None,
+            listening: None,
+            shutdown: None,
+            starts: 0,
+        }
+    }
+
+    /// Shuts the controller down as `fairway kube` does on SIGTERM (unlike `kill`), and
+    /// waits until it has.
+    pub async fn shut_down(&mut self) -> Result<(), String> {
+        let (stop, stopped) = self.shutdown.take().ok_or("not running")?;
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), stopped)
+            .await
+            .map_err(|_| "the controller did not shut down within 20 s".to_owned())?
+            .map_err(|_| "the controller ended without saying so".to_owned())?;
+        self.kill();
+        Ok(())
     }
 
     pub async fn start_now(&mut self) -> Result<(), String> {
@@ -87,14 +109,24 @@ impl InProcess {
         let (config, settings) = (self.kube_config.clone(), self.settings.clone());
         let (exited, exit) = tokio::sync::oneshot::channel::<String>();
         let (listening, listens) = tokio::sync::oneshot::channel::<Listening>();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
         runtime.spawn(async move {
             let client = kube::Client::try_from(config).expect("a plain-HTTP client");
             let told = move |at| {
                 let _ = listening.send(at);
             };
-            let outcome = fairway_kube::run::run_with(settings, client, std::future::pending(), told).await;
+            // Only a shutdown asked for: a dropped sender is a kill, not a SIGTERM.
+            let shutdown = async {
+                if stopped.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let outcome = fairway_kube::run::run_with(settings, client, shutdown, told).await;
             let _ = exited.send(outcome.err().map_or_else(|| "it returned".to_owned(), |e| e.to_string()));
+            let _ = done.send(());
         });
+        self.shutdown = Some((stop, finished));
         self.runtime = Some(runtime);
         self.starts += 1;
         // Jobs created before the webhook answers would be refused (failurePolicy: Fail):
@@ -152,6 +184,7 @@ impl InProcess {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
+        self.shutdown = None;
     }
 }
 
@@ -344,5 +377,80 @@ async fn two_replicas_one_leads_and_the_other_takes_over_when_it_dies() {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
     assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), 2);
     follower.kill();
+    cluster.shutdown().await;
+}
+
+/// Fair sharing's memory across a restart (`recent_usage.rs`), against the fake API server.
+/// With a half-life of a minute, sweep's Job holds the one GPU and completes; the controller
+/// is shut down as on SIGTERM and saves each namespace's recent average in the ConfigMap
+/// `fairway-system/fairway-fair-share`. The next controller reads it back: with a Job of
+/// another namespace on the GPU, sweep queues a Job and then nlp one; when the GPU frees,
+/// nlp's is admitted first, though sweep's is older (without the memory both namespaces
+/// would hold nothing, and the older would go first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_sharing_remembers_who_burst_across_a_controller_restart() {
+    use fairway_kube::recent_usage::{CONFIGMAP_NAME, DATA_KEY, SavedRecentUsage};
+    let cluster = FakeCluster::start(FakeConfig { time_scale: TIME_SCALE, ..FakeConfig::default() }).await.unwrap();
+    let port = free_port();
+    install_webhook(&cluster, port).await;
+    let mut controller = InProcess::new(&cluster, test_settings(port, "fair_share: { half_life_seconds: 60 }\n"));
+    let job = |namespace: &str, name: &str, seconds: u32| {
+        format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+             spec:\n  template:\n    spec:\n      priorityClassName: medium\n      restartPolicy: Never\n\
+             \x20     containers: [{{name: train, image: pytorch, command: [sleep, \"{seconds}\"], \
+             resources: {{limits: {{nvidia.com/gpu: 1}}}}}}]\n"
+        )
+    };
+    let namespaces = ["sweep", "nlp", "other"]
+        .map(|ns| {
+            format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{fairway.dev/managed: \"true\"}}}}\n"
+            )
+        })
+        .join("---\n");
+    let indent = |text: &str| text.lines().map(|l| format!("      {l}\n")).collect::<String>();
+    let before = format!(
+        "name: sweep bursts before the restart\nsteps:\n\
+         \x20 - nodes: {{count: 1, prefix: gpu-, gpus: 1}}\n\
+         \x20 - apply: {{file: ../../../../deploy/kubernetes/priorityclasses.yaml}}\n\
+         \x20 - apply: |\n{}\
+         \x20 - controller: start\n\
+         \x20 - apply: |\n{}\
+         \x20 - wait: {{job: sweep/burst, conditions: [{{type: Complete, status: \"True\"}}]}}\n",
+        indent(&namespaces),
+        indent(&job("sweep", "burst", 40)),
+    );
+    let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
+    let scenario = Scenario::parse(&before, &scenarios).unwrap_or_else(|e| panic!("{e}"));
+    scenario.run(Cluster::Fake(&cluster), Some(&mut controller)).await.unwrap_or_else(|e| panic!("{e}"));
+    controller.shut_down().await.unwrap();
+
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(cluster.client(), "fairway-system");
+    let map = maps.get(CONFIGMAP_NAME).await.expect("saved at shutdown");
+    let text = map.data.as_ref().and_then(|d| d.get(DATA_KEY)).expect("the document");
+    let saved = SavedRecentUsage::parse(text).unwrap();
+    let sweep = saved.accounts.iter().find(|a| a.kind == "project" && a.account == "sweep");
+    assert!(sweep.is_some_and(|a| a.gpu_milli > 0), "sweep held the GPU lately: {saved:?}");
+
+    let after = format!(
+        "name: nlp goes first after the restart\nsteps:\n\
+         \x20 - controller: start\n\
+         \x20 - apply: |\n{}\
+         \x20 - wait: {{job: other/blocker, suspend: false, pods: {{running: 1}}}}\n\
+         \x20 - apply: |\n{}\
+         \x20 - sleep: 1.1s\n\
+         \x20 - apply: |\n{}\
+         \x20 - wait: {{job: nlp/light, suspend: false, pods: {{running: 1}}}}\n\
+         \x20 - expect: {{job: sweep/queued, suspend: true, pods: {{total: 0}}}}\n",
+        indent(&job("other", "blocker", 60)),
+        indent(&job("sweep", "queued", 3600)),
+        indent(&job("nlp", "light", 3600)),
+    );
+    let scenario = Scenario::parse(&after, &scenarios).unwrap_or_else(|e| panic!("{e}"));
+    let outcome = scenario.run(Cluster::Fake(&cluster), Some(&mut controller)).await;
+    controller.kill();
+    outcome.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cluster.double_booked(), Vec::<String>::new());
     cluster.shutdown().await;
 }

@@ -936,6 +936,73 @@ fn fair_sharing_admits_the_namespace_holding_least_first() {
     assert_eq!(admitted_with(fair), ["n-1"]);
 }
 
+/// Fair sharing's memory across leaders (`recent_usage.rs`). A leader with a half-life of an
+/// hour runs sweep's Job on the one GPU: its first cycle hands out the recent averages to
+/// save, the next ones within the minute do not, and an hour later sweep's recent average
+/// is half a GPU, as the formula says (held for one half-life from nothing). A new leader
+/// given that document admits nlp's Job before sweep's older one; a new leader without it
+/// admits sweep's, the older.
+#[test]
+fn fair_sharings_recent_averages_are_saved_and_read_back_by_a_new_leader() {
+    use fairway_kube::recent_usage::SavedRecentUsage;
+    let settings = Settings::parse("fair_share: { half_life_seconds: 3600 }\n").expect("valid settings");
+    let saves = |actions: Vec<Action>| -> Vec<(String, SavedRecentUsage)> {
+        let saves = actions.into_iter().filter_map(|a| match a {
+            Action::SaveRecentUsage { namespace, json } => Some((namespace, SavedRecentUsage::parse(&json).unwrap())),
+            _ => None,
+        });
+        saves.collect()
+    };
+    let mut first = Harness::with_settings(settings.clone());
+    let running = pod("sweep", "burst-x", "uid-burst", 1, Some("n1"), "fairway");
+    let burst = job("sweep", "burst", "medium", 1, 1, 0, Some(&["n1"]));
+    first.start(vec![node("n1", 1)], vec![class("medium", 1000)], vec![burst], vec![running], vec![]);
+    first.cycle();
+    let at_start = saves(first.background());
+    assert_eq!(at_start.len(), 1, "saved at the first cycle");
+    assert_eq!(at_start[0].0, "fairway-system", "in the controller's namespace");
+    first.now += 30_000;
+    first.cycle();
+    assert!(saves(first.background()).is_empty(), "not again within the minute");
+    first.now += 3_600_000 - 30_000;
+    first.cycle();
+    let [(_, saved)] = saves(first.background()).try_into().expect("one save an hour later");
+    assert_eq!(saved.as_of_ms, first.now);
+    let sweep = saved.accounts.iter().find(|a| a.kind == "project" && a.account == "sweep").expect("sweep is saved");
+    assert_eq!(sweep.gpu_milli, 500, "{saved:?}");
+
+    let admitted_by_new_leader = |saved: Option<SavedRecentUsage>| {
+        let mut h = Harness::with_settings(settings.clone());
+        h.now = first.now + 1_000;
+        if let Some(saved) = saved {
+            h.engine.set_saved_recent_usage(saved);
+        }
+        let jobs =
+            vec![job("sweep", "queued", "medium", 1, 1, 10, None), job("nlp", "light", "medium", 1, 1, 20, None)];
+        h.start(vec![node("n1", 1)], vec![class("medium", 1000)], jobs, vec![], vec![]);
+        admitted(&h.cycle()).into_iter().map(|(name, _)| name).collect::<Vec<_>>()
+    };
+    assert_eq!(admitted_by_new_leader(Some(saved)), ["light"]);
+    assert_eq!(admitted_by_new_leader(None), ["queued"]);
+}
+
+/// The saved document is read back whole or refused with the field named.
+#[test]
+fn a_saved_recent_usage_document_is_refused_with_the_field_named() {
+    use fairway_kube::recent_usage::SavedRecentUsage;
+    let good = r#"{"as_of_ms": 5, "accounts": [{"kind": "user", "account": "ana", "gpu_milli": 250}]}"#;
+    let saved = SavedRecentUsage::parse(good).unwrap();
+    assert_eq!((saved.as_of_ms, saved.accounts[0].recent().gpu_milli), (5, 250));
+    assert_eq!(SavedRecentUsage::parse(&saved.to_json()), Ok(saved));
+    let bad_kind = r#"{"as_of_ms": 5, "accounts": [{"kind": "cohort", "account": "lab", "gpu_milli": 1}]}"#;
+    let err = SavedRecentUsage::parse(bad_kind).unwrap_err();
+    assert!(err.contains("accounts[0].kind") && err.contains("cohort"), "{err}");
+    let err = SavedRecentUsage::parse(r#"{"as_of_ms": 5, "accounts": [], "extra": 1}"#).unwrap_err();
+    assert!(err.contains("extra"), "{err}");
+    let err = SavedRecentUsage::parse(r#"{"accounts": []}"#).unwrap_err();
+    assert!(err.contains("as_of_ms"), "{err}");
+}
+
 #[test]
 fn a_namespace_fair_share_weight_annotation_is_read_or_refused_by_name() {
     use fairway_kube::workload::{FAIR_SHARE_WEIGHT, fair_share_weight};

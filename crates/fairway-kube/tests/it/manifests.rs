@@ -973,6 +973,12 @@ fn the_rbac_rules_grant_exactly_what_the_controller_calls() {
         grant("coordination.k8s.io", "leases", "update", Some(lease)),
         grant("coordination.k8s.io", "leases", "create", None),
     ]);
+    // recent_usage.rs, with fair sharing on (a setting of config.yaml, so granted whether or
+    // not the shipped settings turn it on): the ConfigMap of fair sharing's memory, read by a
+    // new leader, replaced by the leader, made the first time.
+    local.insert(grant("", "configmaps", "get", Some(fairway_kube::recent_usage::CONFIGMAP_NAME)));
+    local.insert(grant("", "configmaps", "update", Some(fairway_kube::recent_usage::CONFIGMAP_NAME)));
+    local.insert(grant("", "configmaps", "create", None));
     // certs.rs: the Secret of the certificate it makes, read by every replica, made once.
     if let Some(m) = &managed_cert {
         assert_eq!(m.namespace, namespace);
