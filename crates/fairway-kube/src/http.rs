@@ -441,16 +441,23 @@ fn cohort_list(engine: &Engine) -> CohortList {
     CohortList { cohorts }
 }
 
-/// Each namespace with workloads or a ResourceQuota: its use and its cap.
+/// Each namespace with workloads, a ResourceQuota or (with fair sharing) a recent average:
+/// its use and its cap.
 fn quota_list(engine: &Engine) -> QuotaList {
+    let now = fairway_core::Time(now_ms());
     let mut namespaces: BTreeSet<String> = engine.workloads().map(|(_, w, _)| w.namespace.clone()).collect();
     namespaces.extend(engine.quota_namespaces());
+    for (account, _) in engine.core().recent_usage(now) {
+        if let Some((fairway_spec::AccountKind::Project, ns)) = engine.interner().account_name(account) {
+            namespaces.insert(ns.to_owned());
+        }
+    }
     let quotas = namespaces
         .into_iter()
         .filter_map(|ns| {
             let account = engine.interner().account_id(fairway_spec::AccountKind::Project, &ns)?;
             let (used, quota) = engine.core().account_usage(account);
-            let share = engine.core().fair_share(account, fairway_core::Time(now_ms()));
+            let share = engine.core().fair_share(account, now);
             Some(QuotaView::of("project", &ns, used, quota).with_fair_share(share))
         })
         .collect();

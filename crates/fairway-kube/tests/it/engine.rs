@@ -982,6 +982,23 @@ fn fair_sharings_recent_averages_are_saved_and_read_back_by_a_new_leader() {
         h.start(vec![node("n1", 1)], vec![class("medium", 1000)], jobs, vec![], vec![]);
         admitted(&h.cycle()).into_iter().map(|(name, _)| name).collect::<Vec<_>>()
     };
+    // A namespace with no Job left is still listed with its share: its recent average is
+    // what ranks its next Job.
+    let mut idle = Harness::with_settings(settings.clone());
+    idle.engine.set_saved_recent_usage(saved.clone());
+    idle.start(vec![node("n1", 1)], vec![], vec![], vec![], vec![]);
+    idle.cycle();
+    let metrics = fairway_kube::http::KubeMetrics::new();
+    fairway_kube::http::refresh_metrics(&mut idle.engine, &metrics);
+    let text = metrics.encode();
+    let share: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("fairway_quota_fair_share{kind=\"project\",account=\"sweep\"} "))
+        .unwrap_or_else(|| panic!("sweep's share is not listed in\n{text}"))
+        .parse()
+        .unwrap();
+    assert!(share > 0.0, "{share}");
+
     assert_eq!(admitted_by_new_leader(Some(saved)), ["light"]);
     assert_eq!(admitted_by_new_leader(None), ["queued"]);
 }
