@@ -317,6 +317,7 @@ fn view(engine: &Engine, id: JobId, now: u64, estimates: &BTreeMap<JobId, Estima
         queue_position: estimates.get(&id).map(|e| u64::from(e.position)),
         start_estimate: estimates.get(&id).map(|e| StartEstimateView::of(e.start)),
         reservation: ReservationView::of_job(engine.core(), id, |n| engine.node_name(n).unwrap_or("?")),
+        fair_share: fairway_server::api::FairShareView::of_job(engine.core(), id, fairway_core::Time(now)),
     }
 }
 

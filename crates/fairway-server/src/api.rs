@@ -105,6 +105,38 @@ pub struct JobView {
     /// configuration): when, and on which nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationView>,
+    /// With fair sharing on, a pending job's project's and user's shares now: within its
+    /// priority the job whose project (then user) has the least goes first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_share: Option<FairShareView>,
+}
+
+/// A pending job's place in fair sharing (docs/fair-sharing.md): its project's and its
+/// user's weighted dominant shares (held now plus recent average), rounded to 4 decimals.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FairShareView {
+    pub project: f64,
+    pub user: f64,
+}
+
+impl FairShareView {
+    /// `job`'s shares in `core` at `now`, if it is pending and fair sharing is on (both
+    /// drivers' job views).
+    pub fn of_job(
+        core: &fairway_core::Scheduler,
+        job: fairway_core::JobId,
+        now: fairway_core::Time,
+    ) -> Option<FairShareView> {
+        if !matches!(core.job_status(job)?, fairway_core::JobStatus::Pending { .. }) {
+            return None;
+        }
+        let spec = core.job_spec(job)?;
+        let round = |s: f64| (s * 10_000.0).round() / 10_000.0;
+        Some(FairShareView {
+            project: round(core.fair_share(spec.project, now)?),
+            user: round(core.fair_share(spec.user, now)?),
+        })
+    }
 }
 
 /// A pending job's reservation (docs/reservations.md): the GPUs it needs are expected to be

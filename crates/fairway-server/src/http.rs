@@ -803,5 +803,6 @@ pub(crate) fn job_view(state: &AppState, row: &JobRow, live: Option<&LiveView>) 
         queue_position: live.and_then(|l| l.queue_position),
         start_estimate: live.and_then(|l| l.start_estimate.clone()),
         reservation: live.and_then(|l| l.reservation.clone()),
+        fair_share: live.and_then(|l| l.fair_share),
     }
 }

@@ -581,6 +581,13 @@ fn describe_fields(out: &mut String, job: &JobView, now_ms: u64) {
     if let Some(start) = start_estimate_text(job, now_ms).filter(|_| job.state == JobState::Pending) {
         field(out, "Expected start", start);
     }
+    if let Some(share) = &job.fair_share {
+        let text = format!(
+            "project {} {:.4}, user {} {:.4} (within its priority the least goes first; `fairway quota` lists the others)",
+            job.project, share.project, job.user, share.user
+        );
+        field(out, "Fair share", text);
+    }
     if let Some(reservation) = &job.reservation {
         let mut text = reservation_text(reservation, now_ms);
         // The forecast lets a reservation give way to a job ranked above it that takes its
@@ -637,7 +644,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use fairway_server::api::{
-        FieldError, PreemptionView, ReservationView, ReservedNodeView, StartEstimateView, SubmittedJob,
+        FairShareView, FieldError, PreemptionView, ReservationView, ReservedNodeView, StartEstimateView, SubmittedJob,
     };
 
     use super::*;
@@ -676,6 +683,7 @@ mod tests {
             queue_position: None,
             start_estimate: None,
             reservation: None,
+            fair_share: None,
         }
     }
 
@@ -1063,6 +1071,13 @@ Events:
             got.contains("(1 replica, 4 GPUs); a job ranked above it is expected to take this room first\n"),
             "{got}"
         );
+        // With fair sharing, its tenant's shares, after the expected start.
+        let mut fair = detail.clone();
+        fair.job.fair_share = Some(FairShareView { project: 0.75, user: 0.125 });
+        let got = describe(&fair, None, NOW);
+        let line = "Fair share:      project research 0.7500, user bob 0.1250 (within its priority the least goes \
+                    first; `fairway quota` lists the others)\nReservation:";
+        assert!(got.contains(line), "{got}");
     }
 
     #[test]

@@ -1037,6 +1037,9 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
         q.and_then(|q| q["fair_share"].as_f64())
     };
     assert_eq!((share("project", "sweep"), share("user", "sweep-user")), (Some(2.0), Some(2.0)), "{quotas}");
+    // Each pending job shows its own tenant's shares, which say why nlp's goes first.
+    let shares = [queued, light].map(|id| api.job(id).job.fair_share.map(|f| (f.project, f.user)));
+    assert_eq!(shares, [Some((2.0, 2.0)), Some((0.0, 0.0))]);
     // The gauges are refreshed at the server's tick.
     let line = "fairway_quota_fair_share{kind=\"project\",account=\"sweep\"} 2.0";
     api.wait_for(line, |api| {

@@ -164,13 +164,14 @@ impl From<crate::executor::ExecEvent> for Command {
 }
 
 /// What only the engine knows about a job right now.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LiveView {
     pub reasons: Vec<ReasonView>,
     pub preemption: Option<PreemptionView>,
     pub queue_position: Option<u64>,
     pub start_estimate: Option<crate::api::StartEstimateView>,
     pub reservation: Option<crate::api::ReservationView>,
+    pub fair_share: Option<crate::api::FairShareView>,
 }
 
 /// A job the engine still schedules (not finished).

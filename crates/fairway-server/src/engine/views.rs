@@ -57,6 +57,11 @@ impl Engine {
             JobStatus::Pending { reasons, .. } => Some(LiveView {
                 reasons: reasons.iter().map(|r| self.reason_view(r)).collect(),
                 reservation: ReservationView::of_job(&self.core, core_id(id), |n| self.cluster.node_name(n)),
+                fair_share: crate::api::FairShareView::of_job(
+                    &self.core,
+                    core_id(id),
+                    fairway_core::Time(self.now_ms()),
+                ),
                 ..LiveView::default()
             }),
             JobStatus::Preempting { preemptor, deadline, .. } => Some(LiveView {

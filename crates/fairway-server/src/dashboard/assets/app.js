@@ -317,6 +317,7 @@ async function renderJob(id) {
   ];
   if (j.queue_position) facts.push(["Position", j.queue_position]);
   if (j.start_estimate) facts.push(["Expected start", estimate(j.start_estimate, Date.now())]);
+  if (j.fair_share) facts.push(["Fair share", `project ${j.fair_share.project.toFixed(4)}, user ${j.fair_share.user.toFixed(4)} (least goes first in its priority)`]);
   if (j.reservation) {
     const nodes = j.reservation.nodes.map((n) => `${n.node} (${n.replicas} replica${n.replicas === 1 ? "" : "s"}, ${n.gpus} GPU${n.gpus === 1 ? "" : "s"})`).join(", ");
     facts.push(["Reserved", `${nodes} from ${clock(j.reservation.at_ms)}`]);
