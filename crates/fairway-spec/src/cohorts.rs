@@ -89,7 +89,7 @@ pub fn resolve_cohorts(
     }
     let mut out: Vec<(AccountId, NominalQuota)> = Vec::new();
     let mut seen_cohorts: Vec<&str> = Vec::new();
-    let mut seen_projects: Vec<(&str, String)> = Vec::new();
+    let mut seen_projects: Vec<(&str, &str, String)> = Vec::new();
     for (i, c) in docs.iter().enumerate() {
         let at = format!("{field}[{i}]");
         if c.name.trim().is_empty() {
@@ -114,10 +114,12 @@ pub fn resolve_cohorts(
             if m.project.trim().is_empty() {
                 return err(format!("{at}.project"), "must not be empty".into());
             }
-            if let Some((_, other)) = seen_projects.iter().find(|(p, _)| *p == m.project) {
-                return err(format!("{at}.project"), format!("{:?} is already a member at {other}", m.project));
+            if let Some((_, other_cohort, other)) = seen_projects.iter().find(|(p, _, _)| *p == m.project) {
+                // Named by its cohort: through the API the other cohort's index is not the caller's.
+                let reason = format!("{:?} is already a member of cohort {other_cohort:?} (at {other})", m.project);
+                return err(format!("{at}.project"), reason);
             }
-            seen_projects.push((&m.project, at.clone()));
+            seen_projects.push((&m.project, &c.name, at.clone()));
             for kind in ResourceKind::ALL {
                 let name = doc_name(kind);
                 if governs(kind) && !m.nominal.names(kind) {
@@ -225,7 +227,7 @@ mod tests {
             (
                 "- name: lab\n  members:\n  - { project: a, nominal: { gpus: 4 } }\n- name: lab2\n  members:\n  - { project: a, nominal: { gpus: 4 } }\n",
                 "cohorts[1].members[0].project",
-                "already a member at cohorts[0].members[0]",
+                "already a member of cohort \"lab\" (at cohorts[0].members[0])",
             ),
             (
                 "- name: lab\n  members:\n  - { project: a, nominal: { gpus: 4 } }\n- name: lab\n  members:\n  - { project: b, nominal: { gpus: 4 } }\n",

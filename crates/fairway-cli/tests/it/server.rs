@@ -1218,7 +1218,8 @@ fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
     let (status, err) =
         api.json("PUT", "/v1/cohorts/other", Some(r#"{"members": [{"project": "vision", "nominal": {"gpus": 1}}]}"#));
     assert_eq!(status, 400, "{err}");
-    assert!(err["error"]["message"].as_str().unwrap().contains("already a member"), "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(message.contains("\"vision\" is already a member of cohort \"lab\""), "{err}");
 
     // A good change applies at once; deleting the cohort ends the lending.
     let (status, view) =
