@@ -434,6 +434,11 @@ impl Scheduler {
         self.fair.enabled().then(|| self.fair.share(account, now))
     }
 
+    /// An account's fair-share weight (1 unless set; kept with fair sharing off too).
+    pub fn fair_share_weight(&self, account: AccountId) -> u32 {
+        self.fair.weight(account)
+    }
+
     /// With fair sharing on, every account's recent average holding at `now` that is not
     /// nil, in account order: what a driver saves to hand back after a restart
     /// (`Event::RestoreRecentUsage`). Empty with fair sharing off.

@@ -458,8 +458,7 @@ fn quota_list(engine: &Engine) -> QuotaList {
         .filter_map(|ns| {
             let account = engine.interner().account_id(fairway_spec::AccountKind::Project, &ns)?;
             let (used, quota) = engine.core().account_usage(account);
-            let share = engine.core().fair_share(account, now);
-            Some(QuotaView::of("project", &ns, used, quota).with_fair_share(share))
+            Some(QuotaView::of("project", &ns, used, quota).with_fair_share_of(engine.core(), account, now))
         })
         .collect();
     QuotaList { quotas }

@@ -42,7 +42,7 @@ pub const PAUSED: &str = "fairway.dev/paused";
 /// On a Namespace: its fair-share weight inside a priority (a whole number from 1 to
 /// `FAIR_SHARE_WEIGHT_MAX`; 1 without it).
 pub const FAIR_SHARE_WEIGHT: &str = "fairway.dev/fair-share-weight";
-pub const FAIR_SHARE_WEIGHT_MAX: u32 = 1_000_000;
+pub use fairway_spec::FAIR_SHARE_WEIGHT_MAX;
 
 /// A namespace's fair-share weight from its annotation, or why the annotation is not one.
 pub fn fair_share_weight(annotations: Option<&BTreeMap<String, String>>) -> Result<u32, String> {

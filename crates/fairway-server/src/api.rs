@@ -397,6 +397,26 @@ pub struct QuotaView {
     /// now plus its recent average) over the cluster's, divided by its weight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_share: Option<f64>,
+    /// With fair sharing on: the account's weight (1 unless set), which divides its share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_share_weight: Option<u32>,
+}
+
+/// `PUT /v1/fair-share-weights/{kind}/{account}`: an account's fair-share weight, from 1
+/// (the default) to `fairway_spec::FAIR_SHARE_WEIGHT_MAX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FairShareWeightSpec {
+    pub weight: u32,
+}
+
+/// An account's fair-share weight as set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FairShareWeightView {
+    /// `user` or `project`.
+    pub kind: String,
+    pub account: String,
+    pub weight: u32,
 }
 
 impl QuotaView {
@@ -419,12 +439,25 @@ impl QuotaView {
             cpu_millis_used: used.cpu_millis,
             memory_mib_used: used.memory_mib,
             fair_share: None,
+            fair_share_weight: None,
         }
     }
 
     /// With the account's fair share (`Scheduler::fair_share`), rounded to 4 decimals.
     pub fn with_fair_share(self, share: Option<f64>) -> QuotaView {
         QuotaView { fair_share: share.map(|s| (s * 10_000.0).round() / 10_000.0), ..self }
+    }
+
+    /// With fair sharing on (`share` given): the account's weight too.
+    pub fn with_fair_share_of(
+        self,
+        core: &fairway_core::Scheduler,
+        account: fairway_core::AccountId,
+        now: fairway_core::Time,
+    ) -> QuotaView {
+        let share = core.fair_share(account, now);
+        let weight = share.is_some().then(|| core.fair_share_weight(account));
+        QuotaView { fair_share_weight: weight, ..self.with_fair_share(share) }
     }
 }
 

@@ -385,9 +385,7 @@ impl ConfigFile {
                 if w.project.is_some() == w.user.is_some() {
                     return Err(format!("fair_share.weights[{i}]: give exactly one of project and user"));
                 }
-                if w.weight == 0 {
-                    return Err(format!("fair_share.weights[{i}].weight: must be at least 1, got 0"));
-                }
+                fairway_spec::check_fair_share_weight(&format!("fair_share.weights[{i}].weight"), w.weight)?;
                 let same = |o: &WeightConfig| o.project == w.project && o.user == w.user;
                 if f.weights[..i].iter().any(same) {
                     return Err(format!("fair_share.weights[{i}]: names an account already weighted"));
@@ -545,7 +543,11 @@ mod tests {
             ("fair_share: { half_life_seconds: 60, weights: [{ weight: 2 }] }\n", "fair_share.weights[0]"),
             (
                 "fair_share: { half_life_seconds: 60, weights: [{ project: a, weight: 0 }] }\n",
-                "fair_share.weights[0].weight",
+                "fair_share.weights[0].weight: must be a whole number from 1 to 1000000, got 0",
+            ),
+            (
+                "fair_share: { half_life_seconds: 60, weights: [{ user: a, weight: 1000001 }] }\n",
+                "fair_share.weights[0].weight: must be a whole number from 1 to 1000000, got 1000001",
             ),
             (
                 "fair_share: { half_life_seconds: 60, weights: [{ project: a, weight: 2 }, { project: a, weight: 3 }] }\n",

@@ -44,6 +44,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/quotas"),
     ("put", "/v1/quotas/{kind}/{account}"),
     ("delete", "/v1/quotas/{kind}/{account}"),
+    ("put", "/v1/fair-share-weights/{kind}/{account}"),
+    ("delete", "/v1/fair-share-weights/{kind}/{account}"),
     ("get", "/v1/cohorts"),
     ("put", "/v1/cohorts/{name}"),
     ("delete", "/v1/cohorts/{name}"),
@@ -121,6 +123,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/priority-classes", get(classes))
         .route("/v1/quotas", get(quotas))
         .route("/v1/quotas/{kind}/{account}", put(set_quota).delete(delete_quota))
+        .route("/v1/fair-share-weights/{kind}/{account}", put(set_weight).delete(delete_weight))
         .route("/v1/cohorts", get(cohorts))
         .route("/v1/cohorts/{name}", put(set_cohort).delete(delete_cohort))
         .route("/v1/projects", get(projects))
@@ -583,6 +586,29 @@ async fn delete_quota(
 ) -> Result<StatusCode, ApiError> {
     admin_only(&who, "delete quotas")?;
     ask(&state, |reply| Command::SetQuota { kind, account, quota: None, reply }).await??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_weight(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path((kind, account)): Path<(String, String)>,
+    request: Request,
+) -> Result<Json<FairShareWeightView>, ApiError> {
+    admin_only(&who, "set fair-share weights")?;
+    let bytes = read_body(&state, request).await?;
+    let spec: FairShareWeightSpec = json_body(&bytes)?;
+    let weight = Some(spec.weight);
+    Ok(Json(ask(&state, |reply| Command::SetWeight { kind, account, weight, reply }).await??))
+}
+
+async fn delete_weight(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path((kind, account)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    admin_only(&who, "set fair-share weights")?;
+    ask(&state, |reply| Command::SetWeight { kind, account, weight: None, reply }).await??;
     Ok(StatusCode::NO_CONTENT)
 }
 

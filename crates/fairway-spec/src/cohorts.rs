@@ -265,6 +265,18 @@ fn one_reservation() -> u32 {
     1
 }
 
+/// The largest fair-share weight a project or user may have (the least is 1, the default),
+/// wherever it is set: the server's file and API, a Namespace's annotation.
+pub const FAIR_SHARE_WEIGHT_MAX: u32 = 1_000_000;
+
+/// A fair-share weight, or why it is not one (`field` names it).
+pub fn check_fair_share_weight(field: &str, weight: u32) -> Result<u32, String> {
+    match (1..=FAIR_SHARE_WEIGHT_MAX).contains(&weight) {
+        true => Ok(weight),
+        false => Err(format!("{field}: must be a whole number from 1 to {FAIR_SHARE_WEIGHT_MAX}, got {weight}")),
+    }
+}
+
 /// `fair_share.half_life_seconds` where the server's configuration or the controller's
 /// settings leave it out: a day, so that a team that burst yesterday yields today.
 pub fn half_life_seconds_default() -> u64 {

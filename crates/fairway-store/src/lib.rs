@@ -22,7 +22,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 pub use migrations::SCHEMA_VERSION;
 pub use rows::{
     CohortRow, EventRow, JobFilter, JobRow, JobState, NewEvent, NewJob, NewToken, PriorityClassRow, ProjectRow,
-    QuotaRow, RecentUsageRow, Role, RunEnd, RunRow, StopRow, TokenRow,
+    QuotaRow, RecentUsageRow, Role, RunEnd, RunRow, StopRow, TokenRow, WeightRow,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +176,17 @@ impl Store {
                 memory_mib: r.get::<_, i64>(4)? as u64,
                 as_of_ms: r.get::<_, i64>(5)? as u64,
             })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Fair-share weights other than 1, by account.
+    pub fn fair_share_weights(&self) -> Result<Vec<WeightRow>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT account_kind, account, weight FROM fair_share_weights ORDER BY account_kind, account")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(WeightRow { account_kind: r.get(0)?, account: r.get(1)?, weight: r.get::<_, i64>(2)? as u32 })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -417,6 +428,25 @@ impl Tx<'_> {
             ])?;
         }
         Ok(())
+    }
+
+    pub fn set_fair_share_weight(&mut self, row: &WeightRow) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO fair_share_weights (account_kind, account, weight) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (account_kind, account) DO UPDATE SET weight = ?3",
+            )?
+            .execute(params![row.account_kind, row.account, i64::from(row.weight)])?;
+        Ok(())
+    }
+
+    /// The account's weight back to the default (1); `false` if it had none other.
+    pub fn delete_fair_share_weight(&mut self, account_kind: &str, account: &str) -> Result<bool> {
+        let n = self
+            .tx
+            .prepare_cached("DELETE FROM fair_share_weights WHERE account_kind = ?1 AND account = ?2")?
+            .execute(params![account_kind, account])?;
+        Ok(n > 0)
     }
 
     pub fn delete_cohort(&mut self, name: &str) -> Result<bool> {

@@ -128,6 +128,14 @@ const MIGRATIONS: &[&str] = &[
         as_of_ms INTEGER NOT NULL,
         PRIMARY KEY (account_kind, account)
     );",
+    // 7: fair-share weights other than 1, set through the API (and the config file's,
+    //    written over them at start-up).
+    "CREATE TABLE fair_share_weights (
+        account_kind TEXT NOT NULL CHECK (account_kind IN ('user', 'project')),
+        account TEXT NOT NULL,
+        weight INTEGER NOT NULL CHECK (weight >= 1),
+        PRIMARY KEY (account_kind, account)
+    );",
 ];
 
 pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {

@@ -200,6 +200,15 @@ pub struct RecentUsageRow {
     pub as_of_ms: u64,
 }
 
+/// An account's fair-share weight (other than the default 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightRow {
+    /// `user` or `project`.
+    pub account_kind: String,
+    pub account: String,
+    pub weight: u32,
+}
+
 /// A cohort and its members, as JSON (`fairway_spec::MemberDoc` list; the store does not
 /// read it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

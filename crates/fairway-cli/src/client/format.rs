@@ -310,7 +310,8 @@ fn gpus_held(gpus: u32, gpu_milli: u64) -> String {
 /// `fairway quota`: usage against caps.
 /// `fairway quota`: one row per account; with fair sharing on, its share (`FAIR SHARE`,
 /// docs/fair-sharing.md: what orders the tenants of a tier, least first; 2 for a tenant that
-/// has held the whole cluster for long, as it counts what is held now and its recent average).
+/// has held the whole cluster for long, as it counts what is held now and its recent average)
+/// and its weight (`WEIGHT`, which divides the share).
 pub fn quotas_table(quotas: &[QuotaView]) -> String {
     let fair = quotas.iter().any(|q| q.fair_share.is_some());
     let rows: Vec<Vec<String>> = quotas
@@ -325,12 +326,13 @@ pub fn quotas_table(quotas: &[QuotaView]) -> String {
             ];
             if fair {
                 row.push(q.fair_share.map_or("-".to_string(), |s| format!("{s:.3}")));
+                row.push(q.fair_share_weight.map_or("-".to_string(), |w| w.to_string()));
             }
             row
         })
         .collect();
-    let headers = ["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY", "FAIR SHARE"];
-    table(&headers[..if fair { 6 } else { 5 }], &rows)
+    let headers = ["KIND", "ACCOUNT", "GPUS", "CPU", "MEMORY", "FAIR SHARE", "WEIGHT"];
+    table(&headers[..if fair { 7 } else { 5 }], &rows)
 }
 
 /// `fairway quota cohorts`: one row per member; GPUs as used/nominal, the limits as `+N`
@@ -885,6 +887,7 @@ node-b   A100    2      0           7500m   1000Mi   false         0:- 1:-
                 cpu_millis_used: 24_000,
                 memory_mib_used: 98_304,
                 fair_share: None,
+                fair_share_weight: None,
             },
             QuotaView {
                 kind: "user".to_string(),
@@ -898,6 +901,7 @@ node-b   A100    2      0           7500m   1000Mi   false         0:- 1:-
                 cpu_millis_used: 500,
                 memory_mib_used: 0,
                 fair_share: None,
+                fair_share_weight: None,
             },
         ];
         let want = "\
@@ -908,13 +912,13 @@ user      bob       1.6/-   500m/-   0Mi/-
         assert_eq!(quotas_table(&quotas), want);
         // With fair sharing on, each account's share.
         let shared = quotas.map(|q| {
-            let share = if q.account == "ads" { 0.75 } else { 0.0312 };
-            q.with_fair_share(Some(share))
+            let (share, weight) = if q.account == "ads" { (0.75, 2) } else { (0.0312, 1) };
+            QuotaView { fair_share_weight: Some(weight), ..q.with_fair_share(Some(share)) }
         });
         let want = "\
-KIND      ACCOUNT   GPUS    CPU      MEMORY       FAIR SHARE
-project   ads       6/8     24/-     96Gi/128Gi   0.750
-user      bob       1.6/-   500m/-   0Mi/-        0.031
+KIND      ACCOUNT   GPUS    CPU      MEMORY       FAIR SHARE   WEIGHT
+project   ads       6/8     24/-     96Gi/128Gi   0.750        2
+user      bob       1.6/-   500m/-   0Mi/-        0.031        1
 ";
         assert_eq!(quotas_table(&shared), want);
         assert_eq!(quota_caps(Some(8), None, Some(2_048)), "gpus 8, cpu unlimited, memory 2Gi");

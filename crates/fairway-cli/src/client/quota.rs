@@ -1,9 +1,11 @@
-//! `fairway quota`: list, set and delete per-user and per-project caps, and the cohorts in
-//! which projects lend each other idle nominal quota.
+//! `fairway quota`: list, set and delete per-user and per-project caps and fair-share
+//! weights, and the cohorts in which projects lend each other idle nominal quota.
 
 use anyhow::{Context, Result, bail};
 use clap::{Subcommand, ValueEnum};
-use fairway_server::api::{CohortList, CohortSpec, CohortView, QuotaList, QuotaSpec, QuotaView};
+use fairway_server::api::{
+    CohortList, CohortSpec, CohortView, FairShareWeightSpec, FairShareWeightView, QuotaList, QuotaSpec, QuotaView,
+};
 use fairway_spec::{LimitsDoc, MemberDoc};
 use reqwest::Method;
 
@@ -37,6 +39,14 @@ pub enum QuotaAction {
     },
     /// Remove an account's caps (it becomes unlimited).
     Delete { kind: QuotaKind, account: String },
+    /// Set an account's fair-share weight (1 to 1000000; 1, the default, removes it): inside a
+    /// priority, a tenant of weight 2 is served as if it held half of what it holds.
+    Weight {
+        kind: QuotaKind,
+        account: String,
+        #[arg(allow_negative_numbers = true)]
+        weight: u32,
+    },
     /// List the cohorts: members, nominal quotas, what they use and borrow.
     Cohorts,
     /// Set or delete a cohort (projects lending each other idle nominal quota).
@@ -95,6 +105,13 @@ pub async fn quota(client: &Client, args: &QuotaArgs) -> Result<()> {
             let request = client.request(Method::DELETE, &["v1", "quotas", kind.as_str(), account], &[])?;
             client.send(request).await?;
             print(&format!("quota/{}/{account} deleted\n", kind.as_str()))
+        }
+        Some(QuotaAction::Weight { kind, account, weight }) => {
+            let spec = FairShareWeightSpec { weight: *weight };
+            let path = ["v1", "fair-share-weights", kind.as_str(), account];
+            let request = client.request(Method::PUT, &path, &[])?.json(&spec);
+            let view: FairShareWeightView = read_json(client.send(request).await?).await?;
+            print(&format!("weight/{}/{} set: {}\n", view.kind, view.account, view.weight))
         }
         Some(QuotaAction::Cohorts) => {
             let list: CohortList = client.get(&["v1", "cohorts"], &[]).await?;

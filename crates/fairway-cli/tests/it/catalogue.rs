@@ -188,7 +188,10 @@ fn sleeper_job(name: &str, tenant: &str, extra: &str) -> String {
 
 fn setup() -> Fixture {
     // Two nodes of four A100s; project ads may hold one GPU.
-    let server = InProcess::start("2x4", "quotas:\n  - { project: ads, gpus_max: 1 }\n");
+    // Fair sharing with a half-life of 0: the quota list shows shares and weights, which stay
+    // as they are while nothing starts or ends.
+    let server =
+        InProcess::start("2x4", "quotas:\n  - { project: ads, gpus_max: 1 }\nfair_share: { half_life_seconds: 0 }\n");
     let admin = &server.api;
     let alice = make_token(admin, "alice", "vision", "submitter").secret;
     let viewer = make_token(admin, "carol", "vision", "viewer").secret;
@@ -740,6 +743,73 @@ fn http_cases(fx: &Fixture) -> Vec<HttpCase> {
         ),
         http(Alice, "PUT", "/v1/quotas/project/vision", Some(b"{\"gpus_max\": 8}"), 403, "forbidden", &["admin"]),
         http(Alice, "DELETE", "/v1/quotas/project/ads", None, 403, "forbidden", &["admin"]),
+        // ---- fair-share weights --------------------------------------------------------
+        http(
+            Admin,
+            "PUT",
+            "/v1/fair-share-weights/project/ads",
+            Some(b"{\"weight\": 0}"),
+            400,
+            "bad_request",
+            &["weight", "from 1 to 1000000", "got 0"],
+        ),
+        http(
+            Admin,
+            "PUT",
+            "/v1/fair-share-weights/user/alice",
+            Some(b"{\"weight\": 1000001}"),
+            400,
+            "bad_request",
+            &["weight", "1000001"],
+        ),
+        http(
+            Admin,
+            "PUT",
+            "/v1/fair-share-weights/project/ads",
+            Some(b"{\"weight\": -2}"),
+            400,
+            "bad_request",
+            &["weight"],
+        ),
+        http(
+            Admin,
+            "PUT",
+            "/v1/fair-share-weights/project/ads",
+            Some(b"{\"weight\": 1.5}"),
+            400,
+            "bad_request",
+            &["weight"],
+        ),
+        http(
+            Admin,
+            "PUT",
+            "/v1/fair-share-weights/project/ads",
+            Some(b"{\"wieght\": 2}"),
+            400,
+            "bad_request",
+            &["wieght"],
+        ),
+        http(Admin, "PUT", "/v1/fair-share-weights/project/ads", None, 400, "bad_request", &["body", "empty"]),
+        http(
+            Admin,
+            "PUT",
+            "/v1/fair-share-weights/cohort/lab",
+            Some(b"{\"weight\": 2}"),
+            400,
+            "bad_request",
+            &["kind"],
+        ),
+        http(Admin, "DELETE", "/v1/fair-share-weights/team/x", None, 400, "bad_request", &["kind", "team"]),
+        http(
+            Alice,
+            "PUT",
+            "/v1/fair-share-weights/project/vision",
+            Some(b"{\"weight\": 9}"),
+            403,
+            "forbidden",
+            &["admin"],
+        ),
+        http(Viewer, "DELETE", "/v1/fair-share-weights/project/vision", None, 403, "forbidden", &["admin"]),
         // ---- projects ------------------------------------------------------------------
         http(
             Admin,
@@ -953,6 +1023,10 @@ fn cli_cases(fx: &Fixture) -> Vec<CliCase> {
         cli(Admin, &["token", "revoke", "-3"], 1, &["id", "-3"]),
         cli(Admin, &["quota", "set", "project", "x", "--gpus", "four"], 2, &["--gpus", "four"]),
         cli(Admin, &["quota", "delete", "team", "x"], 2, &["team"]),
+        cli(Admin, &["quota", "weight", "team", "x", "2"], 2, &["team"]),
+        cli(Admin, &["quota", "weight", "project", "x", "two"], 2, &["two"]),
+        cli(Admin, &["quota", "weight", "project", "x", "-1"], 2, &["-1"]),
+        cli(Admin, &["quota", "weight", "project", "x"], 2, &["<WEIGHT>"]),
         cli(Admin, &["--token", "x", "--token-file", "/tmp/t", "whoami"], 2, &["--token"]),
         cli(Admin, &["completions", "tcsh"], 2, &["tcsh"]),
         // ---- refused requests and inputs the CLI cannot read: exit 1 ---------------------
@@ -989,6 +1063,8 @@ fn cli_cases(fx: &Fixture) -> Vec<CliCase> {
         cli(Admin, &["token", "revoke", "999999"], 1, &["999999"]),
         cli(Admin, &["project", "set", "vision", "--priority-class-max", "nope"], 1, &["priority_class_max", "nope"]),
         cli(Alice, &["quota", "set", "project", "vision", "--gpus", "8"], 1, &["admin"]),
+        cli(Alice, &["quota", "weight", "project", "vision", "8"], 1, &["admin"]),
+        cli(Admin, &["quota", "weight", "project", "x", "0"], 1, &["weight", "got 0"]),
         cli(Anonymous, &["whoami"], 1, &["token"]),
         cli(Anonymous, &["ui"], 1, &["token"]),
         cli(Unknown, &["whoami"], 1, &["not known"]),

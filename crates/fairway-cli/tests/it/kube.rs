@@ -186,8 +186,8 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     let quota = cli_ok(&base, &["quota"]);
     assert!(quota.contains("ads") && quota.contains("16"), "{quota}");
     // ads holds the node's 8 GPUs: with a half-life of 0, (8 + 8) / 8.
-    assert!(quota.lines().next().is_some_and(|l| l.ends_with("FAIR SHARE")), "{quota}");
-    assert!(quota.lines().any(|l| l.starts_with("project") && l.ends_with("2.000")), "{quota}");
+    assert!(quota.lines().next().is_some_and(|l| l.ends_with("FAIR SHARE   WEIGHT")), "{quota}");
+    assert!(quota.lines().any(|l| l.starts_with("project") && l.ends_with("2.000        1")), "{quota}");
     let describe = cli_ok(&base, &["describe", "ads/low-a"]);
     assert!(describe.contains("low-a") && describe.contains("gpu-0"), "{describe}");
     // The dashboard's snapshot: the same shape as the server's, read-only.

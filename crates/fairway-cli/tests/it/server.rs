@@ -1087,6 +1087,40 @@ fn fair_sharing_remembers_who_burst_across_a_restart() {
     }
 }
 
+/// Fair-share weights set at run time (docs/fair-sharing.md): the config weighs ads 3; the
+/// API weighs nlp 4, which divides its share at once (`GET /v1/quotas`; the CLI says so), and
+/// a restart keeps it. A weight the API gives ads is undone at the next start: the file wins,
+/// as for quotas. Deleting nlp's weight puts it back to 1.
+#[test]
+fn fair_share_weights_are_set_at_run_time_and_kept_across_a_restart() {
+    let config = "fair_share: { half_life_seconds: 0, weights: [{ project: ads, weight: 3 }] }\n";
+    let server = InProcess::start("2", config);
+    let api = &server.api;
+    let nlp = api.submit(&trainer_job("bert", "nlp", "medium", 1, 100_000, 50))[0];
+    api.wait_state(nlp, JobState::Running);
+    let project = |api: &Api, account: &str| {
+        let (_, quotas) = api.json("GET", "/v1/quotas", None);
+        let q = quotas["quotas"].as_array().unwrap().iter().find(|q| q["kind"] == "project" && q["account"] == account);
+        q.map(|q| (q["fair_share"].as_f64(), q["fair_share_weight"].as_u64()))
+    };
+    // nlp holds 1 of 2 GPUs; with a half-life of 0, (1 + 1) / 2 over its weight.
+    assert_eq!(project(api, "nlp"), Some((Some(1.0), Some(1))));
+    assert_eq!(project(api, "ads"), Some((Some(0.0), Some(3))), "a weighted account is listed");
+    let (code, out, err) = cli(&server, &["quota", "weight", "project", "nlp", "4"], None);
+    assert_eq!((code, out.as_str()), (0, "weight/project/nlp set: 4\n"), "{err}");
+    assert_eq!(project(api, "nlp"), Some((Some(0.25), Some(4))));
+    let (status, view) = api.json("PUT", "/v1/fair-share-weights/project/ads", Some(r#"{"weight": 5}"#));
+    assert_eq!((status, view["weight"].as_u64()), (200, Some(5)), "{view}");
+
+    let server = server.restart();
+    let api = &server.api;
+    assert_eq!(project(api, "nlp"), Some((Some(0.25), Some(4))), "the API's weight is kept");
+    assert_eq!(project(api, "ads"), Some((Some(0.0), Some(3))), "the file's weight wins at start-up");
+    assert_eq!(api.request("DELETE", "/v1/fair-share-weights/project/nlp", None).0, 204);
+    assert_eq!(project(api, "nlp"), Some((Some(1.0), Some(1))));
+    api.json("POST", &format!("/v1/jobs/{nlp}/cancel"), None);
+}
+
 /// Fair sharing with a reservation (docs/reservations.md, rule 5; core scenario 161): a job
 /// held for a reservation is asked again when shares alone move it above the holder. On 6
 /// GPUs, speech and vision each run 2 (vision's with a 100 s limit). Vision's 4-GPU job,

@@ -1180,6 +1180,7 @@ fn the_alerts_use_metrics_the_controller_exports_and_scrape_its_service() {
         cpu_millis_used: 0,
         memory_mib_used: 0,
         fair_share: Some(0.5),
+        fair_share_weight: Some(1),
     };
     metrics.server.set_quotas(&fairway_server::api::QuotaList { quotas: vec![capped] });
     // The per-job series are the server's (opt-in), under the same registry.

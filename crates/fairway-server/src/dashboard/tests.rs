@@ -61,6 +61,7 @@ fn inputs(jobs: Vec<DashJob>) -> Inputs {
         cpu_millis_used: 0,
         memory_mib_used: 0,
         fair_share: None,
+        fair_share_weight: None,
     };
     Inputs {
         now_ms: 5000,

@@ -93,12 +93,33 @@ impl Engine {
                 }
             })
             .collect();
+        let weights: Vec<fairway_store::WeightRow> = self
+            .config
+            .file
+            .fair_share
+            .iter()
+            .flat_map(|f| &f.weights)
+            .map(|w| {
+                let (kind, account) = match (&w.project, &w.user) {
+                    (Some(p), _) => ("project", p.clone()),
+                    (None, Some(u)) => ("user", u.clone()),
+                    (None, None) => unreachable!("checked when the config was read"),
+                };
+                fairway_store::WeightRow { account_kind: kind.into(), account, weight: w.weight }
+            })
+            .collect();
         let mut tx = self.store.transaction()?;
         for row in &rows {
             tx.set_project(row)?;
         }
         for quota in &quotas {
             tx.set_quota(quota)?;
+        }
+        for weight in &weights {
+            match weight.weight {
+                1 => tx.delete_fair_share_weight(&weight.account_kind, &weight.account).map(|_| ())?,
+                _ => tx.set_fair_share_weight(weight)?,
+            }
         }
         tx.commit()?;
         Ok(())

@@ -90,6 +90,13 @@ pub enum Command {
         quota: Option<QuotaSpec>,
         reply: Reply<Option<QuotaView>>,
     },
+    /// Set an account's fair-share weight, or (`None`) put it back to 1.
+    SetWeight {
+        kind: String,
+        account: String,
+        weight: Option<u32>,
+        reply: Reply<crate::api::FairShareWeightView>,
+    },
     /// Replace a cohort's members, or (`None`) delete the cohort.
     SetCohort {
         name: String,
@@ -505,6 +512,9 @@ impl Engine {
                 Command::SetCohort { name, spec, reply } => {
                     let _ = reply.send(self.set_cohort(&name, spec));
                 }
+                Command::SetWeight { kind, account, weight, reply } => {
+                    let _ = reply.send(self.set_fair_share_weight(&kind, &account, weight));
+                }
                 Command::SetProject { name, spec, reply } => {
                     let _ = reply.send(self.set_project(&name, spec));
                 }
@@ -559,6 +569,7 @@ impl Engine {
                 Command::Checkpoint { reply, .. } => refuse(reply, problem),
                 Command::SetQuota { reply, .. } => refuse(reply, problem),
                 Command::SetCohort { reply, .. } => refuse(reply, problem),
+                Command::SetWeight { reply, .. } => refuse(reply, problem),
                 Command::SetProject { reply, .. } => refuse(reply, problem),
                 Command::CreateToken { reply, .. } => refuse(reply, problem),
                 Command::RevokeToken { reply, .. } => refuse(reply, problem),

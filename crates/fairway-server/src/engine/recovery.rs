@@ -92,18 +92,13 @@ impl Engine {
         Ok(())
     }
 
-    /// The config file's fair-share weights.
+    /// The stored fair-share weights (the config file's were written over them at start-up).
     pub(crate) fn load_weights(&mut self) -> Result<(), ServerError> {
-        let weights = self.config.file.fair_share.as_ref().map(|f| f.weights.clone()).unwrap_or_default();
-        for w in weights {
-            let (kind, name) = match (&w.project, &w.user) {
-                (Some(p), _) => (AccountKind::Project, p),
-                (None, Some(u)) => (AccountKind::User, u),
-                (None, None) => unreachable!("checked when the file was read"),
-            };
-            let account = self.account(kind, name).map_err(|e| ServerError::Config(e.message))?;
+        for row in self.store.fair_share_weights()? {
+            let Some(kind) = AccountKind::parse(&row.account_kind) else { continue };
+            let account = self.account(kind, &row.account).map_err(|e| ServerError::Config(e.message))?;
             self.core
-                .apply(Event::SetFairShareWeight { account, weight: w.weight }, Time(self.now_ms()))
+                .apply(Event::SetFairShareWeight { account, weight: row.weight }, Time(self.now_ms()))
                 .map_err(|e| ServerError::Config(e.to_string()))?;
         }
         Ok(())

@@ -23,7 +23,7 @@ use fairway_exec::{ContainerRun, LaunchSpec, PreemptNotice};
 use fairway_store::{JobState, NewEvent, RunEnd, RunRow, StopRow, Tx};
 
 use super::{AccountKind, Engine, core_id, tier_label, tier_name};
-use crate::api::{CancelResponse, QuotaSpec, QuotaView};
+use crate::api::{CancelResponse, FairShareWeightView, QuotaSpec, QuotaView};
 use crate::error::ApiError;
 use crate::executor::{ExecCommand, ProcessRecord, RunExit};
 
@@ -669,13 +669,7 @@ impl Engine {
         account: &str,
         quota: Option<QuotaSpec>,
     ) -> Result<Option<QuotaView>, ApiError> {
-        let kind = super::AccountKind::parse(kind)
-            .filter(|k| *k != super::AccountKind::Cohort)
-            .ok_or_else(|| ApiError::bad_request(format!("kind: {kind:?} is not user or project")))?;
-        if account.is_empty() || account.len() > 253 || account.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(ApiError::bad_request(format!("account: {account:?} is not a valid name")));
-        }
-        let id = self.account(kind, account)?;
+        let (kind, id) = self.account_of_request(kind, account)?;
         let row = quota.as_ref().map(|q| fairway_store::QuotaRow {
             account_kind: kind.as_str().into(),
             account: account.into(),
@@ -702,8 +696,46 @@ impl Engine {
 
     pub(crate) fn quota_view(&self, kind: AccountKind, account: &str, id: fairway_core::AccountId) -> QuotaView {
         let (used, quota) = self.core.account_usage(id);
-        let share = self.core.fair_share(id, fairway_core::Time(self.now_ms()));
-        QuotaView::of(kind.as_str(), account, used, quota).with_fair_share(share)
+        QuotaView::of(kind.as_str(), account, used, quota).with_fair_share_of(&self.core, id, Time(self.now_ms()))
+    }
+
+    /// `PUT`/`DELETE /v1/fair-share-weights/{kind}/{account}`: an account's weight, stored
+    /// and then given to the core (`None`, or 1: back to the default).
+    pub(crate) fn set_fair_share_weight(
+        &mut self,
+        kind: &str,
+        account: &str,
+        weight: Option<u32>,
+    ) -> Result<FairShareWeightView, ApiError> {
+        let (kind, id) = self.account_of_request(kind, account)?;
+        let weight = weight.unwrap_or(1);
+        fairway_spec::check_fair_share_weight("weight", weight).map_err(ApiError::bad_request)?;
+        let row = fairway_store::WeightRow { account_kind: kind.as_str().into(), account: account.into(), weight };
+        self.write("a fair-share weight", |tx| match row.weight {
+            1 => tx.delete_fair_share_weight(&row.account_kind, &row.account).map(|_| ()),
+            _ => tx.set_fair_share_weight(&row),
+        })
+        .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        self.core
+            .apply(Event::SetFairShareWeight { account: id, weight }, Time(self.now_ms()))
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        self.touch();
+        Ok(FairShareWeightView { kind: kind.as_str().into(), account: account.into(), weight })
+    }
+
+    /// A request's account: its kind (user or project) and a valid name.
+    fn account_of_request(
+        &mut self,
+        kind: &str,
+        account: &str,
+    ) -> Result<(AccountKind, fairway_core::AccountId), ApiError> {
+        let kind = super::AccountKind::parse(kind)
+            .filter(|k| *k != super::AccountKind::Cohort)
+            .ok_or_else(|| ApiError::bad_request(format!("kind: {kind:?} is not user or project")))?;
+        if account.is_empty() || account.len() > 253 || account.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ApiError::bad_request(format!("account: {account:?} is not a valid name")));
+        }
+        Ok((kind, self.account(kind, account)?))
     }
 
     /// Runs `f` in one committed transaction. A failure (a full disk, an I/O error) makes

@@ -351,6 +351,11 @@ impl Engine {
         if let Ok(rows) = self.store.quotas() {
             accounts.extend(rows.into_iter().map(|r| (r.account_kind, r.account)));
         }
+        if self.config.file.fair_share.is_some()
+            && let Ok(rows) = self.store.fair_share_weights()
+        {
+            accounts.extend(rows.into_iter().map(|r| (r.account_kind, r.account)));
+        }
         for job in self.jobs.values().filter(|j| j.in_flight) {
             accounts.insert(("project".into(), job.resolved.doc.project.clone()));
             accounts.insert(("user".into(), job.resolved.doc.user.clone()));

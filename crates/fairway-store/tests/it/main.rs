@@ -71,6 +71,7 @@ fn a_version_2_file_is_upgraded_and_its_rows_get_no_protection() {
          ALTER TABLE jobs DROP COLUMN preemption_delay_seconds;
          DROP TABLE cohorts;
          DROP TABLE recent_usage;
+         DROP TABLE fair_share_weights;
          PRAGMA user_version = 2;",
     )
     .unwrap();
@@ -101,6 +102,7 @@ fn a_version_3_file_is_upgraded_and_keeps_its_protection_without_a_delay() {
          ALTER TABLE jobs DROP COLUMN preemption_delay_seconds;
          DROP TABLE cohorts;
          DROP TABLE recent_usage;
+         DROP TABLE fair_share_weights;
          PRAGMA user_version = 3;",
     )
     .unwrap();
@@ -121,7 +123,10 @@ fn a_version_4_file_is_upgraded_and_cohorts_are_kept_replaced_and_deleted() {
     tx.commit().unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("DROP TABLE cohorts; DROP TABLE recent_usage; PRAGMA user_version = 4;").unwrap();
+    conn.execute_batch(
+        "DROP TABLE cohorts; DROP TABLE recent_usage; DROP TABLE fair_share_weights; PRAGMA user_version = 4;",
+    )
+    .unwrap();
     drop(conn);
     let mut store = Store::open(&path).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
@@ -151,7 +156,7 @@ fn a_version_5_file_is_upgraded_and_recent_usage_is_replaced_as_a_whole() {
     tx.commit().unwrap();
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("DROP TABLE recent_usage; PRAGMA user_version = 5;").unwrap();
+    conn.execute_batch("DROP TABLE recent_usage; DROP TABLE fair_share_weights; PRAGMA user_version = 5;").unwrap();
     drop(conn);
     let mut store = Store::open(&path).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
@@ -179,6 +184,38 @@ fn a_version_5_file_is_upgraded_and_recent_usage_is_replaced_as_a_whole() {
     tx.replace_recent_usage(&[]).unwrap();
     drop(tx);
     assert_eq!(store.recent_usage().unwrap(), [row("project", "ads", 2000, 20)]);
+}
+
+#[test]
+fn a_version_6_file_is_upgraded_and_weights_are_set_replaced_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fairway.db");
+    drop(Store::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE fair_share_weights; PRAGMA user_version = 6;").unwrap();
+    drop(conn);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert!(store.fair_share_weights().unwrap().is_empty());
+    let row = |kind: &str, account: &str, weight: u32| WeightRow {
+        account_kind: kind.into(),
+        account: account.into(),
+        weight,
+    };
+    let mut tx = store.transaction().unwrap();
+    tx.set_fair_share_weight(&row("user", "ana", 3)).unwrap();
+    tx.set_fair_share_weight(&row("project", "ads", 2)).unwrap();
+    tx.set_fair_share_weight(&row("user", "ana", 5)).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(store.fair_share_weights().unwrap(), [row("project", "ads", 2), row("user", "ana", 5)]);
+    let mut tx = store.transaction().unwrap();
+    assert!(tx.delete_fair_share_weight("project", "ads").unwrap());
+    assert!(!tx.delete_fair_share_weight("project", "ads").unwrap());
+    tx.commit().unwrap();
+    assert_eq!(store.fair_share_weights().unwrap(), [row("user", "ana", 5)]);
+    // The schema refuses a weight below 1 whatever the caller checked.
+    let mut tx = store.transaction().unwrap();
+    assert!(tx.set_fair_share_weight(&row("user", "bo", 0)).is_err());
 }
 
 #[test]
