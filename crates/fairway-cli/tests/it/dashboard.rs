@@ -330,12 +330,13 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         c.goto(&format!("{base}/ui/#/quotas")).await.unwrap();
         let quotas = text(c, "#quotas tbody").await;
         let ads = quotas.lines().position(|l| l.starts_with("project ads")).expect("ads' quota row");
-        // Its share with a half-life of 0: (2 held + 2 held recently) / 4 GPUs.
+        // Its share with a half-life of 0: (2 held + 2 held recently) / 4 GPUs, and its weight.
         assert!(
-            quotas.lines().nth(ads + 1).is_some_and(|l| l.trim() == "2 / 3 1.000"),
-            "ctr-model's 2 GPUs of 3, share 1: {quotas}"
+            quotas.lines().nth(ads + 1).is_some_and(|l| l.trim() == "2 / 3 1.000 1"),
+            "ctr-model's 2 GPUs of 3, share 1, weight 1: {quotas}"
         );
-        assert!(text(c, "#quotas thead").await.contains("Fair share"));
+        let head = text(c, "#quotas thead").await;
+        assert!(head.contains("Fair share") && head.contains("Weight"), "{head}");
         let bar = c.find(Locator::Css("#quotas [role=meter]")).await.unwrap();
         assert_eq!(bar.attr("aria-valuenow").await.unwrap().as_deref(), Some("2"));
         let cohorts = text(c, "#cohorts tbody").await;

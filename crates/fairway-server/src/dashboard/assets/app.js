@@ -275,9 +275,10 @@ function quotasView(s) {
     return el("tr", {}, el("td", { text: q.kind }), el("td", { text: q.account }),
       el("td", {}, max === null ? "no cap" : bar(q.gpus_used, max, label)),
       el("td", { class: "num", text: `${q.gpus_used} / ${max === null ? "∞" : max}` }),
-      fair ? el("td", { class: "num", text: typeof q.fair_share === "number" ? q.fair_share.toFixed(3) : "–" }) : null);
+      fair ? el("td", { class: "num", text: typeof q.fair_share === "number" ? q.fair_share.toFixed(3) : "–" }) : null,
+      fair ? el("td", { class: "num", text: q.fair_share_weight ?? "–" }) : null);
   });
-  const quotaColumns = [["Kind"], ["Account"], ["Use"], ["GPUs", "num"]].concat(fair ? [["Fair share", "num"]] : []);
+  const quotaColumns = [["Kind"], ["Account"], ["Use"], ["GPUs", "num"]].concat(fair ? [["Fair share", "num"], ["Weight", "num"]] : []);
   const members = s.cohorts.flatMap((c) => c.members.map((m) => {
     const nominal = m.nominal ? m.nominal.gpus : undefined;
     return el("tr", {},
