@@ -208,6 +208,9 @@ pub(super) fn blocks(report: &SimReport) -> Vec<Block> {
             table: group_table(policies, move |p| p.tiers.get(tier)),
         });
     }
+    if let Some((title, table)) = tenant_table(report) {
+        out.push(Block { title, table });
+    }
     out.push(Block { title: "Cluster".to_owned(), table: cluster_table(policies) });
     if policies.iter().any(|p| p.all.images.starts > 0) {
         out.push(Block { title: "Image pulls at starts (wait in minutes)".to_owned(), table: image_table(report) });
@@ -219,6 +222,49 @@ pub(super) fn blocks(report: &SimReport) -> Vec<Block> {
         });
     }
     out
+}
+
+/// The most tenants the tenants' table lists (those with the most jobs); the JSON has all.
+pub(crate) const TENANTS_LISTED_MAX: usize = 30;
+
+/// With two tenants or more: each tenant's mean wait under each policy, side by side (what
+/// fair sharing and cohorts are about), and the worst tenant's. `None` with one tenant.
+fn tenant_table(report: &SimReport) -> Option<(String, Table)> {
+    let policies = &report.policies;
+    let mut jobs: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for p in policies {
+        for (tenant, g) in &p.tenants {
+            let n = jobs.entry(tenant.as_str()).or_default();
+            *n = (*n).max(g.jobs);
+        }
+    }
+    if jobs.len() < 2 {
+        return None;
+    }
+    let mut listed: Vec<(&str, u64)> = jobs.iter().map(|(t, n)| (*t, *n)).collect();
+    listed.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let left_out = listed.len().saturating_sub(TENANTS_LISTED_MAX);
+    listed.truncate(TENANTS_LISTED_MAX);
+    listed.sort_by(|a, b| a.0.cmp(b.0));
+    let header =
+        ["tenant".to_owned(), "jobs".to_owned()].into_iter().chain(policies.iter().map(|p| p.policy.clone())).collect();
+    let mut rows: Vec<Vec<String>> = listed
+        .iter()
+        .map(|(tenant, n)| {
+            let waits = policies.iter().map(|p| minutes(p.tenants.get(*tenant).and_then(|g| g.wait_seconds.mean)));
+            [tenant.to_string(), n.to_string()].into_iter().chain(waits).collect()
+        })
+        .collect();
+    let worst = policies.iter().map(|p| {
+        let means = p.tenants.values().filter_map(|g| g.wait_seconds.mean);
+        minutes(means.fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.max(w)))))
+    });
+    rows.push(["worst tenant".to_owned(), String::new()].into_iter().chain(worst).collect());
+    let mut title = "Tenants: mean wait in minutes by policy".to_owned();
+    if left_out > 0 {
+        title.push_str(&format!(" ({TENANTS_LISTED_MAX} with the most jobs; {left_out} more in the JSON)"));
+    }
+    Some((title, Table::new(header, rows)))
 }
 
 /// Per policy and tier: how far the estimates given at submit were from the starts.

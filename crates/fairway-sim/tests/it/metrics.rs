@@ -659,12 +659,62 @@ policy    jobs  never started  wait mean  wait p50  wait p95  wait p99  queued m
 fifo         1              0       1.02      1.02      1.02      1.02         1.02         -             -                  1/1/1
 priority     1              0       1.02      1.02      1.02      1.02         1.02         -             -                  1/1/1
 
+Tenants: mean wait in minutes by policy
+tenant        jobs  fifo  priority
+------------  ----  ----  --------
+a                1  0.02      0.02
+b                1  1.02      1.02
+worst tenant        1.02      1.02
+
 Cluster
 policy    placement  GPU util useful %  GPU util allocated %  preemptions  GPU-h allocated  GPU-h useful  GPU-h lost  makespan h
 --------  ---------  -----------------  --------------------  -----------  ---------------  ------------  ----------  ----------
 fifo      fairway                 30.0                  69.0            1             0.08          0.03        0.50        0.03
 priority  fairway                 30.0                  69.0            1             0.08          0.03        0.50        0.03
 ";
+
+/// The tenants' table: each tenant's mean wait under each policy, by hand (waits of 60, 120
+/// and 300 s; a tenant with no job under one policy shows `-` there), the worst tenant's
+/// per policy; with more tenants than it lists, those with the most jobs and a note.
+#[test]
+fn the_tenants_table_compares_each_tenants_mean_wait_across_policies() {
+    let first = vec![
+        job("a1", "low", "ads", 1, 0, Some(60_000), Some(70_000), 10_000),
+        job("a2", "low", "ads", 1, 0, Some(180_000), Some(190_000), 10_000),
+        job("n1", "low", "nlp", 1, 0, Some(300_000), Some(310_000), 10_000),
+    ];
+    let second = vec![
+        job("a1", "low", "ads", 1, 0, Some(120_000), Some(130_000), 10_000),
+        job("a2", "low", "ads", 1, 0, Some(120_000), Some(130_000), 10_000),
+    ];
+    let report = SimReport::from_runs("t", 1, &[run("fair", 4, first, &[]), run("plain", 4, second, &[])]);
+    let table = render_table(&report);
+    let block = table.split("\n\n").find(|b| b.starts_with("Tenants:")).expect(&table);
+    let want = "\
+Tenants: mean wait in minutes by policy
+tenant        jobs  fair  plain
+------------  ----  ----  -----
+ads              2  2.00   2.00
+nlp              1  5.00      -
+worst tenant        5.00   2.00";
+    assert_eq!(block.trim_end(), want);
+
+    // One tenant: no such table.
+    let alone = SimReport::from_runs("t", 1, &[run("p", 4, vec![job("x", "low", "ads", 1, 0, Some(0), None, 1)], &[])]);
+    assert!(!render_table(&alone).contains("Tenants:"));
+
+    // 31 tenants, tenant i with i + 1 jobs: the 30 with the most are listed, not t00.
+    let many: Vec<JobRecord> = (0..31)
+        .flat_map(|i| {
+            (0..=i).map(move |k| job(&format!("j{i}-{k}"), "low", &format!("t{i:02}"), 1, 0, Some(0), None, 1))
+        })
+        .collect();
+    let table = render_table(&SimReport::from_runs("t", 1, &[run("p", 64, many, &[])]));
+    let block = table.split("\n\n").find(|b| b.starts_with("Tenants:")).expect(&table);
+    assert!(block.lines().next().unwrap().ends_with("(30 with the most jobs; 1 more in the JSON)"), "{block}");
+    assert_eq!(block.lines().count(), 1 + 2 + 30 + 1, "{block}");
+    assert!(!block.contains("t00") && block.contains("t01") && block.contains("t30"), "{block}");
+}
 
 #[test]
 fn render_table_rows() {
