@@ -214,8 +214,21 @@ async fn why(State(state): State<ApiState>, Path(id): Path<String>) -> Response 
     let Some(id) = job_id(&id).filter(|id| engine.workload(*id).is_some()) else {
         return error(StatusCode::NOT_FOUND, "not_found", &format!("no workload with id {id}"));
     };
-    let job = view(&engine, id, now_ms(), &BTreeMap::new());
-    Json(WhyView { id: job.id, state: job.state, reasons: job.reasons, reservation: job.reservation }).into_response()
+    let now = now_ms();
+    let estimates = match engine.core().job_status(id) {
+        Some(JobStatus::Pending { .. }) => engine.start_estimates(now, Some(&BTreeSet::from([id]))),
+        _ => BTreeMap::new(),
+    };
+    let job = view(&engine, id, now, &estimates);
+    let why = WhyView {
+        id: job.id,
+        state: job.state,
+        reasons: job.reasons,
+        reservation: job.reservation,
+        queue_position: job.queue_position,
+        fair_share: job.fair_share,
+    };
+    Json(why).into_response()
 }
 
 async fn events(State(state): State<ApiState>, Path(id): Path<String>) -> Response {

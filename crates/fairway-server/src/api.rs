@@ -272,7 +272,7 @@ pub struct EventList {
     pub events: Vec<EventView>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WhyView {
     pub id: i64,
     pub state: JobState,
@@ -280,6 +280,12 @@ pub struct WhyView {
     /// The GPUs it has reserved, if it holds a reservation (as in its job view).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationView>,
+    /// Its place among pending jobs (1 goes first), as in its job view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<u64>,
+    /// With fair sharing on, its project's and user's shares (as in its job view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_share: Option<FairShareView>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -440,8 +440,15 @@ async fn why(
     let id = job_id(&id)?;
     let row = job_row(&state, &who, id).await?;
     let live = live_of(&state, std::slice::from_ref(&row)).await?;
-    let (reasons, reservation) = live.get(&id).map(|l| (l.reasons.clone(), l.reservation.clone())).unwrap_or_default();
-    Ok(Json(WhyView { id, state: row.state, reasons, reservation }))
+    let live = live.get(&id).cloned().unwrap_or_default();
+    Ok(Json(WhyView {
+        id,
+        state: row.state,
+        reasons: live.reasons,
+        reservation: live.reservation,
+        queue_position: live.queue_position,
+        fair_share: live.fair_share,
+    }))
 }
 
 async fn checkpoint(

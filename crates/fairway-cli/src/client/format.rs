@@ -503,6 +503,21 @@ pub fn why(view: &WhyView, now_ms: u64) -> String {
             reservation_text(reservation, now_ms)
         );
     }
+    if view.state == JobState::Pending
+        && let Some(position) = view.queue_position
+    {
+        let _ = write!(out, "it is number {position} in the queue");
+        match &view.fair_share {
+            Some(f) => {
+                let _ = writeln!(
+                    out,
+                    "; fair sharing ranks it by its project's share {:.4}, then its user's {:.4} (within its priority the least goes first)",
+                    f.project, f.user
+                );
+            }
+            None => out.push('\n'),
+        }
+    }
     out
 }
 
@@ -988,7 +1003,8 @@ priorityclass/urgent configured
             ),
         ];
         for (state, reasons, want) in cases {
-            assert_eq!(why(&WhyView { id: 5, state, reasons, reservation: None }, NOW), want);
+            let view = WhyView { id: 5, state, reasons, reservation: None, queue_position: None, fair_share: None };
+            assert_eq!(why(&view, NOW), want);
         }
         // A job that holds a reservation says where and from when.
         let reservation = ReservationView {
@@ -1000,11 +1016,22 @@ priorityclass/urgent configured
             state: JobState::Pending,
             reasons: vec![reason("no_fit", "no node fits")],
             reservation: Some(reservation),
+            queue_position: None,
+            fair_share: None,
         };
         assert_eq!(
             why(&view, NOW),
             "job 5 is pending:\n  no_fit: no node fits\nit has reserved the GPUs it needs from 2026-01-01T01:25:00Z (in 25m) \
              on node-a (2 replicas, 8 GPUs): jobs ranked below it start before then only where they would end by then\n"
+        );
+        // Its place in the queue, and with fair sharing what ranks it there.
+        let placed = WhyView { reservation: None, queue_position: Some(2), ..view.clone() };
+        assert_eq!(why(&placed, NOW), "job 5 is pending:\n  no_fit: no node fits\nit is number 2 in the queue\n");
+        let fair = WhyView { fair_share: Some(FairShareView { project: 1.0, user: 0.5 }), ..placed };
+        assert_eq!(
+            why(&fair, NOW),
+            "job 5 is pending:\n  no_fit: no node fits\nit is number 2 in the queue; fair sharing ranks it by its \
+             project's share 1.0000, then its user's 0.5000 (within its priority the least goes first)\n"
         );
     }
 

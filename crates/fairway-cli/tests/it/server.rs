@@ -1026,8 +1026,14 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
     // While both wait (the short job runs 5 s), nlp's job, submitted last but holding
     // least, is first in line.
     let positions = [light, queued].map(|id| api.job(id).job.queue_position);
+    // And `fairway why` says where the sweep's job stands, and what ranks it there.
+    let (code, why, err) = cli(&server, &["why", &queued.to_string()], None);
     assert_eq!(api.job(short).job.state, JobState::Running, "positions read while both waited");
     assert_eq!(positions, [Some(1), Some(2)], "nlp's job first, then the sweep's");
+    assert_eq!(code, 0, "{err}");
+    let line =
+        "it is number 2 in the queue; fair sharing ranks it by its project's share 2.0000, then its user's 2.0000";
+    assert!(why.contains(line), "{why}");
     // Each account's share, by the documented formula: with a half-life of 0 what it held
     // recently is what it holds, so (held + held) / capacity over its weight. The sweep's
     // project and user hold both GPUs: 2; nlp holds nothing: 0.

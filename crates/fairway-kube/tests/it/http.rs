@@ -164,5 +164,8 @@ async fn the_job_holding_a_reservation_shows_it() {
     let why: serde_json::Value =
         reqwest::Client::new().get(format!("{url}/v1/jobs/{eval}/why")).send().await.unwrap().json().await.unwrap();
     assert_eq!(why["reservation"]["at_ms"].as_u64(), Some(admitted_ms + 3_600_000), "{why}");
+    // Its place in the queue, as in its job view (no fair sharing here: no shares).
+    assert_eq!(why["queue_position"].as_u64(), find("eval").queue_position, "{why}");
+    assert!(why["queue_position"].as_u64().is_some() && why.get("fair_share").is_none(), "{why}");
     assert_eq!((find("train").reservation, find("report").reservation), (None, None));
 }
