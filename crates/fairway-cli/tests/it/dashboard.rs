@@ -259,6 +259,14 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         let facts = text(c, "dl.facts").await;
         let reserved = facts.lines().skip_while(|l| *l != "Reserved").nth(1).unwrap_or_default();
         assert!(reserved.starts_with("node-") && reserved.contains(" (1 replica, 1 GPU) from "), "{facts}");
+        // And, with fair sharing on, the shares that rank it in its priority.
+        let fair = facts.lines().skip_while(|l| *l != "Fair share").nth(1).unwrap_or_default();
+        assert!(
+            fair.starts_with("project ")
+                && fair.contains(", user ")
+                && fair.ends_with("(least goes first in its priority)"),
+            "{facts}"
+        );
 
         // A preemption as it happens: ctr-model (high, ads) takes nightly's two GPUs.
         let ctr = sync(|| api.submit(&trainer_job("ctr-model", "ads", "high", 2, 100_000, 50))[0]);
