@@ -1414,6 +1414,15 @@ impl Engine {
         self.core_apply(Event::SetFairShareWeight { account, weight }, now);
     }
 
+    /// The users' weights from the settings (checked when they were read).
+    fn push_user_weights(&mut self, now: u64) {
+        let weights = self.settings.fair_share.as_ref().map(|f| f.user_weights.clone()).unwrap_or_default();
+        for w in weights {
+            let Ok(account) = self.interner.account_of(AccountKind::User, &w.user) else { continue };
+            self.core_apply(Event::SetFairShareWeight { account, weight: w.weight }, now);
+        }
+    }
+
     /// Whether new Jobs of a namespace are managed (the webhook asks).
     pub fn namespace_opted_in(&self, namespace: &str) -> bool {
         let Some((key, value)) = self.settings.managed_label() else { return false };
@@ -1438,6 +1447,7 @@ impl Engine {
         for ns in weighted {
             self.push_weight(&ns, now);
         }
+        self.push_user_weights(now);
         self.push_places(now);
         // Admitted workloads where they run, and those being preempted with their deadline;
         // in creation order so that the result does not depend on hash order.

@@ -69,7 +69,22 @@ pub struct FairShareSettings {
     /// day when left out).
     #[serde(default = "fairway_spec::half_life_seconds_default")]
     pub half_life_seconds: u64,
+    /// Users' weights (a user is a workload's `fairway.dev/user`; 1 unless named here).
+    /// Namespaces weigh through their own annotation (`fairway.dev/fair-share-weight`).
+    #[serde(default)]
+    pub user_weights: Vec<UserWeight>,
 }
+
+/// A user's fair-share weight, inside the projects (namespaces) it works in.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct UserWeight {
+    pub user: String,
+    pub weight: u32,
+}
+
+/// The most users `fair_share.user_weights` may name.
+pub const USER_WEIGHTS_MAX: usize = 10_000;
 
 /// How a pod asks for a share of one GPU: `resource` units of `units_per_gpu` per GPU, beside
 /// one `gpu_resource` (HAMi: `nvidia.com/gpu: 1` and `nvidia.com/gpucores: 50` is half a GPU).
@@ -260,6 +275,9 @@ impl Settings {
                 f.half_life_seconds
             ));
         }
+        if let Some(f) = &self.fair_share {
+            check_user_weights(&f.user_weights)?;
+        }
         if let Some(r) = self.reservations {
             r.to_core("reservations").map_err(|e| e.to_string())?;
         }
@@ -281,6 +299,23 @@ impl Settings {
     }
 }
 
+/// Each user named once, by a non-empty name, with a weight from 1 to the most.
+fn check_user_weights(weights: &[UserWeight]) -> Result<(), String> {
+    if weights.len() > USER_WEIGHTS_MAX {
+        return Err(format!("fair_share.user_weights: at most {USER_WEIGHTS_MAX} users, got {}", weights.len()));
+    }
+    for (i, w) in weights.iter().enumerate() {
+        if w.user.trim().is_empty() {
+            return Err(format!("fair_share.user_weights[{i}].user: must not be empty"));
+        }
+        fairway_spec::check_fair_share_weight(&format!("fair_share.user_weights[{i}].weight"), w.weight)?;
+        if weights[..i].iter().any(|o| o.user == w.user) {
+            return Err(format!("fair_share.user_weights[{i}].user: {:?} is named twice", w.user));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +335,16 @@ mod tests {
             ("fair_share: { half_life_seconds: 999999999999 }\n", "fair_share.half_life_seconds"),
             ("metrics: { pending_job_series_max: 10001 }\n", "metrics.pending_job_series_max: at most 10000"),
             ("fair_share: { half_life: 60 }\n", "half_life"),
+            (
+                "fair_share: { user_weights: [{ user: ana, weight: 0 }] }\n",
+                "fair_share.user_weights[0].weight: must be a whole number from 1 to 1000000, got 0",
+            ),
+            (
+                "fair_share: { user_weights: [{ user: ana, weight: 2 }, { user: ana, weight: 3 }] }\n",
+                "fair_share.user_weights[1].user: \"ana\" is named twice",
+            ),
+            ("fair_share: { user_weights: [{ user: \" \", weight: 2 }] }\n", "fair_share.user_weights[0].user"),
+            ("fair_share: { user_weights: [{ name: ana, weight: 2 }] }\n", "name"),
             ("placement: tightest\n", "placement: unknown placement policy \"tightest\""),
             ("gpu_resourse: x\n", "gpu_resourse"),
             ("webhook:\n  listen: 0.0.0.0:9443\n  cert_file: /c.pem\n", "webhook.cert_file and webhook.key_file"),

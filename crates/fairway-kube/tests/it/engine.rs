@@ -1020,6 +1020,36 @@ fn a_saved_recent_usage_document_is_refused_with_the_field_named() {
     assert!(err.contains("as_of_ms"), "{err}");
 }
 
+/// Users' weights from the settings (`fair_share.user_weights`): in one namespace alice holds
+/// 2 GPUs and bob 1 of 4; with one GPU free and a Job of each waiting, bob's (newer) goes
+/// first, as he holds less; weighted 3, alice is served as if she held a third of hers, and
+/// her older Job goes first.
+#[test]
+fn a_users_weight_in_the_settings_ranks_her_jobs_in_her_namespace() {
+    let by = |mut j: Job, user: &str| {
+        j.metadata.labels = Some([("fairway.dev/user".to_owned(), user.to_owned())].into());
+        j
+    };
+    let admitted_with = |settings: &str| {
+        let mut h = Harness::with_settings(Settings::parse(settings).expect("valid settings"));
+        let jobs = vec![
+            by(job("ads", "a1", "medium", 2, 1, 0, Some(&["n1"])), "alice"),
+            by(job("ads", "b1", "medium", 1, 1, 1, Some(&["n1"])), "bob"),
+            by(job("ads", "a2", "medium", 1, 1, 10, None), "alice"),
+            by(job("ads", "b2", "medium", 1, 1, 20, None), "bob"),
+        ];
+        let pods = vec![
+            pod("ads", "a1-x", "uid-a1", 2, Some("n1"), "fairway"),
+            pod("ads", "b1-x", "uid-b1", 1, Some("n1"), "fairway"),
+        ];
+        h.start(vec![node("n1", 4)], vec![class("medium", 1000)], jobs, pods, vec![]);
+        admitted(&h.cycle()).into_iter().map(|(name, _)| name).collect::<Vec<_>>()
+    };
+    assert_eq!(admitted_with("fair_share: { half_life_seconds: 0 }\n"), ["b2"]);
+    let weighted = "fair_share: { half_life_seconds: 0, user_weights: [{ user: alice, weight: 3 }] }\n";
+    assert_eq!(admitted_with(weighted), ["a2"]);
+}
+
 #[test]
 fn a_namespace_fair_share_weight_annotation_is_read_or_refused_by_name() {
     use fairway_kube::workload::{FAIR_SHARE_WEIGHT, fair_share_weight};
