@@ -1059,6 +1059,12 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
     assert!(light_started >= short_ended, "nlp's job took the GPU the short job freed");
 }
 
+/// An account's entry in `GET /v1/quotas`, if it is listed.
+fn quota_entry(api: &Api, kind: &str, account: &str) -> Option<serde_json::Value> {
+    let (_, quotas) = api.json("GET", "/v1/quotas", None);
+    quotas["quotas"].as_array().unwrap().iter().find(|q| q["kind"] == kind && q["account"] == account).cloned()
+}
+
 /// Fair sharing remembers across a restart (docs/fair-sharing.md, core scenario 164): the
 /// sweep's project held the only GPU for a while, and the server was then restarted. Its
 /// recent average was saved at shutdown and handed back, so `GET /v1/quotas` still lists
@@ -1066,11 +1072,7 @@ fn fair_sharing_in_the_config_serves_the_tenant_holding_least_first() {
 /// server that forgot would rank both at a share of 0 and take the sweep's, submitted first.
 #[test]
 fn fair_sharing_remembers_who_burst_across_a_restart() {
-    let share = |api: &Api, kind: &str, account: &str| {
-        let (_, quotas) = api.json("GET", "/v1/quotas", None);
-        let q = quotas["quotas"].as_array().unwrap().iter().find(|q| q["kind"] == kind && q["account"] == account);
-        q.and_then(|q| q["fair_share"].as_f64())
-    };
+    let share = |api: &Api, kind: &str, account: &str| quota_entry(api, kind, account)?["fair_share"].as_f64();
     let server = InProcess::start("1", "fair_share: { half_life_seconds: 60 }\n");
     let burst = server.api.submit(&trainer_job("burst", "sweep", "medium", 1, 20, 100))[0];
     server.api.wait_state(burst, JobState::Succeeded);
@@ -1105,9 +1107,7 @@ fn fair_share_weights_are_set_at_run_time_and_kept_across_a_restart() {
     let nlp = api.submit(&trainer_job("bert", "nlp", "medium", 1, 100_000, 50))[0];
     api.wait_state(nlp, JobState::Running);
     let project = |api: &Api, account: &str| {
-        let (_, quotas) = api.json("GET", "/v1/quotas", None);
-        let q = quotas["quotas"].as_array().unwrap().iter().find(|q| q["kind"] == "project" && q["account"] == account);
-        q.map(|q| (q["fair_share"].as_f64(), q["fair_share_weight"].as_u64()))
+        quota_entry(api, "project", account).map(|q| (q["fair_share"].as_f64(), q["fair_share_weight"].as_u64()))
     };
     // nlp holds 1 of 2 GPUs; with a half-life of 0, (1 + 1) / 2 over its weight.
     assert_eq!(project(api, "nlp"), Some((Some(1.0), Some(1))));

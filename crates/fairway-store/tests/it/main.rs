@@ -113,24 +113,29 @@ fn a_version_3_file_is_upgraded_and_keeps_its_protection_without_a_delay() {
     assert_eq!((row.min_run_before_preemption_seconds, row.preemption_delay_seconds), (60, 0));
 }
 
-#[test]
-fn a_version_4_file_is_upgraded_and_cohorts_are_kept_replaced_and_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fairway.db");
-    let mut store = Store::open(&path).unwrap();
+/// A store at `path` with one job, taken back to schema `version` by dropping the `tables`
+/// later migrations made, then opened again: upgraded, with the job kept.
+fn upgraded_from(path: &std::path::Path, version: u32, tables: &[&str]) -> Store {
+    let mut store = Store::open(path).unwrap();
     let mut tx = store.transaction().unwrap();
     let id = tx.insert_job(&new_job("a", "ads", 10, 1)).unwrap();
     tx.commit().unwrap();
     drop(store);
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(
-        "DROP TABLE cohorts; DROP TABLE recent_usage; DROP TABLE fair_share_weights; PRAGMA user_version = 4;",
-    )
-    .unwrap();
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let drops: String = tables.iter().map(|t| format!("DROP TABLE {t}; ")).collect();
+    conn.execute_batch(&format!("{drops}PRAGMA user_version = {version};")).unwrap();
     drop(conn);
-    let mut store = Store::open(&path).unwrap();
+    let store = Store::open(path).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     assert!(store.job(id).unwrap().is_some(), "the job survives the upgrade");
+    store
+}
+
+#[test]
+fn a_version_4_file_is_upgraded_and_cohorts_are_kept_replaced_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store =
+        upgraded_from(&dir.path().join("fairway.db"), 4, &["cohorts", "recent_usage", "fair_share_weights"]);
     assert!(store.cohorts().unwrap().is_empty());
     let row = |name: &str, json: &str| CohortRow { name: name.into(), members_json: json.into() };
     let mut tx = store.transaction().unwrap();
@@ -149,18 +154,7 @@ fn a_version_4_file_is_upgraded_and_cohorts_are_kept_replaced_and_deleted() {
 #[test]
 fn a_version_5_file_is_upgraded_and_recent_usage_is_replaced_as_a_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fairway.db");
-    let mut store = Store::open(&path).unwrap();
-    let mut tx = store.transaction().unwrap();
-    let id = tx.insert_job(&new_job("a", "ads", 10, 1)).unwrap();
-    tx.commit().unwrap();
-    drop(store);
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("DROP TABLE recent_usage; DROP TABLE fair_share_weights; PRAGMA user_version = 5;").unwrap();
-    drop(conn);
-    let mut store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-    assert!(store.job(id).unwrap().is_some(), "the job survives the upgrade");
+    let mut store = upgraded_from(&dir.path().join("fairway.db"), 5, &["recent_usage", "fair_share_weights"]);
     assert!(store.recent_usage().unwrap().is_empty());
     let row = |kind: &str, account: &str, gpu_milli: u64, as_of_ms: u64| RecentUsageRow {
         account_kind: kind.into(),
@@ -189,13 +183,7 @@ fn a_version_5_file_is_upgraded_and_recent_usage_is_replaced_as_a_whole() {
 #[test]
 fn a_version_6_file_is_upgraded_and_weights_are_set_replaced_and_deleted() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fairway.db");
-    drop(Store::open(&path).unwrap());
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch("DROP TABLE fair_share_weights; PRAGMA user_version = 6;").unwrap();
-    drop(conn);
-    let mut store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let mut store = upgraded_from(&dir.path().join("fairway.db"), 6, &["fair_share_weights"]);
     assert!(store.fair_share_weights().unwrap().is_empty());
     let row = |kind: &str, account: &str, weight: u32| WeightRow {
         account_kind: kind.into(),
