@@ -935,6 +935,23 @@ const CLUSTER_CALLS: &[(&str, &str, &str)] = &[
     ("", "events", "create"),
 ];
 
+/// The settings the shipped file offers in comments (`#   key: value`, to turn on) are
+/// valid settings too: uncommented, the file still parses, and turns them on.
+#[test]
+fn the_settings_offered_in_comments_parse_when_uncommented() {
+    let m = Manifests::load();
+    let deployment = m.deployment();
+    let (config_map, key) = config_source(&deployment).expect("the Deployment mounts its --config file");
+    let map = named!(m, ConfigMap, &config_map);
+    let text = map.data.as_ref().and_then(|d| d.get(&key)).expect("the settings").clone();
+    // Top-level keys only: those under `webhook:` are alternatives, not additions.
+    let offered: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("#   ")).collect();
+    assert!(!offered.is_empty(), "the file offers optional settings in comments");
+    let uncommented = format!("{text}\n{}\n", offered.join("\n"));
+    let settings = Settings::parse(&uncommented).unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+    assert!(settings.fair_share.is_some_and(|f| !f.user_weights.is_empty()) && settings.reservations.is_some());
+}
+
 #[test]
 fn the_rbac_rules_grant_exactly_what_the_controller_calls() {
     let m = Manifests::load();
