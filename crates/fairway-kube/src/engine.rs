@@ -21,6 +21,9 @@
 //!      hold becomes its start.
 //!    - **Requeued** (its node is gone) → `Suspend`; its pods elsewhere become occupants
 //!      until they are gone.
+//!
+//!    With fair sharing, once a minute: `SaveRecentUsage`, each account's recent average for
+//!    the next leader (`recent_usage.rs`; handed to the core at the rebuild of step 1).
 //! 3. `status()`: the reasons of workloads whose answer to "why is it pending" changed, as
 //!    conditions and Events (the executor paces them; they never delay an admission).
 //!
