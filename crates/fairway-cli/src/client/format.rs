@@ -600,7 +600,7 @@ fn describe_fields(out: &mut String, job: &JobView, now_ms: u64) {
     }
     if let Some(share) = &job.fair_share {
         let text = format!(
-            "project {} {:.4}, user {} {:.4} (within its priority the least goes first; `fairway quota` lists the others)",
+            "project {} {:.4}, user {} {:.4} (within its priority the least goes first)",
             job.project, share.project, job.user, share.user
         );
         field(out, "Fair share", text);
@@ -1107,7 +1107,7 @@ Events:
         fair.job.fair_share = Some(FairShareView { project: 0.75, user: 0.125 });
         let got = describe(&fair, None, NOW);
         let line = "Fair share:      project research 0.7500, user bob 0.1250 (within its priority the least goes \
-                    first; `fairway quota` lists the others)\nReservation:";
+                    first)\nReservation:";
         assert!(got.contains(line), "{got}");
     }
 
