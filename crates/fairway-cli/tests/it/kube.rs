@@ -258,6 +258,10 @@ fn the_cli_reads_the_controller_and_a_kill_9_mid_preemption_admits_nothing_twice
     let ls = cli_ok(&base, &["ls"]);
     assert!(ls.lines().any(|l| l.contains("urgent") && l.contains("running")), "{ls}");
     assert!(ls.lines().any(|l| l.contains("low-a") && l.contains("pending")), "{ls}");
+    // A victim back in the queue says where it stands, and the share that ranks it: ads holds
+    // the node's 8 GPUs through urgent, (8 + 8) / 8 with a half-life of 0.
+    let why = cli_ok(&base, &["why", "ads/low-a"]);
+    assert!(why.contains("in the queue; fair sharing ranks it by its project's share 2.0000"), "{why}");
     let why = cli_ok(&base, &["why", "ads/low-a"]);
     assert!(why.contains("no node with 4 free GPUs"), "{why}");
     // The dashboard: urgent on the GPUs, the victims first in the queue with that reason.
