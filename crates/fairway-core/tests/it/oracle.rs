@@ -551,15 +551,20 @@ impl Oracle {
         let pending = listed.clone();
         let reservations = s.reservations();
         let plan: BTreeMap<JobId, Time> = reservations.iter().map(|p| (p.job, p.at)).collect();
-        // Nodes where a job started or began to hold GPUs for its victims in this cycle: the
-        // plan, brought up to date at the next cycle's start, may still count their room.
+        // Nodes where a job started or began to hold GPUs for its victims in this cycle, and
+        // those of its victims (a victim ends at its grace deadline, which may be later than
+        // the end the plan counted on): the plan, brought up to date at the next cycle's
+        // start, may still count their room.
+        let victims_now = self.preempting_now.iter().flat_map(|p| self.hold_victims.get(p).into_iter().flatten());
         let started_on: BTreeSet<NodeId> = self
             .started_now
             .iter()
             .chain(&self.preempting_now)
+            .chain(victims_now)
             .filter_map(|id| match s.job_status(*id) {
                 Some(JobStatus::Running { placement, .. })
-                | Some(JobStatus::Pending { reserved: Some(placement), .. }) => Some(placement),
+                | Some(JobStatus::Pending { reserved: Some(placement), .. })
+                | Some(JobStatus::Preempting { placement, .. }) => Some(placement),
                 _ => None,
             })
             .flat_map(|placement: &Placement| placement.replicas().iter().map(|r| r.node))
