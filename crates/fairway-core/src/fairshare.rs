@@ -247,6 +247,33 @@ mod tests {
         assert_eq!(f.share(a, Time(0)), 2.0 * f.share(b, Time(0)));
     }
 
+    /// A recent average handed back after a restart decays from when it was saved toward
+    /// what the account holds now, by the formula: `A + (P - A) * 2^(-t / H)`.
+    #[test]
+    fn a_restored_recent_average_decays_toward_what_is_held_now() {
+        let mut f = shares();
+        let a = AccountId(1);
+        // Restored runs: the account holds 2 GPUs now (at 10 H).
+        f.change([a].into_iter(), Resources::gpus(2), true, Time(10 * H));
+        // Saved at 9 H: a recent average of 6 GPUs.
+        f.restore_recent(a, RecentUsage { gpu_milli: 6_000, ..RecentUsage::default() }, Time(9 * H));
+        let past_at = |t: u64| f.share(a, Time(t)) * 8.0 - 2.0;
+        // One half-life after it was saved: 2 + (6 - 2) / 2 = 4.
+        assert!((past_at(10 * H) - 4.0).abs() < 1e-9, "{}", past_at(10 * H));
+        assert!((past_at(11 * H) - 3.0).abs() < 1e-9, "{}", past_at(11 * H));
+        // What is listed to save again is that average, in thousandths of a GPU.
+        assert_eq!(f.recent_usage(Time(11 * H)), [(a, RecentUsage { gpu_milli: 3_000, ..RecentUsage::default() })]);
+        // Nothing held and nothing remembered: the account is forgotten.
+        let b = AccountId(2);
+        f.restore_recent(b, RecentUsage::default(), Time(9 * H));
+        assert_eq!(f.share(b, Time(10 * H)), 0.0);
+        assert!(f.recent_usage(Time(10 * H)).iter().all(|(account, _)| *account != b));
+        // Fair sharing off: nothing is listed or taken.
+        let mut off = FairShares::new(None);
+        off.restore_recent(a, RecentUsage { gpu_milli: 6_000, ..RecentUsage::default() }, Time(0));
+        assert!(off.recent_usage(Time(0)).is_empty());
+    }
+
     #[test]
     fn without_a_half_life_the_share_is_what_is_held_now() {
         let mut f = FairShares::new(Some(0));
