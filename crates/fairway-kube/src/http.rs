@@ -200,13 +200,17 @@ async fn get_job(State(state): State<ApiState>, Path(id): Path<String>) -> Respo
     };
     let w = engine.workload(id).expect("checked");
     let now = now_ms();
-    // The forecast only when it has something to say: it is for pending jobs.
+    Json(JobDetail { job: one_view(&engine, id, now), spec: w.as_job.clone(), events: Vec::new() }).into_response()
+}
+
+/// One workload's view, with its place and expected start if it is pending: the forecast
+/// only when it has something to say.
+fn one_view(engine: &Engine, id: JobId, now: u64) -> JobView {
     let estimates = match engine.core().job_status(id) {
         Some(JobStatus::Pending { .. }) => engine.start_estimates(now, Some(&BTreeSet::from([id]))),
         _ => BTreeMap::new(),
     };
-    Json(JobDetail { job: view(&engine, id, now, &estimates), spec: w.as_job.clone(), events: Vec::new() })
-        .into_response()
+    view(engine, id, now, &estimates)
 }
 
 async fn why(State(state): State<ApiState>, Path(id): Path<String>) -> Response {
@@ -214,12 +218,7 @@ async fn why(State(state): State<ApiState>, Path(id): Path<String>) -> Response 
     let Some(id) = job_id(&id).filter(|id| engine.workload(*id).is_some()) else {
         return error(StatusCode::NOT_FOUND, "not_found", &format!("no workload with id {id}"));
     };
-    let now = now_ms();
-    let estimates = match engine.core().job_status(id) {
-        Some(JobStatus::Pending { .. }) => engine.start_estimates(now, Some(&BTreeSet::from([id]))),
-        _ => BTreeMap::new(),
-    };
-    let job = view(&engine, id, now, &estimates);
+    let job = one_view(&engine, id, now_ms());
     let why = WhyView {
         id: job.id,
         state: job.state,

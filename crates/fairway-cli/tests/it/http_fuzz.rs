@@ -78,6 +78,8 @@ fn every_status_the_server_answers_is_in_the_openapi_document() {
         ("delete", "/v1/tokens/{id}"),
         ("put", "/v1/quotas/{kind}/{account}"),
         ("delete", "/v1/quotas/{kind}/{account}"),
+        ("put", "/v1/fair-share-weights/{kind}/{account}"),
+        ("delete", "/v1/fair-share-weights/{kind}/{account}"),
         ("put", "/v1/projects/{name}"),
         ("put", "/v1/cohorts/{name}"),
         ("delete", "/v1/cohorts/{name}"),

@@ -69,8 +69,9 @@ async fn job_list(url: &str) -> JobList {
 async fn pending_jobs_have_their_queue_position_and_expected_start() {
     let now = now_ms();
     let (url, admitted_ms) = train_eval_report(fairway_kube::Settings::default(), now).await;
-    let http = reqwest::Client::new();
     let list = job_list(&url).await;
+    // After `job_list`, which installs the TLS provider a client needs.
+    let http = reqwest::Client::new();
     let find = |name: &str| -> JobView { list.jobs.iter().find(|j| j.name == name).cloned().unwrap() };
     let at = |ms: u64| Some(StartEstimateView { kind: "at".into(), at_ms: Some(ms) });
     let (train, eval, report) = (find("train"), find("eval"), find("report"));

@@ -116,10 +116,7 @@ impl Engine {
             tx.set_quota(quota)?;
         }
         for weight in &weights {
-            match weight.weight {
-                1 => tx.delete_fair_share_weight(&weight.account_kind, &weight.account).map(|_| ())?,
-                _ => tx.set_fair_share_weight(weight)?,
-            }
+            super::runs::store_weight(&mut tx, weight)?;
         }
         tx.commit()?;
         Ok(())

@@ -69,6 +69,14 @@ pub(crate) struct StoredHold {
     pub victims: Vec<i64>,
 }
 
+/// An account's weight in the store: only those other than the default 1 are kept.
+pub(crate) fn store_weight(tx: &mut Tx<'_>, row: &fairway_store::WeightRow) -> fairway_store::Result<()> {
+    match row.weight {
+        1 => tx.delete_fair_share_weight(&row.account_kind, &row.account).map(|_| ()),
+        _ => tx.set_fair_share_weight(row),
+    }
+}
+
 impl Engine {
     /// Step 6: write every decision in one transaction, commit, then tell the executor.
     pub(crate) fn carry_out(&mut self, decisions: Vec<Decision>, now: u64) {
@@ -711,11 +719,8 @@ impl Engine {
         let weight = weight.unwrap_or(1);
         fairway_spec::check_fair_share_weight("weight", weight).map_err(ApiError::bad_request)?;
         let row = fairway_store::WeightRow { account_kind: kind.as_str().into(), account: account.into(), weight };
-        self.write("a fair-share weight", |tx| match row.weight {
-            1 => tx.delete_fair_share_weight(&row.account_kind, &row.account).map(|_| ()),
-            _ => tx.set_fair_share_weight(&row),
-        })
-        .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        self.write("a fair-share weight", |tx| store_weight(tx, &row))
+            .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
         self.core
             .apply(Event::SetFairShareWeight { account: id, weight }, Time(self.now_ms()))
             .map_err(|e| ApiError::internal(e.to_string()))?;
