@@ -32,17 +32,31 @@
 //! The arithmetic is `f64`, done in the same order on every run: the same events give the
 //! same shares, so decisions stay deterministic.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::types::{AccountId, RecentUsage, Resources, Time};
 
 /// What a tenant holds and held, for its share.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 struct Usage {
     alloc: Resources,
     /// `past_r` as of `at`, per resource (GPUs, CPU, memory).
     past: [f64; 3],
     at: Time,
+    /// The share last worked out, and for when: a cycle reads the same account's share at
+    /// the same `now` many times (its jobs ranked, reservations compared, victims weighed),
+    /// and each reading would otherwise decay `past` again (an `exp2`) and look up the
+    /// weight. Cleared by every change of the usage, the weights or the capacity; the same
+    /// arithmetic gives the same bits, so it never changes a decision.
+    memo: Cell<Option<(Time, f64)>>,
+}
+
+/// The memo is a cache, not state: two ledgers are equal when their usage is.
+impl PartialEq for Usage {
+    fn eq(&self, other: &Usage) -> bool {
+        (self.alloc, self.past, self.at) == (other.alloc, other.past, other.at)
+    }
 }
 
 /// A job's place among the jobs of its priority: (project share, user share) as ordered
@@ -100,6 +114,14 @@ impl FairShares {
     /// A node joins (`add`) or leaves the capacity of all nodes, the shares' denominators.
     pub fn change_capacity(&mut self, node: Resources, add: bool) {
         self.capacity = if add { self.capacity.plus(node) } else { self.capacity.minus(node) };
+        self.forget_shares();
+    }
+
+    /// Every memo of a share goes (the capacity or a weight changed).
+    fn forget_shares(&mut self) {
+        for usage in self.accounts.values_mut() {
+            usage.memo.set(None);
+        }
     }
 
     /// An account's weight; 1 unless set. A weight of 0 is refused by the caller.
@@ -110,6 +132,7 @@ impl FairShares {
         } else {
             self.weights.insert(account, weight);
         }
+        self.forget_shares();
     }
 
     pub fn weight(&self, account: AccountId) -> u32 {
@@ -128,6 +151,7 @@ impl FairShares {
             usage.past = past_at(half_life_ms, usage, now);
             usage.alloc = if add { usage.alloc.plus(delta) } else { usage.alloc.minus(delta) };
             usage.at = now;
+            usage.memo.set(None);
             let settled = usage.alloc == Resources::ZERO && usage.past.iter().all(|p| *p < 1e-9);
             if settled {
                 self.accounts.remove(&account);
@@ -138,6 +162,16 @@ impl FairShares {
     /// The account's share at `now` (see the formula above).
     pub fn share(&self, account: AccountId, now: Time) -> f64 {
         let Some(usage) = self.accounts.get(&account) else { return 0.0 };
+        if let Some((_, share)) = usage.memo.get().filter(|(at, _)| *at == now) {
+            return share;
+        }
+        let share = self.share_of(account, usage, now);
+        usage.memo.set(Some((now, share)));
+        share
+    }
+
+    /// `share` worked out.
+    fn share_of(&self, account: AccountId, usage: &Usage, now: Time) -> f64 {
         let past = past_at(self.half_life_ms, usage, now);
         let alloc = as_f64(usage.alloc);
         let capacity = as_f64(self.capacity);
@@ -200,6 +234,7 @@ impl FairShares {
         let usage = self.accounts.entry(account).or_insert(Usage { at: as_of, ..Usage::default() });
         usage.past = past;
         usage.at = as_of;
+        usage.memo.set(None);
         if usage.alloc == Resources::ZERO && recent == RecentUsage::default() {
             self.accounts.remove(&account);
         }
@@ -272,6 +307,30 @@ mod tests {
         let mut off = FairShares::new(None);
         off.restore_recent(a, RecentUsage { gpu_milli: 6_000, ..RecentUsage::default() }, Time(0));
         assert!(off.recent_usage(Time(0)).is_empty());
+    }
+
+    /// The share read twice at one instant is remembered; a change of the holding, the
+    /// weight or the capacity at that same instant is seen at the next reading.
+    #[test]
+    fn a_remembered_share_never_outlives_a_change() {
+        let mut f = shares();
+        let a = AccountId(1);
+        f.change([a].into_iter(), Resources::gpus(4), true, Time(H));
+        // Half of the 8 GPUs held, and (held since H only) none of it remembered yet.
+        assert_eq!(f.share(a, Time(H)), 0.5);
+        assert_eq!(f.share(a, Time(H)), 0.5);
+        f.change([a].into_iter(), Resources::gpus(2), true, Time(H));
+        assert_eq!(f.share(a, Time(H)), 0.75);
+        f.set_weight(a, 3);
+        assert_eq!(f.share(a, Time(H)), 0.25);
+        f.change_capacity(Resources::new(8, 0, 0), true);
+        assert_eq!(f.share(a, Time(H)), 0.125);
+        f.restore_recent(a, RecentUsage { gpu_milli: 2_000, ..RecentUsage::default() }, Time(H));
+        // (6 held + 2 remembered) / 16 GPUs / weight 3.
+        assert!((f.share(a, Time(H)) - 8.0 / 48.0).abs() < 1e-12, "{}", f.share(a, Time(H)));
+        // Another instant is worked out afresh: one half-life on, the average is halfway
+        // from 2 to the 6 held.
+        assert!((f.share(a, Time(2 * H)) - 10.0 / 48.0).abs() < 1e-12, "{}", f.share(a, Time(2 * H)));
     }
 
     #[test]
