@@ -1271,9 +1271,9 @@ impl Scheduler {
         let job = &self.jobs[ix];
         let total = job.spec.total();
         job.accounts().find_map(|account| {
-            let (resource, used, limit) = self.ledger.over_quota(account, total)?;
+            let (resource, used, limit, limit_from) = self.ledger.over_quota(account, total)?;
             let requested = resource.amount(total);
-            Some((account, PendingReason::OverQuota { account, resource, requested, used, limit }))
+            Some((account, PendingReason::OverQuota { account, resource, requested, used, limit, limit_from }))
         })
     }
 

@@ -55,6 +55,17 @@ pub enum RequeueCause {
     NodeRemoved,
 }
 
+/// Which of an account's limits an `OverQuota` reason names: a user who set no quota must
+/// learn that the limit is their cohort's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitSource {
+    /// Its hard quota (absolute, as a Kubernetes ResourceQuota).
+    Quota,
+    /// Its nominal quota plus its borrowing limit in `cohort` (below its hard quota, if it
+    /// has one).
+    BorrowingLimit { cohort: AccountId },
+}
+
 /// Why a job is not running, in machine-readable form. `describe`/`why` and the metrics
 /// are built from these; `Display` gives the human sentence.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +75,15 @@ pub enum PendingReason {
     /// lower. The figures of this reason and of `CohortExhausted` are amounts
     /// (`ResourceKind::amount`: thousandths of a GPU for GPUs, so that shares show as they
     /// are), written by `ResourceKind::format_amount`.
-    OverQuota { account: AccountId, resource: ResourceKind, requested: u64, used: u64, limit: u64 },
+    /// `limit_from` says which of the two `limit` is.
+    OverQuota {
+        account: AccountId,
+        resource: ResourceKind,
+        requested: u64,
+        used: u64,
+        limit: u64,
+        limit_from: LimitSource,
+    },
     /// Starting the job would make its project borrow more than `cohort` lends: of the
     /// cohort's `limit` (its members' nominal quotas), `used` is in use or set aside for
     /// members that do not lend it (see `ledger.rs`).
@@ -141,9 +160,13 @@ impl PendingReason {
 impl fmt::Display for PendingReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+            PendingReason::OverQuota { account, resource, requested, used, limit, limit_from } => {
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
-                write!(f, "over quota: {account} uses {used} of {limit} {}, job asks {requested}", resource.name())
+                let (what, whose) = match limit_from {
+                    LimitSource::Quota => ("over quota", String::new()),
+                    LimitSource::BorrowingLimit { cohort } => ("over its borrowing limit", format!(" in {cohort}")),
+                };
+                write!(f, "{what}: {account} uses {used} of {limit} {}{whose}, job asks {requested}", resource.name())
             }
             PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));

@@ -47,6 +47,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::decision::LimitSource;
 use crate::types::{AccountId, NominalQuota, Priority, Quota, ResourceKind, Resources};
 
 /// A quota account: its cap and what is charged to it. Charged = what its jobs hold
@@ -140,6 +141,16 @@ impl Account {
         }
     }
 
+    /// Which limit `cap` is in `kind` for an account that is not a cohort: its borrowing
+    /// limit where that is lower than its hard quota (or it has none), else its quota.
+    pub fn limit_source(&self, kind: ResourceKind) -> LimitSource {
+        let hard = self.quota.and_then(|q| q.limit(kind));
+        match self.nominal.and_then(|n| Some((n.cohort, n.usage_cap(kind)?))) {
+            Some((cohort, borrowing)) if hard.is_none_or(|h| borrowing < h) => LimitSource::BorrowingLimit { cohort },
+            _ => LimitSource::Quota,
+        }
+    }
+
     /// `cap` in the unit usage is added up in (see `ResourceKind::amount`).
     pub fn cap_amount(&self, kind: ResourceKind) -> Option<u64> {
         self.cap(kind).map(|c| kind.amount_of_limit(c))
@@ -166,12 +177,13 @@ impl Account {
 
     /// The first dimension in which charging `extra` more would break the cap (not for a
     /// cohort: see `Ledger::over_cohort`).
-    pub fn over_quota(&self, extra: Resources) -> Option<(ResourceKind, u64, u64)> {
+    pub fn over_quota(&self, extra: Resources) -> Option<(ResourceKind, u64, u64, LimitSource)> {
         debug_assert!(self.cohort.is_none(), "a cohort's level depends on which member is charged");
         let after = self.charged.plus(extra);
         let kind =
             ResourceKind::ALL.into_iter().find(|&k| self.cap_amount(k).is_some_and(|cap| k.amount(after) > cap))?;
-        Some((kind, kind.amount(self.charged), self.cap_amount(kind).expect("exceeded a limit it has")))
+        let limit = self.cap_amount(kind).expect("exceeded a limit it has");
+        Some((kind, kind.amount(self.charged), limit, self.limit_source(kind)))
     }
 
     fn charge(&mut self, r: Resources) {
@@ -449,7 +461,7 @@ impl Ledger {
 
     /// The first dimension in which charging `extra` more to `account` would break its cap:
     /// `(resource, used, limit)`.
-    pub fn over_quota(&self, account: AccountId, extra: Resources) -> Option<(ResourceKind, u64, u64)> {
+    pub fn over_quota(&self, account: AccountId, extra: Resources) -> Option<(ResourceKind, u64, u64, LimitSource)> {
         self.get(account)?.over_quota(extra)
     }
 

@@ -40,7 +40,7 @@ mod victims;
 
 pub use config::{Config, FairSharing, Limits, Policy, QueueOrder, Reservations, RuntimeEstimates, ScoringPolicy};
 pub use cycle::{CycleOutcome, CycleStats};
-pub use decision::{Decision, PendingReason, PreemptCause, RequeueCause, StopCause};
+pub use decision::{Decision, LimitSource, PendingReason, PreemptCause, RequeueCause, StopCause};
 pub use event::{Event, ExitOutcome, RestoredHold, RestoredJob, RestoredRun, RestoredStop};
 pub use forecast::{Estimate, StartEstimate};
 pub use scheduler::{CoreError, Counters, JobStatus, PlannedStart, Scheduler};

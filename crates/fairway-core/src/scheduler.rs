@@ -330,11 +330,12 @@ impl Scheduler {
                 PendingReason::NoFit { gpus_per_replica, replicas, gpu_model, gpus_free_max, nodes_matching }
             }
             PendingReason::NoShareFit { gpu_milli, gpu_model, .. } => self.no_share_fit(gpu_milli, gpu_model),
-            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+            PendingReason::OverQuota { account, resource, requested, used, limit, limit_from } => {
                 let now = self.ledger.get(account);
                 let used = now.map_or(used, |a| resource.amount(a.charged));
-                let limit = now.and_then(|a| a.cap_amount(resource)).unwrap_or(limit);
-                PendingReason::OverQuota { account, resource, requested, used, limit }
+                let limit_now = now.and_then(|a| Some((a.cap_amount(resource)?, a.limit_source(resource))));
+                let (limit, limit_from) = limit_now.unwrap_or((limit, limit_from));
+                PendingReason::OverQuota { account, resource, requested, used, limit, limit_from }
             }
             PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
                 let now = self.ledger.get(cohort).filter(|a| a.cohort.is_some());

@@ -1948,7 +1948,7 @@ impl Engine {
             m.and_then(|m| self.interner.name_of(m)).map(|m| format!(" of {m}")).unwrap_or_default()
         };
         match reason {
-            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+            PendingReason::OverQuota { account, resource, requested, used, limit, limit_from } => {
                 // In the ResourceQuota's own units and names.
                 let (unit, name) = match resource {
                     fairway_core::ResourceKind::Gpu => ("", self.settings.gpu_resource.as_str()),
@@ -1956,10 +1956,19 @@ impl Engine {
                     fairway_core::ResourceKind::Memory => ("Mi", "memory"),
                 };
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
-                format!(
-                    "over quota: namespace {} uses {used}{unit} of its {limit}{unit} {name} (ResourceQuota); it asks {requested}{unit}",
-                    self.interner.account_name(*account).map_or("?", |(_, name)| name),
-                )
+                let namespace = self.interner.account_name(*account).map_or("?", |(_, name)| name);
+                match limit_from {
+                    fairway_core::LimitSource::Quota => format!(
+                        "over quota: namespace {namespace} uses {used}{unit} of its {limit}{unit} {name} (ResourceQuota); it asks {requested}{unit}"
+                    ),
+                    // Only GPUs have a borrowing limit here (the annotations).
+                    fairway_core::LimitSource::BorrowingLimit { cohort } => format!(
+                        "over its borrowing limit: namespace {namespace} uses {used}{unit} of the {limit}{unit} {name} it may use in cohort {} (its {} plus {}); it asks {requested}{unit}",
+                        self.interner.account_name(*cohort).map_or("?", |(_, name)| name),
+                        crate::workload::NOMINAL_GPUS,
+                        crate::workload::BORROWING_LIMIT_GPUS,
+                    ),
+                }
             }
             PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));

@@ -335,6 +335,21 @@ pub fn quotas_table(quotas: &[QuotaView]) -> String {
     table(&headers[..if fair { 7 } else { 5 }], &rows)
 }
 
+/// `yes` or `no`; and how far above its borrowing limit a member is, which it can be after
+/// the limit was lowered (running jobs are not stopped for it, docs/cohorts.md): its
+/// owner's next job waits until that much has drained.
+fn borrowing_text(m: &fairway_server::api::CohortMemberView) -> String {
+    if !m.borrowing {
+        return "no".into();
+    }
+    let cap = m.member.nominal.gpus.zip(m.member.borrowing_limit.and_then(|b| b.gpus)).map(|(n, b)| u64::from(n + b));
+    let used_milli = if m.gpu_milli_used > 0 { m.gpu_milli_used } else { u64::from(m.gpus_used) * 1000 };
+    match cap.map(|cap| used_milli.saturating_sub(cap * 1000)) {
+        Some(over @ 1..) => format!("yes, {} over its limit", fairway_core::ResourceKind::Gpu.format_amount(over)),
+        _ => "yes".into(),
+    }
+}
+
 /// `fairway quota cohorts`: one row per member; GPUs as used/nominal, the limits as `+N`
 /// (may borrow N) and `-N` (lends at most N), `-` where there is none.
 pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
@@ -352,7 +367,7 @@ pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
                 used_of(gpus_held(m.gpus_used, m.gpu_milli_used), m.member.nominal.gpus.map(|g| g.to_string())),
                 limit(m.member.borrowing_limit, "+"),
                 limit(m.member.lending_limit, "-"),
-                if m.borrowing { "yes" } else { "no" }.to_string(),
+                borrowing_text(m),
             ]);
         }
     }

@@ -324,6 +324,9 @@ fn quota_cohort_sends_its_members_and_lists_cohorts() {
               "gpus_used": 5, "cpu_millis_used": 0, "memory_mib_used": 0, "borrowing": true },
             { "project": "speech", "nominal": { "gpus": 4 }, "lending_limit": { "gpus": 1 },
               "gpus_used": 0, "cpu_millis_used": 0, "memory_mib_used": 0, "borrowing": false },
+            // Its borrowing limit was lowered below what it runs: 5 used of 3 allowed.
+            { "project": "nlp", "nominal": { "gpus": 2 }, "borrowing_limit": { "gpus": 1 },
+              "gpus_used": 5, "cpu_millis_used": 0, "memory_mib_used": 0, "borrowing": true },
         ],
     });
     let server = FakeServer::start(vec![
@@ -350,6 +353,9 @@ fn quota_cohort_sends_its_members_and_lists_cohorts() {
     for cell in ["lab", "5/8", "5/4", "+2", "yes"] {
         assert!(vision.split_whitespace().any(|c| c == cell), "{cell} missing: {table}");
     }
+    assert!(vision.trim_end().ends_with("yes"), "within its limit: {table}");
+    let nlp = table.lines().find(|l| l.contains("nlp")).unwrap_or_else(|| panic!("{table}"));
+    assert!(nlp.trim_end().ends_with("yes, 2 over its limit"), "{table}");
     // A member the CLI cannot read is refused before anything is sent.
     let out = against(&server, &["quota", "cohort", "set", "lab", "--member", "vision:four"]);
     assert_eq!(out.status.code(), Some(1));

@@ -181,7 +181,8 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
     // fair sharing (each tier has one tenant waiting at a time) gives the quota view a share;
     // the first job that cannot start reserves a GPU (its page shows where and when).
     let config = "quotas: [{ project: ads, gpus_max: 3 }]\ncohorts:\n  - name: lab\n    members:\n      \
-                  - { project: speech, nominal: { gpus: 1 } }\n      - { project: nlp, nominal: { gpus: 1 } }\n\
+                  - { project: speech, nominal: { gpus: 1 } }\n      \
+                  - { project: nlp, nominal: { gpus: 1 }, borrowing_limit: { gpus: 1 } }\n\
                   fair_share: { half_life_seconds: 0 }\nreservations: { count: 1, default_runtime_seconds: 600 }\n";
     let server = InProcess::start("2x2", config);
     let api = &server.api;
@@ -348,7 +349,8 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         let bar = c.find(Locator::Css("#quotas [role=meter]")).await.unwrap();
         assert_eq!(bar.attr("aria-valuenow").await.unwrap().as_deref(), Some("2"));
         let cohorts = text(c, "#cohorts tbody").await;
-        assert!(cohorts.contains("lab speech 0 1 0") && cohorts.contains("lab nlp 0 1 0"), "{cohorts}");
+        // Speech may borrow all the cohort lends; nlp at most 1 GPU.
+        assert!(cohorts.contains("lab speech 0 1 0 none") && cohorts.contains("lab nlp 0 1 0 1"), "{cohorts}");
         screenshot(c, "dashboard-quotas").await;
         check_contrast_and_fit(c, "quotas").await;
 

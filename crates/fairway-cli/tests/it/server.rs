@@ -329,6 +329,7 @@ fn quotas_bad_input_and_oversized_bodies_through_the_api() {
     assert_eq!(pending.state, JobState::Pending);
     assert_eq!(pending.reasons[0].data["account"], "ads");
     assert_eq!(pending.reasons[0].message, "over quota: project ads uses 2 of its 2 GPUs; the job asks 2");
+    assert_eq!(pending.reasons[0].data["limit_from"], "quota");
     let (status, quotas) = api.json("GET", "/v1/quotas", None);
     assert_eq!(status, 200);
     let ads = quotas["quotas"].as_array().unwrap().iter().find(|q| q["account"] == "ads").unwrap().clone();
@@ -1167,6 +1168,36 @@ fn a_job_held_for_a_reservation_starts_once_shares_rank_it_above_the_holder() {
     );
     assert_eq!(api.job(big).job.state, JobState::Pending, "the 4-GPU job still waits for room");
     for id in [speech_run, vision_run, big, small, short] {
+        api.json("POST", &format!("/v1/jobs/{id}/cancel"), None);
+    }
+}
+
+/// A job over its cohort's borrowing limit is told that limit, with the cohort, where the
+/// project has no quota at all: "over quota … of its 1 GPUs" would send its owner to
+/// `fairway quota`, which lists nothing for it.
+#[test]
+fn a_job_over_its_borrowing_limit_is_told_which_limit_and_cohort() {
+    let config = "cohorts:\n  - name: lab\n    members:\n      \
+                  - { project: vision, nominal: { gpus: 1 }, borrowing_limit: { gpus: 0 } }\n      \
+                  - { project: speech, nominal: { gpus: 1 } }\n";
+    let server = InProcess::start("2", config);
+    let api = &server.api;
+    let first = api.submit(&trainer_job("v1", "vision", "medium", 1, 400, 50))[0];
+    let second = api.submit(&trainer_job("v2", "vision", "medium", 1, 400, 50))[0];
+    api.wait_state(first, JobState::Running);
+    let reason = api.wait_for("v2 to wait over the borrowing limit", |api| {
+        api.job(second).job.reasons.into_iter().find(|r| r.code == "over_quota")
+    });
+    assert_eq!(
+        reason.message,
+        "over its borrowing limit: project vision uses 1 of the 1 GPUs it may use in cohort lab \
+         (its nominal quota plus borrowing limit); the job asks 1"
+    );
+    assert_eq!(
+        (reason.data["limit_from"].as_str(), reason.data["cohort"].as_str()),
+        (Some("borrowing_limit"), Some("lab"))
+    );
+    for id in [first, second] {
         api.json("POST", &format!("/v1/jobs/{id}/cancel"), None);
     }
 }

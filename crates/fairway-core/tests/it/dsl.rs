@@ -151,9 +151,17 @@ impl Names {
 
     fn reason(&self, r: &PendingReason) -> String {
         match r {
-            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+            PendingReason::OverQuota { account, resource, requested, used, limit, limit_from } => {
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
-                format!("over_quota({} {}: used {used} + {requested} > {limit})", self.a(*account), resource.name())
+                let from = match limit_from {
+                    LimitSource::Quota => String::new(),
+                    LimitSource::BorrowingLimit { cohort } => format!(" borrowing limit in {}", self.a(*cohort)),
+                };
+                format!(
+                    "over_quota({} {}: used {used} + {requested} > {limit}{from})",
+                    self.a(*account),
+                    resource.name()
+                )
             }
             PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));

@@ -1111,6 +1111,45 @@ fn namespace_annotations_put_projects_in_a_cohort_that_lends_and_reclaims() {
     assert!(run(false).is_empty(), "without the cohort nothing is preempted at the same priority");
 }
 
+/// A namespace over its cohort's borrowing limit is told so, naming the cohort and the
+/// annotations: not "(ResourceQuota)", which it may not have. Vision (nominal 1 GPU,
+/// borrowing limit 1, no ResourceQuota) runs two Jobs on the idle 4-GPU node; its third
+/// waits over the borrowing limit. With a ResourceQuota of 1 GPU, the quota is what binds.
+#[test]
+fn a_job_over_its_borrowing_limit_is_told_which_limit() {
+    use fairway_kube::workload::{BORROWING_LIMIT_GPUS, COHORT, NOMINAL_GPUS};
+    let said_to_v3 = |quota: Option<ResourceQuota>| {
+        let mut h = Harness::new();
+        let jobs =
+            [("v1", 0), ("v2", 1), ("v3", 2)].map(|(name, created)| job("vision", name, "medium", 1, 1, created, None));
+        h.start(vec![node("n1", 4)], vec![class("medium", 1000)], jobs.to_vec(), vec![], quota.into_iter().collect());
+        let vision = [(COHORT, "lab"), (NOMINAL_GPUS, "1"), (BORROWING_LIMIT_GPUS, "1")];
+        h.feed(Input::Namespace(Change::Applied(cohort_namespace("vision", &vision))));
+        h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", &[(COHORT, "lab"), (NOMINAL_GPUS, "3")]))));
+        let started = admitted(&h.cycle()).len();
+        let said: Vec<String> = h
+            .background()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Condition { target, message, .. } if target.name == "v3" => Some(message),
+                _ => None,
+            })
+            .collect();
+        (started, said)
+    };
+    let (started, said) = said_to_v3(None);
+    assert_eq!(started, 2, "{said:?}");
+    let borrowing = "over its borrowing limit: namespace vision uses 2 of the 2 nvidia.com/gpu it may use in \
+                     cohort lab (its fairway.dev/nominal-gpus plus fairway.dev/borrowing-limit-gpus); it asks 1";
+    assert!(said.len() == 1 && said[0].starts_with(borrowing), "{said:?}");
+    let quota =
+        from_yaml("metadata: { name: gpus, namespace: vision }\nspec: { hard: { requests.nvidia.com/gpu: \"1\" } }\n");
+    let (started, said) = said_to_v3(Some(quota));
+    assert_eq!(started, 1, "{said:?}");
+    let quota = "over quota: namespace vision uses 1 of its 1 nvidia.com/gpu (ResourceQuota); it asks 1";
+    assert!(said.len() == 1 && said[0].starts_with(quota), "{said:?}");
+}
+
 #[test]
 fn cohort_annotations_are_read_or_refused_by_name() {
     use fairway_kube::workload::{

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fairway_core::{JobStatus, PendingReason};
+use fairway_core::{JobStatus, LimitSource, PendingReason};
 use fairway_store::JobState;
 use serde_json::json;
 
@@ -112,16 +112,27 @@ impl Engine {
     pub(crate) fn reason_view(&self, reason: &PendingReason) -> ReasonView {
         let model = |m: Option<fairway_core::GpuModel>| m.and_then(|m| self.interner.name_of(m)).map(str::to_owned);
         let (message, data) = match reason {
-            PendingReason::OverQuota { account, resource, requested, used, limit } => {
+            PendingReason::OverQuota { account, resource, requested, used, limit, limit_from } => {
                 let (kind, name) = self.account_name(*account);
                 let [requested, used, limit] = [requested, used, limit].map(|a| amount_value(*resource, *a));
-                (
-                    format!(
-                        "over quota: {kind} {name} uses {used} of its {limit} {}; the job asks {requested}",
-                        unit_text(*resource)
+                let unit = unit_text(*resource);
+                match limit_from {
+                    LimitSource::Quota => (
+                        format!(
+                            "over quota: {kind} {name} uses {used} of its {limit} {unit}; the job asks {requested}"
+                        ),
+                        json!({"account_kind": kind, "account": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit, "limit_from": "quota"}),
                     ),
-                    json!({"account_kind": kind, "account": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
-                )
+                    LimitSource::BorrowingLimit { cohort } => {
+                        let (_, cohort) = self.account_name(*cohort);
+                        (
+                            format!(
+                                "over its borrowing limit: {kind} {name} uses {used} of the {limit} {unit} it may use in cohort {cohort} (its nominal quota plus borrowing limit); the job asks {requested}"
+                            ),
+                            json!({"account_kind": kind, "account": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit, "limit_from": "borrowing_limit", "cohort": cohort}),
+                        )
+                    }
+                }
             }
             PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
                 let (_, name) = self.account_name(*cohort);

@@ -285,13 +285,14 @@ function quotasView(s) {
       el("td", { text: c.name }), el("td", { text: m.project }),
       el("td", { class: "num", text: m.gpus_used }),
       el("td", { class: "num", text: nominal ?? "" }),
-      el("td", { class: "num", text: nominal === undefined ? "" : Math.max(0, m.gpus_used - nominal) }));
+      el("td", { class: "num", text: nominal === undefined ? "" : Math.max(0, m.gpus_used - nominal) }),
+      el("td", { class: "num", text: m.borrowing_limit?.gpus ?? "none" }));
   }));
   return el("section", { "aria-labelledby": "quotas-title" },
     el("h2", { id: "quotas-title", text: "Quotas" }),
     table("GPU quotas (hard caps)", quotaColumns, quotas, "quotas"),
     members.length ? table("Cohorts: nominal quotas lent while idle", [["Cohort"], ["Project"], ["Uses", "num"],
-      ["Nominal", "num"], ["Borrowed", "num"]], members, "cohorts") : null);
+      ["Nominal", "num"], ["Borrowed", "num"], ["Borrowing limit", "num"]], members, "cohorts") : null);
 }
 
 async function renderJob(id) {
