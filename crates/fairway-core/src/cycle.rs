@@ -422,6 +422,10 @@ impl Scheduler {
         self.start_ready_preemptors(now, out);
         self.move_waiting_preemptors(now, out);
         self.walk_queue(now, out);
+        // The walk's starts may have left a reservation's job short of its quota.
+        if out.stats.started > 0 {
+            self.drop_reservations_held_by_caps();
+        }
         out.stats.pending = self.queue.len() as u32;
         self.counters.preemption_searches += u64::from(out.stats.preemption_searches);
         self.counters.jobs_considered += u64::from(out.stats.jobs_considered);
@@ -911,8 +915,9 @@ impl Scheduler {
             let wake = Wake::On(WakeOn { room: RoomWake::Nodes, ..WakeOn::default() });
             return Considered::Failed(Verdict { reasons: Reasons::one(reason), wake });
         }
-        // d.
+        // d. A cap, not room, holds it: a reservation it has goes (`plan.rs`).
         if let Some((cohort, reason, reclaim)) = self.cohort_shortfall(ix) {
+            self.leave_plan(ix);
             let mut reasons = Reasons::one(reason);
             // Without preempting, only its cohort's shortage ending lets it in (whether it
             // may reclaim is moot: `reclaims: true` leaves that test aside).
@@ -934,6 +939,7 @@ impl Scheduler {
             return Considered::Failed(Verdict { reasons, wake });
         }
         if let Some((account, reason)) = self.quota_shortfall(ix) {
+            self.leave_plan(ix);
             let mut reasons = Reasons::one(reason);
             let quota = self.quota_wake(account, gk, preempt_capable);
             let mut wake =
@@ -1261,6 +1267,22 @@ impl Scheduler {
         let reclaim = may_reclaim_with(&self.ledger, job.spec.project, cohort, total);
         let requested = resource.amount(total);
         Some((cohort, PendingReason::CohortExhausted { cohort, resource, requested, used, limit }, reclaim))
+    }
+
+    /// Does its quota or its cohort hold the pending job at `ix` back now (step 4d)?
+    pub(crate) fn held_back_by_cap(&self, ix: JobIx) -> bool {
+        self.ledger.any_capped() && (self.cohort_shortfall(ix).is_some() || self.quota_shortfall(ix).is_some())
+    }
+
+    /// For the tests: what of its quota or its cohort holds the pending job back now (step
+    /// 4d), if anything does.
+    #[doc(hidden)]
+    pub fn held_back_by_caps(&self, job: crate::types::JobId) -> Option<PendingReason> {
+        let ix = self.jobs.ix_of(job)?;
+        if !matches!(self.jobs[ix].state, JobState::Pending { reservation: None }) {
+            return None;
+        }
+        self.cohort_shortfall(ix).map(|(_, reason, _)| reason).or_else(|| self.quota_shortfall(ix).map(|(_, r)| r))
     }
 
     /// The first of the job's accounts that starting it would take over quota.

@@ -6,9 +6,12 @@
 //! 1. **Room.** Each schedulable node has its free room now, and gets back what each job
 //!    running or terminating on it holds when that job is expected to end; GPUs held for a
 //!    preemptor go to it, not back to the free room.
-//! 2. **Usage.** Each account with a cap (a hard quota, a borrowing limit, a cohort's
-//!    capacity) has what is charged to it now, and is uncharged when each job charged to it
-//!    is expected to end.
+//! 2. **Usage.** Each account with a cap (a hard quota, a borrowing limit) and each member
+//!    of a cohort has what is charged to it now, and is uncharged when each job charged to
+//!    it is expected to end. A cohort's level at any time is what its members use, each at
+//!    least its guarantee (the part of its nominal quota it does not lend: set aside while
+//!    unused, `ledger.rs` rule 2), and a job of a member fits where that level, with the
+//!    job counted, stays within the cohort's capacity over its whole run.
 //! 3. **Holds.** A job waiting for its victims starts when the last of them is expected to
 //!    be gone, and then keeps its GPUs for its expected run.
 //! 4. **Reservations.** A job holding a reservation (`plan.rs`) starts at its reservation's
@@ -41,8 +44,8 @@
 //! - how fair sharing's order moves: a cycle counts each start before it chooses the next
 //!   job, so a tenant's share rises as its jobs start; the forecast orders each tier by the
 //!   shares now, a tenant's jobs all before those of any tenant holding more;
-//! - a cohort's guarantees: its capacity is compared with what its members use, not with
-//!   the guarantees idle members set aside, so a borrower's estimate may be early.
+//! - reclaims to come: a member within its nominal quota is forecast to wait for the
+//!   borrowers' runs to end, as a preemption to come (above).
 //!
 //! Limits: `jobs_max` jobs forecast per call (the rest get their position only), and
 //! [`FORECAST_TIMES_MAX`] times played forward per call (a job not started by the last one
@@ -309,6 +312,11 @@ struct Queued {
     may_preempt: bool,
 }
 
+/// Is `level` within `cap` in every dimension that has one?
+fn within(cap: [Option<u64>; 3], level: Amount) -> bool {
+    (0..3).all(|k| cap[k].is_none_or(|cap| level.0[k] <= cap as i64))
+}
+
 /// Far enough to mean "for good".
 const FOREVER: Time = Time(u64::MAX);
 
@@ -413,10 +421,16 @@ impl Steps {
     }
 }
 
-/// A capped account in the forecast.
+/// A capped account, or a member of a cohort, in the forecast.
 struct Usage {
     steps: Steps,
     cap: [Option<u64>; 3],
+}
+
+/// A cohort in the forecast (step 2): its capacity, and each member with its guarantee.
+struct CohortCaps {
+    cap: [Option<u64>; 3],
+    members: Vec<(AccountId, Amount)>,
 }
 
 /// The room and usage the forecast plays forward.
@@ -427,6 +441,8 @@ struct World {
     /// The GPUs of all of them together: a job needing more over a window fits nowhere.
     gpus_total: Steps,
     accounts: BTreeMap<AccountId, Usage>,
+    /// Cohorts, checked by their members' usage instead of their own (step 2).
+    cohorts: BTreeMap<AccountId, CohortCaps>,
     /// When room may grow or usage fall: the candidate start times.
     times: BTreeSet<Time>,
     /// Starts known before the walk: jobs waiting for their victims, and reservations.
@@ -484,6 +500,7 @@ impl World {
             room: Vec::with_capacity(usable.len()),
             gpus_total: Steps::new(now, Amount::default()),
             accounts: BTreeMap::new(),
+            cohorts: BTreeMap::new(),
             times: BTreeSet::new(),
             fixed: BTreeMap::new(),
             reserved: Vec::new(),
@@ -496,10 +513,19 @@ impl World {
             placeable: BTreeMap::new(),
             no_room: BTreeMap::new(),
         };
-        // 2. Capped accounts with what is charged now.
+        // 2. Capped accounts and members of cohorts with what is charged now; cohorts with
+        // their members' guarantees.
         for (id, account) in s.ledger.iter() {
-            if account.has_cap() {
-                let cap = ResourceKind::ALL.map(|kind| account.cap(kind));
+            let cap = ResourceKind::ALL.map(|kind| account.cap(kind));
+            if let Some(cohort) = &account.cohort {
+                let guarantee = |member: AccountId| {
+                    let n = s.ledger.get(member).and_then(|m| m.nominal);
+                    // In the caps' units, as `Amount::of` counts usage.
+                    Amount(ResourceKind::ALL.map(|k| n.map_or(0, |n| n.guaranteed_of(k) as i64)))
+                };
+                let members = cohort.members.iter().map(|&m| (m, guarantee(m))).collect();
+                world.cohorts.insert(id, CohortCaps { cap, members });
+            } else if account.has_cap() || account.nominal.is_some() {
                 world.accounts.insert(id, Usage { steps: Steps::new(now, Amount::of(account.charged)), cap });
             }
         }
@@ -607,6 +633,14 @@ impl World {
         if capped.into_iter().any(|u| (0..3).any(|k| u.cap[k].is_some_and(|cap| asks.0[k] > cap as i64))) {
             return false;
         }
+        // Once everything has ended, the other members' guarantees are still set aside.
+        let alone = |m: AccountId, g: Amount| if m == spec.project { asks.max_each(g) } else { g };
+        let cohort = s.ledger.cohort_of(spec.project).and_then(|c| self.cohorts.get(&c));
+        if cohort.is_some_and(|c| {
+            !within(c.cap, c.members.iter().fold(Amount::default(), |sum, &(m, g)| sum.plus(alone(m, g))))
+        }) {
+            return false;
+        }
         let shape = (spec.gpu_model, spec.per_replica.as_whole_gpus(), spec.replicas);
         if let Some(&known) = self.placeable.get(&shape) {
             return known;
@@ -696,14 +730,7 @@ impl World {
     fn start_if_fits(&mut self, s: &Scheduler, ix: JobIx, t: Time, until: Time) -> bool {
         let spec = &s.jobs[ix].spec;
         let (per_replica, replicas, total) = (spec.per_replica.as_whole_gpus(), spec.replicas, spec.total());
-        let asks = Amount::of(total);
-        let quota_ok = s.charged_accounts(ix).all(|a| {
-            self.accounts.get(&a).is_none_or(|u| {
-                let level = u.steps.max_over(t, until);
-                (0..3).all(|k| u.cap[k].is_none_or(|cap| level.0[k] + asks.0[k] <= cap as i64))
-            })
-        });
-        if !quota_ok {
+        if !self.caps_allow(s, ix, t, until) {
             return false;
         }
         let shape = (spec.gpu_model, per_replica, replicas);
@@ -822,14 +849,44 @@ impl World {
             let asks = Amount::of(room);
             (0..3).all(|d| left.0[d] >= asks.0[d])
         });
-        let asks = Amount::of(s.jobs[r.ix].spec.total());
-        room_ok
-            && s.charged_accounts(r.ix).all(|a| {
-                self.accounts.get(&a).is_none_or(|u| {
-                    let level = u.steps.max_over(r.at, r.until);
-                    (0..3).all(|d| u.cap[d].is_none_or(|cap| level.0[d] + asks.0[d] <= cap as i64))
-                })
-            })
+        room_ok && self.caps_allow(s, r.ix, r.at, r.until)
+    }
+
+    /// Would each capped account the job at `ix` is charged to, and its project's cohort
+    /// (step 2), stay within its cap over `[from, until)` with the job counted?
+    fn caps_allow(&self, s: &Scheduler, ix: JobIx, from: Time, until: Time) -> bool {
+        let spec = &s.jobs[ix].spec;
+        let asks = Amount::of(spec.total());
+        let accounts_ok = s
+            .charged_accounts(ix)
+            .all(|a| self.accounts.get(&a).is_none_or(|u| within(u.cap, u.steps.max_over(from, until).plus(asks))));
+        accounts_ok
+            && s.charged_accounts(ix)
+                .filter_map(|a| self.cohorts.get(&a))
+                .all(|c| self.cohort_allows(c, spec.project, asks, from, until))
+    }
+
+    /// Would the cohort's level (its members' usage, each at least its guarantee) stay
+    /// within its capacity over `[from, until)` with `asks` more charged to `project`? The
+    /// level changes only where a member's usage does.
+    fn cohort_allows(&self, cohort: &CohortCaps, project: AccountId, asks: Amount, from: Time, until: Time) -> bool {
+        let usage = |m: AccountId| self.accounts.get(&m).map(|u| &u.steps);
+        let mut times = vec![from];
+        for &(m, _) in &cohort.members {
+            if let Some(steps) = usage(m) {
+                times.extend(steps.at.iter().copied().filter(|&at| from < at && at < until));
+            }
+        }
+        times.sort_unstable();
+        times.dedup();
+        times.into_iter().all(|t| {
+            let level = cohort.members.iter().fold(Amount::default(), |sum, &(m, guarantee)| {
+                let used = usage(m).map_or(Amount::default(), |steps| steps.at(t));
+                let used = if m == project { used.plus(asks) } else { used };
+                sum.plus(used.max_each(guarantee))
+            });
+            within(cohort.cap, level)
+        })
     }
 
     /// Give reservation `k`'s room and charges back (or, `undo`, take them again).

@@ -21,7 +21,9 @@
 //!
 //! **The plan** (`Scheduler::plan`) is recomputed at the start of every cycle that has one,
 //! from the running jobs' expected ends, earlier reservations taking their nodes first; a
-//! reservation whose job started, left or can no longer be placed is dropped. A cycle keeps
+//! reservation whose job started, left or can no longer be placed is dropped, and so is
+//! one whose job a cycle finds held back by its quota or its cohort (step 4d: it waits for
+//! that, not for room; it may reserve again once the cap no longer holds it). A cycle keeps
 //! the plan as it is when nothing it reads changed since it was made (no node changed, no
 //! expected end moved, every reservation still held and still in the future); otherwise
 //! each reservation is computed again, reusing what its last computation learnt of each
@@ -730,6 +732,7 @@ impl Scheduler {
     /// Step 4's first part: the reservations as of `now` (module doc). Whether they changed
     /// is recorded, so that jobs they held back look again.
     pub(crate) fn refresh_plan(&mut self, now: Time) {
+        self.drop_reservations_held_by_caps();
         if self.plan.is_empty() {
             // Reservations that are gone leave what they learnt to the next.
             for (_, hosting) in std::mem::take(&mut self.hosting) {
@@ -1020,10 +1023,37 @@ impl Scheduler {
             }
         }
         // A holder that starts leaves the plan.
+        self.leave_plan(ix);
+    }
+
+    /// The job at `ix` gives up its reservation, if it has one: it started, it holds GPUs
+    /// while its victims leave, or a cap holds it back (a reservation is for room: kept, it
+    /// would hold back jobs ranked below for a start its quota or cohort does not allow).
+    /// Jobs held back for the plan look again.
+    pub(crate) fn leave_plan(&mut self, ix: JobIx) {
         if let Some(at) = self.plan.iter().position(|p| p.ix == ix) {
             let left = self.plan.remove(at);
             self.retire_hosting_of(left.id);
             self.changes.plan_changed = true;
+            // Those ranked below were placed around it: the next refresh places them again.
+            self.plan_read = None;
+        }
+    }
+
+    /// Reservations whose job its quota or its cohort now holds back go (see `leave_plan`):
+    /// a cap went down or changed hands, or a job of its accounts started (at the start of
+    /// a cycle, and after its walk). Their jobs are asked again, to say so.
+    pub(crate) fn drop_reservations_held_by_caps(&mut self) {
+        if self.plan.is_empty() || !self.ledger.any_capped() {
+            return;
+        }
+        let held: Vec<JobIx> =
+            self.plan.iter().filter(|p| self.still_reserving(p) && self.held_back_by_cap(p.ix)).map(|p| p.ix).collect();
+        for ix in held {
+            self.leave_plan(ix);
+            if let Some(gix) = self.jobs[ix].queued_in.filter(|&g| self.queue.is_asleep(g)) {
+                self.queue.wake(gix);
+            }
         }
     }
 }

@@ -1158,11 +1158,7 @@ impl Scheduler {
         self.queue.hold(&job.key, gix);
         self.move_victims_to_hold(ix);
         // A reservation's job that holds GPUs now waits for its victims instead.
-        if let Some(at) = self.plan.iter().position(|p| p.ix == ix) {
-            let left = self.plan.remove(at);
-            self.retire_hosting_of(left.id);
-            self.changes.plan_changed = true;
-        }
+        self.leave_plan(ix);
     }
 
     /// Give up a pending job's reservation, if it has one: the job goes back to its group.

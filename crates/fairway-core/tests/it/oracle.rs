@@ -569,6 +569,18 @@ impl Oracle {
             })
             .flat_map(|placement: &Placement| placement.replicas().iter().map(|r| r.node))
             .collect();
+        // Placed jobs the forecast may count gone at once: terminating ones (past their
+        // deadline, or about to be), and runs at or past their run-time limit (the next
+        // cycle stops them), or with a limit over all their runs (whose part left is not
+        // known here).
+        let leaving_now = self.specs.iter().any(|(id, spec)| match s.job_status(*id) {
+            Some(JobStatus::Preempting { .. } | JobStatus::Stopping { .. }) => true,
+            Some(JobStatus::Running { started_at, .. }) => {
+                spec.max_total_runtime_ms.is_some()
+                    || spec.max_runtime_ms.is_some_and(|limit| started_at.plus_ms(limit + spec.grace_ms) <= self.now)
+            }
+            _ => false,
+        });
         for (i, e) in all.iter().enumerate() {
             if e.position as usize != i + 1 {
                 return Err(format!("{} at position {} in place {}", e.job, e.position, i + 1));
@@ -577,6 +589,15 @@ impl Oracle {
                 && t < self.now
             {
                 return Err(format!("{} forecast to start at {t}, before now {}", e.job, self.now));
+            }
+            // A job that its quota or its cohort holds back now (as the ledger says) cannot
+            // start now: nothing is charged less until time passes (unless a job may leave
+            // at once, above).
+            if e.start == StartEstimate::At(self.now)
+                && !leaving_now
+                && let Some(reason) = s.held_back_by_caps(e.job)
+            {
+                return Err(format!("{} forecast to start now, yet it is held back: {reason}", e.job));
             }
             let victims_gone = self
                 .hold_victims
