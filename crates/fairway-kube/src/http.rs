@@ -226,6 +226,7 @@ async fn why(State(state): State<ApiState>, Path(id): Path<String>) -> Response 
         reservation: job.reservation,
         queue_position: job.queue_position,
         fair_share: job.fair_share,
+        start_estimate: job.start_estimate,
     };
     Json(why).into_response()
 }

@@ -286,6 +286,9 @@ pub struct WhyView {
     /// With fair sharing on, its project's and user's shares (as in its job view).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_share: Option<FairShareView>,
+    /// When it is expected to start, while pending (as in its job view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_estimate: Option<StartEstimateView>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

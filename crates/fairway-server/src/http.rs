@@ -448,6 +448,7 @@ async fn why(
         reservation: live.reservation,
         queue_position: live.queue_position,
         fair_share: live.fair_share,
+        start_estimate: live.start_estimate,
     }))
 }
 

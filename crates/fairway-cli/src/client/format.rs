@@ -533,7 +533,28 @@ pub fn why(view: &WhyView, now_ms: u64) -> String {
             None => out.push('\n'),
         }
     }
+    if view.state == JobState::Pending
+        && let Some(text) = view.start_estimate.as_ref().and_then(|e| why_start_text(e, now_ms))
+    {
+        let _ = writeln!(out, "{text}");
+    }
     out
+}
+
+/// The expected start, for `why`: with what it counts on.
+fn why_start_text(e: &fairway_server::api::StartEstimateView, now_ms: u64) -> Option<String> {
+    let assuming = "if running jobs end as expected and nothing ranked above it arrives";
+    Some(match (e.kind.as_str(), e.at_ms) {
+        ("at", Some(at)) if at <= now_ms => "it is expected to start at the next cycle".to_string(),
+        ("at", Some(at)) => format!("it is expected to start {}, {assuming}", timestamp_relative(at, now_ms)),
+        ("not_before", Some(at)) => {
+            format!("it is expected to start not before {}, {assuming}", timestamp_relative(at, now_ms))
+        }
+        ("not_placeable", _) => "it cannot start even once everything running has ended: no node it may use can \
+                                 hold it, or it asks more than a quota allows"
+            .to_string(),
+        _ => return None,
+    })
 }
 
 /// The width of the field labels in `describe`.
@@ -1018,7 +1039,15 @@ priorityclass/urgent configured
             ),
         ];
         for (state, reasons, want) in cases {
-            let view = WhyView { id: 5, state, reasons, reservation: None, queue_position: None, fair_share: None };
+            let view = WhyView {
+                id: 5,
+                state,
+                reasons,
+                reservation: None,
+                queue_position: None,
+                fair_share: None,
+                start_estimate: None,
+            };
             assert_eq!(why(&view, NOW), want);
         }
         // A job that holds a reservation says where and from when.
@@ -1033,6 +1062,7 @@ priorityclass/urgent configured
             reservation: Some(reservation),
             queue_position: None,
             fair_share: None,
+            start_estimate: None,
         };
         assert_eq!(
             why(&view, NOW),
@@ -1042,12 +1072,29 @@ priorityclass/urgent configured
         // Its place in the queue, and with fair sharing what ranks it there.
         let placed = WhyView { reservation: None, queue_position: Some(2), ..view.clone() };
         assert_eq!(why(&placed, NOW), "job 5 is pending:\n  no_fit: no node fits\nit is number 2 in the queue\n");
-        let fair = WhyView { fair_share: Some(FairShareView { project: 1.0, user: 0.5 }), ..placed };
+        let fair = WhyView { fair_share: Some(FairShareView { project: 1.0, user: 0.5 }), ..placed.clone() };
         assert_eq!(
             why(&fair, NOW),
             "job 5 is pending:\n  no_fit: no node fits\nit is number 2 in the queue; fair sharing ranks it by its \
              project's share 1.0000, then its user's 0.5000 (within its priority the least goes first)\n"
         );
+        // When it is expected to start, and what that counts on.
+        let estimate = |kind: &str, at_ms: Option<u64>| WhyView {
+            start_estimate: Some(StartEstimateView { kind: kind.to_string(), at_ms }),
+            ..placed.clone()
+        };
+        let last_line = |view: &WhyView| why(view, NOW).lines().last().unwrap_or_default().to_string();
+        assert_eq!(
+            last_line(&estimate("at", Some(NOW + 9 * 60_000))),
+            "it is expected to start 2026-01-01T01:09:00Z (in 9m), if running jobs end as expected and nothing \
+             ranked above it arrives"
+        );
+        assert_eq!(last_line(&estimate("at", Some(NOW))), "it is expected to start at the next cycle");
+        assert!(
+            last_line(&estimate("not_before", Some(NOW + 3_600_000))).starts_with("it is expected to start not before")
+        );
+        assert!(last_line(&estimate("not_placeable", None)).starts_with("it cannot start even once"));
+        assert_eq!(why(&estimate("not_forecast", None), NOW), why(&placed, NOW));
     }
 
     /// A share of one GPU reads as a decimal of one GPU in `ls` and `describe`.

@@ -829,6 +829,7 @@ fn a_reservation_holds_a_long_job_back_and_lets_a_short_one_through() {
     assert_eq!(reserved, names.iter().map(|&n| (n, 1, 4)).collect::<Vec<_>>());
     let (status, why) = api.json("GET", &format!("/v1/jobs/{gang}/why"), None);
     assert_eq!((status, why["reservation"]["at_ms"].as_u64()), (200, Some(expected_at)), "{why}");
+    assert_eq!(why["start_estimate"]["at_ms"].as_u64(), Some(expected_at), "{why}");
     // The fleet's view of why jobs wait: one held for the reservation, the gang for room.
     let by_reason = |metrics: &str| -> Vec<String> {
         let prefix = "fairway_pending_jobs_by_reason{tier=\"low\",reason=";

@@ -168,5 +168,8 @@ async fn the_job_holding_a_reservation_shows_it() {
     // Its place in the queue, as in its job view (no fair sharing here: no shares).
     assert_eq!(why["queue_position"].as_u64(), find("eval").queue_position, "{why}");
     assert!(why["queue_position"].as_u64().is_some() && why.get("fair_share").is_none(), "{why}");
+    // And when it is expected to start: its reservation's time.
+    let expected = (why["start_estimate"]["kind"].as_str(), why["start_estimate"]["at_ms"].as_u64());
+    assert_eq!(expected, (Some("at"), Some(admitted_ms + 3_600_000)), "{why}");
     assert_eq!((find("train").reservation, find("report").reservation), (None, None));
 }
