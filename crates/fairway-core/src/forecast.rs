@@ -312,6 +312,11 @@ struct Queued {
     may_preempt: bool,
 }
 
+/// An account's usage or a job's charge in amounts (`ResourceKind::amount`).
+fn usage_of(r: Resources) -> Amount {
+    Amount(ResourceKind::ALL.map(|k| k.amount(r) as i64))
+}
+
 /// Is `level` within `cap` in every dimension that has one?
 fn within(cap: [Option<u64>; 3], level: Amount) -> bool {
     (0..3).all(|k| cap[k].is_none_or(|cap| level.0[k] <= cap as i64))
@@ -421,7 +426,9 @@ impl Steps {
     }
 }
 
-/// A capped account, or a member of a cohort, in the forecast.
+/// A capped account, or a member of a cohort, in the forecast: usage and caps in amounts
+/// (`ResourceKind::amount`: thousandths of a GPU), exact as the ledger's, so that shares of
+/// one GPU add up as they do there.
 struct Usage {
     steps: Steps,
     cap: [Option<u64>; 3],
@@ -429,8 +436,24 @@ struct Usage {
 
 /// A cohort in the forecast (step 2): its capacity, and each member with its guarantee.
 struct CohortCaps {
+    /// Its capacity, in amounts (`ResourceKind::amount`).
     cap: [Option<u64>; 3],
+    /// Each member with its guarantee, in amounts.
     members: Vec<(AccountId, Amount)>,
+    /// What its members without a guarantee use together, kept as their charges change
+    /// (`World::charge`): most members lend all they do not use, so the level at a time is
+    /// this plus the few members with a guarantee, each at least at it.
+    lending_all: Steps,
+}
+
+impl CohortCaps {
+    fn guarantee_of(&self, member: AccountId) -> Amount {
+        self.members.iter().find(|(m, _)| *m == member).map_or(Amount::default(), |(_, g)| *g)
+    }
+
+    fn guaranteed(&self) -> impl Iterator<Item = (AccountId, Amount)> + '_ {
+        self.members.iter().copied().filter(|(_, g)| *g != Amount::default())
+    }
 }
 
 /// The room and usage the forecast plays forward.
@@ -443,6 +466,8 @@ struct World {
     accounts: BTreeMap<AccountId, Usage>,
     /// Cohorts, checked by their members' usage instead of their own (step 2).
     cohorts: BTreeMap<AccountId, CohortCaps>,
+    /// Each member of a cohort's cohort.
+    cohort_of: BTreeMap<AccountId, AccountId>,
     /// When room may grow or usage fall: the candidate start times.
     times: BTreeSet<Time>,
     /// Starts known before the walk: jobs waiting for their victims, and reservations.
@@ -501,6 +526,7 @@ impl World {
             gpus_total: Steps::new(now, Amount::default()),
             accounts: BTreeMap::new(),
             cohorts: BTreeMap::new(),
+            cohort_of: BTreeMap::new(),
             times: BTreeSet::new(),
             fixed: BTreeMap::new(),
             reserved: Vec::new(),
@@ -516,17 +542,22 @@ impl World {
         // 2. Capped accounts and members of cohorts with what is charged now; cohorts with
         // their members' guarantees.
         for (id, account) in s.ledger.iter() {
-            let cap = ResourceKind::ALL.map(|kind| account.cap(kind));
+            let cap = ResourceKind::ALL.map(|kind| account.cap_amount(kind));
             if let Some(cohort) = &account.cohort {
                 let guarantee = |member: AccountId| {
                     let n = s.ledger.get(member).and_then(|m| m.nominal);
-                    // In the caps' units, as `Amount::of` counts usage.
-                    Amount(ResourceKind::ALL.map(|k| n.map_or(0, |n| n.guaranteed_of(k) as i64)))
+                    Amount(ResourceKind::ALL.map(|k| n.map_or(0, |n| k.amount_of_limit(n.guaranteed_of(k)) as i64)))
                 };
-                let members = cohort.members.iter().map(|&m| (m, guarantee(m))).collect();
-                world.cohorts.insert(id, CohortCaps { cap, members });
+                let members: Vec<(AccountId, Amount)> = cohort.members.iter().map(|&m| (m, guarantee(m))).collect();
+                let used = |m: AccountId| usage_of(s.ledger.get(m).map_or(Resources::ZERO, |a| a.charged));
+                let lending_all = members
+                    .iter()
+                    .filter(|(_, g)| *g == Amount::default())
+                    .fold(Amount::default(), |sum, &(m, _)| sum.plus(used(m)));
+                world.cohort_of.extend(members.iter().map(|&(m, _)| (m, id)));
+                world.cohorts.insert(id, CohortCaps { cap, members, lending_all: Steps::new(now, lending_all) });
             } else if account.has_cap() || account.nominal.is_some() {
-                world.accounts.insert(id, Usage { steps: Steps::new(now, Amount::of(account.charged)), cap });
+                world.accounts.insert(id, Usage { steps: Steps::new(now, usage_of(account.charged)), cap });
             }
         }
         // 1. Free room now, and what each job there gives back when it ends.
@@ -609,11 +640,15 @@ impl World {
     /// Charge (or, `uncharge`, give back) the job's total to its capped accounts over
     /// `[from, until)`.
     fn charge(&mut self, s: &Scheduler, ix: JobIx, from: Time, until: Time, uncharge: bool) {
-        let total = Amount::of(s.jobs[ix].spec.total());
+        let total = usage_of(s.jobs[ix].spec.total());
         let d = if uncharge { total.negated() } else { total };
         for account in s.charged_accounts(ix) {
-            if let Some(usage) = self.accounts.get_mut(&account) {
-                usage.steps.add(from, until, d);
+            let Some(usage) = self.accounts.get_mut(&account) else { continue };
+            usage.steps.add(from, until, d);
+            if let Some(cohort) = self.cohort_of.get(&account).and_then(|c| self.cohorts.get_mut(c))
+                && cohort.guarantee_of(account) == Amount::default()
+            {
+                cohort.lending_all.add(from, until, d);
             }
         }
     }
@@ -628,7 +663,7 @@ impl World {
     /// model that holds it, and no cap below what it asks?
     fn could_ever_start(&mut self, s: &Scheduler, ix: JobIx) -> bool {
         let spec = &s.jobs[ix].spec;
-        let asks = Amount::of(spec.total());
+        let asks = usage_of(spec.total());
         let capped = s.charged_accounts(ix).filter_map(|a| self.accounts.get(&a));
         if capped.into_iter().any(|u| (0..3).any(|k| u.cap[k].is_some_and(|cap| asks.0[k] > cap as i64))) {
             return false;
@@ -856,26 +891,36 @@ impl World {
     /// (step 2), stay within its cap over `[from, until)` with the job counted?
     fn caps_allow(&self, s: &Scheduler, ix: JobIx, from: Time, until: Time) -> bool {
         let spec = &s.jobs[ix].spec;
-        let asks = Amount::of(spec.total());
+        let asks = usage_of(spec.total());
         let accounts_ok = s
             .charged_accounts(ix)
             .all(|a| self.accounts.get(&a).is_none_or(|u| within(u.cap, u.steps.max_over(from, until).plus(asks))));
         accounts_ok
-            && s.charged_accounts(ix)
-                .filter_map(|a| self.cohorts.get(&a))
-                .all(|c| self.cohort_allows(c, spec.project, asks, from, until))
+            && s.charged_accounts(ix).filter_map(|a| self.cohorts.get(&a)).all(|c| {
+                let allows = self.cohort_allows(c, spec.project, asks, from, until);
+                #[cfg(debug_assertions)]
+                assert_eq!(allows, self.cohort_allows_from_members(c, spec.project, asks, from, until));
+                allows
+            })
     }
 
-    /// Would the cohort's level (its members' usage, each at least its guarantee) stay
-    /// within its capacity over `[from, until)` with `asks` more charged to `project`? The
-    /// level changes only where a member's usage does.
-    fn cohort_allows(&self, cohort: &CohortCaps, project: AccountId, asks: Amount, from: Time, until: Time) -> bool {
+    /// `cohort_allows` worked out from every member's usage at every time one changes,
+    /// without the kept level: the debug builds' check of the kept one.
+    #[cfg(debug_assertions)]
+    fn cohort_allows_from_members(
+        &self,
+        cohort: &CohortCaps,
+        project: AccountId,
+        asks: Amount,
+        from: Time,
+        until: Time,
+    ) -> bool {
         let usage = |m: AccountId| self.accounts.get(&m).map(|u| &u.steps);
         let mut times = vec![from];
         for &(m, _) in &cohort.members {
-            if let Some(steps) = usage(m) {
-                times.extend(steps.at.iter().copied().filter(|&at| from < at && at < until));
-            }
+            times.extend(
+                usage(m).into_iter().flat_map(|steps| steps.at.iter().copied()).filter(|&at| from < at && at < until),
+            );
         }
         times.sort_unstable();
         times.dedup();
@@ -883,9 +928,40 @@ impl World {
             let level = cohort.members.iter().fold(Amount::default(), |sum, &(m, guarantee)| {
                 let used = usage(m).map_or(Amount::default(), |steps| steps.at(t));
                 let used = if m == project { used.plus(asks) } else { used };
-                sum.plus(used.max_each(guarantee))
+                // A member lending all counts what it uses as is: below none where a hold
+                // and its victims, charged the larger of the two, are both given back.
+                sum.plus(if guarantee == Amount::default() { used } else { used.max_each(guarantee) })
             });
             within(cohort.cap, level)
+        })
+    }
+
+    /// Would the cohort's level (its members' usage, each at least its guarantee) stay
+    /// within its capacity over `[from, until)` with `asks` more charged to `project`? The
+    /// level changes only where a member's usage does.
+    fn cohort_allows(&self, cohort: &CohortCaps, project: AccountId, asks: Amount, from: Time, until: Time) -> bool {
+        let usage = |m: AccountId| self.accounts.get(&m).map(|u| &u.steps);
+        // No member keeps a guarantee (the usual case): the job adds all it asks.
+        if cohort.guaranteed().next().is_none() {
+            return within(cohort.cap, cohort.lending_all.max_over(from, until).plus(asks));
+        }
+        // Otherwise each member that does counts at least its guarantee, and the job first
+        // uses what of its project's its project leaves unused: the level changes where
+        // the members lending all or one of those members change.
+        let mut times = vec![from];
+        let changes = cohort.guaranteed().filter_map(|(m, _)| usage(m)).chain([&cohort.lending_all]);
+        times.extend(changes.flat_map(|steps| steps.at.iter().copied()).filter(|&at| from < at && at < until));
+        times.sort_unstable();
+        times.dedup();
+        let lends_all = cohort.guarantee_of(project) == Amount::default();
+        times.into_iter().all(|t| {
+            let guaranteed = cohort.guaranteed().fold(Amount::default(), |sum, (m, g)| {
+                let used = usage(m).map_or(Amount::default(), |steps| steps.at(t));
+                let used = if m == project { used.plus(asks) } else { used };
+                sum.plus(used.max_each(g))
+            });
+            let level = cohort.lending_all.at(t).plus(guaranteed);
+            within(cohort.cap, if lends_all { level.plus(asks) } else { level })
         })
     }
 
