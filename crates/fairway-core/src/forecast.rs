@@ -892,9 +892,11 @@ impl World {
     fn caps_allow(&self, s: &Scheduler, ix: JobIx, from: Time, until: Time) -> bool {
         let spec = &s.jobs[ix].spec;
         let asks = usage_of(spec.total());
-        let accounts_ok = s
-            .charged_accounts(ix)
-            .all(|a| self.accounts.get(&a).is_none_or(|u| within(u.cap, u.steps.max_over(from, until).plus(asks))));
+        // A member of a cohort without a cap of its own is kept for its cohort only.
+        let capped = |u: &&Usage| u.cap.iter().any(Option::is_some);
+        let accounts_ok = s.charged_accounts(ix).all(|a| {
+            self.accounts.get(&a).filter(capped).is_none_or(|u| within(u.cap, u.steps.max_over(from, until).plus(asks)))
+        });
         accounts_ok
             && s.charged_accounts(ix).filter_map(|a| self.cohorts.get(&a)).all(|c| {
                 let allows = self.cohort_allows(c, spec.project, asks, from, until);
