@@ -82,6 +82,12 @@ pub struct Oracle {
     /// Each preemptor's victims as of its latest hold, made by a cycle or restored (a hold
     /// made again has the victims of the cycle that made it).
     hold_victims: BTreeMap<JobId, BTreeSet<JobId>>,
+    /// Victims that were in their preemptor's project's cohort when chosen (or their hold
+    /// restored), or whose project joined it while the hold was held, with the preemptor:
+    /// they count as its hold in the cohort until the preemptor's project leaves it. One
+    /// whose project joins the cohort after the hold was given up counts as its own
+    /// project's: it runs until it is gone, and nothing moved it (`docs/cohorts.md`).
+    moved_to_hold: BTreeMap<JobId, JobId>,
     /// Projects' places in cohorts.
     nominals: BTreeMap<AccountId, NominalQuota>,
     /// Per cohort, what its members used beyond what they lend when membership or a nominal
@@ -135,6 +141,9 @@ impl Oracle {
             }
             Event::RestoreHold(hold) => {
                 self.hold_victims.insert(hold.preemptor, hold.victims.iter().copied().collect());
+                for &victim in &hold.victims {
+                    self.note_victim(victim, hold.preemptor);
+                }
                 // A restored hold keeps what it reserves, above a cap too, as a restored run does.
                 if let Some(spec) = self.specs.get(&hold.preemptor).cloned() {
                     for a in spec.accounts() {
@@ -150,6 +159,19 @@ impl Oracle {
                     Some(n) => self.nominals.insert(*project, *n),
                     None => self.nominals.remove(project),
                 };
+                // Victims of a preemptor whose project left their cohort count again; those
+                // of a hold still held whose project is now in its cohort move to it.
+                let moved = std::mem::take(&mut self.moved_to_hold);
+                self.moved_to_hold = moved.into_iter().filter(|&(v, p)| self.same_cohort(v, p)).collect();
+                let holding = |p: JobId| matches!(s.job_status(p), Some(JobStatus::Pending { reserved: Some(_), .. }));
+                let joined: Vec<(JobId, JobId)> = self
+                    .hold_victims
+                    .iter()
+                    .filter(|(p, _)| holding(**p))
+                    .flat_map(|(p, vs)| vs.iter().map(move |v| (*v, *p)))
+                    .filter(|&(v, p)| self.same_cohort(v, p))
+                    .collect();
+                self.moved_to_hold.extend(joined);
                 let committed = self.committed(s, *project);
                 self.grandfathered.insert(*project, committed);
                 self.cohort_grandfathered.clear();
@@ -295,14 +317,31 @@ impl Oracle {
     /// What a member holds as its cohort counts it: its live placements, except those being
     /// preempted for a job of its own cohort (they count as that job's), and its jobs holding
     /// GPUs for their victims at their full size.
+    /// Are the victim's and the preemptor's projects in one cohort now?
+    fn same_cohort(&self, victim: JobId, preemptor: JobId) -> bool {
+        let cohort = |job: JobId| self.specs.get(&job).and_then(|j| self.nominals.get(&j.project)).map(|n| n.cohort);
+        cohort(victim).is_some() && cohort(victim) == cohort(preemptor)
+    }
+
+    /// A victim chosen for `preemptor`: whether it moves to the hold (see `moved_to_hold`).
+    fn note_victim(&mut self, victim: JobId, preemptor: JobId) {
+        match self.same_cohort(victim, preemptor) {
+            true => self.moved_to_hold.insert(victim, preemptor),
+            false => self.moved_to_hold.remove(&victim),
+        };
+    }
+
+    /// Does the victim count as its preemptor's hold in their cohort (not as its project's)?
+    fn counts_as_hold(&self, victim: &JobSpec, preemptor: JobId) -> bool {
+        self.moved_to_hold.get(&victim.id) == Some(&preemptor) && self.same_cohort(victim.id, preemptor)
+    }
+
     fn cohort_usage(&self, s: &Scheduler, project: AccountId) -> Resources {
-        let cohort = self.nominals.get(&project).map(|n| n.cohort);
-        let same_cohort = |p: JobId| self.specs.get(&p).and_then(|p| self.nominals.get(&p.project)).map(|n| n.cohort);
         self.specs
             .values()
             .filter(|spec| spec.project == project)
             .filter(|spec| match s.job_status(spec.id) {
-                Some(JobStatus::Preempting { preemptor, .. }) => cohort.is_none() || same_cohort(preemptor) != cohort,
+                Some(JobStatus::Preempting { preemptor, .. }) => !self.counts_as_hold(spec, preemptor),
                 Some(JobStatus::Pending { reserved, .. }) => reserved.is_some(),
                 Some(_) => self.live.contains_key(&spec.id),
                 None => false,
@@ -432,6 +471,7 @@ impl Oracle {
         for d in &out.decisions {
             if let Decision::Preempt { victim, preemptor, .. } = d {
                 self.hold_victims.entry(*preemptor).or_default().insert(*victim);
+                self.note_victim(*victim, *preemptor);
             }
         }
         for d in &out.decisions {
