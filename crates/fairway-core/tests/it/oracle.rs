@@ -13,9 +13,10 @@
 //! - per cohort, what its members use beyond their guarantees (nominal less lending limit)
 //!   stays within what they lend, `Σ max(0, u − g) ≤ Σ lent` (the rule as the docs state
 //!   it, not the core's `C + U` form), `u` counting a member's live placements, except those
-//!   being preempted for a job of its own cohort, which count as that job's hold at its full
-//!   size; or within what it was above that when membership or a nominal quota changed, as
-//!   that drains;
+//!   being preempted for a job of its own cohort that moved to its hold (chosen within the
+//!   cohort, or their project joined while the hold was held), which count as that job's hold
+//!   at its full size; or within what it was above that when membership or a nominal quota
+//!   changed, as that drains;
 //! - a started gang has `replicas` replicas of `per_replica.gpus` GPUs each, on nodes of the
 //!   job's model; a fresh start uses schedulable nodes, a preemptor starts on its reservation;
 //! - a `Preempt` victim was running (or started earlier in the cycle), is preemptible and of
