@@ -1269,20 +1269,17 @@ impl Scheduler {
         Some((cohort, PendingReason::CohortExhausted { cohort, resource, requested, used, limit }, reclaim))
     }
 
-    /// Does its quota or its cohort hold the pending job at `ix` back now (step 4d)?
-    pub(crate) fn held_back_by_cap(&self, ix: JobIx) -> bool {
-        self.ledger.any_capped() && (self.cohort_shortfall(ix).is_some() || self.quota_shortfall(ix).is_some())
+    /// What of its quota or its cohort holds the pending job at `ix` back now (step 4d), if
+    /// anything does.
+    pub(crate) fn cap_shortfall(&self, ix: JobIx) -> Option<PendingReason> {
+        self.cohort_shortfall(ix).map(|(_, reason, _)| reason).or_else(|| self.quota_shortfall(ix).map(|(_, r)| r))
     }
 
-    /// For the tests: what of its quota or its cohort holds the pending job back now (step
-    /// 4d), if anything does.
+    /// For the tests: `cap_shortfall` of a job held in the queue.
     #[doc(hidden)]
     pub fn held_back_by_caps(&self, job: crate::types::JobId) -> Option<PendingReason> {
         let ix = self.jobs.ix_of(job)?;
-        if !matches!(self.jobs[ix].state, JobState::Pending { reservation: None }) {
-            return None;
-        }
-        self.cohort_shortfall(ix).map(|(_, reason, _)| reason).or_else(|| self.quota_shortfall(ix).map(|(_, r)| r))
+        matches!(self.jobs[ix].state, JobState::Pending { reservation: None }).then(|| self.cap_shortfall(ix))?
     }
 
     /// The first of the job's accounts that starting it would take over quota.

@@ -466,8 +466,9 @@ struct World {
     accounts: BTreeMap<AccountId, Usage>,
     /// Cohorts, checked by their members' usage instead of their own (step 2).
     cohorts: BTreeMap<AccountId, CohortCaps>,
-    /// Each member of a cohort's cohort.
-    cohort_of: BTreeMap<AccountId, AccountId>,
+    /// The members of cohorts that lend all they do not use, with their cohort: their
+    /// charges move its `lending_all`.
+    lending_all_in: BTreeMap<AccountId, AccountId>,
     /// When room may grow or usage fall: the candidate start times.
     times: BTreeSet<Time>,
     /// Starts known before the walk: jobs waiting for their victims, and reservations.
@@ -526,7 +527,7 @@ impl World {
             gpus_total: Steps::new(now, Amount::default()),
             accounts: BTreeMap::new(),
             cohorts: BTreeMap::new(),
-            cohort_of: BTreeMap::new(),
+            lending_all_in: BTreeMap::new(),
             times: BTreeSet::new(),
             fixed: BTreeMap::new(),
             reserved: Vec::new(),
@@ -550,11 +551,10 @@ impl World {
                 };
                 let members: Vec<(AccountId, Amount)> = cohort.members.iter().map(|&m| (m, guarantee(m))).collect();
                 let used = |m: AccountId| usage_of(s.ledger.get(m).map_or(Resources::ZERO, |a| a.charged));
-                let lending_all = members
-                    .iter()
-                    .filter(|(_, g)| *g == Amount::default())
-                    .fold(Amount::default(), |sum, &(m, _)| sum.plus(used(m)));
-                world.cohort_of.extend(members.iter().map(|&(m, _)| (m, id)));
+                let lend_all: Vec<AccountId> =
+                    members.iter().filter(|(_, g)| *g == Amount::default()).map(|&(m, _)| m).collect();
+                let lending_all = lend_all.iter().fold(Amount::default(), |sum, &m| sum.plus(used(m)));
+                world.lending_all_in.extend(lend_all.into_iter().map(|m| (m, id)));
                 world.cohorts.insert(id, CohortCaps { cap, members, lending_all: Steps::new(now, lending_all) });
             } else if account.has_cap() || account.nominal.is_some() {
                 world.accounts.insert(id, Usage { steps: Steps::new(now, usage_of(account.charged)), cap });
@@ -645,9 +645,7 @@ impl World {
         for account in s.charged_accounts(ix) {
             let Some(usage) = self.accounts.get_mut(&account) else { continue };
             usage.steps.add(from, until, d);
-            if let Some(cohort) = self.cohort_of.get(&account).and_then(|c| self.cohorts.get_mut(c))
-                && cohort.guarantee_of(account) == Amount::default()
-            {
+            if let Some(cohort) = self.lending_all_in.get(&account).and_then(|c| self.cohorts.get_mut(c)) {
                 cohort.lending_all.add(from, until, d);
             }
         }

@@ -1047,8 +1047,12 @@ impl Scheduler {
         if self.plan.is_empty() || !self.ledger.any_capped() {
             return;
         }
-        let held: Vec<JobIx> =
-            self.plan.iter().filter(|p| self.still_reserving(p) && self.held_back_by_cap(p.ix)).map(|p| p.ix).collect();
+        let held: Vec<JobIx> = self
+            .plan
+            .iter()
+            .filter(|p| self.still_reserving(p) && self.cap_shortfall(p.ix).is_some())
+            .map(|p| p.ix)
+            .collect();
         for ix in held {
             self.leave_plan(ix);
             if let Some(gix) = self.jobs[ix].queued_in.filter(|&g| self.queue.is_asleep(g)) {

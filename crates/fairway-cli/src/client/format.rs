@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use fairway_server::api::{
     EventView, GpuView, JobDetail, JobState, JobView, NodeView, PriorityClassView, ProjectView, QuotaView, ReasonView,
-    ReplicaView, ReservationView, SubmitResponse, TokenView, WhyView,
+    ReplicaView, ReservationView, StartEstimateView, SubmitResponse, TokenView, WhyView,
 };
 
 /// Longest reason message the narrow job table shows; `-o wide` shows it whole.
@@ -178,15 +178,17 @@ fn eta_cell(job: &JobView, now_ms: u64) -> String {
     }
 }
 
+/// Why a job has no expected start: the forecast's `not_placeable`.
+const NOT_PLACEABLE: &str = "no node it may use can hold it, or it asks more than a quota allows";
+
 /// The expected start in words, for `describe`.
-fn start_estimate_text(job: &JobView, now_ms: u64) -> Option<String> {
-    let e = job.start_estimate.as_ref()?;
-    Some(match (e.kind.as_str(), e.at_ms) {
+fn start_estimate_text(e: &StartEstimateView, now_ms: u64) -> String {
+    match (e.kind.as_str(), e.at_ms) {
         ("at", Some(at)) => timestamp_relative(at, now_ms),
         ("not_before", Some(at)) => format!("not before {}", timestamp_relative(at, now_ms)),
-        ("not_placeable", _) => "none: no node it may use can hold it, or it asks more than a quota allows".to_string(),
+        ("not_placeable", _) => format!("none: {NOT_PLACEABLE}"),
         _ => "not estimated: it is ranked beyond the jobs forecast".to_string(),
-    })
+    }
 }
 
 /// `exit code 1` or `signal 9`, if the job has exited.
@@ -541,18 +543,15 @@ pub fn why(view: &WhyView, now_ms: u64) -> String {
     out
 }
 
-/// The expected start, for `why`: with what it counts on.
-fn why_start_text(e: &fairway_server::api::StartEstimateView, now_ms: u64) -> Option<String> {
-    let assuming = "if running jobs end as expected and nothing ranked above it arrives";
+/// The expected start, for `why`: with what it counts on (`describe`'s words).
+fn why_start_text(e: &StartEstimateView, now_ms: u64) -> Option<String> {
     Some(match (e.kind.as_str(), e.at_ms) {
         ("at", Some(at)) if at <= now_ms => "it is expected to start at the next cycle".to_string(),
-        ("at", Some(at)) => format!("it is expected to start {}, {assuming}", timestamp_relative(at, now_ms)),
-        ("not_before", Some(at)) => {
-            format!("it is expected to start not before {}, {assuming}", timestamp_relative(at, now_ms))
-        }
-        ("not_placeable", _) => "it cannot start even once everything running has ended: no node it may use can \
-                                 hold it, or it asks more than a quota allows"
-            .to_string(),
+        ("at" | "not_before", Some(_)) => format!(
+            "it is expected to start {}, if running jobs end as expected and nothing ranked above it arrives",
+            start_estimate_text(e, now_ms)
+        ),
+        ("not_placeable", _) => format!("it cannot start even once everything running has ended: {NOT_PLACEABLE}"),
         _ => return None,
     })
 }
@@ -631,7 +630,9 @@ fn describe_fields(out: &mut String, job: &JobView, now_ms: u64) {
     if let Some(position) = job.queue_position {
         field(out, "Queue position", position);
     }
-    if let Some(start) = start_estimate_text(job, now_ms).filter(|_| job.state == JobState::Pending) {
+    if let Some(start) =
+        job.start_estimate.as_ref().filter(|_| job.state == JobState::Pending).map(|e| start_estimate_text(e, now_ms))
+    {
         field(out, "Expected start", start);
     }
     if let Some(share) = &job.fair_share {
