@@ -209,6 +209,7 @@ pub struct ProjectArgs {
 pub enum ProjectAction {
     /// Set a project's highest priority class (admin).
     Set {
+        #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
         name: String,
         /// The highest priority class the project's tokens may submit at.
         #[arg(long, value_name = "CLASS")]

@@ -2,6 +2,7 @@
 //! weights, and the cohorts in which projects lend each other idle nominal quota.
 
 use anyhow::{Context, Result, bail};
+use clap::builder::NonEmptyStringValueParser;
 use clap::{Subcommand, ValueEnum};
 use fairway_server::api::{
     CohortList, CohortSpec, CohortView, FairShareWeightSpec, FairShareWeightView, QuotaList, QuotaSpec, QuotaView,
@@ -26,6 +27,7 @@ pub enum QuotaAction {
     /// Set an account's caps, replacing the old ones; a cap not given is unlimited.
     Set {
         kind: QuotaKind,
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         account: String,
         /// GPUs the account may hold at once.
         #[arg(long, value_name = "N", allow_negative_numbers = true)]
@@ -38,11 +40,16 @@ pub enum QuotaAction {
         memory_mib: Option<u64>,
     },
     /// Remove an account's caps (it becomes unlimited).
-    Delete { kind: QuotaKind, account: String },
+    Delete {
+        kind: QuotaKind,
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        account: String,
+    },
     /// Set an account's fair-share weight (1 to 1000000; 1, the default, removes it): inside a
     /// priority, a tenant of weight 2 is served as if it held half of what it holds.
     Weight {
         kind: QuotaKind,
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         account: String,
         #[arg(allow_negative_numbers = true)]
         weight: u32,
@@ -60,6 +67,7 @@ pub enum QuotaAction {
 pub enum CohortAction {
     /// Set a cohort's members, replacing the old list.
     Set {
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         name: String,
         /// A member as `PROJECT:GPUS[:borrow=N][:lend=N]` (GPUs only; repeat per member).
         #[arg(long = "member", value_name = "SPEC")]
@@ -69,7 +77,10 @@ pub enum CohortAction {
         file: Option<std::path::PathBuf>,
     },
     /// Delete a cohort.
-    Delete { name: String },
+    Delete {
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        name: String,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -157,11 +168,16 @@ fn member_of(spec: &str) -> Result<MemberDoc> {
         lending_limit: None,
     };
     for part in parts {
-        match part.split_once('=') {
-            Some(("borrow", v)) => member.borrowing_limit = gpus_only(number("borrow", v)?),
-            Some(("lend", v)) => member.lending_limit = gpus_only(number("lend", v)?),
+        let (slot, what, v) = match part.split_once('=') {
+            Some(("borrow", v)) => (&mut member.borrowing_limit, "borrow", v),
+            Some(("lend", v)) => (&mut member.lending_limit, "lend", v),
             _ => bail!("--member {spec:?}: {part:?} is not borrow=N or lend=N"),
+        };
+        // A second value would silently win; say so instead.
+        if slot.is_some() {
+            bail!("--member {spec:?}: {what} is given twice");
         }
+        *slot = gpus_only(number(what, v)?);
     }
     Ok(member)
 }
@@ -175,7 +191,16 @@ mod tests {
         let m = member_of("vision:4:borrow=2:lend=1").unwrap();
         assert_eq!((m.project.as_str(), m.nominal.gpus), ("vision", Some(4)));
         assert_eq!((m.borrowing_limit.unwrap().gpus, m.lending_limit.unwrap().gpus), (Some(2), Some(1)));
-        for bad in ["", "vision", "vision:four", ":4", "vision:4:borrow", "vision:4:steal=2", "vision:4:lend=-1"] {
+        for bad in [
+            "",
+            "vision",
+            "vision:four",
+            ":4",
+            "vision:4:borrow",
+            "vision:4:steal=2",
+            "vision:4:lend=-1",
+            "vision:4:borrow=2:borrow=3",
+        ] {
             assert!(member_of(bad).is_err(), "{bad:?} was accepted");
         }
     }
