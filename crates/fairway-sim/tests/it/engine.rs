@@ -216,6 +216,25 @@ fn fair_sharing_serves_a_newcomer_before_a_backlog() {
     }
 }
 
+/// Starvation by size: a 4-GPU job behind a flood of 1-GPU jobs starts only when fair
+/// sharing puts it first *and* a reservation keeps the GPUs it waits for (see the fixture):
+/// either alone leaves it behind the whole backlog.
+#[test]
+fn fair_sharing_with_a_reservation_ends_starvation_by_size() {
+    let s = load("tiny-size-starvation.yaml", &Overrides::default());
+    let runs = run_all(&s);
+    let run = |name: &str| runs.iter().find(|r| r.policy == name).unwrap_or_else(|| panic!("{name} ran"));
+    for policy in ["priority", "fair", "resv"] {
+        assert_eq!(times(run(policy), "n1"), (800, 900), "{policy}");
+        assert_eq!(times(run(policy), "s7"), (400, 800), "{policy}");
+    }
+    let both = run("fair-resv");
+    assert_eq!(times(both, "n1"), (400, 500));
+    for sweep in ["s4", "s5", "s6", "s7"] {
+        assert_eq!(times(both, sweep), (500, 900), "{sweep}");
+    }
+}
+
 /// A tier's protection from preemption reaches the core: on the Pollux excerpt, a minimum run
 /// longer than any job there leaves nothing to preempt, and a 10-minute one changes what is
 /// preempted.
