@@ -506,6 +506,12 @@ pub struct CohortView {
     pub gpu_milli_in_use: u64,
     pub cpu_millis_in_use: u64,
     pub memory_mib_in_use: u64,
+    /// Set when the cohort is stored but not in effect, with why: one made through the API
+    /// that conflicts with the config file's cohorts at start-up. It lends and guarantees
+    /// nothing (its capacity and use are empty, no member borrows through it) until it is
+    /// set again so that it holds, or deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -545,6 +551,22 @@ impl CohortView {
             gpu_milli_in_use: level.gpu_milli_total(),
             cpu_millis_in_use: level.cpu_millis,
             memory_mib_in_use: level.memory_mib,
+            left_out: None,
+        }
+    }
+
+    /// A stored cohort not in effect (see `left_out`): its members as stored, with what their
+    /// projects use, none borrowing through it.
+    pub fn left_out(name: &str, members: Vec<CohortMemberView>, why: &str) -> CohortView {
+        CohortView {
+            name: name.to_owned(),
+            members: members.into_iter().map(|m| CohortMemberView { borrowing: false, ..m }).collect(),
+            capacity: fairway_spec::LimitsDoc::default(),
+            gpus_in_use: 0,
+            gpu_milli_in_use: 0,
+            cpu_millis_in_use: 0,
+            memory_mib_in_use: 0,
+            left_out: Some(why.to_owned()),
         }
     }
 }

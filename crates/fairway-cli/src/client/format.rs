@@ -363,7 +363,7 @@ pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
                 l.and_then(|l| l.gpus).map_or("-".to_string(), |g| format!("{sign}{g}"))
             };
             rows.push(vec![
-                c.name.clone(),
+                if c.left_out.is_some() { format!("{} (left out)", c.name) } else { c.name.clone() },
                 in_use.clone(),
                 m.member.project.clone(),
                 used_of(gpus_held(m.gpus_used, m.gpu_milli_used), m.member.nominal.gpus.map(|g| g.to_string())),
@@ -373,7 +373,16 @@ pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
             ]);
         }
     }
-    table(&["COHORT", "COHORT GPUS", "PROJECT", "GPUS/NOMINAL", "BORROW", "LEND", "BORROWING"], &rows)
+    let mut out = table(&["COHORT", "COHORT GPUS", "PROJECT", "GPUS/NOMINAL", "BORROW", "LEND", "BORROWING"], &rows);
+    for c in cohorts {
+        if let Some(why) = &c.left_out {
+            out.push_str(&format!(
+                "cohort {} is stored but not in effect ({why}); `fairway quota cohort set` it so that it holds, or delete it\n",
+                c.name
+            ));
+        }
+    }
+    out
 }
 
 /// `gpus 8, cpu unlimited, memory 64Gi`.

@@ -182,13 +182,26 @@ impl InProcess {
 
     /// Shuts the server down as `fairway serve` does on SIGTERM (running jobs keep running)
     /// and starts a new one on the same data directory and settings.
-    pub fn restart(mut self) -> InProcess {
+    pub fn restart(self) -> InProcess {
+        let file = self.config.file.clone();
+        self.restart_with(file)
+    }
+
+    /// `restart`, with the config file `config_yaml` instead (an operator's edit).
+    pub fn restart_with_config(self, config_yaml: &str) -> InProcess {
+        let mut file = fairway_server::ConfigFile::parse(config_yaml).unwrap();
+        file.container_runtime.get_or_insert_with(|| "none".into());
+        self.restart_with(file)
+    }
+
+    fn restart_with(mut self, file: fairway_server::ConfigFile) -> InProcess {
         if let (Some(rt), Some(server)) = (self.rt.take(), self.server.take()) {
             rt.block_on(server.shutdown());
             rt.shutdown_timeout(Duration::from_secs(1));
         }
         let data_dir = std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap());
-        let config = self.config.clone();
+        let mut config = self.config.clone();
+        config.file = file;
         drop(self);
         InProcess::serve(data_dir, config)
     }
@@ -1303,6 +1316,54 @@ fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
     assert_eq!(gone["cohorts"].as_array().unwrap().len(), 0, "{gone}");
     let (status, _) = api.json("DELETE", "/v1/cohorts/lab", None);
     assert_eq!(status, 404);
+}
+
+/// A cohort made through the API that the config file's cohorts contradict at the next
+/// start-up (speech put in lab) is kept, said to be left out with why, and stands in the
+/// way of nothing: other cohorts change without it, and deleting it takes no place from
+/// the members of the cohort in effect. Set again so that it holds, it is in effect again.
+#[test]
+fn a_stored_cohort_the_config_contradicts_is_left_out_and_blocks_nothing() {
+    let server = InProcess::start("2", "");
+    let members =
+        r#"{"members": [{"project": "speech", "nominal": {"gpus": 1}}, {"project": "nlp", "nominal": {"gpus": 1}}]}"#;
+    let (status, view) = server.api.json("PUT", "/v1/cohorts/other", Some(members));
+    assert_eq!(status, 200, "{view}");
+    let lab = "cohorts:\n  - name: lab\n    members:\n      - { project: vision, nominal: { gpus: 1 } }\n      \
+               - { project: speech, nominal: { gpus: 1 } }\n";
+    let server = server.restart_with_config(lab);
+    let api = &server.api;
+    let cohort = |api: &Api, name: &str| {
+        let (status, list) = api.json("GET", "/v1/cohorts", None);
+        assert_eq!(status, 200, "{list}");
+        list["cohorts"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned()
+    };
+    let lab_view = cohort(api, "lab").expect("the config's cohort");
+    assert_eq!((lab_view["capacity"]["gpus"].as_u64(), lab_view.get("left_out")), (Some(2), None), "{lab_view}");
+    let other = cohort(api, "other").expect("the stored cohort is kept");
+    let why = other["left_out"].as_str().unwrap_or_else(|| panic!("not said to be left out: {other}"));
+    assert!(why.contains("\"speech\" is already a member of cohort \"lab\""), "{why}");
+    assert_eq!(other["capacity"]["gpus"].as_u64(), None, "a left-out cohort lends nothing: {other}");
+    let (code, out, err) = cli(&server, &["quota", "cohorts"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("other (left out)") && out.contains("cohort other is stored but not in effect"), "{out}");
+
+    // Other cohorts change as if it were not there.
+    let (status, view) =
+        api.json("PUT", "/v1/cohorts/third", Some(r#"{"members": [{"project": "x", "nominal": {"gpus": 1}}]}"#));
+    assert_eq!(status, 200, "a new cohort is not refused for the left-out one's sake: {view}");
+    let grown = r#"{"members": [{"project": "vision", "nominal": {"gpus": 1}}, {"project": "speech", "nominal": {"gpus": 1}}, {"project": "y", "nominal": {"gpus": 1}}]}"#;
+    let (status, view) = api.json("PUT", "/v1/cohorts/lab", Some(grown));
+    assert_eq!((status, view["capacity"]["gpus"].as_u64()), (200, Some(3)), "{view}");
+    // Deleting it takes speech's place in lab from nobody.
+    let (status, _) = api.json("DELETE", "/v1/cohorts/other", None);
+    assert_eq!(status, 204);
+    assert_eq!(cohort(api, "lab").unwrap()["capacity"]["gpus"].as_u64(), Some(3), "speech keeps its place in lab");
+    assert!(cohort(api, "other").is_none());
+    // Made again so that it holds, it is in effect.
+    let (status, view) =
+        api.json("PUT", "/v1/cohorts/other", Some(r#"{"members": [{"project": "nlp", "nominal": {"gpus": 1}}]}"#));
+    assert_eq!((status, view["capacity"]["gpus"].as_u64(), view.get("left_out")), (200, Some(1), None), "{view}");
 }
 
 #[test]

@@ -37,11 +37,14 @@ impl Engine {
         }
         stored.sort_by_key(|c| !from_config.contains(&c.name.as_str()));
         let mut taken: Vec<CohortDoc> = Vec::new();
+        self.cohorts_left_out.clear();
         for cohort in stored {
             taken.push(cohort);
             if let Err(e) = resolve_cohorts(&taken, "cohorts", &mut self.interner) {
                 let left_out = taken.pop().expect("just pushed");
                 tracing::warn!("stored cohort {} conflicts with the config and is left out: {e}", left_out.name);
+                let why = format!("conflicts with the config file's cohorts: {}", e.reason);
+                self.cohorts_left_out.insert(left_out.name, why);
             }
         }
         let places =
@@ -60,15 +63,19 @@ impl Engine {
             )));
         }
         let mut all = self.stored_cohorts()?;
+        let exists = all.iter().any(|c| c.name == name);
+        // A cohort left out at start-up places nobody: its members' places, if any, are
+        // another cohort's, and the others are checked without it.
+        let in_effect = !self.cohorts_left_out.contains_key(name);
         let before: Vec<String> = all
             .iter()
-            .find(|c| c.name == name)
+            .find(|c| c.name == name && in_effect)
             .map(|c| c.members.iter().map(|m| m.project.clone()).collect())
             .unwrap_or_default();
-        all.retain(|c| c.name != name);
+        all.retain(|c| c.name != name && !self.cohorts_left_out.contains_key(&c.name));
         if let Some(spec) = &spec {
             all.push(CohortDoc { name: name.to_string(), members: spec.members.clone() });
-        } else if before.is_empty() {
+        } else if !exists {
             return Err(ApiError::not_found_message(format!("cohort {name} does not exist")));
         }
         // The whole set, checked before anything changes: the field names this cohort's
@@ -86,6 +93,8 @@ impl Engine {
             None => tx.delete_cohort(name).map(|_| ()),
         })
         .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
+        // Set again so that it holds, or deleted: either way no longer left out.
+        self.cohorts_left_out.remove(name);
         for project in &before {
             if !spec.as_ref().is_some_and(|s| s.members.iter().any(|m| &m.project == project)) {
                 let id = self.account(AccountKind::Project, project)?;
@@ -131,8 +140,13 @@ impl Engine {
                 CohortMemberView::of(&self.core, m, id)
             })
             .collect();
-        let id = self.account(AccountKind::Cohort, &cohort.name).ok();
-        CohortView::of(&self.core, &cohort.name, members, id)
+        match self.cohorts_left_out.get(&cohort.name) {
+            Some(why) => CohortView::left_out(&cohort.name, members, why),
+            None => {
+                let id = self.account(AccountKind::Cohort, &cohort.name).ok();
+                CohortView::of(&self.core, &cohort.name, members, id)
+            }
+        }
     }
 }
 

@@ -267,6 +267,10 @@ pub struct Engine {
     pub(crate) backoff: std::collections::BTreeSet<(u64, i64)>,
     /// The Unix identity each project's jobs run as (config `projects[].run_as`).
     pub(crate) run_as: BTreeMap<String, fairway_exec::RunAs>,
+    /// Stored cohorts not in effect, by name, with why: made through the API, they conflict
+    /// with the config file's cohorts at start-up (`cohorts.rs`). Kept in the store, shown
+    /// with the reason, and ignored when other cohorts change.
+    pub(crate) cohorts_left_out: BTreeMap<String, String>,
     /// Why the store cannot be written, while it cannot (see the module doc).
     pub(crate) degraded: Option<String>,
     /// Something changed since the last cycle.
@@ -330,6 +334,7 @@ impl Engine {
             projects: BTreeMap::new(),
             backoff: std::collections::BTreeSet::new(),
             run_as: BTreeMap::new(),
+            cohorts_left_out: BTreeMap::new(),
             degraded: None,
             dirty: true,
             last_tick: Instant::now(),

@@ -281,11 +281,13 @@ function quotasView(s) {
   const quotaColumns = [["Kind"], ["Account"], ["Use"], ["GPUs", "num"]].concat(fair ? [["Fair share", "num"], ["Weight", "num"]] : []);
   const members = s.cohorts.flatMap((c) => c.members.map((m) => {
     const nominal = m.nominal ? m.nominal.gpus : undefined;
+    // A stored cohort left out at start-up lends nothing: said by its name, why in its title.
+    const name = c.left_out ? el("td", { text: `${c.name} (not in effect)`, title: c.left_out }) : el("td", { text: c.name });
     return el("tr", {},
-      el("td", { text: c.name }), el("td", { text: m.project }),
+      name, el("td", { text: m.project }),
       el("td", { class: "num", text: m.gpus_used }),
       el("td", { class: "num", text: nominal ?? "" }),
-      el("td", { class: "num", text: nominal === undefined ? "" : Math.max(0, m.gpus_used - nominal) }),
+      el("td", { class: "num", text: nominal === undefined || c.left_out ? "" : Math.max(0, m.gpus_used - nominal) }),
       el("td", { class: "num", text: m.borrowing_limit?.gpus ?? "none" }));
   }));
   return el("section", { "aria-labelledby": "quotas-title" },
