@@ -236,6 +236,9 @@ pub struct Engine {
     members: BTreeMap<String, (String, fairway_spec::MemberDoc)>,
     /// The places given to the core (namespaces whose cohort holds together).
     places: BTreeMap<String, fairway_core::NominalQuota>,
+    /// Namespaces whose annotated place does not hold with the others', with why: in no
+    /// cohort, and listed so (the owner of a namespace does not read the controller's log).
+    places_left_out: BTreeMap<String, String>,
     listed: BTreeSet<Stream>,
     /// Objects seen during a relist, by stream, to drop the rest at its end.
     relisting: BTreeMap<Stream, BTreeSet<String>>,
@@ -336,6 +339,7 @@ impl Engine {
             weights: BTreeMap::new(),
             members: BTreeMap::new(),
             places: BTreeMap::new(),
+            places_left_out: BTreeMap::new(),
             listed: BTreeSet::new(),
             relisting: BTreeMap::new(),
             started: false,
@@ -465,13 +469,14 @@ impl Engine {
         self.workloads.values().map(|t| (t.id, &t.w, t.refused.as_deref()))
     }
 
-    /// The namespaces in a cohort (those the annotations put in one that holds), each with
-    /// its cohort's name and its place, by namespace.
-    pub fn cohort_members(&self) -> impl Iterator<Item = (&str, &fairway_spec::MemberDoc)> {
-        self.members
-            .iter()
-            .filter(|(ns, _)| self.places.contains_key(*ns))
-            .map(|(_, (cohort, member))| (cohort.as_str(), member))
+    /// The namespaces the annotations put in a cohort, each with its cohort's name and its
+    /// place, by namespace, and why it is left out where its place does not hold with the
+    /// others' (it is then in no cohort).
+    pub fn cohort_members(&self) -> impl Iterator<Item = (&str, &fairway_spec::MemberDoc, Option<&str>)> {
+        self.members.iter().filter_map(|(ns, (cohort, member))| {
+            let left_out = self.places_left_out.get(ns).map(String::as_str);
+            (self.places.contains_key(ns) || left_out.is_some()).then_some((cohort.as_str(), member, left_out))
+        })
     }
 
     /// Since when a managed workload waits (its creation, or its last requeue), Unix ms.
@@ -1361,6 +1366,7 @@ impl Engine {
     /// quota, a resource the other members do not name) is left out with a warning. Only
     /// the places that changed go to the core.
     fn push_places(&mut self, now: u64) {
+        self.places_left_out.clear();
         let mut docs: Vec<fairway_spec::CohortDoc> = Vec::new();
         for (cohort, member) in self.members.values() {
             let at = match docs.iter().position(|c| &c.name == cohort) {
@@ -1373,6 +1379,7 @@ impl Engine {
             docs[at].members.push(member.clone());
             if let Err(e) = fairway_spec::resolve_cohorts(&docs, "cohorts", &mut self.interner) {
                 tracing::warn!(namespace = %member.project, cohort = %cohort, "in no cohort instead: {e}");
+                self.places_left_out.insert(member.project.clone(), e.reason.clone());
                 docs[at].members.pop();
                 if docs[at].members.is_empty() {
                     docs.remove(at);

@@ -436,10 +436,10 @@ async fn quotas(State(state): State<ApiState>) -> Response {
 
 /// The cohorts the namespaces' annotations make: each member's use and whether it borrows,
 /// and each cohort's level and capacity.
-fn cohort_list(engine: &Engine) -> CohortList {
-    let mut by_cohort: BTreeMap<&str, Vec<&fairway_spec::MemberDoc>> = BTreeMap::new();
-    for (cohort, member) in engine.cohort_members() {
-        by_cohort.entry(cohort).or_default().push(member);
+pub fn cohort_list(engine: &Engine) -> CohortList {
+    let mut by_cohort: BTreeMap<&str, Vec<(&fairway_spec::MemberDoc, Option<&str>)>> = BTreeMap::new();
+    for (cohort, member, left_out) in engine.cohort_members() {
+        by_cohort.entry(cohort).or_default().push((member, left_out));
     }
     let id = |kind, name: &str| engine.interner().account_id(kind, name);
     let cohorts = by_cohort
@@ -447,7 +447,10 @@ fn cohort_list(engine: &Engine) -> CohortList {
         .map(|(name, members)| {
             let members = members
                 .into_iter()
-                .map(|m| CohortMemberView::of(engine.core(), m, id(fairway_spec::AccountKind::Project, &m.project)))
+                .map(|(m, left_out)| match left_out {
+                    Some(why) => CohortMemberView::left_out(m, why),
+                    None => CohortMemberView::of(engine.core(), m, id(fairway_spec::AccountKind::Project, &m.project)),
+                })
                 .collect();
             CohortView::of(engine.core(), name, members, id(fairway_spec::AccountKind::Cohort, name))
         })

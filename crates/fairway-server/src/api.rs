@@ -527,6 +527,11 @@ pub struct CohortMemberView {
     pub memory_mib_used: u64,
     /// Uses more than its nominal quota: a member within its own may reclaim from it.
     pub borrowing: bool,
+    /// Set when this member's place does not hold with the other members' (the controller:
+    /// its namespace's annotations), with why: the project is then in no cohort, and its
+    /// use is not shown here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<String>,
 }
 
 impl CohortView {
@@ -587,6 +592,20 @@ impl CohortMemberView {
             cpu_millis_used: used.cpu_millis,
             memory_mib_used: used.memory_mib,
             borrowing: project.is_some_and(|id| core.borrowing(id)),
+            left_out: None,
+        }
+    }
+
+    /// A member whose place does not hold (see `left_out`): as annotated, using nothing here.
+    pub fn left_out(member: &fairway_spec::MemberDoc, why: &str) -> CohortMemberView {
+        CohortMemberView {
+            member: member.clone(),
+            gpus_used: 0,
+            gpu_milli_used: 0,
+            cpu_millis_used: 0,
+            memory_mib_used: 0,
+            borrowing: false,
+            left_out: Some(why.to_owned()),
         }
     }
 }

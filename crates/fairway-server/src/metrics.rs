@@ -474,12 +474,13 @@ impl Metrics {
     }
 
     /// Set the cohort gauges from the cohorts now (`GET /v1/cohorts`'s list): a member no
-    /// longer listed loses its series.
+    /// longer listed, or listed as left out (not in effect), has no series.
     pub fn set_cohorts(&self, cohorts: &CohortList) {
         let mut fresh = BTreeSet::new();
-        for c in &cohorts.cohorts {
-            let lent = lent_gpus(&c.members);
-            for (m, lent) in c.members.iter().zip(lent) {
+        for c in cohorts.cohorts.iter().filter(|c| c.left_out.is_none()) {
+            let members: Vec<_> = c.members.iter().filter(|m| m.left_out.is_none()).cloned().collect();
+            let lent = lent_gpus(&members);
+            for (m, lent) in members.iter().zip(lent) {
                 let labels = CohortMemberLabels { cohort: c.name.clone(), project: m.member.project.clone() };
                 self.cohort_member_gpus_used.get_or_create(&labels).set(i64::from(m.gpus_used));
                 match m.member.nominal.gpus {
@@ -604,6 +605,7 @@ mod tests {
             cpu_millis_used: 0,
             memory_mib_used: 0,
             borrowing: false,
+            left_out: None,
         }
     }
 
@@ -626,5 +628,38 @@ mod tests {
         // Nothing borrowed: nothing lent; nothing idle: nothing lent.
         assert_eq!(lent_gpus(&[member("a", Some(4), 1, None), member("b", Some(4), 4, None)]), [0.0, 0.0]);
         assert_eq!(lent_gpus(&[member("a", Some(4), 4, None)]), [0.0]);
+    }
+
+    /// A cohort or member not in effect (`left_out`) has no series, and lends nothing to
+    /// the attribution of what the others borrow.
+    #[test]
+    fn what_is_left_out_has_no_cohort_series() {
+        use crate::api::{CohortList, CohortView};
+        let left_out = |m: CohortMemberView| CohortMemberView { left_out: Some("why".into()), ..m };
+        let view = |name: &str, members: Vec<CohortMemberView>, left: Option<&str>| CohortView {
+            name: name.into(),
+            members,
+            capacity: fairway_spec::LimitsDoc::default(),
+            gpus_in_use: 0,
+            gpu_milli_in_use: 0,
+            cpu_millis_in_use: 0,
+            memory_mib_in_use: 0,
+            left_out: left.map(Into::into),
+        };
+        let lab = view(
+            "lab",
+            vec![
+                member("vision", Some(2), 4, None),
+                member("speech", Some(4), 0, None),
+                left_out(member("ops", Some(4), 0, None)),
+            ],
+            None,
+        );
+        let other = view("other", vec![member("nlp", Some(1), 0, None)], Some("conflicts"));
+        let metrics = Metrics::new();
+        metrics.set_cohorts(&CohortList { cohorts: vec![lab, other] });
+        let text = metrics.encode();
+        assert!(text.contains("fairway_cohort_member_gpus_lent{cohort=\"lab\",project=\"speech\"} 2.0"), "{text}");
+        assert!(!text.contains("project=\"ops\"") && !text.contains("project=\"nlp\""), "{text}");
     }
 }

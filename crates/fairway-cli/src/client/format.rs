@@ -365,7 +365,11 @@ pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
             rows.push(vec![
                 if c.left_out.is_some() { format!("{} (left out)", c.name) } else { c.name.clone() },
                 in_use.clone(),
-                m.member.project.clone(),
+                if m.left_out.is_some() {
+                    format!("{} (left out)", m.member.project)
+                } else {
+                    m.member.project.clone()
+                },
                 used_of(gpus_held(m.gpus_used, m.gpu_milli_used), m.member.nominal.gpus.map(|g| g.to_string())),
                 limit(m.member.borrowing_limit, "+"),
                 limit(m.member.lending_limit, "-"),
@@ -375,6 +379,14 @@ pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
     }
     let mut out = table(&["COHORT", "COHORT GPUS", "PROJECT", "GPUS/NOMINAL", "BORROW", "LEND", "BORROWING"], &rows);
     for c in cohorts {
+        for m in &c.members {
+            if let Some(why) = &m.left_out {
+                out.push_str(&format!(
+                    "{} is in no cohort: its place in {} does not hold ({why})\n",
+                    m.member.project, c.name
+                ));
+            }
+        }
         if let Some(why) = &c.left_out {
             out.push_str(&format!(
                 "cohort {} is stored but not in effect ({why}); `fairway quota cohort set` it so that it holds, or delete it\n",

@@ -327,6 +327,10 @@ fn quota_cohort_sends_its_members_and_lists_cohorts() {
             // Its borrowing limit was lowered below what it runs: 5 used of 3 allowed.
             { "project": "nlp", "nominal": { "gpus": 2 }, "borrowing_limit": { "gpus": 1 },
               "gpus_used": 5, "cpu_millis_used": 0, "memory_mib_used": 0, "borrowing": true },
+            // The controller's namespace whose annotations do not hold with the others'.
+            { "project": "ops", "nominal": { "gpus": 1 }, "lending_limit": { "gpus": 3 },
+              "gpus_used": 0, "cpu_millis_used": 0, "memory_mib_used": 0, "borrowing": false,
+              "left_out": "3 is more than the nominal quota 1" },
         ],
     });
     let server = FakeServer::start(vec![
@@ -356,6 +360,12 @@ fn quota_cohort_sends_its_members_and_lists_cohorts() {
     assert!(vision.trim_end().ends_with("yes"), "within its limit: {table}");
     let nlp = table.lines().find(|l| l.contains("nlp")).unwrap_or_else(|| panic!("{table}"));
     assert!(nlp.trim_end().ends_with("yes, 2 over its limit"), "{table}");
+    let ops = table.lines().find(|l| l.contains("ops")).unwrap_or_else(|| panic!("{table}"));
+    assert!(ops.contains("ops (left out)"), "{table}");
+    assert!(
+        table.contains("ops is in no cohort: its place in lab does not hold (3 is more than the nominal quota 1)"),
+        "{table}"
+    );
     // A member the CLI cannot read is refused before anything is sent.
     let out = against(&server, &["quota", "cohort", "set", "lab", "--member", "vision:four"]);
     assert_eq!(out.status.code(), Some(1));

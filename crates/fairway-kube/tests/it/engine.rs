@@ -1111,6 +1111,43 @@ fn namespace_annotations_put_projects_in_a_cohort_that_lends_and_reclaims() {
     assert!(run(false).is_empty(), "without the cohort nothing is preempted at the same priority");
 }
 
+/// A namespace whose annotations make a place that does not hold with its cohort's other
+/// members (a lending limit above its nominal quota) is in no cohort, and the cohort list,
+/// which its owner can read where the controller's log is out of reach, says so and why;
+/// fixed, it joins.
+#[test]
+fn a_namespace_left_out_of_its_cohort_is_listed_with_why() {
+    use fairway_kube::workload::{COHORT, LENDING_LIMIT_GPUS, NOMINAL_GPUS};
+    let mut h = Harness::new();
+    h.start(vec![node("n1", 4)], vec![class("medium", 1000)], vec![], vec![], vec![]);
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("vision", &[(COHORT, "lab"), (NOMINAL_GPUS, "2")]))));
+    let bad = [(COHORT, "lab"), (NOMINAL_GPUS, "1"), (LENDING_LIMIT_GPUS, "3")];
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", &bad))));
+    let members = |h: &Harness| -> Vec<(String, Option<String>)> {
+        let list = fairway_kube::http::cohort_list(&h.engine);
+        list.cohorts
+            .iter()
+            .flat_map(|c| c.members.iter().map(|m| (m.member.project.clone(), m.left_out.clone())))
+            .collect()
+    };
+    let listed = members(&h);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed.iter().find(|(p, _)| p == "vision").map(|(_, why)| why.clone()), Some(None), "{listed:?}");
+    let why = listed
+        .iter()
+        .find(|(p, _)| p == "speech")
+        .and_then(|(_, why)| why.clone())
+        .expect("speech said to be left out");
+    assert!(why.contains("more than the nominal quota 1"), "{why}");
+    let lab = fairway_kube::http::cohort_list(&h.engine).cohorts.into_iter().find(|c| c.name == "lab").unwrap();
+    assert_eq!(lab.capacity.gpus, Some(2), "only vision's nominal quota is lent in lab");
+    let fixed = [(COHORT, "lab"), (NOMINAL_GPUS, "1"), (LENDING_LIMIT_GPUS, "1")];
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", &fixed))));
+    assert!(members(&h).iter().all(|(_, why)| why.is_none()), "{:?}", members(&h));
+    let lab = fairway_kube::http::cohort_list(&h.engine).cohorts.into_iter().find(|c| c.name == "lab").unwrap();
+    assert_eq!(lab.capacity.gpus, Some(3));
+}
+
 /// A namespace over its cohort's borrowing limit is told so, naming the cohort and the
 /// annotations: not "(ResourceQuota)", which it may not have. Vision (nominal 1 GPU,
 /// borrowing limit 1, no ResourceQuota) runs two Jobs on the idle 4-GPU node; its third

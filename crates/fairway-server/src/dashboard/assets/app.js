@@ -284,10 +284,10 @@ function quotasView(s) {
     // A stored cohort left out at start-up lends nothing: said by its name, why in its title.
     const name = c.left_out ? el("td", { text: `${c.name} (not in effect)`, title: c.left_out }) : el("td", { text: c.name });
     return el("tr", {},
-      name, el("td", { text: m.project }),
+      name, m.left_out ? el("td", { text: `${m.project} (not in effect)`, title: m.left_out }) : el("td", { text: m.project }),
       el("td", { class: "num", text: m.gpus_used }),
       el("td", { class: "num", text: nominal ?? "" }),
-      el("td", { class: "num", text: nominal === undefined || c.left_out ? "" : Math.max(0, m.gpus_used - nominal) }),
+      el("td", { class: "num", text: nominal === undefined || c.left_out || m.left_out ? "" : Math.max(0, m.gpus_used - nominal) }),
       el("td", { class: "num", text: m.borrowing_limit?.gpus ?? "none" }));
   }));
   return el("section", { "aria-labelledby": "quotas-title" },
