@@ -184,7 +184,12 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
                   - { project: speech, nominal: { gpus: 1 } }\n      \
                   - { project: nlp, nominal: { gpus: 1 }, borrowing_limit: { gpus: 1 } }\n\
                   fair_share: { half_life_seconds: 0 }\nreservations: { count: 1, default_runtime_seconds: 600 }\n";
-    let server = InProcess::start("2x2", config);
+    // A cohort made through the API that the config contradicts at the next start-up (it
+    // puts speech in lab): listed, not in effect.
+    let server = InProcess::start("2x2", "");
+    let old = r#"{"members": [{"project": "speech", "nominal": {"gpus": 2}}]}"#;
+    assert_eq!(server.api.json("PUT", "/v1/cohorts/old", Some(old)).0, 200);
+    let server = server.restart_with_config(config);
     let api = &server.api;
     let base = api.base.clone();
     let admin = crate::server::admin_token(server.data_dir.path());
@@ -351,6 +356,10 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         let cohorts = text(c, "#cohorts tbody").await;
         // Speech may borrow all the cohort lends; nlp at most 1 GPU.
         assert!(cohorts.contains("lab speech 0 1 0 none") && cohorts.contains("lab nlp 0 1 0 1"), "{cohorts}");
+        // The left-out cohort says so by its name, and why in its title; it borrows nothing.
+        assert!(cohorts.contains("old (not in effect) speech 0 2 – none"), "{cohorts}");
+        let title = c.find(Locator::Css("#cohorts td[title]")).await.unwrap().attr("title").await.unwrap();
+        assert!(title.is_some_and(|t| t.contains("\"speech\" is already a member of cohort \"lab\"")), "{cohorts}");
         screenshot(c, "dashboard-quotas").await;
         check_contrast_and_fit(c, "quotas").await;
 

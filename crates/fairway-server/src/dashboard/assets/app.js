@@ -287,7 +287,7 @@ function quotasView(s) {
       name, m.left_out ? el("td", { text: `${m.project} (not in effect)`, title: m.left_out }) : el("td", { text: m.project }),
       el("td", { class: "num", text: m.gpus_used }),
       el("td", { class: "num", text: nominal ?? "" }),
-      el("td", { class: "num", text: nominal === undefined || c.left_out || m.left_out ? "" : Math.max(0, m.gpus_used - nominal) }),
+      el("td", { class: "num", text: nominal === undefined ? "" : c.left_out || m.left_out ? "–" : Math.max(0, m.gpus_used - nominal) }),
       el("td", { class: "num", text: m.borrowing_limit?.gpus ?? "none" }));
   }));
   return el("section", { "aria-labelledby": "quotas-title" },
