@@ -1319,6 +1319,26 @@ impl Engine {
         let quota = self.quotas.get(namespace).and_then(|qs| combine_quotas(qs.values()));
         let Ok(account) = self.interner.account_of(AccountKind::Project, namespace) else { return };
         self.core_apply(Event::SetQuota { account, quota }, now);
+        self.warn_guarantee_beyond_quota(namespace);
+    }
+
+    /// A namespace in a cohort that keeps unlent more than its ResourceQuota lets it use
+    /// (`fairway_spec::GuaranteeBeyondCap`) is told in the log: the server refuses that
+    /// combination, but here both are objects others own, so both stand and the guarantee
+    /// beyond the quota sits idle.
+    fn warn_guarantee_beyond_quota(&self, namespace: &str) {
+        if !self.places.contains_key(namespace) {
+            return;
+        }
+        let (Some((cohort, member)), Some(quota)) =
+            (self.members.get(namespace), self.quotas.get(namespace).and_then(|qs| combine_quotas(qs.values())))
+        else {
+            return;
+        };
+        if let Some(beyond) = member.guarantee_beyond(quota) {
+            let reason = beyond.reason(namespace, "its ResourceQuota");
+            tracing::warn!(namespace = %namespace, cohort = %cohort, "{reason}");
+        }
     }
 
     fn namespace_change(&mut self, change: Change<Namespace>, now: u64) {
@@ -1396,13 +1416,18 @@ impl Engine {
             let Ok(project) = self.interner.account_of(AccountKind::Project, ns) else { continue };
             self.core_apply(Event::SetNominalQuota { project, nominal: None }, now);
         }
+        let mut changed = Vec::new();
         for (ns, nominal) in &places {
             if before.get(ns) != Some(nominal) {
                 let Ok(project) = self.interner.account_of(AccountKind::Project, ns) else { continue };
                 self.core_apply(Event::SetNominalQuota { project, nominal: Some(*nominal) }, now);
+                changed.push(ns.clone());
             }
         }
         self.places = places;
+        for ns in changed {
+            self.warn_guarantee_beyond_quota(&ns);
+        }
     }
 
     /// A namespace's fair-share weight, kept and (once started) given to the core.

@@ -394,6 +394,7 @@ impl ConfigFile {
         }
         fairway_spec::resolve_cohorts(&self.cohorts, "cohorts", &mut fairway_spec::Interner::new())
             .map_err(|e| e.to_string())?;
+        self.check_guarantees_within_quotas()?;
         if let Some(r) = self.reservations {
             r.to_core("reservations").map_err(|e| e.to_string())?;
         }
@@ -472,6 +473,36 @@ pub fn default_registry_dir() -> Option<PathBuf> {
         .filter(|p| p.is_absolute())
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
     Some(state.join("fairway").join("servers"))
+}
+
+impl ConfigFile {
+    /// A cohort member may not keep unlent (its guarantee) more than its project's hard
+    /// quota lets it use: that would sit idle (`fairway_spec::GuaranteeBeyondCap`).
+    fn check_guarantees_within_quotas(&self) -> Result<(), String> {
+        for (i, cohort) in self.cohorts.iter().enumerate() {
+            for (j, member) in cohort.members.iter().enumerate() {
+                let Some((k, q)) =
+                    self.quotas.iter().enumerate().find(|(_, q)| q.project.as_deref() == Some(member.project.as_str()))
+                else {
+                    continue;
+                };
+                let cap = fairway_core::Quota {
+                    gpus_max: q.gpus_max,
+                    cpu_millis_max: q.cpu_millis_max,
+                    memory_mib_max: q.memory_mib_max,
+                };
+                if let Some(beyond) = member.guarantee_beyond(cap) {
+                    let cap_field = format!("quotas[{k}].{}_max", beyond.resource);
+                    return Err(format!(
+                        "cohorts[{i}].members[{j}].lending_limit.{}: {}",
+                        beyond.resource,
+                        beyond.reason(&member.project, &cap_field)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -559,6 +590,12 @@ mod tests {
                 "cohorts[0].members[0].lending_limit.gpus: 3 is more than the nominal quota 2",
             ),
             ("cohorts: [{ name: lab, members: [{ project: a, nominal: { gpu: 2 } }] }]\n", "gpu"),
+            (
+                "quotas: [{ project: a, gpus_max: 2 }]\n\
+                 cohorts: [{ name: lab, members: [{ project: a, nominal: { gpus: 4 }, lending_limit: { gpus: 1 } }] }]\n",
+                "cohorts[0].members[0].lending_limit.gpus: project a keeps 3 gpus of its nominal 4 unlent, more than \
+                 its hard quota of 2 (quotas[0].gpus_max)",
+            ),
             ("reservations: { count: 0, default_runtime_seconds: 60 }\n", "reservations.count: must be from 1"),
             ("reservations: { default_runtime_seconds: 0 }\n", "reservations.default_runtime_seconds"),
             ("placement: tightest\n", "placement: unknown placement policy \"tightest\""),

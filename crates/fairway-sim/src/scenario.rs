@@ -748,6 +748,26 @@ fn quotas(file: &ScenarioFile, base_dir: &Path, names: &mut Names) -> Result<Quo
     Ok((out.into_iter().collect(), nominals))
 }
 
+/// No member of a cohort may keep unlent more than its project's hard quota lets it use:
+/// that guarantee would sit idle (`fairway_spec::GuaranteeBeyondCap`). Checked per policy,
+/// on the quotas and places it runs under (`nominal_quotas: hard_caps` and `ignore` leave
+/// no places).
+fn check_guarantees(
+    quotas: &[(AccountId, Quota)],
+    nominals: &[(AccountId, NominalQuota)],
+    field: &str,
+    names: &Names,
+) -> Result<(), ScenarioError> {
+    for (project, place) in nominals {
+        let Some((_, cap)) = quotas.iter().find(|(a, _)| a == project) else { continue };
+        if let Some(beyond) = fairway_spec::guarantee_beyond_cap(place, *cap) {
+            let name = names.0.account_name(*project).map_or("?", |(_, name)| name);
+            return Err(invalid(field, beyond.reason(name, "quotas")));
+        }
+    }
+    Ok(())
+}
+
 /// What `nominal_quotas: hard_caps` makes of places in cohorts: each member's nominal quota
 /// as a hard cap, lower than a hard quota it has already where both name a resource.
 fn nominal_as_hard_caps(quotas: &mut Vec<(AccountId, Quota)>, nominals: &[(AccountId, NominalQuota)]) {
@@ -1107,6 +1127,7 @@ fn policies(
                 (c.name.clone(), policy)
             }
         };
+        check_guarantees(&quotas, &nominals, &format!("policies[{i}]"), names)?;
         if out.iter().any(|p| p.name == name) {
             return Err(invalid(format!("policies[{i}]"), format!("duplicate policy name {name:?}")));
         }

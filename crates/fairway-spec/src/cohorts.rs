@@ -166,6 +166,71 @@ pub fn resolve_cohorts(
 }
 
 /// A resource as the documents spell it.
+impl MemberDoc {
+    /// Where the member keeps more of its nominal quota unlent (its guarantee: nominal less
+    /// lending limit, which no other member may use) than `hard_cap`, its project's hard
+    /// quota, lets the project use: the guarantee beyond the quota would sit idle, used by
+    /// no one. The first such resource, as a [`GuaranteeBeyondCap`].
+    pub fn guarantee_beyond(&self, hard_cap: Quota) -> Option<GuaranteeBeyondCap> {
+        ResourceKind::ALL.into_iter().find_map(|kind| {
+            let nominal = self.nominal.to_core().limit(kind)?;
+            let lent = self.lending_limit?.to_core().limit(kind)?;
+            let guarantee = nominal - lent.min(nominal);
+            let cap = hard_cap.limit(kind)?;
+            (guarantee > cap).then_some(GuaranteeBeyondCap { resource: doc_name(kind), guarantee, nominal, cap })
+        })
+    }
+}
+
+/// [`MemberDoc::guarantee_beyond`] for a place already resolved (the simulator's, after its
+/// policies' overrides).
+pub fn guarantee_beyond_cap(place: &NominalQuota, hard_cap: Quota) -> Option<GuaranteeBeyondCap> {
+    ResourceKind::ALL.into_iter().find_map(|kind| {
+        let guarantee = place.guaranteed_of(kind);
+        let cap = hard_cap.limit(kind)?;
+        (guarantee > cap).then_some(GuaranteeBeyondCap {
+            resource: doc_name(kind),
+            guarantee,
+            nominal: place.nominal_of(kind),
+            cap,
+        })
+    })
+}
+
+/// A member's guarantee above its project's hard quota (see [`MemberDoc::guarantee_beyond`]):
+/// an impossible combination, refused where both are set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuaranteeBeyondCap {
+    /// The resource as the documents name it: `gpus`, `cpu_millis`, `memory_mib`.
+    pub resource: &'static str,
+    pub guarantee: u64,
+    pub nominal: u64,
+    pub cap: u64,
+}
+
+impl GuaranteeBeyondCap {
+    /// Why a hard quota is refused, for `project`, whose place is in `cohort`.
+    pub fn quota_reason(&self, project: &str, cohort: &str) -> String {
+        let GuaranteeBeyondCap { resource, guarantee, nominal, cap } = *self;
+        format!(
+            "{cap} is below the {guarantee} {resource} project {project} keeps unlent in cohort {cohort} (of its \
+             nominal {nominal}): those beyond the quota would sit idle; set at least {guarantee}, or let it lend more"
+        )
+    }
+
+    /// Why a cohort member is refused, for `project`, whose hard quota is at `cap_field`.
+    pub fn reason(&self, project: &str, cap_field: &str) -> String {
+        let GuaranteeBeyondCap { resource, guarantee, nominal, cap } = *self;
+        format!(
+            "project {project} keeps {guarantee} {resource} of its nominal {nominal} unlent, more than its hard \
+             quota of {cap} ({cap_field}) lets it use: the {} beyond would sit idle; lend at least {} more, or \
+             raise the quota",
+            guarantee - cap,
+            guarantee - cap
+        )
+    }
+}
+
 fn doc_name(kind: ResourceKind) -> &'static str {
     match kind {
         ResourceKind::Gpu => "gpus",
@@ -177,6 +242,36 @@ fn doc_name(kind: ResourceKind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The member as written and its resolved place agree on a guarantee beyond a hard
+    /// quota, over every combination of small nominal quotas, lending limits and caps; and
+    /// both agree with the rule worked out by hand: nominal less lent, over the cap.
+    #[test]
+    fn a_guarantee_beyond_the_cap_is_the_same_written_or_resolved() {
+        for nominal in 0..4u32 {
+            for lent in [None, Some(0), Some(1), Some(2), Some(5)] {
+                for cap in [None, Some(0), Some(1), Some(3)] {
+                    let member = MemberDoc {
+                        project: "p".into(),
+                        nominal: LimitsDoc { gpus: Some(nominal), ..LimitsDoc::default() },
+                        borrowing_limit: None,
+                        lending_limit: lent.map(|l| LimitsDoc { gpus: Some(l), ..LimitsDoc::default() }),
+                    };
+                    if lent.is_some_and(|l| l > nominal) {
+                        continue; // refused by `resolve_cohorts` before this applies
+                    }
+                    let doc = CohortDoc { name: "c".into(), members: vec![member.clone()] };
+                    let (_, place) = resolve_cohorts(&[doc], "cohorts", &mut Interner::new()).unwrap()[0];
+                    let hard = Quota { gpus_max: cap, ..Quota::default() };
+                    let written = member.guarantee_beyond(hard);
+                    assert_eq!(written, guarantee_beyond_cap(&place, hard), "{nominal} {lent:?} {cap:?}");
+                    let guarantee = lent.map_or(0, |l| nominal - l);
+                    let expected = cap.filter(|&c| guarantee > c).map(|c| (u64::from(guarantee), u64::from(c)));
+                    assert_eq!(written.map(|b| (b.guarantee, b.cap)), expected, "{nominal} {lent:?} {cap:?}");
+                }
+            }
+        }
+    }
 
     fn parse(yaml: &str) -> Result<Vec<(AccountId, NominalQuota)>, CohortError> {
         let docs: Vec<CohortDoc> = serde_saphyr::from_str(yaml).expect("well-formed");

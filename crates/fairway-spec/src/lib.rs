@@ -46,8 +46,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use cluster::{ClusterShape, ModelShape, validate_against_cluster};
 pub use cohorts::{
     COHORT_MEMBERS_MAX, COHORTS_MAX, CohortDoc, CohortError, DEFAULT_RUNTIME_SECONDS_MAX, FAIR_SHARE_WEIGHT_MAX,
-    LimitsDoc, MemberDoc, RESERVATIONS_MAX, ReservationsDoc, check_fair_share_weight, half_life_seconds_default,
-    resolve_cohorts,
+    GuaranteeBeyondCap, LimitsDoc, MemberDoc, RESERVATIONS_MAX, ReservationsDoc, check_fair_share_weight,
+    guarantee_beyond_cap, half_life_seconds_default, resolve_cohorts,
 };
 pub use error::{SpecError, SpecErrors, Warning};
 pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};

@@ -1318,6 +1318,39 @@ fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
     assert_eq!(status, 404);
 }
 
+/// A member's guarantee (nominal less lending limit: kept for it alone) may not exceed its
+/// project's hard quota, which would leave the difference idle: a quota below it and a
+/// cohort above it are refused with the field, and nothing changes.
+#[test]
+fn a_guarantee_above_the_hard_quota_is_refused_either_way() {
+    let config = "cohorts:\n  - name: lab\n    members:\n      \
+                  - { project: vision, nominal: { gpus: 4 }, lending_limit: { gpus: 1 } }\n      \
+                  - { project: speech, nominal: { gpus: 4 } }\n";
+    let server = InProcess::start("2x4", config);
+    let api = &server.api;
+    let (status, err) = api.json("PUT", "/v1/quotas/project/vision", Some(r#"{"gpus_max": 2}"#));
+    assert_eq!(status, 400, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("gpus_max: 2 is below the 3 gpus project vision keeps unlent in cohort lab"),
+        "{message}"
+    );
+    assert!(quota_entry(api, "project", "vision").is_none_or(|q| q["gpus_max"].is_null()), "nothing stored");
+    let (status, view) = api.json("PUT", "/v1/quotas/project/vision", Some(r#"{"gpus_max": 3}"#));
+    assert_eq!(status, 200, "a quota of 3 holds the guarantee of 3: {view}");
+    // speech has no quota: any guarantee holds; vision's may not grow past 3.
+    let keep_all = r#"{"members": [{"project": "vision", "nominal": {"gpus": 4}, "lending_limit": {"gpus": 0}}, {"project": "speech", "nominal": {"gpus": 4}, "lending_limit": {"gpus": 0}}]}"#;
+    let (status, err) = api.json("PUT", "/v1/cohorts/lab", Some(keep_all));
+    assert_eq!(status, 400, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("members[0].lending_limit.gpus: project vision keeps 4 gpus of its nominal 4 unlent"),
+        "{message}"
+    );
+    let (_, list) = api.json("GET", "/v1/cohorts", None);
+    assert_eq!(list["cohorts"][0]["members"][0]["lending_limit"]["gpus"].as_u64(), Some(1), "unchanged: {list}");
+}
+
 /// A cohort made through the API that the config file's cohorts contradict at the next
 /// start-up (speech put in lab) is kept, said to be left out with why, and stands in the
 /// way of nothing: other cohorts change without it, and deleting it takes no place from

@@ -52,6 +52,13 @@ impl Engine {
         for (project, nominal) in places {
             self.apply_place(project, Some(nominal)).map_err(|e| ServerError::Config(e.message))?;
         }
+        // A quota set through the API may now be below a guarantee the config file sets:
+        // said, not refused (the server must start; the API refuses such changes).
+        for cohort in &taken {
+            if let Err(e) = self.check_guarantees(&cohort.members) {
+                tracing::warn!("cohort {}: {}", cohort.name, e.message);
+            }
+        }
         Ok(())
     }
 
@@ -86,6 +93,9 @@ impl Engine {
                 if spec.is_some() && field != e.field { field.trim_start_matches('.').to_string() } else { e.field };
             ApiError::bad_request(format!("{field}: {}", e.reason))
         })?;
+        if let Some(spec) = &spec {
+            self.check_guarantees(&spec.members)?;
+        }
         let row = spec.as_ref().map(|s| row_of(&CohortDoc { name: name.to_string(), members: s.members.clone() }));
         let row = row.transpose().map_err(|e| ApiError::internal(e.to_string()))?;
         self.write("a cohort", |tx| match &row {
@@ -107,6 +117,29 @@ impl Engine {
         }
         self.touch();
         Ok(spec.map(|_| self.cohort_view(&all.into_iter().find(|c| c.name == name).expect("just added"))))
+    }
+
+    /// No member may keep unlent more than its project's hard quota lets it use
+    /// (`fairway_spec::GuaranteeBeyondCap`).
+    fn check_guarantees(&self, members: &[MemberDoc]) -> Result<(), ApiError> {
+        for (j, m) in members.iter().enumerate() {
+            let cap =
+                self.interner.account_id(AccountKind::Project, &m.project).and_then(|id| self.core.account_usage(id).1);
+            if let Some(beyond) = cap.and_then(|cap| m.guarantee_beyond(cap)) {
+                let reason = beyond.reason(&m.project, "`fairway quota`");
+                return Err(ApiError::bad_request(format!("members[{j}].lending_limit.{}: {reason}", beyond.resource)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The place of `project` in the cohorts in effect, as stored, with its cohort's name.
+    pub(crate) fn member_in_effect(&self, project: &str) -> Result<Option<(String, MemberDoc)>, ApiError> {
+        let cohorts = self.stored_cohorts()?;
+        Ok(cohorts.into_iter().filter(|c| !self.cohorts_left_out.contains_key(&c.name)).find_map(|c| {
+            let name = c.name;
+            c.members.into_iter().find(|m| m.project == project).map(|m| (name, m))
+        }))
     }
 
     fn apply_place(&mut self, project: AccountId, nominal: Option<NominalQuota>) -> Result<(), ApiError> {

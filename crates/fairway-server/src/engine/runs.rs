@@ -678,6 +678,9 @@ impl Engine {
         quota: Option<QuotaSpec>,
     ) -> Result<Option<QuotaView>, ApiError> {
         let (kind, id) = self.account_of_request(kind, account)?;
+        if let (AccountKind::Project, Some(q)) = (kind, &quota) {
+            self.check_quota_above_guarantee(account, q)?;
+        }
         let row = quota.as_ref().map(|q| fairway_store::QuotaRow {
             account_kind: kind.as_str().into(),
             account: account.into(),
@@ -700,6 +703,24 @@ impl Engine {
             .map_err(|e| ApiError::internal(e.to_string()))?;
         self.touch();
         Ok(row.map(|_| self.quota_view(kind, account, id)))
+    }
+
+    /// A project's hard quota may not be below what it keeps unlent in its cohort
+    /// (`fairway_spec::GuaranteeBeyondCap`).
+    fn check_quota_above_guarantee(&self, project: &str, quota: &QuotaSpec) -> Result<(), ApiError> {
+        let Some((cohort, member)) = self.member_in_effect(project)? else { return Ok(()) };
+        let cap = fairway_core::Quota {
+            gpus_max: quota.gpus_max,
+            cpu_millis_max: quota.cpu_millis_max,
+            memory_mib_max: quota.memory_mib_max,
+        };
+        match member.guarantee_beyond(cap) {
+            None => Ok(()),
+            Some(beyond) => {
+                let reason = beyond.quota_reason(project, &cohort);
+                Err(ApiError::bad_request(format!("{}_max: {reason}", beyond.resource)))
+            }
+        }
     }
 
     pub(crate) fn quota_view(&self, kind: AccountKind, account: &str, id: fairway_core::AccountId) -> QuotaView {

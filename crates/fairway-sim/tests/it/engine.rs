@@ -398,6 +398,21 @@ fn impossible_cohorts_and_modes_name_the_field() {
         "      - { project: vision, nominal: { gpus: 4 } }\n      - { project: vision, nominal: { gpus: 2 } }\n";
     let e = cohort_scenario(lend, twice).unwrap_err();
     assert!(e.contains("cohorts[0].members[1].project") && e.contains("already a member"), "{e}");
+    // A guarantee (nominal less lending limit) above the project's hard quota would sit idle.
+    let kept = "      - { project: vision, nominal: { gpus: 4 }, lending_limit: { gpus: 1 } }\n";
+    let capped =
+        "  - { name: capped, order: priority, preemption: true, quotas: [{ project: vision, gpus_max: 2 }] }\n";
+    let e = cohort_scenario(capped, kept).unwrap_err();
+    assert!(
+        e.contains("policies[0]")
+            && e.contains("project vision keeps 3 gpus of its nominal 4 unlent, more than its hard quota of 2"),
+        "{e}"
+    );
+    let ignored = "  - { name: capped, order: priority, preemption: true, quotas: [{ project: vision, gpus_max: 2 }], nominal_quotas: ignore }\n";
+    assert!(cohort_scenario(ignored, kept).is_ok(), "without places there is no guarantee");
+    let within =
+        "  - { name: capped, order: priority, preemption: true, quotas: [{ project: vision, gpus_max: 3 }] }\n";
+    assert!(cohort_scenario(within, kept).is_ok(), "a guarantee of 3 within a quota of 3");
     let bad_mode = "  - { name: x, order: priority, preemption: true, nominal_quotas: lend }\n";
     let e = cohort_scenario(bad_mode, LAB).unwrap_err();
     assert!(e.contains("policies[0].nominal_quotas") && e.contains("cohort, hard_caps or ignore"), "{e}");
