@@ -55,7 +55,11 @@ pub enum QuotaAction {
         weight: u32,
     },
     /// List the cohorts: members, nominal quotas, what they use and borrow.
-    Cohorts,
+    Cohorts {
+        /// Output format of the list.
+        #[arg(short = 'o', long, value_enum, default_value_t = ListFormat::Table)]
+        output: ListFormat,
+    },
     /// Set or delete a cohort (projects lending each other idle nominal quota).
     Cohort {
         #[command(subcommand)]
@@ -124,9 +128,9 @@ pub async fn quota(client: &Client, args: &QuotaArgs) -> Result<()> {
             let view: FairShareWeightView = read_json(client.send(request).await?).await?;
             print(&format!("weight/{}/{} set: {}\n", view.kind, view.account, view.weight))
         }
-        Some(QuotaAction::Cohorts) => {
+        Some(QuotaAction::Cohorts { output }) => {
             let list: CohortList = client.get(&["v1", "cohorts"], &[]).await?;
-            print_listing(&list, args.output, |_| format::cohorts_table(&list.cohorts))
+            print_listing(&list, *output, |_| format::cohorts_table(&list.cohorts))
         }
         Some(QuotaAction::Cohort { action: CohortAction::Set { name, members, file } }) => {
             let members = match file {

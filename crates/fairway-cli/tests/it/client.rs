@@ -366,11 +366,16 @@ fn quota_cohort_sends_its_members_and_lists_cohorts() {
         table.contains("ops is in no cohort: its place in lab does not hold (3 is more than the nominal quota 1)"),
         "{table}"
     );
+    // The list as a document, as `fairway quota -o json` gives the quotas.
+    let out = against(&server, &["quota", "cohorts", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["cohorts"][0]["members"][3]["left_out"], "3 is more than the nominal quota 1", "{doc}");
     // A member the CLI cannot read is refused before anything is sent.
     let out = against(&server, &["quota", "cohort", "set", "lab", "--member", "vision:four"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("GPUS must be a whole number"), "{}", stderr(&out));
-    assert_eq!(server.requests().len(), 2);
+    assert_eq!(server.requests().len(), 3);
 }
 
 /// A folder removed when the test ends.
