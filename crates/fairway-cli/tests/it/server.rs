@@ -1318,6 +1318,150 @@ fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
     assert_eq!(status, 404);
 }
 
+/// The cohort and quota rules of `docs/cohorts.md`, checked against a model kept here: a
+/// random sequence of cohort and quota changes (valid and not), with restarts between, is
+/// accepted exactly where the model's own reading of the rules accepts it, and what the
+/// server lists after each step is the model's state: a refused change stores nothing.
+#[test]
+fn random_cohort_and_quota_changes_follow_the_documented_rules() {
+    use std::collections::BTreeMap;
+    #[derive(Clone, Debug, PartialEq)]
+    struct Member {
+        project: String,
+        nominal: u32,
+        lend: Option<u32>,
+        borrow: Option<u32>,
+    }
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    let projects = ["a", "b", "c", "d"];
+    let names = ["x", "y"];
+    let mut cohorts: BTreeMap<String, Vec<Member>> = BTreeMap::new();
+    let mut quotas: BTreeMap<String, u32> = BTreeMap::new();
+    let mut server = InProcess::start("2x4", "");
+    let (mut accepted, mut refused) = (0, 0);
+    for step in 0..300 {
+        if step % 60 == 59 {
+            server = server.restart();
+        }
+        let api = &server.api;
+        let name = names[next(2) as usize].to_string();
+        let (what, status, valid) = match next(10) {
+            0..=4 => {
+                let count = next(3) as usize; // 0 members is refused
+                let members: Vec<Member> = (0..count)
+                    .map(|_| {
+                        let nominal = next(5) as u32;
+                        let lend = (next(2) == 0).then(|| next(u64::from(nominal) + 2) as u32);
+                        let borrow = (next(3) == 0).then(|| next(3) as u32);
+                        Member { project: projects[next(4) as usize].into(), nominal, lend, borrow }
+                    })
+                    .collect();
+                let body: Vec<Value> = members
+                    .iter()
+                    .map(|m| {
+                        let mut v = serde_json::json!({ "project": m.project, "nominal": { "gpus": m.nominal } });
+                        if let Some(l) = m.lend {
+                            v["lending_limit"] = serde_json::json!({ "gpus": l });
+                        }
+                        if let Some(b) = m.borrow {
+                            v["borrowing_limit"] = serde_json::json!({ "gpus": b });
+                        }
+                        v
+                    })
+                    .collect();
+                let body = serde_json::json!({ "members": body }).to_string();
+                let (status, _) = api.json("PUT", &format!("/v1/cohorts/{name}"), Some(&body));
+                // The rules, read independently of the server's code.
+                let in_other = |p: &str| cohorts.iter().any(|(n, ms)| *n != name && ms.iter().any(|m| m.project == p));
+                let valid = !members.is_empty()
+                    && members.iter().enumerate().all(|(i, m)| {
+                        !members[..i].iter().any(|o| o.project == m.project)
+                            && !in_other(&m.project)
+                            && m.lend.is_none_or(|l| l <= m.nominal)
+                            && m.lend.is_none_or(|l| quotas.get(&m.project).is_none_or(|&q| m.nominal - l <= q))
+                    });
+                if valid {
+                    cohorts.insert(name.clone(), members.clone());
+                }
+                (format!("PUT cohort {name} {members:?}"), status, valid)
+            }
+            5 => {
+                let (status, _) = api.json("DELETE", &format!("/v1/cohorts/{name}"), None);
+                let valid = cohorts.remove(&name).is_some();
+                (format!("DELETE cohort {name}"), status, valid)
+            }
+            6..=8 => {
+                let project = projects[next(4) as usize];
+                let gpus = next(5) as u32;
+                let (status, _) = api.json(
+                    "PUT",
+                    &format!("/v1/quotas/project/{project}"),
+                    Some(&format!("{{\"gpus_max\": {gpus}}}")),
+                );
+                let guarantee = cohorts
+                    .values()
+                    .flatten()
+                    .find(|m| m.project == project)
+                    .and_then(|m| m.lend.map(|l| m.nominal - l))
+                    .unwrap_or(0);
+                let valid = guarantee <= gpus;
+                if valid {
+                    quotas.insert(project.into(), gpus);
+                }
+                (format!("PUT quota {project} {gpus} (guarantee {guarantee})"), status, valid)
+            }
+            _ => {
+                let project = projects[next(4) as usize];
+                let (status, _) = api.json("DELETE", &format!("/v1/quotas/project/{project}"), None);
+                quotas.remove(project);
+                (format!("DELETE quota {project}"), status, true)
+            }
+        };
+        let ok = (200..300).contains(&status);
+        let expected_refusal = if what.starts_with("DELETE cohort") { 404 } else { 400 };
+        assert!(ok == valid && (ok || status == expected_refusal), "step {step}: {what}: status {status}");
+        if ok {
+            accepted += 1
+        } else {
+            refused += 1
+        }
+        // What the server lists is the model.
+        let (_, list) = api.json("GET", "/v1/cohorts", None);
+        let listed: BTreeMap<String, Vec<Member>> = list["cohorts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                assert!(c.get("left_out").is_none(), "step {step}: {c}");
+                let members = c["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| Member {
+                        project: m["project"].as_str().unwrap().into(),
+                        nominal: m["nominal"]["gpus"].as_u64().unwrap() as u32,
+                        lend: m["lending_limit"]["gpus"].as_u64().map(|v| v as u32),
+                        borrow: m["borrowing_limit"]["gpus"].as_u64().map(|v| v as u32),
+                    })
+                    .collect();
+                (c["name"].as_str().unwrap().to_string(), members)
+            })
+            .collect();
+        assert_eq!(listed, cohorts, "step {step}: after {what}");
+        for project in projects {
+            let cap = quota_entry(api, "project", project).and_then(|q| q["gpus_max"].as_u64()).map(|v| v as u32);
+            assert_eq!(cap, quotas.get(project).copied(), "step {step}: {project}'s quota after {what}");
+        }
+    }
+    assert!(accepted > 80 && refused > 40, "both ways exercised: {accepted} accepted, {refused} refused");
+}
+
 /// A member's guarantee (nominal less lending limit: kept for it alone) may not exceed its
 /// project's hard quota, which would leave the difference idle: a quota below it and a
 /// cohort above it are refused with the field, and nothing changes.
