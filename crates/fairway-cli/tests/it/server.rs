@@ -1319,9 +1319,11 @@ fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
 }
 
 /// The cohort and quota rules of `docs/cohorts.md`, checked against a model kept here: a
-/// random sequence of cohort and quota changes (valid and not), with restarts between, is
-/// accepted exactly where the model's own reading of the rules accepts it, and what the
-/// server lists after each step is the model's state: a refused change stores nothing.
+/// random sequence of cohort and quota changes (valid and not), with restarts between (some
+/// with a config file whose cohort takes a project from a stored one, which is then left
+/// out), is accepted exactly where the model's own reading of the rules accepts it, and
+/// what the server lists after each step is the model's state: a refused change stores
+/// nothing.
 #[test]
 fn random_cohort_and_quota_changes_follow_the_documented_rules() {
     use std::collections::BTreeMap;
@@ -1342,12 +1344,53 @@ fn random_cohort_and_quota_changes_follow_the_documented_rules() {
     let projects = ["a", "b", "c", "d"];
     let names = ["x", "y"];
     let mut cohorts: BTreeMap<String, Vec<Member>> = BTreeMap::new();
+    let mut left_out: std::collections::BTreeSet<String> = Default::default();
     let mut quotas: BTreeMap<String, u32> = BTreeMap::new();
     let mut server = InProcess::start("2x4", "");
-    let (mut accepted, mut refused) = (0, 0);
+    let (mut accepted, mut refused, mut restarts_leaving_out) = (0, 0, 0);
     for step in 0..300 {
-        if step % 60 == 59 {
-            server = server.restart();
+        if step % 15 == 14 {
+            // The config's cohort z is written over the stored z; then each stored cohort,
+            // the config's first and the rest by name, is in effect unless it shares a
+            // project with one taken before it.
+            let config = match next(2) {
+                0 => {
+                    // Mostly a project a stored cohort holds, to take it from that one.
+                    let held: Vec<&str> = cohorts
+                        .iter()
+                        .filter(|(n, _)| *n != "z")
+                        .flat_map(|(_, ms)| ms.iter())
+                        .map(|m| m.project.as_str())
+                        .collect();
+                    let project = match (held.is_empty(), next(4)) {
+                        (false, 0..=2) => held[next(held.len() as u64) as usize],
+                        _ => projects[next(4) as usize],
+                    }
+                    .to_string();
+                    cohorts.insert(
+                        "z".into(),
+                        vec![Member { project: project.clone(), nominal: 2, lend: None, borrow: None }],
+                    );
+                    format!(
+                        "cohorts:\n  - name: z\n    members:\n      - {{ project: {project}, nominal: {{ gpus: 2 }} }}\n"
+                    )
+                }
+                _ => String::new(),
+            };
+            let mut order: Vec<&String> = cohorts.keys().collect();
+            order.sort_by_key(|n| !(n.as_str() == "z" && !config.is_empty()));
+            let mut taken: Vec<&str> = Vec::new();
+            left_out.clear();
+            for name in order {
+                let members = &cohorts[name];
+                if members.iter().any(|m| taken.contains(&m.project.as_str())) {
+                    left_out.insert(name.clone());
+                } else {
+                    taken.extend(members.iter().map(|m| m.project.as_str()));
+                }
+            }
+            restarts_leaving_out += usize::from(!left_out.is_empty());
+            server = server.restart_with_config(&config);
         }
         let api = &server.api;
         let name = names[next(2) as usize].to_string();
@@ -1378,7 +1421,11 @@ fn random_cohort_and_quota_changes_follow_the_documented_rules() {
                 let body = serde_json::json!({ "members": body }).to_string();
                 let (status, _) = api.json("PUT", &format!("/v1/cohorts/{name}"), Some(&body));
                 // The rules, read independently of the server's code.
-                let in_other = |p: &str| cohorts.iter().any(|(n, ms)| *n != name && ms.iter().any(|m| m.project == p));
+                let in_other = |p: &str| {
+                    cohorts
+                        .iter()
+                        .any(|(n, ms)| *n != name && !left_out.contains(n) && ms.iter().any(|m| m.project == p))
+                };
                 let valid = !members.is_empty()
                     && members.iter().enumerate().all(|(i, m)| {
                         !members[..i].iter().any(|o| o.project == m.project)
@@ -1388,12 +1435,14 @@ fn random_cohort_and_quota_changes_follow_the_documented_rules() {
                     });
                 if valid {
                     cohorts.insert(name.clone(), members.clone());
+                    left_out.remove(&name);
                 }
                 (format!("PUT cohort {name} {members:?}"), status, valid)
             }
             5 => {
                 let (status, _) = api.json("DELETE", &format!("/v1/cohorts/{name}"), None);
                 let valid = cohorts.remove(&name).is_some();
+                left_out.remove(&name);
                 (format!("DELETE cohort {name}"), status, valid)
             }
             6..=8 => {
@@ -1405,8 +1454,9 @@ fn random_cohort_and_quota_changes_follow_the_documented_rules() {
                     Some(&format!("{{\"gpus_max\": {gpus}}}")),
                 );
                 let guarantee = cohorts
-                    .values()
-                    .flatten()
+                    .iter()
+                    .filter(|(n, _)| !left_out.contains(*n))
+                    .flat_map(|(_, ms)| ms)
                     .find(|m| m.project == project)
                     .and_then(|m| m.lend.map(|l| m.nominal - l))
                     .unwrap_or(0);
@@ -1438,7 +1488,8 @@ fn random_cohort_and_quota_changes_follow_the_documented_rules() {
             .unwrap()
             .iter()
             .map(|c| {
-                assert!(c.get("left_out").is_none(), "step {step}: {c}");
+                let name = c["name"].as_str().unwrap();
+                assert_eq!(c.get("left_out").is_some(), left_out.contains(name), "step {step}: {c}");
                 let members = c["members"]
                     .as_array()
                     .unwrap()
@@ -1460,6 +1511,7 @@ fn random_cohort_and_quota_changes_follow_the_documented_rules() {
         }
     }
     assert!(accepted > 80 && refused > 40, "both ways exercised: {accepted} accepted, {refused} refused");
+    assert!(restarts_leaving_out >= 2, "{restarts_leaving_out} restarts left a cohort out");
 }
 
 /// A member's guarantee (nominal less lending limit: kept for it alone) may not exceed its
