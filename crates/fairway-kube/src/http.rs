@@ -397,10 +397,16 @@ fn node_list(engine: &Engine) -> NodeList {
                     memory_mib: info.capacity.memory_mib,
                     schedulable: !info.drained,
                     gpus: (0..info.capacity.gpus).map(GpuView::free).collect(),
+                    reservations: Vec::new(),
                 },
             )
         })
         .collect();
+    for (node, reservations) in fairway_server::api::node_reservations(engine.core()) {
+        if let Some(view) = views.get_mut(&node) {
+            view.reservations = reservations;
+        }
+    }
     let ids: Vec<JobId> = engine.workloads().map(|(id, ..)| id).collect();
     for id in ids {
         let (placement, held) = match engine.core().job_status(id) {

@@ -308,6 +308,32 @@ pub struct NodeView {
     pub memory_mib: u64,
     pub schedulable: bool,
     pub gpus: Vec<GpuView>,
+    /// GPUs pending jobs have reserved here (`docs/reservations.md`): free ones among them
+    /// are kept for the job, not lent to backfill that could delay it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<NodeReservationView>,
+}
+
+/// GPUs a pending job has reserved on one node, from when it is expected to start there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeReservationView {
+    pub job: i64,
+    pub gpus: u32,
+    pub at_ms: u64,
+}
+
+/// Every reservation the core holds, by node, for the node lists of both drivers.
+pub fn node_reservations(
+    core: &fairway_core::Scheduler,
+) -> std::collections::BTreeMap<fairway_core::NodeId, Vec<NodeReservationView>> {
+    let mut by_node: std::collections::BTreeMap<_, Vec<NodeReservationView>> = Default::default();
+    for planned in core.reservations() {
+        for (node, held) in &planned.nodes {
+            let view = NodeReservationView { job: planned.job.0 as i64, gpus: held.gpus, at_ms: planned.at.millis() };
+            by_node.entry(*node).or_default().push(view);
+        }
+    }
+    by_node
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ pub struct ListArgs {
 /// `fairway nodes`.
 pub async fn nodes(client: &Client, args: &ListArgs) -> Result<()> {
     let list: NodeList = client.get(&["v1", "nodes"], &[]).await?;
-    print_listing(&list, args.output, |wide| format::nodes_table(&list.nodes, wide))
+    print_listing(&list, args.output, |wide| format::nodes_table(&list.nodes, wide, super::now_ms()))
 }
 
 /// `fairway priority-classes`.

@@ -254,7 +254,7 @@ pub fn jobs_table(jobs: &[JobView], now_ms: u64, wide: bool) -> String {
 }
 
 /// `fairway nodes`; `wide` adds what runs on each GPU.
-pub fn nodes_table(nodes: &[NodeView], wide: bool) -> String {
+pub fn nodes_table(nodes: &[NodeView], wide: bool, now_ms: u64) -> String {
     let rows: Vec<Vec<String>> = nodes
         .iter()
         .map(|node| {
@@ -266,6 +266,7 @@ pub fn nodes_table(nodes: &[NodeView], wide: bool) -> String {
                 cpu(node.cpu_millis),
                 memory(node.memory_mib),
                 yes_no(node.schedulable),
+                reserved_cell(&node.reservations, now_ms),
             ];
             if wide {
                 row.push(gpu_jobs(&node.gpus));
@@ -273,11 +274,30 @@ pub fn nodes_table(nodes: &[NodeView], wide: bool) -> String {
             row
         })
         .collect();
-    let mut headers = vec!["NODE", "MODEL", "GPUS", "ALLOCATED", "CPU", "MEMORY", "SCHEDULABLE"];
+    let mut headers = vec!["NODE", "MODEL", "GPUS", "ALLOCATED", "CPU", "MEMORY", "SCHEDULABLE", "RESERVED"];
     if wide {
         headers.push("GPU JOBS");
     }
     table(&headers, &rows)
+}
+
+/// `4 for job 19 in 5m`: the GPUs each pending job has reserved on the node, from when
+/// (`now` once that time has come: the job starts when the GPUs free); `-` for none.
+fn reserved_cell(reservations: &[fairway_server::api::NodeReservationView], now_ms: u64) -> String {
+    if reservations.is_empty() {
+        return NONE.to_string();
+    }
+    let cells: Vec<String> = reservations
+        .iter()
+        .map(|r| {
+            let when = match r.at_ms.saturating_sub(now_ms) / 1000 {
+                0 => "now".to_string(),
+                s => format!("in {}", duration(s)),
+            };
+            format!("{} for job {} {when}", r.gpus, r.job)
+        })
+        .collect();
+    cells.join(", ")
 }
 
 /// `0:12 1:12 2:- 3:-(held-for-14) 4:15+16`: each GPU's job (a shared GPU's jobs joined by
@@ -912,6 +932,7 @@ ID   NAME        PROJECT   USER    PRIORITY   STATE        GPUS   MODEL   AGE   
             memory_mib: 524_288,
             schedulable: true,
             gpus,
+            reservations: Vec::new(),
         }
     }
 
@@ -925,6 +946,8 @@ ID   NAME        PROJECT   USER    PRIORITY   STATE        GPUS   MODEL   AGE   
         b.schedulable = false;
         b.cpu_millis = 7_500;
         b.memory_mib = 1_000;
+        let reserved = |job, gpus, at_ms| fairway_server::api::NodeReservationView { job, gpus, at_ms };
+        b.reservations = vec![reserved(19, 2, 1_000_000 + 300_000), reserved(21, 1, 1_000_000)];
         let nodes = [
             node(
                 "node-a",
@@ -933,17 +956,17 @@ ID   NAME        PROJECT   USER    PRIORITY   STATE        GPUS   MODEL   AGE   
             b,
         ];
         let want = "\
-NODE     MODEL   GPUS   ALLOCATED   CPU     MEMORY   SCHEDULABLE
-node-a   A100    4      3           64      512Gi    true
-node-b   A100    2      0           7500m   1000Mi   false
+NODE     MODEL   GPUS   ALLOCATED   CPU     MEMORY   SCHEDULABLE   RESERVED
+node-a   A100    4      3           64      512Gi    true          -
+node-b   A100    2      0           7500m   1000Mi   false         2 for job 19 in 5m, 1 for job 21 now
 ";
-        assert_eq!(nodes_table(&nodes, false), want);
+        assert_eq!(nodes_table(&nodes, false, 1_000_000), want);
         let want = "\
-NODE     MODEL   GPUS   ALLOCATED   CPU     MEMORY   SCHEDULABLE   GPU JOBS
-node-a   A100    4      3           64      512Gi    true          0:12 1:12 2:9(held-for-14) 3:-(held-for-14)
-node-b   A100    2      0           7500m   1000Mi   false         0:- 1:-
+NODE     MODEL   GPUS   ALLOCATED   CPU     MEMORY   SCHEDULABLE   RESERVED                               GPU JOBS
+node-a   A100    4      3           64      512Gi    true          -                                      0:12 1:12 2:9(held-for-14) 3:-(held-for-14)
+node-b   A100    2      0           7500m   1000Mi   false         2 for job 19 in 5m, 1 for job 21 now   0:- 1:-
 ";
-        assert_eq!(nodes_table(&nodes, true), want);
+        assert_eq!(nodes_table(&nodes, true, 1_000_000), want);
     }
 
     #[test]

@@ -234,6 +234,10 @@ fn the_dashboard_shows_a_live_server_in_a_real_browser() {
         assert!(label.contains("nightly") && label.contains("vision") && label.contains("low"), "{label}");
         let summary = text(c, ".summary").await;
         assert!(summary.contains("4 / 4 GPUs allocated") && summary.contains("1 jobs pending"), "{summary}");
+        // explore's reservation, under the node it is on: why a GPU there may stay idle.
+        wait_true(c, "a reservation under a node", "document.querySelector('ul.reserved li') !== null").await;
+        let reserved = text(c, "ul.reserved").await;
+        assert!(reserved.starts_with(&format!("1 GPU reserved for explore (#{explore}), from ")), "{reserved}");
         check_contrast_and_fit(c, "cluster").await;
         screenshot(c, "dashboard-cluster").await;
 

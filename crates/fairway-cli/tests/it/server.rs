@@ -840,6 +840,20 @@ fn a_reservation_holds_a_long_job_back_and_lets_a_short_one_through() {
     let reserved: Vec<(&str, u32, u32)> =
         reservation.nodes.iter().map(|n| (n.node.as_str(), n.replicas, n.gpus)).collect();
     assert_eq!(reserved, names.iter().map(|&n| (n, 1, 4)).collect::<Vec<_>>());
+    // The node list says the same, node by node: why free GPUs there may stay idle.
+    for node in nodes["nodes"].as_array().unwrap() {
+        let on_node = &node["reservations"];
+        assert_eq!(on_node.as_array().map(Vec::len), Some(1), "{node}");
+        let one = &on_node[0];
+        assert_eq!(
+            (one["job"].as_i64(), one["gpus"].as_u64(), one["at_ms"].as_u64()),
+            (Some(gang), Some(4), Some(expected_at)),
+            "{node}"
+        );
+    }
+    let (code, out, err) = cli(&server, &["nodes"], None);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches(&format!("4 for job {gang} in ")).count(), 2, "{out}");
     let (status, why) = api.json("GET", &format!("/v1/jobs/{gang}/why"), None);
     assert_eq!((status, why["reservation"]["at_ms"].as_u64()), (200, Some(expected_at)), "{why}");
     assert_eq!(why["start_estimate"]["at_ms"].as_u64(), Some(expected_at), "{why}");

@@ -172,4 +172,14 @@ async fn the_job_holding_a_reservation_shows_it() {
     let expected = (why["start_estimate"]["kind"].as_str(), why["start_estimate"]["at_ms"].as_u64());
     assert_eq!(expected, (Some("at"), Some(admitted_ms + 3_600_000)), "{why}");
     assert_eq!((find("train").reservation, find("report").reservation), (None, None));
+    // The node list shows the reservation on its node.
+    let nodes: serde_json::Value =
+        reqwest::Client::new().get(format!("{url}/v1/nodes")).send().await.unwrap().json().await.unwrap();
+    let n1 = nodes["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "n1").expect("n1 listed");
+    let on_node = &n1["reservations"][0];
+    assert_eq!(
+        (on_node["job"].as_i64(), on_node["gpus"].as_u64(), on_node["at_ms"].as_u64()),
+        (Some(eval), Some(8), Some(admitted_ms + 3_600_000)),
+        "{nodes}"
+    );
 }

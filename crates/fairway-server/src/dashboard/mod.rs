@@ -146,6 +146,25 @@ pub struct DashNode {
     pub gpu_model: String,
     pub schedulable: bool,
     pub gpus: Vec<DashGpu>,
+    /// GPUs pending jobs have reserved here: why free GPUs may stay idle.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved: Vec<DashReserved>,
+}
+
+/// GPUs a pending job has reserved on a node, from when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DashReserved {
+    pub gpus: u32,
+    pub at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// For a job the viewer may not see.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub other_tenant: bool,
 }
 
 /// Who is looking.
@@ -221,6 +240,21 @@ pub fn assemble(inputs: Inputs) -> Dashboard {
                         tier: holder.map(|j| j.tier.clone()),
                         held_for: g.held_for,
                         held_for_tenant: g.held_for.and_then(|id| by_id.get(&id)).map(|j| j.tenant.clone()),
+                        other_tenant: false,
+                    }
+                })
+                .collect(),
+            reserved: n
+                .reservations
+                .iter()
+                .map(|r| {
+                    let job = by_id.get(&r.job);
+                    DashReserved {
+                        gpus: r.gpus,
+                        at_ms: r.at_ms,
+                        job: Some(r.job),
+                        job_name: job.map(|j| j.name.clone()),
+                        tenant: job.map(|j| j.tenant.clone()),
                         other_tenant: false,
                     }
                 })
@@ -323,6 +357,11 @@ impl Dashboard {
                 (gpu.held_for, gpu.held_for_tenant) = (None, None);
             }
             gpu.other_tenant = holder_other || held_other;
+        }
+        for r in self.nodes.iter_mut().flat_map(|n| n.reserved.iter_mut()) {
+            if !r.tenant.as_deref().is_some_and(mine) {
+                (r.job, r.job_name, r.tenant, r.other_tenant) = (None, None, None, true);
+            }
         }
         self.queues.retain(|q| mine(&q.tenant));
         self.pending.retain(|j| mine(&j.tenant));

@@ -49,6 +49,11 @@ fn inputs(jobs: Vec<DashJob>) -> Inputs {
         memory_mib: 512_000,
         schedulable: true,
         gpus: vec![gpu(0, Some(1), None), gpu(1, Some(1), None), gpu(2, Some(2), None), gpu(3, None, Some(3))],
+        // ads' job 4 and vision's job 3 have reserved GPUs here.
+        reservations: vec![
+            crate::api::NodeReservationView { job: 4, gpus: 2, at_ms: 5_000 },
+            crate::api::NodeReservationView { job: 3, gpus: 1, at_ms: 6_000 },
+        ],
     };
     let quota = |kind: &str, account: &str| QuotaView {
         kind: kind.into(),
@@ -138,12 +143,31 @@ fn a_viewer_sees_its_own_project_and_others_gpus_only_as_taken() {
             "{g:?}"
         );
     }
+    // Its own reservation by name; another project's as GPUs reserved, no more.
+    let reserved: Vec<(Option<&str>, u32, bool)> =
+        d.nodes[0].reserved.iter().map(|r| (r.job_name.as_deref(), r.gpus, r.other_tenant)).collect();
+    assert_eq!(reserved, [(Some("job-4"), 2, false), (None, 1, true)]);
+    assert!(d.nodes[0].reserved[1].job.is_none() && d.nodes[0].reserved[1].tenant.is_none());
     let accounts: Vec<&str> = d.quotas.iter().map(|q| q.account.as_str()).collect();
     assert_eq!(accounts, ["ads", "ads-user"]);
     // Its totals still count every GPU: taken is taken.
     assert_eq!((d.gpus_total, d.gpus_allocated, d.gpus_held), (4, 3, 1));
     let json = serde_json::to_string(&d).unwrap();
     assert!(!json.contains("vision"), "nothing of another project leaks: {json}");
+}
+
+#[test]
+fn an_admin_sees_every_reservation_on_a_node_by_job_and_tenant() {
+    let d = assemble(inputs(jobs()));
+    let reserved: Vec<String> = d.nodes[0]
+        .reserved
+        .iter()
+        .map(|r| format!("{:?} {:?} {:?} {} {}", r.job, r.job_name, r.tenant, r.gpus, r.at_ms))
+        .collect();
+    assert_eq!(
+        reserved,
+        [r#"Some(4) Some("job-4") Some("ads") 2 5000"#, r#"Some(3) Some("job-3") Some("vision") 1 6000"#]
+    );
 }
 
 #[test]

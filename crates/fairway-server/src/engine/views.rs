@@ -326,8 +326,14 @@ impl Engine {
                 memory_mib: n.memory_mib,
                 schedulable: true,
                 gpus: n.gpus.iter().map(|g| GpuView::free(g.index)).collect(),
+                reservations: Vec::new(),
             })
             .collect();
+        for (node, reservations) in crate::api::node_reservations(&self.core) {
+            if let Some(view) = nodes.get_mut(node.0 as usize) {
+                view.reservations = reservations;
+            }
+        }
         for (&id, job) in &self.jobs {
             let (placement, held) = match self.core.job_status(core_id(id)) {
                 Some(

@@ -180,9 +180,16 @@ function clusterView(s) {
       }
       return el("span", { class: "gpu free", title: `GPU ${gpu.index}: free` }, el("b", { text: `${gpu.index}` }), "free");
     });
+    // GPUs kept for a pending job's reservation: why free ones may stay idle.
+    const reserved = (node.reserved || []).map((r) => {
+      const whose = r.other_tenant ? "another project's job" : `${r.job_name ?? "job"} (#${r.job})`;
+      const when = r.at_ms <= s.generated_at_ms ? "now" : `from ${clock(r.at_ms)}`;
+      return el("li", {}, `${r.gpus} GPU${r.gpus === 1 ? "" : "s"} reserved for ${whose}, ${when}`);
+    });
     return el("section", { class: "node", "aria-label": `node ${node.name}` },
       el("h3", {}, node.name, " ", el("span", { text: `${node.gpu_model}${node.schedulable ? "" : " · not schedulable"}` })),
-      el("div", { class: "gpus" }, cells));
+      el("div", { class: "gpus" }, cells),
+      reserved.length ? el("ul", { class: "reserved", "aria-label": `reservations on ${node.name}` }, reserved) : null);
   });
   const legend = [...tenants].sort().map((t) => el("li", { class: tenantClass(t) }, t));
   return el("section", { "aria-labelledby": "cluster-title" },
