@@ -42,8 +42,13 @@ impl Engine {
             taken.push(cohort);
             if let Err(e) = resolve_cohorts(&taken, "cohorts", &mut self.interner) {
                 let left_out = taken.pop().expect("just pushed");
-                tracing::warn!("stored cohort {} conflicts with the config and is left out: {e}", left_out.name);
-                let why = format!("conflicts with the config file's cohorts: {}", e.reason);
+                // Usually the config file's cohorts, which go first; a cohort once in the
+                // config and since removed from it stays stored, and counts as any other.
+                let why = format!(
+                    "left out at start-up, where the config file's cohorts go first and the others by name: {}",
+                    e.reason
+                );
+                tracing::warn!("stored cohort {}: {why}", left_out.name);
                 self.cohorts_left_out.insert(left_out.name, why);
             }
         }
