@@ -170,12 +170,14 @@ fn eta_cell(job: &JobView, now_ms: u64) -> String {
         return NONE.to_string();
     };
     let in_s = |at_ms: u64| at_ms.saturating_sub(now_ms) / 1000;
-    match (e.kind.as_str(), e.at_ms) {
+    let eta = match (e.kind.as_str(), e.at_ms) {
         ("at", Some(at)) if in_s(at) == 0 => "now".to_string(),
         ("at", Some(at)) => duration(in_s(at)),
         ("not_before", Some(at)) => format!(">{}", duration(in_s(at))),
         _ => "?".to_string(),
-    }
+    };
+    // The GPUs it waits for are kept for it (`fairway describe` says where).
+    if job.reservation.is_some() { format!("{eta} (reserved)") } else { eta }
 }
 
 /// Why a job has no expected start: the forecast's `not_placeable`.
@@ -883,11 +885,11 @@ mod tests {
     fn jobs_table_narrow() {
         let got = jobs_table(&sample_jobs(), NOW, false);
         let want = "\
-ID   NAME        PROJECT    USER    PRIORITY   STATE        GPUS   AGE   WAIT   ETA   REASON
-14   big-train   research   bob     500        pending      2x4    10m   10m    25m   over_quota: project research would hold 12 of its 8 GPUs (+1 more)
-12   ctr-model   ads        alice   high       running      2      1h    5s     -     -
-9    sweep-3     ads        alice   low        preempting   2      3d    0s     -     preempted for job 14
-3    oom         ads        alice   high       failed       2      1h    0s     -     signal 9
+ID   NAME        PROJECT    USER    PRIORITY   STATE        GPUS   AGE   WAIT   ETA              REASON
+14   big-train   research   bob     500        pending      2x4    10m   10m    25m (reserved)   over_quota: project research would hold 12 of its 8 GPUs (+1 more)
+12   ctr-model   ads        alice   high       running      2      1h    5s     -                -
+9    sweep-3     ads        alice   low        preempting   2      3d    0s     -                preempted for job 14
+3    oom         ads        alice   high       failed       2      1h    0s     -                signal 9
 ";
         assert_eq!(got, want);
     }
