@@ -44,9 +44,11 @@ impl Engine {
                 let left_out = taken.pop().expect("just pushed");
                 // Usually the config file's cohorts, which go first; a cohort once in the
                 // config and since removed from it stays stored, and counts as any other.
+                // The other cohort is named; its index in this start-up's list means nothing
+                // to the reader.
+                let reason = e.reason.split(" (at cohorts[").next().unwrap_or(&e.reason);
                 let why = format!(
-                    "left out at start-up, where the config file's cohorts go first and the others by name: {}",
-                    e.reason
+                    "left out at start-up, where the config file's cohorts go first and the others by name: {reason}"
                 );
                 tracing::warn!("stored cohort {}: {why}", left_out.name);
                 self.cohorts_left_out.insert(left_out.name, why);
