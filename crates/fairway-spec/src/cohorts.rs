@@ -165,7 +165,6 @@ pub fn resolve_cohorts(
     Ok(out)
 }
 
-/// A resource as the documents spell it.
 impl MemberDoc {
     /// Where the member keeps more of its nominal quota unlent (its guarantee: nominal less
     /// lending limit, which no other member may use) than `hard_cap`, its project's hard
@@ -231,6 +230,7 @@ impl GuaranteeBeyondCap {
     }
 }
 
+/// A resource as the documents spell it.
 fn doc_name(kind: ResourceKind) -> &'static str {
     match kind {
         ResourceKind::Gpu => "gpus",
