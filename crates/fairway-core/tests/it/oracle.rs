@@ -80,6 +80,9 @@ pub struct Oracle {
     /// Jobs started, and preemptors that began holding, in the cycle being checked.
     started_now: BTreeSet<JobId>,
     preempting_now: BTreeSet<JobId>,
+    /// Every job the cycle being checked started, those that held a reservation included
+    /// (which `started_now` leaves out).
+    started_in_cycle: BTreeSet<JobId>,
     /// Each preemptor's victims as of its latest hold, made by a cycle or restored (a hold
     /// made again has the victims of the cycle that made it).
     hold_victims: BTreeMap<JobId, BTreeSet<JobId>>,
@@ -539,6 +542,7 @@ impl Oracle {
                 Decision::Stop { .. } | Decision::Requeued { .. } => {}
             }
         }
+        self.started_in_cycle = started_now.clone();
         self.started_now = started_now.into_iter().filter(|id| !self.reserved_before.contains_key(id)).collect();
         self.refresh_live(s)?;
         self.check_capacity()?;
@@ -1358,14 +1362,16 @@ impl Oracle {
             {
                 let holder = self.specs.get(job).ok_or(format!("{id} held for unknown {job}"))?;
                 // (With fair sharing the walk may meet it before the reservation's job, which
-                // may then start in the same cycle; and a job asleep behind a reservation is
-                // not asked again in the cycle whose walk makes the reservation's job
-                // preempt instead. The next cycle looks at it again: the plan changed, and
-                // a preemption always brings an exit.)
+                // may then start in the same cycle, and even be chosen as a victim later in
+                // that cycle, a borrower reclaimed by a member within its nominal quota; and a
+                // job asleep behind a reservation is not asked again in the cycle whose walk
+                // makes the reservation's job preempt instead. The next cycle looks at it
+                // again: the plan changed, and a preemption always brings an exit.)
                 let pending_or_just_started = match s.job_status(*job) {
                     Some(JobStatus::Pending { reserved: None, .. }) => true,
                     Some(JobStatus::Pending { reserved: Some(_), .. }) => self.preempting_now.contains(job),
                     Some(JobStatus::Running { started_at, .. }) => started_at == self.now,
+                    Some(JobStatus::Preempting { .. }) => self.started_in_cycle.contains(job),
                     _ => false,
                 };
                 if !pending_or_just_started
