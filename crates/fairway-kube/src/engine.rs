@@ -1316,25 +1316,26 @@ impl Engine {
 
     /// A namespace's caps, as the core's quota of its project.
     fn push_quota(&mut self, namespace: &str, now: u64) {
-        let quota = self.quotas.get(namespace).and_then(|qs| combine_quotas(qs.values()));
+        let quota = self.namespace_quota(namespace);
         let Ok(account) = self.interner.account_of(AccountKind::Project, namespace) else { return };
         self.core_apply(Event::SetQuota { account, quota }, now);
-        self.warn_guarantee_beyond_quota(namespace);
+        self.warn_guarantee_beyond_quota(namespace, quota);
+    }
+
+    /// A namespace's ResourceQuotas as one set of caps, if it has any.
+    fn namespace_quota(&self, namespace: &str) -> Option<fairway_core::Quota> {
+        self.quotas.get(namespace).and_then(|qs| combine_quotas(qs.values()))
     }
 
     /// A namespace in a cohort that keeps unlent more than its ResourceQuota lets it use
     /// (`fairway_spec::GuaranteeBeyondCap`) is told in the log: the server refuses that
     /// combination, but here both are objects others own, so both stand and the guarantee
     /// beyond the quota sits idle.
-    fn warn_guarantee_beyond_quota(&self, namespace: &str) {
+    fn warn_guarantee_beyond_quota(&self, namespace: &str, quota: Option<fairway_core::Quota>) {
         if !self.places.contains_key(namespace) {
             return;
         }
-        let (Some((cohort, member)), Some(quota)) =
-            (self.members.get(namespace), self.quotas.get(namespace).and_then(|qs| combine_quotas(qs.values())))
-        else {
-            return;
-        };
+        let (Some((cohort, member)), Some(quota)) = (self.members.get(namespace), quota) else { return };
         if let Some(beyond) = member.guarantee_beyond(quota) {
             let reason = beyond.reason(namespace, "its ResourceQuota");
             tracing::warn!(namespace = %namespace, cohort = %cohort, "{reason}");
@@ -1426,7 +1427,7 @@ impl Engine {
         }
         self.places = places;
         for ns in changed {
-            self.warn_guarantee_beyond_quota(&ns);
+            self.warn_guarantee_beyond_quota(&ns, self.namespace_quota(&ns));
         }
     }
 

@@ -171,13 +171,14 @@ impl MemberDoc {
     /// quota, lets the project use: the guarantee beyond the quota would sit idle, used by
     /// no one. The first such resource, as a [`GuaranteeBeyondCap`].
     pub fn guarantee_beyond(&self, hard_cap: Quota) -> Option<GuaranteeBeyondCap> {
-        ResourceKind::ALL.into_iter().find_map(|kind| {
-            let nominal = self.nominal.to_core().limit(kind)?;
-            let lent = self.lending_limit?.to_core().limit(kind)?;
-            let guarantee = nominal - lent.min(nominal);
-            let cap = hard_cap.limit(kind)?;
-            (guarantee > cap).then_some(GuaranteeBeyondCap { resource: doc_name(kind), guarantee, nominal, cap })
-        })
+        // The core's rule (`NominalQuota::guaranteed_of`); the cohort does not enter it.
+        let place = NominalQuota {
+            cohort: AccountId(0),
+            nominal: self.nominal.to_core(),
+            borrowing_limit: Quota::default(),
+            lending_limit: self.lending_limit.unwrap_or_default().to_core(),
+        };
+        guarantee_beyond_cap(&place, hard_cap)
     }
 }
 

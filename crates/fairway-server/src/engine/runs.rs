@@ -678,8 +678,13 @@ impl Engine {
         quota: Option<QuotaSpec>,
     ) -> Result<Option<QuotaView>, ApiError> {
         let (kind, id) = self.account_of_request(kind, account)?;
-        if let (AccountKind::Project, Some(q)) = (kind, &quota) {
-            self.check_quota_above_guarantee(account, q)?;
+        let core_quota = quota.as_ref().map(|q| fairway_core::Quota {
+            gpus_max: q.gpus_max,
+            cpu_millis_max: q.cpu_millis_max,
+            memory_mib_max: q.memory_mib_max,
+        });
+        if let (AccountKind::Project, Some(cap)) = (kind, core_quota) {
+            self.check_quota_above_guarantee(account, cap)?;
         }
         let row = quota.as_ref().map(|q| fairway_store::QuotaRow {
             account_kind: kind.as_str().into(),
@@ -693,11 +698,6 @@ impl Engine {
             None => tx.delete_quota(kind.as_str(), account).map(|_| ()),
         })
         .map_err(|e| ApiError::store_unavailable(&e.to_string()))?;
-        let core_quota = quota.as_ref().map(|q| fairway_core::Quota {
-            gpus_max: q.gpus_max,
-            cpu_millis_max: q.cpu_millis_max,
-            memory_mib_max: q.memory_mib_max,
-        });
         self.core
             .apply(Event::SetQuota { account: id, quota: core_quota }, Time(self.now_ms()))
             .map_err(|e| ApiError::internal(e.to_string()))?;
@@ -707,13 +707,8 @@ impl Engine {
 
     /// A project's hard quota may not be below what it keeps unlent in its cohort
     /// (`fairway_spec::GuaranteeBeyondCap`).
-    fn check_quota_above_guarantee(&self, project: &str, quota: &QuotaSpec) -> Result<(), ApiError> {
+    fn check_quota_above_guarantee(&self, project: &str, cap: fairway_core::Quota) -> Result<(), ApiError> {
         let Some((cohort, member)) = self.member_in_effect(project)? else { return Ok(()) };
-        let cap = fairway_core::Quota {
-            gpus_max: quota.gpus_max,
-            cpu_millis_max: quota.cpu_millis_max,
-            memory_mib_max: quota.memory_mib_max,
-        };
         match member.guarantee_beyond(cap) {
             None => Ok(()),
             Some(beyond) => {
