@@ -274,12 +274,33 @@ fn sixty() -> u64 {
     60
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Clone, Debug)]
 pub enum PolicySpec {
     /// `fifo`, `priority` or `fairway`.
     Preset(String),
     Custom(Box<CustomPolicy>),
+}
+
+/// A name is a preset, a mapping a custom policy. Not `#[serde(untagged)]`: that reports
+/// any mistake inside a custom policy as "did not match any variant", without the field.
+impl<'de> Deserialize<'de> for PolicySpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct PolicyVisitor;
+        impl<'de> serde::de::Visitor<'de> for PolicyVisitor {
+            type Value = PolicySpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a preset's name (fifo, priority, fairway) or a custom policy (a mapping with name, order, preemption)")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<PolicySpec, E> {
+                Ok(PolicySpec::Preset(name.to_string()))
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, map: M) -> Result<PolicySpec, M::Error> {
+                let custom = CustomPolicy::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(PolicySpec::Custom(Box::new(custom)))
+            }
+        }
+        deserializer.deserialize_any(PolicyVisitor)
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -378,11 +399,13 @@ pub struct LimitsSpec {
 /// A scenario error, naming the field and the reason.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("{path}: cannot read")]
+    // The path is not in the message: callers name the scenario file once, as for
+    // `Invalid`, whose field is inside it.
+    #[error("cannot read")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: larger than {SCENARIO_BYTES_MAX} bytes")]
+    #[error("larger than {SCENARIO_BYTES_MAX} bytes")]
     TooLarge { path: PathBuf },
-    #[error("{path}: {message}")]
+    #[error("{message}")]
     Parse { path: PathBuf, message: String },
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },
@@ -391,6 +414,11 @@ pub enum ScenarioError {
     /// The job-spec errors are the message; they are not repeated as a source.
     #[error("{0}")]
     Spec(fairway_spec::SpecErrors),
+}
+
+/// A number as a user would write it: `1e300`, not three hundred digits.
+fn shown(x: f64) -> String {
+    if x.abs() >= 1e9 { format!("{x:e}") } else { format!("{x}") }
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
@@ -473,8 +501,12 @@ pub fn load(path: &Path, overrides: &Overrides) -> Result<Scenario, ScenarioErro
     }
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| ScenarioError::Parse { path: path.into(), message: format!("not UTF-8: {e}") })?;
-    let file: ScenarioFile =
-        serde_saphyr::from_str(text).map_err(|e| ScenarioError::Parse { path: path.into(), message: e.to_string() })?;
+    let file: ScenarioFile = serde_saphyr::from_str(text).map_err(|e| {
+        // The parser's message starts "error: ", which the caller's own "error: " repeats.
+        let message = e.to_string();
+        let message = message.strip_prefix("error: ").unwrap_or(&message).to_string();
+        ScenarioError::Parse { path: path.into(), message }
+    })?;
     let base_dir = path.parent().unwrap_or(Path::new("."));
     resolve(file, base_dir, overrides)
 }
@@ -513,7 +545,7 @@ pub fn resolve(mut file: ScenarioFile, base_dir: &Path, overrides: &Overrides) -
     let mut trace_jobs = trace_jobs;
     if let Some(factor) = overrides.time_compression {
         if !(factor.is_finite() && factor > 0.0) {
-            return Err(invalid("--time-compression", format!("must be a positive number, got {factor}")));
+            return Err(invalid("--time-compression", format!("must be a positive number, got {}", shown(factor))));
         }
         trace_jobs = crate::workload::compress_time(trace_jobs, factor);
     }
@@ -808,7 +840,7 @@ fn reservations(
     if !hours.is_finite() || hours <= 0.0 || hours > DEFAULT_RUNTIME_HOURS_MAX {
         return Err(invalid(
             format!("{field}.default_runtime_hours"),
-            format!("must be more than 0 and at most {DEFAULT_RUNTIME_HOURS_MAX}, got {hours}"),
+            format!("must be more than 0 and at most {DEFAULT_RUNTIME_HOURS_MAX}, got {}", shown(hours)),
         ));
     }
     if !backfill {
@@ -823,7 +855,7 @@ fn fair_sharing(spec: &FairShareSpec, backfill: bool, field: &str) -> Result<Fai
     if !hours.is_finite() || !(0.0..=HALF_LIFE_HOURS_MAX).contains(&hours) {
         return Err(invalid(
             format!("{field}.half_life_hours"),
-            format!("must be from 0 to {HALF_LIFE_HOURS_MAX} hours, got {hours}"),
+            format!("must be from 0 to {HALF_LIFE_HOURS_MAX} hours, got {}", shown(hours)),
         ));
     }
     if !backfill {

@@ -106,7 +106,10 @@ fn errors_exit_non_zero_and_name_the_problem() {
     assert!(err.contains("--policy") && err.contains("nope"), "{err}");
     let out = fairway(&["sim", "/nonexistent/scenario.yaml"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8(out.stderr).unwrap().contains("/nonexistent/scenario.yaml"));
+    let err = String::from_utf8(out.stderr).unwrap();
+    // The file is named once, with what went wrong.
+    assert!(err.starts_with("error: scenario /nonexistent/scenario.yaml: cannot read: "), "{err}");
+    assert_eq!(err.matches("/nonexistent/scenario.yaml").count(), 1, "{err}");
 }
 
 #[test]

@@ -174,6 +174,18 @@ fn bad_scenarios_name_the_field() {
             "policies: [{ name: x, order: priority, preemption: true, image_locality_permille: 1001 }]",
             "policies[0].image_locality_permille",
         ),
+        // A mistake inside a custom policy is reported where it is, not as a policy that
+        // matches neither form.
+        ("policies: [{ name: x, ordr: priority, preemption: true }]", "unknown field `ordr`"),
+        (
+            "policies: [{ name: x, order: priority, preemption: true, cohorts: [{ name: c, members: [{ project: p, nominal: { gpus: -1 } }] }] }]",
+            "column 120: invalid u32",
+        ),
+        ("policies: [7]", "expected a preset's name"),
+        (
+            "policies: [{ name: x, order: priority, preemption: true, fair_share: { half_life_hours: 1e300 } }]",
+            "hours, got 1e300",
+        ),
     ];
     for (i, (change, field)) in cases.iter().enumerate() {
         let base = std::fs::read_to_string(scenario_path("tiny-preemption.yaml")).unwrap();
