@@ -218,7 +218,7 @@ impl Settings {
         if text.trim().is_empty() {
             return Ok(Settings::default());
         }
-        let settings: Settings = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        let settings: Settings = serde_saphyr::from_str(text).map_err(|e| fairway_spec::yaml_error_message(&e))?;
         settings.check()?;
         Ok(settings)
     }

@@ -363,7 +363,7 @@ impl ConfigFile {
         if text.trim().is_empty() {
             return Ok(ConfigFile::default());
         }
-        let file: ConfigFile = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        let file: ConfigFile = serde_saphyr::from_str(text).map_err(|e| fairway_spec::yaml_error_message(&e))?;
         file.check()?;
         Ok(file)
     }
@@ -373,6 +373,7 @@ impl ConfigFile {
             if q.project.is_some() == q.user.is_some() {
                 return Err(format!("quotas[{i}]: give exactly one of project and user"));
             }
+            check_account_names(&format!("quotas[{i}]"), q.project.as_deref(), q.user.as_deref())?;
         }
         if let Some(f) = &self.fair_share {
             if f.half_life_seconds > HALF_LIFE_SECONDS_MAX {
@@ -385,6 +386,7 @@ impl ConfigFile {
                 if w.project.is_some() == w.user.is_some() {
                     return Err(format!("fair_share.weights[{i}]: give exactly one of project and user"));
                 }
+                check_account_names(&format!("fair_share.weights[{i}]"), w.project.as_deref(), w.user.as_deref())?;
                 fairway_spec::check_fair_share_weight(&format!("fair_share.weights[{i}].weight"), w.weight)?;
                 let same = |o: &WeightConfig| o.project == w.project && o.user == w.user;
                 if f.weights[..i].iter().any(same) {
@@ -443,8 +445,9 @@ impl ConfigFile {
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, p) in self.projects.iter().enumerate() {
-            if p.name.is_empty() || !seen.insert(p.name.as_str()) {
-                return Err(format!("projects[{i}].name: {:?} is empty or given twice", p.name));
+            fairway_spec::check_account_name(&p.name).map_err(|reason| format!("projects[{i}].name: {reason}"))?;
+            if !seen.insert(p.name.as_str()) {
+                return Err(format!("projects[{i}].name: {:?} is given twice", p.name));
             }
             if let Some(user) = &p.run_as
                 && (user.is_empty() || user.starts_with('-') || user.contains(['/', ':', ' ']))
@@ -464,6 +467,17 @@ impl ConfigFile {
         }
         Ok(())
     }
+}
+
+/// A project or user named in the file follows the job spec's rule for names: one that
+/// breaks it could never match a job.
+fn check_account_names(at: &str, project: Option<&str>, user: Option<&str>) -> Result<(), String> {
+    for (key, name) in [("project", project), ("user", user)] {
+        if let Some(name) = name {
+            fairway_spec::check_account_name(name).map_err(|reason| format!("{at}.{key}: {reason}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// `$XDG_STATE_HOME/fairway/servers`, else `$HOME/.local/state/fairway/servers`.
@@ -599,10 +613,30 @@ mod tests {
             ("reservations: { count: 0, default_runtime_seconds: 60 }\n", "reservations.count: must be from 1"),
             ("reservations: { default_runtime_seconds: 0 }\n", "reservations.default_runtime_seconds"),
             ("placement: tightest\n", "placement: unknown placement policy \"tightest\""),
+            // Names follow the job spec's rule, so every one named here can match a job.
+            (
+                "quotas: [{ project: \"my team\", gpus_max: 2 }]\n",
+                "quotas[0].project: must not contain whitespace or control characters, got \"my team\"",
+            ),
+            ("quotas: [{ user: \"\", gpus_max: 2 }]\n", "quotas[0].user: must not be empty"),
+            (
+                "fair_share: { weights: [{ user: \"a\\tb\", weight: 2 }] }\n",
+                "fair_share.weights[0].user: must not contain whitespace",
+            ),
+            ("cohorts: [{ name: \"my lab\", members: [{ project: a, nominal: { gpus: 2 } }] }]\n", "cohorts[0].name"),
+            (
+                "cohorts: [{ name: lab, members: [{ project: \" a\", nominal: { gpus: 2 } }] }]\n",
+                "cohorts[0].members[0].project: must not contain whitespace",
+            ),
+            ("projects:\n  - { name: \"a b\" }\n", "projects[0].name: must not contain whitespace"),
         ];
         for (text, want) in cases {
             let err = ConfigFile::parse(text).expect_err(text);
             assert!(err.contains(want), "{text}: {err}");
         }
+        // A YAML error reads "line L column C: …" after the file's name, without the
+        // parser's own "error: ", which the program's prefix would repeat.
+        let err = ConfigFile::parse("fair_share: 3\n").unwrap_err();
+        assert!(err.starts_with("line 1 column 13: "), "{err}");
     }
 }

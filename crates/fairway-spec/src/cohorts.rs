@@ -92,8 +92,8 @@ pub fn resolve_cohorts(
     let mut seen_projects: Vec<(&str, &str, String)> = Vec::new();
     for (i, c) in docs.iter().enumerate() {
         let at = format!("{field}[{i}]");
-        if c.name.trim().is_empty() {
-            return err(format!("{at}.name"), "must not be empty".into());
+        if let Err(reason) = crate::names::token(&c.name) {
+            return err(format!("{at}.name"), reason);
         }
         if seen_cohorts.contains(&c.name.as_str()) {
             return err(format!("{at}.name"), format!("cohort {:?} is named twice", c.name));
@@ -111,8 +111,8 @@ pub fn resolve_cohorts(
         let governs = |kind: ResourceKind| c.members.iter().any(|m| m.nominal.names(kind));
         for (j, m) in c.members.iter().enumerate() {
             let at = format!("{at}.members[{j}]");
-            if m.project.trim().is_empty() {
-                return err(format!("{at}.project"), "must not be empty".into());
+            if let Err(reason) = crate::names::token(&m.project) {
+                return err(format!("{at}.project"), reason);
             }
             if let Some((_, other_cohort, other)) = seen_projects.iter().find(|(p, _, _)| *p == m.project) {
                 // Named by its cohort: through the API the other cohort's index is not the caller's.

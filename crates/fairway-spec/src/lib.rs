@@ -50,6 +50,17 @@ pub use cohorts::{
     guarantee_beyond_cap, half_life_seconds_default, resolve_cohorts,
 };
 pub use error::{SpecError, SpecErrors, Warning};
+pub use names::token as check_account_name;
+
+/// A YAML parser's error as a message to put after a file's name: the parser starts it
+/// with "error: ", which the program's own "error: " prefix would repeat.
+pub fn yaml_error_message(error: &impl std::fmt::Display) -> String {
+    let message = error.to_string();
+    match message.strip_prefix("error: ") {
+        Some(rest) => rest.to_string(),
+        None => message,
+    }
+}
 pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
 pub use interner::{AccountKind, InternError, Interned, Interner};
 pub use job::ResolvedJob;

@@ -39,9 +39,11 @@ fn check_dns(name: &str, max_len: usize, dots: bool) -> Result<(), String> {
     }
 }
 
-/// Users, projects and GPU models: free-form but printable, short, without whitespace, so
-/// that they survive logs, metrics labels and command lines unchanged.
-pub(crate) fn token(name: &str) -> Result<(), String> {
+/// Users, projects, cohorts and GPU models: free-form but printable, short, without
+/// whitespace, so that they survive logs, metrics labels, URL paths and command lines
+/// unchanged. Every driver checks account and cohort names with this one rule (as
+/// `fairway_spec::check_account_name`), so a name one surface accepts, every other does.
+pub fn token(name: &str) -> Result<(), String> {
     const MAX_LEN: usize = 253;
     if name.is_empty() {
         return Err("must not be empty".to_owned());

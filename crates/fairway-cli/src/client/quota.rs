@@ -136,7 +136,9 @@ pub async fn quota(client: &Client, args: &QuotaArgs) -> Result<()> {
             let members = match file {
                 Some(path) => {
                     let text = std::fs::read_to_string(path).with_context(|| format!("--file {}", path.display()))?;
-                    serde_saphyr::from_str(&text).with_context(|| format!("--file {}", path.display()))?
+                    serde_saphyr::from_str(&text).map_err(|e| {
+                        anyhow::anyhow!("--file {}: {}", path.display(), fairway_spec::yaml_error_message(&e))
+                    })?
                 }
                 None => members.iter().map(|m| member_of(m)).collect::<Result<Vec<_>>>()?,
             };

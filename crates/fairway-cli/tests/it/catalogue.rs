@@ -1072,7 +1072,12 @@ fn cli_cases(fx: &Fixture) -> Vec<CliCase> {
         cli(Alice, &["quota", "weight", "project", "vision", "8"], 1, &["admin"]),
         cli(Admin, &["quota", "weight", "project", "x", "0"], 1, &["weight", "got 0"]),
         cli(Admin, &["quota", "cohort", "set", "lab", "--member", "vision:4:lend=1:lend=2"], 1, &["lend", "twice"]),
-        cli(Admin, &["quota", "cohort", "set", "a b", "--member", "vision:4"], 1, &["name", "no spaces"]),
+        cli(
+            Admin,
+            &["quota", "cohort", "set", "a b", "--member", "vision:4"],
+            1,
+            &["name: must not contain whitespace", "\"a b\""],
+        ),
         cli(Anonymous, &["whoami"], 1, &["token"]),
         cli(Anonymous, &["ui"], 1, &["token"]),
         cli(Unknown, &["whoami"], 1, &["not known"]),

@@ -249,12 +249,7 @@ impl Engine {
 
 /// A user, project or token name: what the job-spec reader accepts for users and projects.
 fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
-    if name.is_empty() || name.len() > NAME_BYTES_MAX || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(ApiError::bad_request(format!(
-            "{field}: {name:?} must be 1 to {NAME_BYTES_MAX} bytes without whitespace or control characters"
-        )));
-    }
-    Ok(())
+    fairway_spec::check_account_name(name).map_err(|reason| ApiError::bad_request(format!("{field}: {reason}")))
 }
 
 /// The Unix user the server runs as: the admin token's user.

@@ -71,10 +71,8 @@ impl Engine {
 
     /// `PUT` (with `spec`) or `DELETE` `/v1/cohorts/{name}`.
     pub(crate) fn set_cohort(&mut self, name: &str, spec: Option<CohortSpec>) -> Result<Option<CohortView>, ApiError> {
-        if name.is_empty() || name.len() > 253 || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(ApiError::bad_request(format!(
-                "name: {name:?} is not a valid cohort name: 1 to 253 characters, no spaces or control characters"
-            )));
+        if let Err(reason) = fairway_spec::check_account_name(name) {
+            return Err(ApiError::bad_request(format!("name: {reason}")));
         }
         let mut all = self.stored_cohorts()?;
         let exists = all.iter().any(|c| c.name == name);

@@ -753,8 +753,8 @@ impl Engine {
         let kind = super::AccountKind::parse(kind)
             .filter(|k| *k != super::AccountKind::Cohort)
             .ok_or_else(|| ApiError::bad_request(format!("kind: {kind:?} is not user or project")))?;
-        if account.is_empty() || account.len() > 253 || account.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(ApiError::bad_request(format!("account: {account:?} is not a valid name")));
+        if let Err(reason) = fairway_spec::check_account_name(account) {
+            return Err(ApiError::bad_request(format!("account: {reason}")));
         }
         Ok((kind, self.account(kind, account)?))
     }
