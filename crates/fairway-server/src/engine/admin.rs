@@ -108,6 +108,7 @@ impl Engine {
                 fairway_store::WeightRow { account_kind: kind.into(), account, weight: w.weight }
             })
             .collect();
+        self.say_what_the_config_replaces(&quotas, &weights)?;
         let mut tx = self.store.transaction()?;
         for row in &rows {
             tx.set_project(row)?;
@@ -119,6 +120,38 @@ impl Engine {
             super::runs::store_weight(&mut tx, weight)?;
         }
         tx.commit()?;
+        Ok(())
+    }
+
+    /// A quota or weight set through the API that the config file's replaces now is said in
+    /// the log: the change was made on purpose, and goes at this start-up without a word
+    /// otherwise.
+    fn say_what_the_config_replaces(
+        &self,
+        quotas: &[fairway_store::QuotaRow],
+        weights: &[fairway_store::WeightRow],
+    ) -> Result<(), ServerError> {
+        let key = |kind: &str, account: &str| format!("{kind} {account}");
+        let caps = |q: &fairway_store::QuotaRow| {
+            let or_none = |v: Option<String>| v.unwrap_or_else(|| "unlimited".into());
+            format!(
+                "gpus_max {}, cpu_millis_max {}, memory_mib_max {}",
+                or_none(q.gpus_max.map(|v| v.to_string())),
+                or_none(q.cpu_millis_max.map(|v| v.to_string())),
+                or_none(q.memory_mib_max.map(|v| v.to_string()))
+            )
+        };
+        let stored: Vec<_> = self.store.quotas()?.iter().map(|q| (key(&q.account_kind, &q.account), caps(q))).collect();
+        let config: Vec<_> = quotas.iter().map(|q| (key(&q.account_kind, &q.account), caps(q))).collect();
+        for line in replaced_at_startup("quota", &stored, &config) {
+            tracing::warn!("{line}");
+        }
+        let weight = |w: &fairway_store::WeightRow| (key(&w.account_kind, &w.account), w.weight.to_string());
+        let stored: Vec<_> = self.store.fair_share_weights()?.iter().map(weight).collect();
+        let config: Vec<_> = weights.iter().map(weight).collect();
+        for line in replaced_at_startup("fair-share weight", &stored, &config) {
+            tracing::warn!("{line}");
+        }
         Ok(())
     }
 
@@ -258,4 +291,40 @@ fn server_user() -> String {
         .ok()
         .flatten()
         .map_or_else(|| format!("uid-{}", nix::unistd::getuid()), |u| u.name)
+}
+
+/// What the config file's settings replace at start-up, one line each: a stored value (set
+/// through the API, which persists otherwise) of the same name that differs. Settings
+/// stored with no value in the file stay, and are not named.
+pub(crate) fn replaced_at_startup(what: &str, stored: &[(String, String)], config: &[(String, String)]) -> Vec<String> {
+    config
+        .iter()
+        .filter_map(|(name, value)| {
+            let (_, before) = stored.iter().find(|(n, _)| n == name)?;
+            (before != value).then(|| {
+                format!("{what} {name}: the config file's ({value}) replaces the one set through the API ({before})")
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replaced_at_startup;
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn the_config_names_only_what_it_changes() {
+        let stored = pairs(&[("project ads", "4"), ("project nlp", "2"), ("user bob", "3")]);
+        let config = pairs(&[("project ads", "6"), ("project nlp", "2"), ("project vision", "1")]);
+        assert_eq!(
+            replaced_at_startup("quota", &stored, &config),
+            ["quota project ads: the config file's (6) replaces the one set through the API (4)"]
+        );
+        assert!(replaced_at_startup("quota", &[], &config).is_empty());
+        assert!(replaced_at_startup("quota", &stored, &[]).is_empty());
+    }
 }

@@ -16,6 +16,19 @@ impl Engine {
     /// The config file's cohorts, written over the stored ones of the same name at start-up.
     pub(crate) fn write_config_cohorts(&mut self) -> Result<(), ServerError> {
         let rows: Vec<CohortRow> = self.config.file.cohorts.iter().map(row_of).collect::<Result<_, _>>()?;
+        let stored: Vec<(String, String)> = self
+            .store
+            .cohorts()?
+            .into_iter()
+            .filter_map(|row| {
+                Some((row.name, members_text(&serde_json::from_str::<Vec<MemberDoc>>(&row.members_json).ok()?)))
+            })
+            .collect();
+        let config: Vec<(String, String)> =
+            self.config.file.cohorts.iter().map(|c| (c.name.clone(), members_text(&c.members))).collect();
+        for line in super::admin::replaced_at_startup("cohort", &stored, &config) {
+            tracing::warn!("{line}");
+        }
         let mut tx = self.store.transaction()?;
         for row in &rows {
             tx.set_cohort(row)?;
@@ -186,6 +199,21 @@ impl Engine {
             }
         }
     }
+}
+
+/// Members as the CLI takes them: `vision:4, nlp:4:lend=2`.
+fn members_text(members: &[MemberDoc]) -> String {
+    let text = |m: &MemberDoc| {
+        let mut out = format!("{}:{}", m.project, m.nominal.gpus.map_or("-".into(), |g| g.to_string()));
+        if let Some(g) = m.borrowing_limit.and_then(|l| l.gpus) {
+            out.push_str(&format!(":borrow={g}"));
+        }
+        if let Some(g) = m.lending_limit.and_then(|l| l.gpus) {
+            out.push_str(&format!(":lend={g}"));
+        }
+        out
+    };
+    members.iter().map(text).collect::<Vec<_>>().join(", ")
 }
 
 fn row_of(cohort: &CohortDoc) -> Result<CohortRow, ServerError> {
