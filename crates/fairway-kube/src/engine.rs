@@ -239,6 +239,10 @@ pub struct Engine {
     /// Namespaces whose annotated place does not hold with the others', with why: in no
     /// cohort, and listed so (the owner of a namespace does not read the controller's log).
     places_left_out: BTreeMap<String, String>,
+    /// Namespaces that name a cohort in annotations that cannot be read (a nominal quota
+    /// that is not a number, ...), with the cohort they name, an empty place and why: in no
+    /// cohort, and listed so under that cohort, as the ones above.
+    members_unreadable: BTreeMap<String, (String, fairway_spec::MemberDoc, String)>,
     listed: BTreeSet<Stream>,
     /// Objects seen during a relist, by stream, to drop the rest at its end.
     relisting: BTreeMap<Stream, BTreeSet<String>>,
@@ -340,6 +344,7 @@ impl Engine {
             members: BTreeMap::new(),
             places: BTreeMap::new(),
             places_left_out: BTreeMap::new(),
+            members_unreadable: BTreeMap::new(),
             listed: BTreeSet::new(),
             relisting: BTreeMap::new(),
             started: false,
@@ -473,10 +478,13 @@ impl Engine {
     /// place, by namespace, and why it is left out where its place does not hold with the
     /// others' (it is then in no cohort).
     pub fn cohort_members(&self) -> impl Iterator<Item = (&str, &fairway_spec::MemberDoc, Option<&str>)> {
-        self.members.iter().filter_map(|(ns, (cohort, member))| {
+        let read = self.members.iter().filter_map(|(ns, (cohort, member))| {
             let left_out = self.places_left_out.get(ns).map(String::as_str);
             (self.places.contains_key(ns) || left_out.is_some()).then_some((cohort.as_str(), member, left_out))
-        })
+        });
+        let unreadable =
+            self.members_unreadable.values().map(|(cohort, member, why)| (cohort.as_str(), member, Some(why.as_str())));
+        read.chain(unreadable)
     }
 
     /// Since when a managed workload waits (its creation, or its last requeue), Unix ms.
@@ -1352,11 +1360,31 @@ impl Engine {
                     1
                 });
                 self.set_weight(&name, weight, now);
-                let member =
-                    crate::workload::cohort_member(&name, n.metadata.annotations.as_ref()).unwrap_or_else(|e| {
+                let member = match crate::workload::cohort_member(&name, n.metadata.annotations.as_ref()) {
+                    Ok(member) => {
+                        self.members_unreadable.remove(&name);
+                        member
+                    }
+                    Err(e) => {
                         tracing::warn!(namespace = %name, "in no cohort instead: {e}");
+                        match crate::workload::cohort_named(n.metadata.annotations.as_ref()) {
+                            Some(cohort) => {
+                                // Nothing of its place is shown: what could be read may mislead.
+                                let place = fairway_spec::MemberDoc {
+                                    project: name.clone(),
+                                    nominal: fairway_spec::LimitsDoc::default(),
+                                    borrowing_limit: None,
+                                    lending_limit: None,
+                                };
+                                self.members_unreadable.insert(name.clone(), (cohort, place, e));
+                            }
+                            None => {
+                                self.members_unreadable.remove(&name);
+                            }
+                        }
                         None
-                    });
+                    }
+                };
                 self.set_member(&name, member, now);
                 self.namespaces.insert(name, n.metadata.labels.unwrap_or_default());
             }
@@ -1364,6 +1392,7 @@ impl Engine {
                 if let Some(name) = &n.metadata.name {
                     self.set_weight(name, 1, now);
                     self.set_member(name, None, now);
+                    self.members_unreadable.remove(name);
                     self.namespaces.remove(name);
                 }
             }

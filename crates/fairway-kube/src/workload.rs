@@ -66,6 +66,13 @@ pub const NOMINAL_MEMORY: &str = "fairway.dev/nominal-memory";
 pub const BORROWING_LIMIT_GPUS: &str = "fairway.dev/borrowing-limit-gpus";
 pub const LENDING_LIMIT_GPUS: &str = "fairway.dev/lending-limit-gpus";
 
+/// The cohort a namespace's annotation names, as written (empty: none), even where its
+/// other annotations cannot be read: to list it there, with why it is not in.
+pub fn cohort_named(annotations: Option<&BTreeMap<String, String>>) -> Option<String> {
+    let cohort = annotations?.get(COHORT)?.trim();
+    (!cohort.is_empty()).then(|| cohort.to_owned())
+}
+
 /// A namespace's place in a cohort from its annotations (`None` without `COHORT`), or why
 /// the annotations are not one. Whether the cohort's members agree is checked with all of
 /// them (`fairway_spec::resolve_cohorts`).
@@ -85,6 +92,8 @@ pub fn cohort_member(
     if cohort.is_empty() {
         return Err(format!("{COHORT}: must name a cohort"));
     }
+    // The rule every driver applies to cohort names, said with the annotation's key.
+    fairway_spec::check_account_name(cohort).map_err(|reason| format!("{COHORT}: {reason}"))?;
     let gpus = |key: &str| -> Result<Option<u32>, String> {
         get(key)
             .map(|v| v.parse::<u32>().map_err(|_| format!("{key}: must be a whole number of GPUs, got {v:?}")))

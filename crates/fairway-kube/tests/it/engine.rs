@@ -1146,6 +1146,25 @@ fn a_namespace_left_out_of_its_cohort_is_listed_with_why() {
     assert!(members(&h).iter().all(|(_, why)| why.is_none()), "{:?}", members(&h));
     let lab = fairway_kube::http::cohort_list(&h.engine).cohorts.into_iter().find(|c| c.name == "lab").unwrap();
     assert_eq!(lab.capacity.gpus, Some(3));
+    // Annotations that cannot be read are listed under the cohort they name too, with the
+    // annotation and why, and nothing of the place; fixed, the namespace is in again.
+    let unreadable = [(COHORT, "lab"), (NOMINAL_GPUS, "four")];
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", &unreadable))));
+    let lab = fairway_kube::http::cohort_list(&h.engine).cohorts.into_iter().find(|c| c.name == "lab").unwrap();
+    let speech = lab.members.iter().find(|m| m.member.project == "speech").expect("speech listed under lab");
+    assert_eq!(
+        speech.left_out.as_deref(),
+        Some("fairway.dev/nominal-gpus: must be a whole number of GPUs, got \"four\"")
+    );
+    assert_eq!(speech.member.nominal, fairway_spec::LimitsDoc::default());
+    assert_eq!(lab.capacity.gpus, Some(2), "only vision's nominal quota is lent in lab");
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", &fixed))));
+    assert!(members(&h).iter().all(|(_, why)| why.is_none()), "{:?}", members(&h));
+    assert_eq!(members(&h).len(), 2, "speech listed once: {:?}", members(&h));
+    // A namespace deleted is listed nowhere, readable or not.
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", &unreadable))));
+    h.feed(Input::Namespace(Change::Deleted(cohort_namespace("speech", &unreadable))));
+    assert_eq!(members(&h), [("vision".to_string(), None)]);
 }
 
 /// A namespace over its cohort's borrowing limit is told so, naming the cohort and the
@@ -1214,8 +1233,10 @@ fn cohort_annotations_are_read_or_refused_by_name() {
         ("lab", "ads", Some(4), Some(16_000))
     );
     assert_eq!((member.borrowing_limit.unwrap().gpus, member.lending_limit.unwrap().gpus), (Some(2), Some(1)));
-    let cases: [(&[(&str, &str)], &str); 4] = [
+    let cases: [(&[(&str, &str)], &str); 5] = [
         (&[(NOMINAL_GPUS, "4")], COHORT),
+        // The cohort name rule of every driver, said with the annotation's key.
+        (&[(COHORT, "my lab"), (NOMINAL_GPUS, "4")], "fairway.dev/cohort: must not contain whitespace"),
         (&[(COHORT, "lab")], NOMINAL_GPUS),
         (&[(COHORT, "lab"), (NOMINAL_GPUS, "four")], NOMINAL_GPUS),
         (&[(COHORT, "lab"), (NOMINAL_GPUS, "4"), (NOMINAL_CPU, "lots")], NOMINAL_CPU),
