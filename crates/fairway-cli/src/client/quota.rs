@@ -76,7 +76,7 @@ pub enum CohortAction {
         /// A member as `PROJECT:GPUS[:borrow=N][:lend=N]` (GPUs only; repeat per member).
         #[arg(long = "member", value_name = "SPEC")]
         members: Vec<String>,
-        /// The members as a YAML or JSON list (`docs/cohorts.md`), for CPU and memory too.
+        /// The members, YAML or JSON, for CPU and memory too: a list, `members: [...]` (the API's body) or one cohort of the config file (`name`, `members`; `docs/cohorts.md`).
         #[arg(long, value_name = "PATH", conflicts_with = "members")]
         file: Option<std::path::PathBuf>,
     },
@@ -136,9 +136,16 @@ pub async fn quota(client: &Client, args: &QuotaArgs) -> Result<()> {
             let members = match file {
                 Some(path) => {
                     let text = std::fs::read_to_string(path).with_context(|| format!("--file {}", path.display()))?;
-                    serde_saphyr::from_str(&text).map_err(|e| {
+                    let file: MembersFile = serde_saphyr::from_str(&text).map_err(|e| {
                         anyhow::anyhow!("--file {}: {}", path.display(), fairway_spec::yaml_error_message(&e))
-                    })?
+                    })?;
+                    match file.name {
+                        Some(named) if named != *name => bail!(
+                            "--file {}: name: the file is cohort {named:?}, not {name:?}; drop the name or set {named:?}",
+                            path.display()
+                        ),
+                        _ => file.members,
+                    }
                 }
                 None => members.iter().map(|m| member_of(m)).collect::<Result<Vec<_>>>()?,
             };
@@ -186,6 +193,42 @@ fn member_of(spec: &str) -> Result<MemberDoc> {
         *slot = gpus_only(number(what, v)?);
     }
     Ok(member)
+}
+
+/// `fairway quota cohort set NAME --file`: the members as a list, as the request's body
+/// (`members: [...]`), or as one cohort of the config file (`name: ..., members: [...]`),
+/// so that each of those can be pasted as it is. Parsed by its form, not `untagged`, so
+/// that a mistake inside is reported at its line.
+struct MembersFile {
+    name: Option<String>,
+    members: Vec<MemberDoc>,
+}
+
+impl<'de> serde::Deserialize<'de> for MembersFile {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Cohort {
+            name: Option<String>,
+            members: Vec<MemberDoc>,
+        }
+        struct Form;
+        impl<'de> serde::de::Visitor<'de> for Form {
+            type Value = MembersFile;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of members, or a mapping with `members` (and optionally the cohort's `name`)")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> std::result::Result<MembersFile, A::Error> {
+                let members = serde::Deserialize::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(MembersFile { name: None, members })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> std::result::Result<MembersFile, A::Error> {
+                let c: Cohort = serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(MembersFile { name: c.name, members: c.members })
+            }
+        }
+        deserializer.deserialize_any(Form)
+    }
 }
 
 #[cfg(test)]

@@ -376,6 +376,43 @@ fn quota_cohort_sends_its_members_and_lists_cohorts() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("GPUS must be a whole number"), "{}", stderr(&out));
     assert_eq!(server.requests().len(), 3);
+    // `--file` takes the members as a list, as the request's body, or as one cohort of the
+    // config file; each sends the same members.
+    let dir = tempdir("cohort-file");
+    let list = "- { project: vision, nominal: { gpus: 4 }, borrowing_limit: { gpus: 2 } }\n\
+                - { project: speech, nominal: { gpus: 4 }, lending_limit: { gpus: 1 } }\n";
+    let indented: String = list.lines().map(|l| format!("  {l}\n")).collect();
+    let forms = [list.to_string(), format!("members:\n{indented}"), format!("name: lab\nmembers:\n{indented}")];
+    for (i, form) in forms.iter().enumerate() {
+        let path = dir.path().join(format!("members-{i}.yaml"));
+        std::fs::write(&path, form).unwrap();
+        let out = against(&server, &["quota", "cohort", "set", "lab", "--file", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{form}: {}", stderr(&out));
+        let sent: serde_json::Value = serde_json::from_slice(&server.requests().last().unwrap().body).unwrap();
+        assert_eq!(
+            sent,
+            serde_json::json!({ "members": [
+            { "project": "vision", "nominal": { "gpus": 4 }, "borrowing_limit": { "gpus": 2 } },
+            { "project": "speech", "nominal": { "gpus": 4 }, "lending_limit": { "gpus": 1 } },
+        ] }),
+            "{form}"
+        );
+    }
+    // Another cohort's file, a mistake inside and a form it is not: refused, nothing sent.
+    let sent_before = server.requests().len();
+    let bad = [
+        (format!("name: research\nmembers:\n{indented}"), "name: the file is cohort \"research\", not \"lab\""),
+        ("members:\n  - { project: a, nominal: { gpu: 2 } }\n".to_string(), "line 2 column 30: unknown field `gpu`"),
+        ("7\n".to_string(), "expected a list of members, or a mapping with `members`"),
+    ];
+    for (i, (form, said)) in bad.iter().enumerate() {
+        let path = dir.path().join(format!("bad-{i}.yaml"));
+        std::fs::write(&path, form).unwrap();
+        let out = against(&server, &["quota", "cohort", "set", "lab", "--file", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{form}");
+        assert!(stderr(&out).contains(said), "{form}: {}", stderr(&out));
+    }
+    assert_eq!(server.requests().len(), sent_before);
 }
 
 /// A folder removed when the test ends.
