@@ -325,6 +325,9 @@ pub(crate) struct Nodes {
     /// The nodes' `Node::version`s in the same order, likewise compact: a reservation's plan
     /// that walks every node reads them, and the nodes themselves only where one changed.
     versions: Vec<u64>,
+    /// How many nodes have more GPUs than the packing policies model
+    /// (`packing::NODE_GPUS_MAX`): placement leaves those to the core's scoring.
+    beyond_packing: u32,
     pub index: FreeIndex,
     /// Bumped by every change to a node other than its victim list (its list of ends
     /// included): what a reservation's plan reads of the nodes is as it was while this
@@ -345,6 +348,10 @@ pub(crate) struct Nodes {
     logging: bool,
 }
 
+fn beyond_packing(node: &Node) -> bool {
+    node.spec.capacity.gpus as usize > crate::packing::NODE_GPUS_MAX
+}
+
 /// The fewest changes `Nodes::change_log` keeps before it drops its older half.
 const CHANGE_LOG_MIN: usize = 64;
 
@@ -356,6 +363,11 @@ impl Nodes {
 
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// Whether some node has more GPUs than the packing policies model.
+    pub fn any_beyond_packing(&self) -> bool {
+        self.beyond_packing > 0
     }
 
     /// The positions of the nodes changed since `version` (a node changed more than once
@@ -503,6 +515,7 @@ impl Nodes {
     /// takes the node as it is (its bit sets grow by doubling); otherwise it is rebuilt.
     pub fn add(&mut self, mut node: Node) {
         node.version = self.record_layout_change();
+        self.beyond_packing += u32::from(beyond_packing(&node));
         let at = self.nodes.partition_point(|n| n.spec.id < node.spec.id);
         let (model, gpus, level, schedulable, node_open) =
             (node.spec.gpu_model, node.spec.capacity.gpus, node.available_gpus(), node.schedulable, node.shared_open());
@@ -527,6 +540,7 @@ impl Nodes {
         self.ids.remove(ix.0 as usize);
         self.versions.remove(ix.0 as usize);
         let node = self.nodes.remove(ix.0 as usize);
+        self.beyond_packing -= u32::from(beyond_packing(&node));
         self.rebuild_index();
         Some(node)
     }

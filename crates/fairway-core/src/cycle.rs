@@ -1266,7 +1266,8 @@ impl Scheduler {
         }
         let reclaim = may_reclaim_with(&self.ledger, job.spec.project, cohort, total);
         let requested = resource.amount(total);
-        Some((cohort, PendingReason::CohortExhausted { cohort, resource, requested, used, limit }, reclaim))
+        let project = job.spec.project;
+        Some((cohort, PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit }, reclaim))
     }
 
     /// What of its quota or its cohort holds the pending job at `ix` back now (step 4d), if

@@ -86,8 +86,16 @@ pub enum PendingReason {
     },
     /// Starting the job would make its project borrow more than `cohort` lends: of the
     /// cohort's `limit` (its members' nominal quotas), `used` is in use or set aside for
-    /// members that do not lend it (see `ledger.rs`).
-    CohortExhausted { cohort: AccountId, resource: ResourceKind, requested: u64, used: u64, limit: u64 },
+    /// members that do not lend it (see `ledger.rs`). `project` is the job's, for
+    /// `Scheduler::cohort_most` (a job asking more than that waits for the cohort to change).
+    CohortExhausted {
+        cohort: AccountId,
+        project: AccountId,
+        resource: ResourceKind,
+        requested: u64,
+        used: u64,
+        limit: u64,
+    },
     /// The job can never start on these nodes, even empty: one replica needs more than any
     /// node of the model has, or the gang has more replicas than all of them together can
     /// hold (`replicas_max`, the most the empty nodes hold, below `replicas`). For a replica
@@ -168,7 +176,7 @@ impl fmt::Display for PendingReason {
                 };
                 write!(f, "{what}: {account} uses {used} of {limit} {}{whose}, job asks {requested}", resource.name())
             }
-            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit, .. } => {
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
                 write!(
                     f,

@@ -217,7 +217,12 @@ impl FreeRoom<'_> {
             && let Some(ask) = ask_of(per_replica, model)
             && (!policy.needs_workload_model() || arrivals.model().is_some())
         {
-            return self.place_packed(policy, jobs, arrivals, &ask, per_replica, model);
+            let packed = self.place_packed(policy, jobs, arrivals, &ask, per_replica, model);
+            // Nodes of more GPUs than the policies model are not theirs to judge: where no
+            // other node takes the replica, the core's scoring places it (on one of those).
+            if packed.is_some() || !self.nodes.any_beyond_packing() {
+                return packed;
+            }
         }
         self.place_one(model, per_replica).map(|node| (node, None))
     }
@@ -225,7 +230,7 @@ impl FreeRoom<'_> {
     /// A packing policy's choice among the first `candidate_nodes_scored_max` nodes where
     /// the replica fits (shared GPUs with room first for a share, then by free GPUs
     /// ascending): the best score, ties to the lowest node id. Nodes of more than 16 GPUs
-    /// are left to `scoring`.
+    /// are not judged here: `place_one_with_gpus` leaves them to `scoring`.
     fn place_packed(
         &self,
         policy: PackPolicy,

@@ -376,6 +376,19 @@ impl Ledger {
         self.get(cohort)?.cohort.as_ref()
     }
 
+    /// See [`crate::Scheduler::cohort_most`].
+    pub fn cohort_most(&self, project: AccountId, kind: ResourceKind) -> Option<u64> {
+        let n = self.get(project)?.nominal?;
+        let cohort = self.cohort(n.cohort)?;
+        let capacity = kind.amount_of_limit(cohort.capacity.limit(kind)?);
+        let kept_by_others: u64 = (cohort.members.iter())
+            .filter(|&&m| m != project)
+            .filter_map(|&m| self.get(m)?.nominal)
+            .map(|other| kind.amount_of_limit(other.guaranteed_of(kind)))
+            .sum();
+        Some(capacity.saturating_sub(kept_by_others))
+    }
+
     /// The first dimension in which starting `extra` for `project` would take its cohort
     /// over rule 2 (see the module doc): `(cohort, resource, level, capacity)`.
     pub fn over_cohort(&self, project: AccountId, extra: Resources) -> Option<(AccountId, ResourceKind, u64, u64)> {

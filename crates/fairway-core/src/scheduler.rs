@@ -337,11 +337,11 @@ impl Scheduler {
                 let (limit, limit_from) = limit_now.unwrap_or((limit, limit_from));
                 PendingReason::OverQuota { account, resource, requested, used, limit, limit_from }
             }
-            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+            PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit } => {
                 let now = self.ledger.get(cohort).filter(|a| a.cohort.is_some());
                 let used = now.map_or(used, |a| resource.amount(a.level()));
                 let limit = now.and_then(|a| a.cap_amount(resource)).unwrap_or(limit);
-                PendingReason::CohortExhausted { cohort, resource, requested, used, limit }
+                PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit }
             }
             ref other => other.clone(),
         }
@@ -426,6 +426,15 @@ impl Scheduler {
     /// What is charged to an account and its cap.
     pub fn account_usage(&self, account: AccountId) -> (Resources, Option<Quota>) {
         self.ledger.usage(account)
+    }
+
+    /// The most of `kind` a member of a cohort can ever hold there, whatever else runs: the
+    /// cohort's capacity less what its other members keep unlent (their guarantees). A job
+    /// held by `PendingReason::CohortExhausted` that asks more (in the same unit as that
+    /// reason's amounts) waits until the cohort changes, not until work ends. `None` for a
+    /// project in no cohort, or a resource its cohort does not govern.
+    pub fn cohort_most(&self, project: AccountId, kind: crate::types::ResourceKind) -> Option<u64> {
+        self.ledger.cohort_most(project, kind)
     }
 
     /// With fair sharing on, an account's share at `now` (`fairshare.rs`): the weighted

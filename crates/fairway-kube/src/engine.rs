@@ -2009,14 +2009,15 @@ impl Engine {
         let model = |m: Option<fairway_core::GpuModel>| {
             m.and_then(|m| self.interner.name_of(m)).map(|m| format!(" of {m}")).unwrap_or_default()
         };
+        // In the ResourceQuota's own units and names.
+        let unit_and_name = |resource: &fairway_core::ResourceKind| match resource {
+            fairway_core::ResourceKind::Gpu => ("", self.settings.gpu_resource.as_str()),
+            fairway_core::ResourceKind::Cpu => ("m", "cpu"),
+            fairway_core::ResourceKind::Memory => ("Mi", "memory"),
+        };
         match reason {
             PendingReason::OverQuota { account, resource, requested, used, limit, limit_from } => {
-                // In the ResourceQuota's own units and names.
-                let (unit, name) = match resource {
-                    fairway_core::ResourceKind::Gpu => ("", self.settings.gpu_resource.as_str()),
-                    fairway_core::ResourceKind::Cpu => ("m", "cpu"),
-                    fairway_core::ResourceKind::Memory => ("Mi", "memory"),
-                };
+                let (unit, name) = unit_and_name(resource);
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
                 let namespace = self.interner.account_name(*account).map_or("?", |(_, name)| name);
                 match limit_from {
@@ -2032,12 +2033,22 @@ impl Engine {
                     ),
                 }
             }
-            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+            PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit } => {
+                let cohort_name = self.interner.account_name(*cohort).map_or("?", |(_, name)| name);
+                let (unit, name) = unit_and_name(resource);
+                // Asking more than the namespace can ever hold there is not a wait for work
+                // to end, and says so.
+                let never = match self.core.cohort_most(*project, *resource) {
+                    Some(most) if most < *requested => format!(
+                        "; namespace {} can never hold more than {}{unit} {name} in cohort {cohort_name} (the members' nominal quotas, less what the others keep unlent), so it waits until the cohort changes",
+                        self.interner.account_name(*project).map_or("?", |(_, name)| name),
+                        resource.format_amount(most),
+                    ),
+                    _ => String::new(),
+                };
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
                 format!(
-                    "cohort {} lends no more: {used} of its {limit} {} are in use or kept for their owners (namespaces' {} annotations); it asks {requested}",
-                    self.interner.account_name(*cohort).map_or("?", |(_, name)| name),
-                    resource.name(),
+                    "cohort {cohort_name} lends no more: {used}{unit} of its {limit}{unit} {name} are in use or kept for their owners (namespaces' {} annotations); it asks {requested}{unit}{never}",
                     crate::workload::COHORT
                 )
             }

@@ -1230,6 +1230,43 @@ fn a_job_over_its_borrowing_limit_is_told_which_limit_and_cohort() {
     }
 }
 
+/// A job asking more than its project can ever hold in its cohort (the members' nominal
+/// quotas less what the others keep unlent) is told so: not a wait for work to end. Speech
+/// keeps 1 of its 2 GPUs unlent, so vision can hold at most 3 of lab's 4, however idle the
+/// cluster; a 3-GPU job is told only that the cohort lends no more while speech runs.
+#[test]
+fn a_job_larger_than_its_cohort_can_ever_lend_is_told_so() {
+    let config = "cohorts:\n  - name: lab\n    members:\n      \
+                  - { project: vision, nominal: { gpus: 2 } }\n      \
+                  - { project: speech, nominal: { gpus: 2 }, lending_limit: { gpus: 1 } }\n";
+    let server = InProcess::start("8", config);
+    let api = &server.api;
+    let huge = api.submit(&trainer_job("huge", "vision", "medium", 4, 400, 50))[0];
+    let reason = api.wait_for("the 4-GPU job to wait on the cohort", |api| {
+        api.job(huge).job.reasons.into_iter().find(|r| r.code == "cohort_exhausted")
+    });
+    assert_eq!(
+        reason.message,
+        "cohort lab lends no more: 1 of its 4 GPUs are in use or kept for their owners; the job asks 4; \
+         project vision can never hold more than 3 GPUs in cohort lab (its members' nominal quotas, less what \
+         the others keep unlent), so it waits until the cohort changes"
+    );
+    assert_eq!(reason.data["most"].as_u64(), Some(3));
+    let s1 = api.submit(&trainer_job("s1", "speech", "medium", 2, 400, 50))[0];
+    api.wait_state(s1, JobState::Running);
+    let fits_later = api.submit(&trainer_job("v3", "vision", "medium", 3, 400, 50))[0];
+    let reason = api.wait_for("the 3-GPU job to wait on the cohort", |api| {
+        api.job(fits_later).job.reasons.into_iter().find(|r| r.code == "cohort_exhausted")
+    });
+    assert_eq!(
+        reason.message,
+        "cohort lab lends no more: 2 of its 4 GPUs are in use or kept for their owners; the job asks 3"
+    );
+    for id in [huge, s1, fits_later] {
+        api.json("POST", &format!("/v1/jobs/{id}/cancel"), None);
+    }
+}
+
 /// Cohorts on the real server: vision (nominal 1 GPU) borrows speech's idle GPU from the
 /// cohort in the config; speech's job, of the same priority and within speech's nominal
 /// quota, takes it back by preempting one of vision's (graceful: SIGTERM, checkpoint,

@@ -163,7 +163,7 @@ impl Names {
                     resource.name()
                 )
             }
-            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+            PendingReason::CohortExhausted { cohort, resource, requested, used, limit, .. } => {
                 let [requested, used, limit] = [requested, used, limit].map(|a| resource.format_amount(*a));
                 format!(
                     "cohort_exhausted({} {}: used {used} + {requested} > {limit})",

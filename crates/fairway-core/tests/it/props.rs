@@ -846,6 +846,27 @@ fn fair_reservations_case() -> impl Strategy<Value = Case> {
     )
 }
 
+/// `case()` with its first node larger than the packing policies model (more than 16 GPUs:
+/// the core's scoring places there), so that some job fits only on it.
+fn large_node_case() -> impl Strategy<Value = Case> {
+    (case(), prop_oneof![Just(17u32), Just(24), Just(32)]).prop_map(|(mut case, gpus)| {
+        case.nodes[0].gpus = gpus;
+        case
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    /// Invariants and outside checks hold with a node of more GPUs than packing models.
+    #[test]
+    fn a_node_beyond_packing_keeps_invariants(case in large_node_case()) {
+        if let Err(e) = Driver::run(&case, false) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2_000))]
 

@@ -1206,6 +1206,34 @@ fn a_job_over_its_borrowing_limit_is_told_which_limit() {
     assert!(said.len() == 1 && said[0].starts_with(quota), "{said:?}");
 }
 
+/// A Job asking more than its namespace can ever hold in its cohort is told so, in the
+/// ResourceQuota's names: speech keeps 1 of its 2 GPUs unlent, so vision can hold at most 3
+/// of lab's 4 however idle the node is.
+#[test]
+fn a_job_larger_than_its_cohort_can_ever_lend_is_told_so() {
+    use fairway_kube::workload::{COHORT, LENDING_LIMIT_GPUS, NOMINAL_GPUS};
+    let mut h = Harness::new();
+    let jobs = vec![job("vision", "huge", "medium", 4, 1, 0, None)];
+    h.start(vec![node("n1", 8)], vec![class("medium", 1000)], jobs, vec![], vec![]);
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("vision", &[(COHORT, "lab"), (NOMINAL_GPUS, "2")]))));
+    let speech = [(COHORT, "lab"), (NOMINAL_GPUS, "2"), (LENDING_LIMIT_GPUS, "1")];
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", &speech))));
+    assert!(admitted(&h.cycle()).is_empty());
+    let said: Vec<String> = h
+        .background()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Condition { target, message, .. } if target.name == "huge" => Some(message),
+            _ => None,
+        })
+        .collect();
+    let expected = "cohort lab lends no more: 1 of its 4 nvidia.com/gpu are in use or kept for their owners \
+                    (namespaces' fairway.dev/cohort annotations); it asks 4; namespace vision can never hold more \
+                    than 3 nvidia.com/gpu in cohort lab (the members' nominal quotas, less what the others keep \
+                    unlent), so it waits until the cohort changes";
+    assert!(said.len() == 1 && said[0].starts_with(expected), "{said:?}");
+}
+
 #[test]
 fn cohort_annotations_are_read_or_refused_by_name() {
     use fairway_kube::workload::{

@@ -134,15 +134,28 @@ impl Engine {
                     }
                 }
             }
-            PendingReason::CohortExhausted { cohort, resource, requested, used, limit } => {
+            PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit } => {
                 let (_, name) = self.account_name(*cohort);
+                let (_, project_name) = self.account_name(*project);
+                let most = self.core.cohort_most(*project, *resource);
+                // Asking more than the project can ever hold there is not a wait for work
+                // to end, and says so.
+                let never = match most {
+                    Some(most) if most < *requested => format!(
+                        "; project {project_name} can never hold more than {} {} in cohort {name} (its members' nominal quotas, less what the others keep unlent), so it waits until the cohort changes",
+                        amount_value(*resource, most),
+                        unit_text(*resource)
+                    ),
+                    _ => String::new(),
+                };
+                let most = most.map(|m| amount_value(*resource, m));
                 let [requested, used, limit] = [requested, used, limit].map(|a| amount_value(*resource, *a));
                 (
                     format!(
-                        "cohort {name} lends no more: {used} of its {limit} {} are in use or kept for their owners; the job asks {requested}",
+                        "cohort {name} lends no more: {used} of its {limit} {} are in use or kept for their owners; the job asks {requested}{never}",
                         unit_text(*resource)
                     ),
-                    json!({"cohort": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit}),
+                    json!({"cohort": name, "resource": resource.name(), "requested": requested, "used": used, "limit": limit, "most": most}),
                 )
             }
             PendingReason::NeverFits {
