@@ -446,8 +446,17 @@ impl Scheduler {
     /// Step 3.
     fn start_ready_preemptors(&mut self, now: Time, out: &mut CycleOutcome) {
         // In id order, as every cycle before saw them (`reserving` is by id).
+        let mut waiting = Vec::new();
         while let Some(id) = self.ready_preemptors.pop_first() {
             let ix = self.reserving[&id];
+            // Not while victims moved to holds of its cohort are on their way out, where the
+            // cohort is beyond what it lends with them (`Ledger::over_cohort_now`): they
+            // leave within their grace period.
+            let spec = &self.jobs[ix].spec;
+            if self.ledger.over_cohort_now(spec.project, spec.total()).is_some() {
+                waiting.push(id);
+                continue;
+            }
             // Turning the hold into the running job moves a charge, it adds nothing: what a
             // quota lowered meanwhile grandfathered must survive the uncharge of the hold
             // and the charge of the start.
@@ -458,6 +467,7 @@ impl Scheduler {
             out.decisions.push(Decision::Start { job: id, placement });
             out.stats.started += 1;
         }
+        self.ready_preemptors.extend(waiting);
     }
 
     /// Step 3b: a preemptor still waiting for its victims starts at once where room freed
@@ -517,7 +527,12 @@ impl Scheduler {
     fn may_move_off_hold(&self, ix: JobIx) -> bool {
         let job = &self.jobs[ix];
         let JobState::Pending { reservation: Some(hold) } = &job.state else { return false };
-        debug_assert!(hold.waiting > 0, "step 3 started the holders whose victims are gone");
+        // Step 3 started the holders whose victims are gone, but those its cohort holds back
+        // while victims moved to holds leave (`Ledger::over_cohort_now`): a move would add
+        // as much.
+        if hold.waiting == 0 {
+            return false;
+        }
         let (id, total, project) = (job.spec.id, job.spec.total(), job.spec.project);
         let member = self.ledger.cohort_of(project).is_some();
         // Only a member's victims move their cohort charge to its hold.
@@ -527,7 +542,7 @@ impl Scheduler {
                     && matches!(victim.state, JobState::Terminating { why: Termination::Preempted { preemptor, .. }, .. } if preemptor == id)
             })
         };
-        if member && hold.victims.iter().any(moved_to_hold) {
+        if member && (hold.victims.iter().any(moved_to_hold) || self.ledger.over_cohort_now(project, total).is_some()) {
             return false;
         }
         self.charged_accounts(ix).zip(hold.charged).all(|(account, charged)| {
@@ -983,7 +998,21 @@ impl Scheduler {
             }
             return Considered::Failed(Verdict { reasons, wake });
         }
-        // e.
+        // e. (A start on free room, not a preemption, waits while victims moved to holds of
+        // its cohort are on their way out, where it would take the cohort beyond what its
+        // members lend until they exit: `Ledger::over_cohort_now`. Preempting would not
+        // help, they hold their GPUs; it keeps any reservation it has, and waits within a
+        // grace period.)
+        if memo.no_fit.get(&shape).is_none()
+            && let Some((cohort, reason)) = self.cohort_shortfall_now(ix)
+            && self.place_on_free_room(ix, shape).is_some()
+        {
+            let cohort_short = Some(CohortWake { cohort, reclaims: true, short: true });
+            return Considered::Failed(Verdict {
+                reasons: Reasons::one(reason),
+                wake: Wake::On(WakeOn { cohort_short, ..WakeOn::default() }),
+            });
+        }
         if !self.plan.is_empty() && memo.no_fit.get(&shape).is_none() {
             match self.start_around_plan(ix, shape, now, out) {
                 Some(considered) => return considered,
@@ -1268,6 +1297,19 @@ impl Scheduler {
         let requested = resource.amount(total);
         let project = job.spec.project;
         Some((cohort, PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit }, reclaim))
+    }
+
+    /// Step 4e's wait: the job's start would take its cohort beyond what its members lend
+    /// while victims moved to holds are still on their way out.
+    fn cohort_shortfall_now(&self, ix: JobIx) -> Option<(AccountId, PendingReason)> {
+        let job = &self.jobs[ix];
+        let total = job.spec.total();
+        let (cohort, resource, used, limit) = self.ledger.over_cohort_now(job.spec.project, total)?;
+        if self.quota_shortfall(ix).is_some() {
+            return None;
+        }
+        let (project, requested) = (job.spec.project, resource.amount(total));
+        Some((cohort, PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit }))
     }
 
     /// What of its quota or its cohort holds the pending job at `ix` back now (step 4d), if

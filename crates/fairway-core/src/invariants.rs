@@ -306,11 +306,23 @@ impl Scheduler {
     /// each project's `moving` adds up its moved victims.
     fn check_moved(&self) -> Result<(), String> {
         let mut shortfall: BTreeMap<AccountId, Resources> = BTreeMap::new();
+        let mut holds: BTreeMap<AccountId, Resources> = BTreeMap::new();
         for &ix in self.reserving.values() {
             let job = &self.jobs[ix];
             let JobState::Pending { reservation: Some(r) } = &job.state else { continue };
             let s = shortfall.entry(job.spec.project).or_default();
             *s = s.plus(job.spec.total().minus(r.charged[0]));
+            let h = holds.entry(job.spec.project).or_default();
+            *h = h.plus(job.spec.total());
+        }
+        for project in self.ledger.account_ids() {
+            let expected = holds.get(&project).copied().unwrap_or_default();
+            if !self.ledger.holds(project).same_amounts(expected) {
+                return Err(format!(
+                    "{project} records {} of holds, its holds add up to {expected}",
+                    self.ledger.holds(project)
+                ));
+            }
         }
         for project in self.ledger.account_ids() {
             let expected = shortfall.get(&project).copied().unwrap_or_default();

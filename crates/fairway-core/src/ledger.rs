@@ -39,7 +39,9 @@
 //! count again if their preemptor's project leaves the cohort (`recount_cohorts`): they
 //! were moved as its work, and the cohort keeps nothing of it. The move keeps that project
 //! (`MovedToHold`), since the preemptor may be gone (cancelled) before its victims are
-//! (scenario 140). A move lowers the cohort's charge with nothing uncharged, so the
+//! (scenario 140). The level counts the victims gone, but they hold their GPUs until they
+//! exit: while any are on their way out, a start must also fit with them counted
+//! (`over_cohort_now`, see `docs/cohorts.md`). A move lowers the cohort's charge with nothing uncharged, so the
 //! scheduler records it as an uncharge of the cohort for the groups waiting on it
 //! (`queue::CohortWake`, scenario 142). A cohort's level rises only when a
 //! job starts or a hold is made, both checked against the cap; a job leaving lowers `C` by
@@ -69,6 +71,9 @@ pub(crate) struct Account {
     /// What its preemptors' holds are not charged to it while its own victims still leave
     /// (`hold_charges`): counted in its settled usage, which takes the holds in full.
     pub hold_shortfall: Resources,
+    /// Its preemptors' holds at their full size: what of its settled usage is not on any
+    /// GPU yet (`Ledger::over_cohort_now`).
+    pub holds: Resources,
     /// For a member of a cohort, `charged − moving + hold_shortfall`, kept as they change
     /// (`resettle`): the wake-up pass and the cohort checks read it at nearly every event.
     /// Other accounts work it out when asked (nothing asks at each event): keeping it
@@ -345,6 +350,9 @@ pub(crate) struct Ledger {
     /// because it would take its project over its nominal quota may now (see
     /// `queue::CohortWake`).
     settled_fell: Vec<AccountId>,
+    /// What every member's `moving` adds up to: while nothing moves to a hold,
+    /// `over_cohort_now` has nothing to add and returns at once.
+    moving_total: Resources,
 }
 
 impl Ledger {
@@ -397,6 +405,68 @@ impl Ledger {
         let account = self.get(cohort).expect("a member's cohort is known");
         let capacity = account.cap_amount(kind).expect("a cohort is short only where it has a capacity");
         Some((cohort, kind, kind.amount(account.level()), capacity))
+    }
+
+    /// A start of `extra` for `project` within its cohort's level, as rule 2 counts it (the
+    /// victims moved to holds gone, the holds in full: `over_cohort`), that would still take
+    /// the cohort beyond what its members lend while those victims are on their way out:
+    /// they hold their GPUs until they exit. Counted as the GPUs are held now
+    /// (`level_on_gpus`: running and leaving work, not the holds yet, each member at least
+    /// its guarantee). On a cluster whose GPUs are all the cohort's such a start finds no
+    /// free GPUs anyway; on a larger one it would, and the members would hold more than
+    /// they lend for the victims' grace period. A hold turned into its run adds its size
+    /// the same way. `(cohort, resource, level on GPUs, capacity)`.
+    pub fn over_cohort_now(&self, project: AccountId, extra: Resources) -> Option<(AccountId, ResourceKind, u64, u64)> {
+        if self.moving_total == Resources::ZERO {
+            return None;
+        }
+        let member = self.get(project)?;
+        let n = member.nominal?;
+        let cohort_account = self.get(n.cohort).expect("a member's cohort is known");
+        let cohort = cohort_account.cohort.as_ref().expect("a member's cohort is a cohort");
+        ResourceKind::ALL.into_iter().find_map(|k| {
+            let capacity = cohort.capacity.limit(k).map(|c| k.amount_of_limit(c))?;
+            let allowed = capacity.max(k.amount(cohort_account.grandfathered));
+            let now = self.level_on_gpus(cohort, k);
+            let g = k.amount_of_limit(n.guaranteed_of(k));
+            let held = on_gpus(member, k);
+            let adds = (held + k.amount(extra)).max(g) - held.max(g);
+            // Only what the start adds counts against it: a level above what the cohort
+            // lends already (victims on their way out) holds back no job that adds nothing.
+            (adds > 0 && now + adds > allowed).then_some((n.cohort, k, now, capacity))
+        })
+    }
+
+    /// A cohort's level in `kind`, or as the GPUs are held now (`over_cohort_now`) where
+    /// that is more, while victims moved to holds are on their way out.
+    pub fn cohort_level_now(&self, cohort: AccountId, kind: ResourceKind) -> Option<u64> {
+        let account = self.get(cohort)?;
+        let c = account.cohort.as_ref()?;
+        let level = kind.amount(account.level());
+        Some(if self.moving_total == Resources::ZERO { level } else { level.max(self.level_on_gpus(c, kind)) })
+    }
+
+    /// `Σ max(u, g)` over the members, `u` what each holds on GPUs now (`on_gpus`).
+    fn level_on_gpus(&self, cohort: &Cohort, k: ResourceKind) -> u64 {
+        cohort
+            .members
+            .iter()
+            .filter_map(|m| {
+                let a = &self.accounts[m];
+                Some(on_gpus(a, k).max(k.amount_of_limit(a.nominal?.guaranteed_of(k))))
+            })
+            .sum()
+    }
+
+    /// A preemptor's hold of `project`, at its full size, is made (`made`) or given up.
+    pub fn shift_holds(&mut self, project: AccountId, total: Resources, made: bool) {
+        let a = self.accounts.get_or_default(project);
+        a.holds = if made { a.holds.plus(total) } else { a.holds.minus(total) };
+    }
+
+    /// What `project`'s holds add up to, at their full sizes.
+    pub fn holds(&self, project: AccountId) -> Resources {
+        self.get(project).map_or(Resources::ZERO, |a| a.holds)
     }
 
     /// For a member of a cohort: its cohort, and by how much starting `extra` for `project`
@@ -522,6 +592,7 @@ impl Ledger {
     pub fn move_to_hold(&mut self, project: AccountId, cohort: AccountId, r: Resources) {
         assert!(self.accounts.contains_key(&project), "a victim's project is charged");
         self.change_member(project, |a| a.moving = a.moving.plus(r));
+        self.moving_total = self.moving_total.plus(r);
         self.uncharge(cohort, r);
     }
 
@@ -529,12 +600,14 @@ impl Ledger {
     pub fn settle_moved(&mut self, project: AccountId, r: Resources) {
         assert!(self.accounts.contains_key(&project), "a victim's project is charged");
         self.change_member(project, |a| a.moving = a.moving.minus(r));
+        self.moving_total = self.moving_total.minus(r);
     }
 
     /// Set a member's `moving` to what its moved victims add up to (after membership changed).
     pub fn set_moving(&mut self, project: AccountId, r: Resources) {
-        if self.accounts.contains_key(&project) {
+        if let Some(was) = self.accounts.get(&project).map(|a| a.moving) {
             self.change_member(project, |a| a.moving = r);
+            self.moving_total = self.moving_total.minus(was).plus(r);
         }
     }
 
@@ -825,6 +898,13 @@ impl Ledger {
             return Err(format!("{} accounts counted as capped, {capped} have a quota", self.capped));
         }
         self.check_cohorts()?;
+        let moving = self.accounts.values().fold(Resources::ZERO, |sum, a| sum.plus(a.moving));
+        if !moving.same_amounts(self.moving_total) {
+            return Err(format!(
+                "{} counted as moving to holds, the members' figures make {moving}",
+                self.moving_total
+            ));
+        }
         for (((id, account), expected), own) in self.accounts.iter().zip(charged).zip(preemptible) {
             let settled = account.settled_afresh();
             if account.nominal.is_some() && account.settled != settled {
@@ -905,6 +985,12 @@ pub(crate) fn hold_charges<L: Iterator<Item = AccountId>>(
         charges[k] = total.saturating_minus_by_amount(theirs);
     }
     charges
+}
+
+/// What a member holds on GPUs now, in `k`: its settled usage with what moves out of it back
+/// (those victims still hold their GPUs) and its holds not yet on any GPU.
+fn on_gpus(a: &Account, k: ResourceKind) -> u64 {
+    (k.amount(a.settled()) + k.amount(a.moving)).saturating_sub(k.amount(a.holds))
 }
 
 /// The sum of two optional limits where either names one (a member that names none counts 0).

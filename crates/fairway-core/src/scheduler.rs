@@ -302,13 +302,36 @@ impl Scheduler {
         })
     }
 
+    /// `CohortExhausted` as it stands now, where the job's cohort is beyond what its members
+    /// lend with the victims moved to holds still on their way out.
+    fn cohort_over_now_reason(&self, job: &crate::model::Job) -> Option<PendingReason> {
+        let (project, total) = (job.spec.project, job.spec.total());
+        let (cohort, resource, used, limit) = self.ledger.over_cohort_now(project, total)?;
+        Some(PendingReason::CohortExhausted {
+            cohort,
+            project,
+            resource,
+            requested: resource.amount(total),
+            used,
+            limit,
+        })
+    }
+
     /// Why a pending job is not running, as of the last cycle (empty for other states or
     /// unknown jobs).
     pub fn why(&self, id: JobId) -> Vec<PendingReason> {
         let Some(job) = self.jobs.get(id) else { return Vec::new() };
         let JobState::Pending { reservation } = &job.state else { return Vec::new() };
         if let Some(r) = reservation {
-            return vec![PendingReason::WaitingForPreemption { victims: self.still_terminating(id, &r.victims) }];
+            let victims = self.still_terminating(id, &r.victims);
+            // Its victims gone, it waits for victims moved to holds of its cohort to leave
+            // (`Ledger::over_cohort_now`): the cohort's level as they count.
+            if victims.is_empty()
+                && let Some(reason) = self.cohort_over_now_reason(job)
+            {
+                return vec![reason];
+            }
+            return vec![PendingReason::WaitingForPreemption { victims }];
         }
         if let Some((blocker, priority)) = self.blocked_by
             && job.key > blocker
@@ -339,7 +362,9 @@ impl Scheduler {
             }
             PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit } => {
                 let now = self.ledger.get(cohort).filter(|a| a.cohort.is_some());
-                let used = now.map_or(used, |a| resource.amount(a.level()));
+                // Counting the victims moved to holds still on their way out, which may be
+                // what holds it back (`Ledger::over_cohort_now`).
+                let used = self.ledger.cohort_level_now(cohort, resource).unwrap_or(used);
                 let limit = now.and_then(|a| a.cap_amount(resource)).unwrap_or(limit);
                 PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit }
             }
@@ -849,11 +874,13 @@ impl Scheduler {
         self.changes.uncharged.push(cohort);
     }
 
-    /// A victim moved out of its cohort has left: the move is settled.
+    /// A victim moved out of its cohort has left: the move is settled, and the jobs of the
+    /// cohort that waited for it to go (`Ledger::over_cohort_now`) are asked again.
     fn settle_moved_victim(&mut self, vix: JobIx) {
-        if self.jobs[vix].moved_to_hold.take().is_some() {
+        if let Some(m) = self.jobs[vix].moved_to_hold.take() {
             let (project, total) = (self.jobs[vix].spec.project, self.jobs[vix].spec.total());
             self.ledger.settle_moved(project, total);
+            self.cohort_may_ease(m.cohort);
         }
     }
 
@@ -1154,6 +1181,7 @@ impl Scheduler {
         for (k, account) in accounts.enumerate() {
             self.ledger.charge(account, reservation.charged[k]);
         }
+        self.ledger.shift_holds(job.spec.project, job.spec.total(), true);
         // The project's slot is the first.
         let shortfall = job.spec.total().minus(reservation.charged[0]);
         self.ledger.shift_hold_shortfall(job.spec.project, shortfall, Resources::ZERO);
@@ -1222,6 +1250,7 @@ impl Scheduler {
         // it still holds (scenario 113).
         let (project, total) = (self.jobs[ix].spec.project, self.jobs[ix].spec.total());
         self.ledger.shift_hold_shortfall(project, Resources::ZERO, total.minus(reservation.charged[0]));
+        self.ledger.shift_holds(project, total, false);
         for (k, account) in accounts.enumerate() {
             self.uncharge(std::iter::once(account), reservation.charged[k]);
         }

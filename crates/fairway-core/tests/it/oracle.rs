@@ -97,6 +97,11 @@ pub struct Oracle {
     /// Per cohort, what its members used beyond what they lend when membership or a nominal
     /// quota last changed (or a job was restored), shrinking as that drains.
     cohort_grandfathered: BTreeMap<AccountId, Resources>,
+    /// The same for what the members hold now (`live_usage`: running, and leaving after a
+    /// preemption, moved to a hold or not), which no start may take beyond what they lend
+    /// either; grandfathered and drained with their holds counted (`committed`), which may
+    /// still become their runs.
+    cohort_grandfathered_now: BTreeMap<AccountId, Resources>,
     /// Per capped account, what it may hold above its cap: what it held and had reserved
     /// when the cap was set (or a job restored), shrinking as that drains.
     grandfathered: BTreeMap<AccountId, Resources>,
@@ -179,6 +184,7 @@ impl Oracle {
                 let committed = self.committed(s, *project);
                 self.grandfathered.insert(*project, committed);
                 self.cohort_grandfathered.clear();
+                self.cohort_grandfathered_now.clear();
                 self.grandfather_cohorts(s);
             }
             Event::SetQuota { account, quota } => {
@@ -254,6 +260,12 @@ impl Oracle {
             let g = self.cohort_grandfathered.get_mut(&c).expect("listed");
             *g = g.min_by_amount(excess);
         }
+        let cohorts: Vec<AccountId> = self.cohort_grandfathered_now.keys().copied().collect();
+        for c in cohorts {
+            let excess = self.cohort_excess(c, |a| self.committed(s, a));
+            let g = self.cohort_grandfathered_now.get_mut(&c).expect("listed");
+            *g = g.min_by_amount(excess);
+        }
     }
 
     /// Each cohort may stay as far beyond what its members lend as its members' committed
@@ -263,6 +275,10 @@ impl Oracle {
         for c in cohorts {
             let excess = self.cohort_excess(c, |a| self.cohort_usage(s, a));
             let g = self.cohort_grandfathered.entry(c).or_default();
+            *g = max(*g, excess);
+            // Holds included: a hold made before may still become its run.
+            let excess = self.cohort_excess(c, |a| self.committed(s, a));
+            let g = self.cohort_grandfathered_now.entry(c).or_default();
             *g = max(*g, excess);
         }
     }
@@ -309,10 +325,15 @@ impl Oracle {
     fn cohort_short(&self, s: &Scheduler, spec: &JobSpec, freed: &BTreeMap<AccountId, Resources>) -> bool {
         let Some(n) = self.nominals.get(&spec.project) else { return false };
         // What each member holds as its cohort counts it, as the core may count it: the
-        // larger of what is charged to it and what it holds once preemptions complete.
+        // largest of what is charged to it, what it holds once preemptions complete, and,
+        // while victims moved to holds are on their way out, what it holds now and will
+        // (`Ledger::over_cohort_now`: live placements, those victims included, and holds).
+        // Victims it would preempt free the first two, not the last: they hold their GPUs
+        // until they exit.
         let usage = |a: AccountId| {
             let held = max(s.account_usage(a).0, self.cohort_usage(s, a));
             let held = held.saturating_minus(freed.get(&a).copied().unwrap_or_default());
+            let held = max(held, self.committed(s, a));
             if a == spec.project { held.plus(spec.total()) } else { held }
         };
         self.cohort_excess(n.cohort, usage) != Resources::ZERO
@@ -361,6 +382,14 @@ impl Oracle {
             if !excess.within_by_amount(g) {
                 return Err(format!(
                     "cohort {c}'s members use {excess} beyond what they lend (running or leaving), grandfathered {g}"
+                ));
+            }
+            // What they hold now, victims on their way out included, moved to holds or not.
+            let excess = self.cohort_excess(c, |a| self.live_usage(a));
+            let g = self.cohort_grandfathered_now.get(&c).copied().unwrap_or_default();
+            if !excess.within_by_amount(g) {
+                return Err(format!(
+                    "cohort {c}'s members hold {excess} beyond what they lend now (running and leaving), grandfathered {g}"
                 ));
             }
         }
