@@ -1302,14 +1302,8 @@ impl Scheduler {
     /// Step 4e's wait: the job's start would take its cohort beyond what its members lend
     /// while victims moved to holds are still on their way out.
     fn cohort_shortfall_now(&self, ix: JobIx) -> Option<(AccountId, PendingReason)> {
-        let job = &self.jobs[ix];
-        let total = job.spec.total();
-        let (cohort, resource, used, limit) = self.ledger.over_cohort_now(job.spec.project, total)?;
-        if self.quota_shortfall(ix).is_some() {
-            return None;
-        }
-        let (project, requested) = (job.spec.project, resource.amount(total));
-        Some((cohort, PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit }))
+        let shortfall = self.cohort_over_now_reason(&self.jobs[ix].spec)?;
+        self.quota_shortfall(ix).is_none().then_some(shortfall)
     }
 
     /// What of its quota or its cohort holds the pending job at `ix` back now (step 4d), if

@@ -304,17 +304,11 @@ impl Scheduler {
 
     /// `CohortExhausted` as it stands now, where the job's cohort is beyond what its members
     /// lend with the victims moved to holds still on their way out.
-    fn cohort_over_now_reason(&self, job: &crate::model::Job) -> Option<PendingReason> {
-        let (project, total) = (job.spec.project, job.spec.total());
+    pub(crate) fn cohort_over_now_reason(&self, spec: &JobSpec) -> Option<(AccountId, PendingReason)> {
+        let (project, total) = (spec.project, spec.total());
         let (cohort, resource, used, limit) = self.ledger.over_cohort_now(project, total)?;
-        Some(PendingReason::CohortExhausted {
-            cohort,
-            project,
-            resource,
-            requested: resource.amount(total),
-            used,
-            limit,
-        })
+        let requested = resource.amount(total);
+        Some((cohort, PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit }))
     }
 
     /// Why a pending job is not running, as of the last cycle (empty for other states or
@@ -327,7 +321,7 @@ impl Scheduler {
             // Its victims gone, it waits for victims moved to holds of its cohort to leave
             // (`Ledger::over_cohort_now`): the cohort's level as they count.
             if victims.is_empty()
-                && let Some(reason) = self.cohort_over_now_reason(job)
+                && let Some((_, reason)) = self.cohort_over_now_reason(&job.spec)
             {
                 return vec![reason];
             }
