@@ -981,15 +981,20 @@ impl Oracle {
                         return Err(format!("{id} blocked behind {job}, which is not pending"));
                     }
                     let theirs = s.why(job);
-                    if matches!(
-                        theirs.first(),
-                        Some(
-                            PendingReason::OverQuota { .. }
-                                | PendingReason::CohortExhausted { .. }
-                                | PendingReason::NeverFits { .. }
-                                | PendingReason::BlockedBehind { .. }
+                    // A job holding GPUs blocks whatever it waits for (cycle step 4b): a
+                    // ready preemptor may wait on its cohort (`cohort_exhausted`).
+                    let holds = matches!(s.job_status(job), Some(JobStatus::Pending { reserved: Some(_), .. }));
+                    if !holds
+                        && matches!(
+                            theirs.first(),
+                            Some(
+                                PendingReason::OverQuota { .. }
+                                    | PendingReason::CohortExhausted { .. }
+                                    | PendingReason::NeverFits { .. }
+                                    | PendingReason::BlockedBehind { .. }
+                            )
                         )
-                    ) {
+                    {
                         return Err(format!("{id} blocked behind {job}, which does not block: {theirs:?}"));
                     }
                 }
