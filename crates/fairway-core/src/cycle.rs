@@ -24,6 +24,11 @@ use crate::victims::VictimTallies;
 pub struct CycleOutcome {
     /// To carry out in order. Already applied to the core's state.
     pub decisions: Vec<Decision>,
+    /// Jobs whose start this cycle made and took back, as a victim set of them alone was
+    /// chosen later in the cycle (step 4f): their starts are not among the decisions, and
+    /// they are pending, unless a later walk of the cycle started them again. Nothing for a
+    /// driver to do; for metrics and checks.
+    pub taken_back: Vec<JobId>,
     pub stats: CycleStats,
 }
 
@@ -127,6 +132,10 @@ impl PreemptionBudget {
         ok
     }
 }
+
+/// Walks of the queue in one cycle at most: the first, and those after starts taken back
+/// (cycle step 4h).
+const WALKS_PER_CYCLE_MAX: u32 = 3;
 
 /// Where the walk's next job comes from.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -344,7 +353,8 @@ fn gpus_at_or_below(nodes: &Nodes, tallies: &VictimTallies, model: Option<GpuMod
 
 /// What a victim search within the cycle's budget came to.
 enum Searched {
-    Preempting,
+    /// A set was found and carried out: the job preempts, or started at once.
+    Done(Considered),
     /// The budget (rule 7) could not serve it.
     OverBudget,
     NoSet,
@@ -396,9 +406,13 @@ impl Scheduler {
     ///    f. otherwise, if the policy and the job allow, preempt lower-priority work
     ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job; failing
     ///    that, a job within its project's nominal quota reclaims from the members of its
-    ///    cohort that borrow, its own priority included;
+    ///    cohort that borrow, its own priority included; where every victim started in this
+    ///    cycle, their starts are taken back and the job starts at once (rule 8);
     ///    g. otherwise record why it is pending, and with reservations let it reserve if it
-    ///    ranks among the first that cannot start.
+    ///    ranks among the first that cannot start;
+    ///    h. after a walk that took a start back, walk again (the job back in the queue, and
+    ///    room it leaves, were passed), up to `WALKS_PER_CYCLE_MAX` walks on one
+    ///    preemption budget; past that the next cycle comes 1 ms later.
     /// 5. Check the invariants (debug builds; the simulator checks them in every build).
     pub fn cycle(&mut self, now: Time) -> CycleOutcome {
         let mut out = CycleOutcome::default();
@@ -412,6 +426,7 @@ impl Scheduler {
         self.counters.cycles += 1;
         out.decisions.clear();
         out.decisions.append(&mut self.outbox);
+        out.taken_back.clear();
         out.stats = CycleStats::default();
         self.budget_spent_at = None;
         if self.config.policy.packing.is_some() {
@@ -421,7 +436,25 @@ impl Scheduler {
         self.end_protections(now);
         self.start_ready_preemptors(now, out);
         self.move_waiting_preemptors(now, out);
-        self.walk_queue(now, out);
+        let limits = &self.config.limits;
+        let mut budget = PreemptionBudget {
+            searches_left: limits.preemption_attempts_per_cycle_max,
+            victims_left: limits.victims_per_cycle_max,
+        };
+        self.starts_taken_back_in_cycle = false;
+        self.walk_queue(now, &mut budget, out);
+        // 4h. A start taken back (preemption rule 8) left a job back in the queue, and maybe
+        // room, that the walk had passed: walk again, on what is left of the cycle's
+        // preemption budget. After the last walk allowed, the next cycle comes 1 ms later.
+        let mut walks = 1;
+        while std::mem::take(&mut self.starts_taken_back_in_cycle) {
+            if walks == WALKS_PER_CYCLE_MAX {
+                self.budget_spent_at = Some(now);
+                break;
+            }
+            self.walk_queue(now, &mut budget, out);
+            walks += 1;
+        }
         // The walk's starts may have left a reservation's job short of its quota.
         if out.stats.started > 0 {
             self.drop_reservations_held_by_caps();
@@ -449,25 +482,32 @@ impl Scheduler {
         let mut waiting = Vec::new();
         while let Some(id) = self.ready_preemptors.pop_first() {
             let ix = self.reserving[&id];
-            // Not while victims moved to holds of its cohort are on their way out, where the
-            // cohort is beyond what it lends with them (`Ledger::over_cohort_now`): they
-            // leave within their grace period.
-            let spec = &self.jobs[ix].spec;
-            if self.ledger.over_cohort_now(spec.project, spec.total()).is_some() {
+            if !self.start_ready_preemptor(ix, now, out) {
                 waiting.push(id);
-                continue;
             }
-            // Turning the hold into the running job moves a charge, it adds nothing: what a
-            // quota lowered meanwhile grandfathered must survive the uncharge of the hold
-            // and the charge of the start.
-            let id = self.jobs[ix].spec.id;
-            let grandfathered = self.grandfathered_of_job(ix);
-            let placement = self.start_on_hold(ix, now);
-            self.ledger.keep_grandfathered(grandfathered);
-            out.decisions.push(Decision::Start { job: id, placement });
-            out.stats.started += 1;
         }
         self.ready_preemptors.extend(waiting);
+    }
+
+    /// The ready preemptor at `ix` (its victims all gone) starts on what it holds, unless
+    /// victims moved to holds of its cohort are on their way out where the cohort is beyond
+    /// what it lends with them (`Ledger::over_cohort_now`): they leave within their grace
+    /// period, and it stays ready. Whether it started.
+    fn start_ready_preemptor(&mut self, ix: JobIx, now: Time, out: &mut CycleOutcome) -> bool {
+        let spec = &self.jobs[ix].spec;
+        if self.ledger.over_cohort_now(spec.project, spec.total()).is_some() {
+            return false;
+        }
+        // Turning the hold into the running job moves a charge, it adds nothing: what a
+        // quota lowered meanwhile grandfathered must survive the uncharge of the hold and
+        // the charge of the start.
+        let id = spec.id;
+        let grandfathered = self.grandfathered_of_job(ix);
+        let placement = self.start_on_hold(ix, now);
+        self.ledger.keep_grandfathered(grandfathered);
+        out.decisions.push(Decision::Start { job: id, placement });
+        out.stats.started += 1;
+        true
     }
 
     /// Step 3b: a preemptor still waiting for its victims starts at once where room freed
@@ -569,7 +609,7 @@ impl Scheduler {
     }
 
     /// Step 4: walk the queue in order, one equivalence group at a time (see `queue.rs`).
-    fn walk_queue(&mut self, now: Time, out: &mut CycleOutcome) {
+    fn walk_queue(&mut self, now: Time, budget: &mut PreemptionBudget, out: &mut CycleOutcome) {
         self.blocked_by = None;
         self.ledger.take_borrowing_began(&mut self.changes.borrowing_began);
         self.ledger.take_settled_fell(&mut self.changes.settled_fell);
@@ -610,7 +650,7 @@ impl Scheduler {
             false => FairLevel::default(),
         };
         level.clear();
-        let reached = self.walk_heads(&candidates, &mut memo, &mut level, now, out);
+        let reached = self.walk_heads(&candidates, &mut memo, &mut level, budget, now, out);
         self.cycle_memo = memo;
         if self.fair.enabled() {
             self.fair_level = level;
@@ -633,15 +673,11 @@ impl Scheduler {
         candidates: &[(QueueKey, GroupIx)],
         memo: &mut CycleMemo,
         level: &mut FairLevel,
+        budget: &mut PreemptionBudget,
         now: Time,
         out: &mut CycleOutcome,
     ) -> usize {
         let strict = !self.config.policy.backfill;
-        let limits = &self.config.limits;
-        let mut budget = PreemptionBudget {
-            searches_left: limits.preemption_attempts_per_cycle_max,
-            victims_left: limits.victims_per_cycle_max,
-        };
         let first_blocker = |s: &Scheduler| if strict { s.first_blocker() } else { None };
         let mut blocker = first_blocker(self);
         // Awake heads are taken in order from the queue's own set (a start, or a preemption
@@ -732,7 +768,14 @@ impl Scheduler {
             last_head = Some((key, gix));
             out.stats.jobs_considered += 1;
             let gk = self.queue.group(gix).key;
-            match self.consider(key.ix, &gk, now, memo, &mut budget, out) {
+            let taken_back = self.counters.starts_taken_back;
+            let considered = self.consider(key.ix, &gk, now, memo, budget, out);
+            if self.counters.starts_taken_back != taken_back {
+                // Room grew within the walk (what the taken-back runs held beyond the hold):
+                // what the memo says failed may not now.
+                memo.clear();
+            }
+            match considered {
                 considered @ (Considered::Started | Considered::Preempting) => {
                     // Something changed for this group: its old verdict no longer holds. The
                     // job left the group (it runs, or holds GPUs): its next member is the
@@ -943,7 +986,7 @@ impl Scheduler {
             }
             if preempt_capable {
                 match self.preempt_within(ix, PreemptionScope::Cohort { reclaim }, now, budget, out) {
-                    Searched::Preempting => return Considered::Preempting,
+                    Searched::Done(considered) => return considered,
                     Searched::OverBudget => wake = self.defer_for_budget(&mut reasons, now),
                     Searched::NoSet => {
                         let c = CohortWake { cohort, reclaims: reclaim, short: true };
@@ -970,8 +1013,7 @@ impl Scheduler {
                     out.stats.preemption_searches += 1;
                     match self.search(ix, PreemptionScope::Account(account), now) {
                         Some(plan) if budget.take_victims(&plan) => {
-                            self.carry_out_preemption(ix, plan, now, out);
-                            return Considered::Preempting;
+                            return self.carry_out_preemption(ix, plan, now, out);
                         }
                         Some(_) => {
                             let wake = self.defer_for_budget(&mut reasons, now);
@@ -1049,13 +1091,12 @@ impl Scheduler {
             out.stats.preemption_searches += 1;
             match self.search(ix, PreemptionScope::Any, now) {
                 Some(plan) if budget.take_victims(&plan) => {
-                    self.carry_out_preemption(ix, plan, now, out);
-                    return Considered::Preempting;
+                    return self.carry_out_preemption(ix, plan, now, out);
                 }
                 Some(_) => wake = self.defer_for_budget(&mut reasons, now),
                 None if self.may_reclaim(ix) => {
                     match self.preempt_within(ix, PreemptionScope::Cohort { reclaim: true }, now, budget, out) {
-                        Searched::Preempting => return Considered::Preempting,
+                        Searched::Done(considered) => return considered,
                         Searched::OverBudget => wake = self.defer_for_budget(&mut reasons, now),
                         Searched::NoSet => {
                             reasons.push(PendingReason::NoPreemptionCandidates);
@@ -1210,10 +1251,7 @@ impl Scheduler {
         }
         out.stats.preemption_searches += 1;
         match self.search(ix, scope, now) {
-            Some(plan) if budget.take_victims(&plan) => {
-                self.carry_out_preemption(ix, plan, now, out);
-                Searched::Preempting
-            }
+            Some(plan) if budget.take_victims(&plan) => Searched::Done(self.carry_out_preemption(ix, plan, now, out)),
             Some(_) => Searched::OverBudget,
             None => Searched::NoSet,
         }
@@ -1431,9 +1469,25 @@ impl Scheduler {
     }
 
     /// Issue the preemptions of a plan and hold the freed GPUs for the preemptor.
-    fn carry_out_preemption(&mut self, ix: JobIx, plan: VictimPlan, now: Time, out: &mut CycleOutcome) {
+    /// Carries out a victim plan: its victims are told to stop, and the job holds the GPUs
+    /// they free (cycle step 4f). Where every victim runs from a start this cycle made, no
+    /// victim is told anything: those starts are taken back (`take_back_starts`) and the job
+    /// starts at once on what it holds, as a preemptor does whose victims have left.
+    fn carry_out_preemption(&mut self, ix: JobIx, plan: VictimPlan, now: Time, out: &mut CycleOutcome) -> Considered {
         let (id, per_replica) = (self.jobs[ix].spec.id, self.jobs[ix].spec.per_replica);
         let placement = self.assign_reserved_slots(&plan, per_replica);
+        if !plan.victims.is_empty() && plan.victims.iter().all(|&(_, vix)| self.started_this_cycle(vix)) {
+            // The victims' charges move to the hold where they share an account, as when
+            // victims exit: what a lowered cap grandfathered stays so.
+            let grandfathered = self.grandfathered_of_job(ix);
+            self.take_back_starts(&plan, now, out);
+            self.reserve(ix, Reservation { placement, victims: Vec::new(), waiting: 0, charged: Default::default() });
+            self.ledger.keep_grandfathered(grandfathered);
+            return match self.start_ready_preemptor(ix, now, out) {
+                true => Considered::Started,
+                false => Considered::Preempting,
+            };
+        }
         for &(victim, vix) in &plan.victims {
             let deadline = now.plus_ms(self.jobs[vix].spec.grace_ms);
             self.begin_termination(vix, Termination::Preempted { preemptor: id, deadline });
@@ -1449,6 +1503,26 @@ impl Scheduler {
         let victims: Vec<crate::types::JobId> = plan.victims.iter().map(|(v, _)| *v).collect();
         let waiting = victims.len() as u32;
         self.reserve(ix, Reservation { placement, victims, waiting, charged: Default::default() });
+        Considered::Preempting
+    }
+
+    /// A victim plan all of whose victims run from starts this cycle made: instead of being
+    /// started only to be stopped, they are not started (`take_back_start`; no driver has
+    /// heard of them, and their decisions leave the outcome) and wait in their places in
+    /// the queue. A borrower started, then reclaimed further down the walk by a member within
+    /// its nominal quota; a preemptor started on its hold, then taken by a higher tier that
+    /// arrived at the same instant. (A plan that also stops runs of earlier cycles is carried
+    /// out as it is: it was chosen with those starts running, a borrower's borrowing among
+    /// its reasons.)
+    fn take_back_starts(&mut self, plan: &VictimPlan, now: Time, out: &mut CycleOutcome) {
+        for &(victim, vix) in &plan.victims {
+            self.take_back_start(vix, now);
+            let at = out.decisions.iter().rposition(|d| matches!(d, Decision::Start { job, .. } if *job == victim));
+            out.decisions.remove(at.expect("a start of this cycle is among its decisions"));
+            out.stats.started -= 1;
+            out.taken_back.push(victim);
+        }
+        self.starts_taken_back_in_cycle = true;
     }
 
     /// Why the job at `vix` gives way to the one at `ix`: by priority when it is below, or

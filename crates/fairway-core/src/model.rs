@@ -81,6 +81,9 @@ pub(crate) struct Job {
     /// While running: when its run is expected to end, as `estimate.rs` said at its start
     /// or when it last ran past that (see `Scheduler::expected_end`).
     pub expected_end: Time,
+    /// The cycle (`Counters::cycles`) that last started it: a start chosen as a victim in
+    /// the cycle that made it is taken back, not preempted (`Scheduler::take_back_start`).
+    pub started_in_cycle: u64,
 }
 
 impl Job {

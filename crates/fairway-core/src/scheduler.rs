@@ -100,6 +100,9 @@ pub struct Counters {
     pub jobs_considered: u64,
     /// Preemptors that started on room freed elsewhere before their victims had gone.
     pub preemptors_moved: u64,
+    /// Starts taken back in the cycle that made them, their job chosen as a victim there
+    /// (not counted in `starts` or `preemptions`).
+    pub starts_taken_back: u64,
 }
 
 pub struct Scheduler {
@@ -152,6 +155,8 @@ pub struct Scheduler {
     /// When the last cycle left a preemptor waiting for a per-cycle budget (searches or
     /// victims, rule 7): it wants the next cycle soon, not at the next event.
     pub(crate) budget_spent_at: Option<Time>,
+    /// A start was taken back during this cycle's walk (cycle step 4h).
+    pub(crate) starts_taken_back_in_cycle: bool,
     /// Reservations of pending jobs that cannot start, in queue order (see `plan.rs`).
     pub(crate) plan: Vec<crate::plan::Planned>,
     /// Completed run times per tenant, to estimate run times from (see `estimate.rs`).
@@ -215,6 +220,7 @@ impl Scheduler {
             changes: Changes::default(),
             blocked_by: None,
             budget_spent_at: None,
+            starts_taken_back_in_cycle: false,
         }
     }
 
@@ -491,7 +497,7 @@ impl Scheduler {
     /// The earliest time the core wants a cycle even if no event arrives: a run-time limit,
     /// a running job's protection from preemption ending (a preemptor may be waiting), a
     /// waiting job's preemption delay ending, or, 1 ms after a cycle whose preemption budget
-    /// ran out, the next cycle.
+    /// ran out or whose last walk took a start back (cycle step 4h), the next cycle.
     pub fn next_wakeup(&self) -> Option<Time> {
         let deadline = self.runtime_deadlines.first().map(|(t, ..)| *t);
         let protection = self.protection_ends.first().map(|(t, ..)| *t);
@@ -562,6 +568,7 @@ impl Scheduler {
             queued_at: now,
             moved_to_hold: None,
             expected_end: Time::ZERO,
+            started_in_cycle: 0,
         };
         let gk = job.group_key();
         self.jobs.insert(job);
@@ -919,6 +926,7 @@ impl Scheduler {
         job.queued_in = None;
         job.state = JobState::Running { placement, started_at: now };
         job.expected_end = expected_end;
+        job.started_in_cycle = self.counters.cycles;
         if self.tracks_run_ends() {
             self.index_run_end(ix);
         }
@@ -1156,6 +1164,30 @@ impl Scheduler {
         let (key, gk) = (job.key, job.group_key());
         self.jobs[ix].queued_in = Some(self.queue.insert(key, gk));
         self.counters.requeues += 1;
+    }
+
+    /// Whether the job at `ix` runs from a start the current cycle made (its decision is
+    /// still in the cycle's outcome, not yet carried out by any driver).
+    pub(crate) fn started_this_cycle(&self, ix: JobIx) -> bool {
+        let job = &self.jobs[ix];
+        matches!(job.state, JobState::Running { .. }) && job.started_in_cycle == self.counters.cycles
+    }
+
+    /// Undo a start the current cycle made (`started_this_cycle`): the job gives its GPUs
+    /// and charges back at once and returns to its place in the queue, as if it had not
+    /// started. No driver has heard of the start: the caller drops its decision. Nothing
+    /// counts it as a run, a preemption or a requeue, and rule 1's delay still counts from
+    /// when it entered the queue.
+    pub(crate) fn take_back_start(&mut self, ix: JobIx, now: Time) {
+        debug_assert!(self.started_this_cycle(ix));
+        let queued_at = self.jobs[ix].queued_at;
+        self.release(ix, now);
+        let job = &self.jobs[ix];
+        let (key, gk) = (job.key, job.group_key());
+        self.jobs[ix].queued_in = Some(self.queue.insert(key, gk));
+        self.jobs[ix].queued_at = queued_at;
+        self.counters.starts -= 1;
+        self.counters.starts_taken_back += 1;
     }
 
     /// Hold slots (and CPU/memory) for a pending preemptor and charge its accounts (see

@@ -200,6 +200,8 @@ pub struct EngineStats {
     pub preemptions: u64,
     /// Preemptors admitted on GPUs freed elsewhere before their victims had stopped.
     pub preemptors_moved: u64,
+    /// Admissions a cycle took back before carrying them out (the core's preemption rule 8).
+    pub starts_taken_back: u64,
     pub binds: u64,
     pub occupants: u64,
 }
@@ -1714,6 +1716,7 @@ impl Engine {
         let moved_before = self.core.counters().preemptors_moved;
         let outcome = self.core.cycle(Time(now));
         self.stats.preemptors_moved += self.core.counters().preemptors_moved - moved_before;
+        self.stats.starts_taken_back += outcome.taken_back.len() as u64;
         for decision in outcome.decisions {
             self.decided(decision, now);
         }

@@ -618,6 +618,7 @@ pub fn refresh_metrics(engine: &mut Engine, kube_metrics: &KubeMetrics) {
     };
     set(&metrics.preemptions, stats.preemptions);
     set(&metrics.preemptors_moved, stats.preemptors_moved);
+    set(&metrics.starts_taken_back, stats.starts_taken_back);
     set(&metrics.starts, stats.admissions);
     set(&metrics.submissions, stats.submissions);
     for o in engine.take_observations() {

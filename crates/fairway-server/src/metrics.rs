@@ -255,6 +255,9 @@ pub struct Metrics {
     /// Preemptors that started on GPUs freed elsewhere before their victims had stopped
     /// (the core's cycle step 3b): preemptions that, looking back, were not needed.
     pub preemptors_moved: Counter,
+    /// Starts a cycle took back before any was carried out, as a preemptor of the same
+    /// cycle chose them alone as its victims (the core's preemption rule 8).
+    pub starts_taken_back: Counter,
     pub starts: Counter,
     pub submissions: Counter,
     pub cycle_seconds: Histogram,
@@ -305,6 +308,7 @@ impl Metrics {
             gpus_allocated: Gauge::default(),
             preemptions: Counter::default(),
             preemptors_moved: Counter::default(),
+            starts_taken_back: Counter::default(),
             starts: Counter::default(),
             submissions: Counter::default(),
             cycle_seconds: cycle_seconds.clone(),
@@ -389,6 +393,11 @@ impl Metrics {
             "preemptors_moved",
             "Preemptors that started on GPUs freed elsewhere before their victims had stopped (the victims stop all the same)",
             m.preemptors_moved.clone(),
+        );
+        registry.register(
+            "starts_taken_back",
+            "Starts a cycle took back before carrying them out, as a preemptor of the same cycle chose them alone as victims",
+            m.starts_taken_back.clone(),
         );
         registry.register("job_starts", "Runs started", m.starts.clone());
         registry.register("submissions", "Jobs accepted", m.submissions.clone());

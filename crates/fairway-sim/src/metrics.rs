@@ -307,6 +307,9 @@ pub struct ClusterSummary {
     /// Preemptors that started on GPUs freed elsewhere before their victims had gone
     /// (cycle step 3b).
     pub preemptors_moved: u64,
+    /// Starts a cycle took back, a preemptor of the same cycle choosing them alone as its
+    /// victims (preemption rule 8): not counted in `preemptions_total`.
+    pub starts_taken_back: u64,
 }
 
 /// Summary of one policy's run.
@@ -648,6 +651,7 @@ pub fn summarize(run: &RunResult) -> PolicySummary {
             events_processed: run.events_processed,
             cycles: run.cycles,
             preemptors_moved: run.core_counters.preemptors_moved,
+            starts_taken_back: run.core_counters.starts_taken_back,
         },
     }
 }

@@ -26,7 +26,8 @@
 //!        preemptible=yes|no policy=preempt|never grace=30 ckpt=SECS max-runtime=SECS max-total-runtime=SECS estimate=SECS min-run=SECS
 //!        preemptions-per-hour=N overrides-protection=yes|no preemption-delay=SECS id=N
 //! cancel J | exit J outcome=succeeded|failed|requeue | checkpoint J   (checkpoint time = at)
-//! cycle                 run a cycle; prints its decisions, then every pending job's reasons
+//! cycle                 run a cycle; prints its decisions, the starts it took back, then
+//!                       every pending job's reasons
 //! why J...              the human sentences of `Scheduler::why` (or the job's state)
 //! status [J...]         each job's state (all jobs when none is named)
 //! forecast [jobs-max=N] every pending job's position and expected start (`Scheduler::forecast`)
@@ -902,6 +903,9 @@ impl Runner {
         let _ = writeln!(self.out, "cycle {now}");
         for d in &outcome.decisions {
             let _ = writeln!(self.out, "  {}", self.names.decision(d));
+        }
+        for id in &outcome.taken_back {
+            let _ = writeln!(self.out, "  start taken back {}", self.names.j(*id));
         }
         let pending: Vec<JobId> = s.pending().collect();
         for id in pending {

@@ -489,6 +489,11 @@ impl Oracle {
         if victims > config.limits.victims_per_cycle_max as usize {
             return Err(format!("{victims} victims in one cycle, above victims_per_cycle_max"));
         }
+        // A preemptor whose start from its hold was taken back is an ordinary pending job:
+        // it holds nothing, and may start anywhere in a later walk of the cycle.
+        for job in &out.taken_back {
+            self.reserved_before.remove(job);
+        }
         let mut started_now: BTreeSet<JobId> = BTreeSet::new();
         self.preempting_now = out
             .decisions
@@ -569,6 +574,21 @@ impl Oracle {
                     }
                 }
                 Decision::Stop { .. } | Decision::Requeued { .. } => {}
+            }
+        }
+        // A victim set made only of starts of this cycle is taken back, not stopped: no
+        // driver has heard of them (docs/preemption.md, "Starts taken back").
+        let mut victims_of: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
+        for d in &out.decisions {
+            if let Decision::Preempt { victim, preemptor, .. } = d {
+                victims_of.entry(*preemptor).or_default().push(*victim);
+            }
+        }
+        for (preemptor, victims) in &victims_of {
+            if victims.iter().all(|v| started_now.contains(v)) {
+                return Err(format!(
+                    "{preemptor} preempted {victims:?}, all started in this cycle, instead of taking them back"
+                ));
             }
         }
         self.started_in_cycle = started_now.clone();
@@ -1397,7 +1417,8 @@ impl Oracle {
                 let holder = self.specs.get(job).ok_or(format!("{id} held for unknown {job}"))?;
                 // (With fair sharing the walk may meet it before the reservation's job, which
                 // may then start in the same cycle, and even be chosen as a victim later in
-                // that cycle, a borrower reclaimed by a member within its nominal quota; and a
+                // that cycle, a borrower reclaimed by a member within its nominal quota beside
+                // runs of earlier cycles (alone, its start is taken back, scenario 170); and a
                 // job asleep behind a reservation is not asked again in the cycle whose walk
                 // makes the reservation's job preempt instead. The next cycle looks at it
                 // again: the plan changed, and a preemption always brings an exit.)

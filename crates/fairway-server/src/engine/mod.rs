@@ -590,6 +590,7 @@ impl Engine {
         let outcome = self.core.cycle(Time(now));
         self.metrics.cycle_seconds.observe(started.elapsed().as_secs_f64());
         self.metrics.preemptors_moved.inc_by(self.core.counters().preemptors_moved - moved_before);
+        self.metrics.starts_taken_back.inc_by(outcome.taken_back.len() as u64);
         if !outcome.decisions.is_empty() {
             self.carry_out(outcome.decisions, now);
         }

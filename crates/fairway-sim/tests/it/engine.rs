@@ -509,9 +509,9 @@ fn bad_reservations_name_the_field() {
 /// Vision submits 2 jobs of 100 s, speech 10, all at 0 (speech's first in queue order: the
 /// jobs are ordered by name at one submit time). Alone on 4 GPUs vision waits 0 and speech
 /// 4 × 0 + 4 × 100 + 2 × 200 = 800 s over 10 jobs (80 s). Shared, 8 of speech's start at 0
-/// (4 on vision's idle quota), vision's 2 reclaim 2 of them at once (no grace: they wait 0),
-/// and speech's last 2 start at 100 s: 200 s over 10 jobs (20 s; a job's wait is to its
-/// first start). Speech is 60 s better off for sharing, vision no worse.
+/// (4 on vision's idle quota), and vision's 2 reclaim 2 of them in the same cycle: those two
+/// starts are taken back (preemption rule 8), so 6 of speech's start at 0 and its last 4 at
+/// 100 s: 400 s over 10 jobs (40 s). Speech is 40 s better off for sharing, vision no worse.
 #[test]
 fn the_sharing_anomaly_compares_each_member_with_its_private_cluster() {
     let mut text = String::from(
@@ -536,8 +536,10 @@ fn the_sharing_anomaly_compares_each_member_with_its_private_cluster() {
         .iter()
         .map(|a| (a.tenant.clone(), a.nominal_gpus, a.jobs, a.shared_wait_mean_s, a.alone_wait_mean_s))
         .collect();
-    assert_eq!(got, [("speech".to_string(), 4, 10, 20.0, 80.0), ("vision".to_string(), 4, 2, 0.0, 0.0)]);
-    assert_eq!(anomalies[0].anomaly_s(), -60.0);
+    assert_eq!(got, [("speech".to_string(), 4, 10, 40.0, 80.0), ("vision".to_string(), 4, 2, 0.0, 0.0)]);
+    assert_eq!(anomalies[0].anomaly_s(), -40.0);
+    // The two starts taken back are neither preemptions nor runs.
+    assert_eq!((shared.core_counters.starts_taken_back, shared.core_counters.preemptions), (2, 0));
 }
 
 /// The sharing anomaly of a gang behind a backlog, and fair sharing removing it, hand-checked

@@ -609,7 +609,8 @@ const TINY_JSON: &str = r#"{
         "makespan_seconds": 100.0,
         "events_processed": 10,
         "cycles": 5,
-        "preemptors_moved": 0
+        "preemptors_moved": 0,
+        "starts_taken_back": 0
       }
     }
   ]
