@@ -1272,6 +1272,38 @@ fn a_job_larger_than_its_cohort_can_ever_lend_is_told_so() {
 /// quota, takes it back by preempting one of vision's (graceful: SIGTERM, checkpoint,
 /// requeue). The API shows the members and what they use; a bad change is refused with the
 /// field and changes nothing; a deleted cohort lends nothing more.
+/// Preemption rule 8 on a real server: a borrower that one cycle would start and a member
+/// within its nominal quota would reclaim in the same cycle is never launched. Vision and
+/// speech (one GPU each) each run a job; vision's v2 and speech's s1 queue together. When
+/// speech's s0 ends, the cycle meets v2 first (it borrows speech's idle GPU) and then s1,
+/// which would reclaim it: v2's start is taken back, s1 starts at once, and v2 starts only
+/// once s1 is done, with no preemption on its record.
+#[test]
+fn a_borrower_one_cycle_would_start_and_reclaim_is_never_launched() {
+    let config = "cohorts:\n  - name: lab\n    members:\n      - { project: vision, nominal: { gpus: 1 } }\n      \
+                  - { project: speech, nominal: { gpus: 1 } }\n";
+    let server = InProcess::start("2", config);
+    let api = &server.api;
+    let v1 = api.submit(&trainer_job("v1", "vision", "medium", 1, 400, 50))[0];
+    let s0 = api.submit(&trainer_job("s0", "speech", "medium", 1, 40, 50))[0];
+    api.wait_state(v1, JobState::Running);
+    api.wait_state(s0, JobState::Running);
+    let both = trainer_job("v2", "vision", "medium", 1, 5, 20) + &trainer_job("s1", "speech", "medium", 1, 5, 20);
+    let ids = api.submit(&both);
+    let (v2, s1) = (ids[0], ids[1]);
+    api.wait_state(s1, JobState::Succeeded);
+    let done = api.wait_state(v2, JobState::Succeeded);
+    let kinds: Vec<&str> = done.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "started").count(), 1, "v2 started once: {kinds:?}");
+    assert!(!kinds.contains(&"preempted"), "{kinds:?}");
+    assert_eq!(done.job.preemptions, 0);
+    let (_, metrics) = api.request("GET", "/metrics", None);
+    let metrics = String::from_utf8(metrics).unwrap();
+    for line in ["fairway_starts_taken_back_total 1", "fairway_preemptions_total 0"] {
+        assert!(metrics.lines().any(|l| l == line), "{line} missing from\n{metrics}");
+    }
+}
+
 #[test]
 fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
     let config = "cohorts:\n  - name: lab\n    members:\n      - { project: vision, nominal: { gpus: 1 } }\n      \
