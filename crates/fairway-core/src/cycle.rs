@@ -1468,7 +1468,6 @@ impl Scheduler {
         }
     }
 
-    /// Issue the preemptions of a plan and hold the freed GPUs for the preemptor.
     /// Carries out a victim plan: its victims are told to stop, and the job holds the GPUs
     /// they free (cycle step 4f). Where every victim runs from a start this cycle made, no
     /// victim is told anything: those starts are taken back (`take_back_starts`) and the job

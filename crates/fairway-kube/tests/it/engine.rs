@@ -1111,6 +1111,46 @@ fn namespace_annotations_put_projects_in_a_cohort_that_lends_and_reclaims() {
     assert!(run(false).is_empty(), "without the cohort nothing is preempted at the same priority");
 }
 
+/// Preemption rule 8 in the controller: a Job one cycle would admit and then suspend for a
+/// reclaimer of the same cycle is not admitted at all. Vision and speech lend one GPU each
+/// on a node of 2. In one cycle vision's v1 and v2 would be admitted, one of them borrowing
+/// speech's idle GPU, and speech's s1, within its nominal quota, would reclaim one: that
+/// admission is taken back (the Job is never unsuspended, nor suspended again) and s1 is
+/// admitted at once.
+#[test]
+fn a_job_one_cycle_would_admit_and_reclaim_is_not_admitted() {
+    use fairway_kube::workload::{COHORT, NOMINAL_GPUS};
+    let mut h = Harness::new();
+    let lab: &[(&str, &str)] = &[(COHORT, "lab"), (NOMINAL_GPUS, "1")];
+    for stream in Stream::ALL {
+        h.feed(Input::Listing(stream));
+    }
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("vision", lab))));
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", lab))));
+    h.feed(Input::Node(Change::Applied(node("n1", 2))));
+    h.feed(Input::Class(Change::Applied(class("medium", 1000))));
+    for (namespace, name, created) in [("vision", "v1", 0), ("vision", "v2", 1), ("speech", "s1", 2)] {
+        let j = job(namespace, name, "medium", 1, 1, created, None);
+        h.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
+    }
+    for stream in Stream::ALL {
+        h.feed(Input::Listed(stream));
+    }
+    let actions = h.cycle();
+    // Which of vision's two is taken back is rule 5's tie-break, by id (here a hash of the
+    // Job's uid): one of them, and s1.
+    let names: Vec<String> = admitted(&actions).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(names.len(), 2, "{actions:?}");
+    assert!(names.contains(&"s1".to_string()) && names.iter().any(|n| n.starts_with('v')), "{actions:?}");
+    assert!(suspended(&actions).is_empty(), "{actions:?}");
+    let stats = h.engine.stats();
+    assert_eq!((stats.starts_taken_back, stats.preemptions, stats.admissions), (1, 0, 2));
+    let metrics = fairway_kube::http::KubeMetrics::new();
+    fairway_kube::http::refresh_metrics(&mut h.engine, &metrics);
+    let text = metrics.encode();
+    assert!(text.lines().any(|l| l == "fairway_starts_taken_back_total 1"), "{text}");
+}
+
 /// A namespace whose annotations make a place that does not hold with its cohort's other
 /// members (a lending limit above its nominal quota) is in no cohort, and the cohort list,
 /// which its owner can read where the controller's log is out of reach, says so and why;
