@@ -133,10 +133,6 @@ impl PreemptionBudget {
     }
 }
 
-/// Walks of the queue in one cycle at most: the first, and those after starts taken back
-/// (cycle step 4h).
-const WALKS_PER_CYCLE_MAX: u32 = 3;
-
 /// Where the walk's next job comes from.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum From {
@@ -411,8 +407,8 @@ impl Scheduler {
     ///    g. otherwise record why it is pending, and with reservations let it reserve if it
     ///    ranks among the first that cannot start;
     ///    h. after a walk that took a start back, walk again (the job back in the queue, and
-    ///    room it leaves, were passed), up to `WALKS_PER_CYCLE_MAX` walks on one
-    ///    preemption budget; past that the next cycle comes 1 ms later.
+    ///    room it leaves, were passed), on what is left of the cycle's preemption budget
+    ///    (rule 7), which each start taken back spends, so the walks end.
     /// 5. Check the invariants (debug builds; the simulator checks them in every build).
     pub fn cycle(&mut self, now: Time) -> CycleOutcome {
         let mut out = CycleOutcome::default();
@@ -445,15 +441,10 @@ impl Scheduler {
         self.walk_queue(now, &mut budget, out);
         // 4h. A start taken back (preemption rule 8) left a job back in the queue, and maybe
         // room, that the walk had passed: walk again, on what is left of the cycle's
-        // preemption budget. After the last walk allowed, the next cycle comes 1 ms later.
-        let mut walks = 1;
+        // preemption budget. Each start taken back spends that budget (its victim set was
+        // charged to it), so the walks end: at most `victims_per_cycle_max` more.
         while std::mem::take(&mut self.starts_taken_back_in_cycle) {
-            if walks == WALKS_PER_CYCLE_MAX {
-                self.budget_spent_at = Some(now);
-                break;
-            }
             self.walk_queue(now, &mut budget, out);
-            walks += 1;
         }
         // The walk's starts may have left a reservation's job short of its quota.
         if out.stats.started > 0 {

@@ -497,7 +497,7 @@ impl Scheduler {
     /// The earliest time the core wants a cycle even if no event arrives: a run-time limit,
     /// a running job's protection from preemption ending (a preemptor may be waiting), a
     /// waiting job's preemption delay ending, or, 1 ms after a cycle whose preemption budget
-    /// ran out or whose last walk took a start back (cycle step 4h), the next cycle.
+    /// ran out, the next cycle.
     pub fn next_wakeup(&self) -> Option<Time> {
         let deadline = self.runtime_deadlines.first().map(|(t, ..)| *t);
         let protection = self.protection_ends.first().map(|(t, ..)| *t);
