@@ -437,14 +437,16 @@ impl Scheduler {
             searches_left: limits.preemption_attempts_per_cycle_max,
             victims_left: limits.victims_per_cycle_max,
         };
-        self.starts_taken_back_in_cycle = false;
-        self.walk_queue(now, &mut budget, out);
         // 4h. A start taken back (preemption rule 8) left a job back in the queue, and maybe
         // room, that the walk had passed: walk again, on what is left of the cycle's
         // preemption budget. Each start taken back spends that budget (its victim set was
         // charged to it), so the walks end: at most `victims_per_cycle_max` more.
-        while std::mem::take(&mut self.starts_taken_back_in_cycle) {
+        loop {
+            let taken_back = self.counters.starts_taken_back;
             self.walk_queue(now, &mut budget, out);
+            if self.counters.starts_taken_back == taken_back {
+                break;
+            }
         }
         // The walk's starts may have left a reservation's job short of its quota.
         if out.stats.started > 0 {
@@ -1037,7 +1039,7 @@ impl Scheduler {
         // help, they hold their GPUs; it keeps any reservation it has, and waits within a
         // grace period.)
         if memo.no_fit.get(&shape).is_none()
-            && let Some((cohort, reason)) = self.cohort_shortfall_now(ix)
+            && let Some((cohort, reason)) = self.cohort_over_now_reason(&self.jobs[ix].spec)
             && self.place_on_free_room(ix, shape).is_some()
         {
             let cohort_short = Some(CohortWake { cohort, reclaims: true, short: true });
@@ -1328,13 +1330,6 @@ impl Scheduler {
         Some((cohort, PendingReason::CohortExhausted { cohort, project, resource, requested, used, limit }, reclaim))
     }
 
-    /// Step 4e's wait: the job's start would take its cohort beyond what its members lend
-    /// while victims moved to holds are still on their way out.
-    fn cohort_shortfall_now(&self, ix: JobIx) -> Option<(AccountId, PendingReason)> {
-        let shortfall = self.cohort_over_now_reason(&self.jobs[ix].spec)?;
-        self.quota_shortfall(ix).is_none().then_some(shortfall)
-    }
-
     /// What of its quota or its cohort holds the pending job at `ix` back now (step 4d), if
     /// anything does.
     pub(crate) fn cap_shortfall(&self, ix: JobIx) -> Option<PendingReason> {
@@ -1512,7 +1507,6 @@ impl Scheduler {
             out.stats.started -= 1;
             out.taken_back.push(victim);
         }
-        self.starts_taken_back_in_cycle = true;
     }
 
     /// Why the job at `vix` gives way to the one at `ix`: by priority when it is below, or

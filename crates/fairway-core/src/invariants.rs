@@ -323,8 +323,6 @@ impl Scheduler {
                     self.ledger.holds(project)
                 ));
             }
-        }
-        for project in self.ledger.account_ids() {
             let expected = shortfall.get(&project).copied().unwrap_or_default();
             if !self.ledger.hold_shortfall(project).same_amounts(expected) {
                 return Err(format!(

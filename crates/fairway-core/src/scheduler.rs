@@ -155,8 +155,6 @@ pub struct Scheduler {
     /// When the last cycle left a preemptor waiting for a per-cycle budget (searches or
     /// victims, rule 7): it wants the next cycle soon, not at the next event.
     pub(crate) budget_spent_at: Option<Time>,
-    /// A start was taken back during this cycle's walk (cycle step 4h).
-    pub(crate) starts_taken_back_in_cycle: bool,
     /// Reservations of pending jobs that cannot start, in queue order (see `plan.rs`).
     pub(crate) plan: Vec<crate::plan::Planned>,
     /// Completed run times per tenant, to estimate run times from (see `estimate.rs`).
@@ -220,7 +218,6 @@ impl Scheduler {
             changes: Changes::default(),
             blocked_by: None,
             budget_spent_at: None,
-            starts_taken_back_in_cycle: false,
         }
     }
 
@@ -1159,11 +1156,16 @@ impl Scheduler {
     /// Back into the queue at the job's original position.
     pub(crate) fn requeue(&mut self, ix: JobIx, now: Time) {
         self.jobs[ix].queued_at = now;
+        self.enqueue(ix);
+        self.counters.requeues += 1;
+    }
+
+    /// Put a pending job that holds nothing back in its group, at its place (its key).
+    fn enqueue(&mut self, ix: JobIx) {
         let job = &self.jobs[ix];
         debug_assert!(matches!(job.state, JobState::Pending { reservation: None }));
         let (key, gk) = (job.key, job.group_key());
         self.jobs[ix].queued_in = Some(self.queue.insert(key, gk));
-        self.counters.requeues += 1;
     }
 
     /// Whether the job at `ix` runs from a start the current cycle made (its decision is
@@ -1177,15 +1179,11 @@ impl Scheduler {
     /// and charges back at once and returns to its place in the queue, as if it had not
     /// started. No driver has heard of the start: the caller drops its decision. Nothing
     /// counts it as a run, a preemption or a requeue, and rule 1's delay still counts from
-    /// when it entered the queue.
+    /// when it entered the queue (`queued_at` is left as it was).
     pub(crate) fn take_back_start(&mut self, ix: JobIx, now: Time) {
         debug_assert!(self.started_this_cycle(ix));
-        let queued_at = self.jobs[ix].queued_at;
         self.release(ix, now);
-        let job = &self.jobs[ix];
-        let (key, gk) = (job.key, job.group_key());
-        self.jobs[ix].queued_in = Some(self.queue.insert(key, gk));
-        self.jobs[ix].queued_at = queued_at;
+        self.enqueue(ix);
         self.counters.starts -= 1;
         self.counters.starts_taken_back += 1;
     }

@@ -1071,26 +1071,33 @@ fn cohort_namespace(name: &str, annotations: &[(&str, &str)]) -> k8s_openapi::ap
 /// share 2 GPUs. Vision's two Jobs both run (one on speech's idle GPU); speech's Job, of the
 /// same class and within speech's nominal quota, reclaims it: one of vision's Jobs is
 /// suspended for it. Without the cohort, speech's Job would have to wait (same priority).
+/// A listed cluster of one node of 2 GPUs, the class `medium`, namespaces vision and speech
+/// annotated with `lab`, and `jobs` (namespace, name, created) of one GPU each at `medium`.
+fn vision_and_speech_on_two_gpus(lab: &[(&str, &str)], jobs: &[(&str, &str, u64)]) -> Harness {
+    let mut h = Harness::new();
+    for stream in Stream::ALL {
+        h.feed(Input::Listing(stream));
+    }
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("vision", lab))));
+    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", lab))));
+    h.feed(Input::Node(Change::Applied(node("n1", 2))));
+    h.feed(Input::Class(Change::Applied(class("medium", 1000))));
+    for &(namespace, name, created) in jobs {
+        let j = job(namespace, name, "medium", 1, 1, created, None);
+        h.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
+    }
+    for stream in Stream::ALL {
+        h.feed(Input::Listed(stream));
+    }
+    h
+}
+
 #[test]
 fn namespace_annotations_put_projects_in_a_cohort_that_lends_and_reclaims() {
     use fairway_kube::workload::{COHORT, NOMINAL_GPUS};
     let run = |annotated: bool| {
-        let mut h = Harness::new();
         let lab: &[(&str, &str)] = if annotated { &[(COHORT, "lab"), (NOMINAL_GPUS, "1")] } else { &[] };
-        for stream in Stream::ALL {
-            h.feed(Input::Listing(stream));
-        }
-        h.feed(Input::Namespace(Change::Applied(cohort_namespace("vision", lab))));
-        h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", lab))));
-        h.feed(Input::Node(Change::Applied(node("n1", 2))));
-        h.feed(Input::Class(Change::Applied(class("medium", 1000))));
-        for (name, created) in [("v1", 0), ("v2", 1)] {
-            let j = job("vision", name, "medium", 1, 1, created, None);
-            h.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
-        }
-        for stream in Stream::ALL {
-            h.feed(Input::Listed(stream));
-        }
+        let mut h = vision_and_speech_on_two_gpus(lab, &[("vision", "v1", 0), ("vision", "v2", 1)]);
         assert_eq!(admitted(&h.cycle()).len(), 2, "vision borrows speech's idle GPU");
         // The cohort gauges say so: vision uses 2 GPUs of its nominal 1, borrowing 1.
         let metrics = fairway_kube::http::KubeMetrics::new();
@@ -1120,22 +1127,9 @@ fn namespace_annotations_put_projects_in_a_cohort_that_lends_and_reclaims() {
 #[test]
 fn a_job_one_cycle_would_admit_and_reclaim_is_not_admitted() {
     use fairway_kube::workload::{COHORT, NOMINAL_GPUS};
-    let mut h = Harness::new();
     let lab: &[(&str, &str)] = &[(COHORT, "lab"), (NOMINAL_GPUS, "1")];
-    for stream in Stream::ALL {
-        h.feed(Input::Listing(stream));
-    }
-    h.feed(Input::Namespace(Change::Applied(cohort_namespace("vision", lab))));
-    h.feed(Input::Namespace(Change::Applied(cohort_namespace("speech", lab))));
-    h.feed(Input::Node(Change::Applied(node("n1", 2))));
-    h.feed(Input::Class(Change::Applied(class("medium", 1000))));
-    for (namespace, name, created) in [("vision", "v1", 0), ("vision", "v2", 1), ("speech", "s1", 2)] {
-        let j = job(namespace, name, "medium", 1, 1, created, None);
-        h.feed(Input::Workload(Change::Applied(Workload::from_job(&j).unwrap())));
-    }
-    for stream in Stream::ALL {
-        h.feed(Input::Listed(stream));
-    }
+    let jobs = [("vision", "v1", 0), ("vision", "v2", 1), ("speech", "s1", 2)];
+    let mut h = vision_and_speech_on_two_gpus(lab, &jobs);
     let actions = h.cycle();
     // Which of vision's two is taken back is rule 5's tie-break, by id (here a hash of the
     // Job's uid): one of them, and s1.
