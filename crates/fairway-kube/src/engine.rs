@@ -2238,10 +2238,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// The core's policy: the `fairway` preset, with fair sharing between namespaces if set.
 fn policy_of(settings: &Settings) -> fairway_core::Policy {
     let mut policy = fairway_core::Policy::fairway();
-    policy.fair_share = settings
-        .fair_share
-        .as_ref()
-        .map(|f| fairway_core::FairSharing { half_life_ms: f.half_life_seconds.saturating_mul(1000) });
+    policy.fair_share = settings.fair_share.as_ref().and_then(|f| f.to_core().ok());
     if let Some((reservations, default_runtime_ms)) = settings.reservations.and_then(|r| r.to_core("reservations").ok())
     {
         policy.reservations = Some(reservations);

@@ -66,13 +66,24 @@ pub struct Settings {
 #[serde(deny_unknown_fields)]
 pub struct FairShareSettings {
     /// Past usage counts half as much this long after (0: only current holdings count; a
-    /// day when left out).
-    #[serde(default = "fairway_spec::half_life_seconds_default")]
-    pub half_life_seconds: u64,
+    /// day when left out), in seconds or in hours (`fairway_spec::half_life_ms`).
+    #[serde(default)]
+    pub half_life_seconds: Option<u64>,
+    #[serde(default)]
+    pub half_life_hours: Option<fairway_spec::Hours>,
     /// Users' weights (a user is a workload's `fairway.dev/user`; 1 unless named here).
     /// Namespaces weigh through their own annotation (`fairway.dev/fair-share-weight`).
     #[serde(default)]
     pub user_weights: Vec<UserWeight>,
+}
+
+impl FairShareSettings {
+    /// The core's fair sharing, or why the half-life is refused.
+    pub fn to_core(&self) -> Result<fairway_core::FairSharing, String> {
+        fairway_spec::half_life_ms("fair_share", self.half_life_seconds, self.half_life_hours)
+            .map(|half_life_ms| fairway_core::FairSharing { half_life_ms })
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// A user's fair-share weight, inside the projects (namespaces) it works in.
@@ -109,9 +120,6 @@ fn percent() -> u32 {
 fn one() -> u32 {
     1
 }
-
-/// The longest half-life accepted: ten years.
-pub const HALF_LIFE_SECONDS_MAX: u64 = 10 * 365 * 24 * 3600;
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -267,15 +275,8 @@ impl Settings {
         if self.leader_election.lease_seconds < 2 {
             return Err("leader_election.lease_seconds: at least 2".into());
         }
-        if let Some(f) = &self.fair_share
-            && f.half_life_seconds > HALF_LIFE_SECONDS_MAX
-        {
-            return Err(format!(
-                "fair_share.half_life_seconds: at most {HALF_LIFE_SECONDS_MAX} (ten years), got {}",
-                f.half_life_seconds
-            ));
-        }
         if let Some(f) = &self.fair_share {
+            f.to_core()?;
             check_user_weights(&f.user_weights)?;
         }
         if let Some(r) = self.reservations {
@@ -326,13 +327,19 @@ mod tests {
         assert_eq!((s.scheduler_name.as_str(), s.managed_label()), ("fairway", Some(("fairway.dev/managed", "true"))));
         // Fair sharing and reservations turn on with their defaults: a day, one, an hour.
         let s = Settings::parse("fair_share: {}\nreservations: {}\n").unwrap();
-        assert_eq!(s.fair_share.map(|f| f.half_life_seconds), Some(86_400));
-        assert_eq!(s.reservations.map(|r| (r.count, r.default_runtime_seconds)), Some((1, 3600)));
+        assert_eq!(s.fair_share.map(|f| f.to_core().unwrap().half_life_ms), Some(86_400_000));
+        assert_eq!(s.reservations.map(|r| r.to_core("reservations").unwrap().1), Some(3_600_000));
+        // Spans in hours, as the simulator's scenarios write them, read the same.
+        let s = Settings::parse("fair_share: { half_life_hours: 12 }\nreservations: { default_runtime_hours: 4 }\n")
+            .unwrap();
+        assert_eq!(s.fair_share.map(|f| f.to_core().unwrap().half_life_ms), Some(43_200_000));
+        assert_eq!(s.reservations.map(|r| r.to_core("reservations").unwrap().1), Some(14_400_000));
         for (text, want) in [
             ("listen: nowhere\n", "listen"),
             ("managed_namespace_label: managed\n", "managed_namespace_label"),
             ("writes_in_flight_max: 0\n", "writes_in_flight_max"),
             ("fair_share: { half_life_seconds: 999999999999 }\n", "fair_share.half_life_seconds"),
+            ("fair_share: { half_life_seconds: 60, half_life_hours: 1 }\n", "not both"),
             ("metrics: { pending_job_series_max: 10001 }\n", "metrics.pending_job_series_max: at most 10000"),
             ("fair_share: { half_life: 60 }\n", "half_life"),
             (

@@ -190,16 +190,24 @@ pub const PENDING_JOB_SERIES_MAX: u32 = 10_000;
 #[serde(deny_unknown_fields)]
 pub struct FairShareConfig {
     /// Past usage counts half as much this long after (0: only current holdings count; a
-    /// day when left out).
-    #[serde(default = "fairway_spec::half_life_seconds_default")]
-    pub half_life_seconds: u64,
+    /// day when left out), in seconds or in hours (`fairway_spec::half_life_ms`).
+    #[serde(default)]
+    pub half_life_seconds: Option<u64>,
+    #[serde(default)]
+    pub half_life_hours: Option<fairway_spec::Hours>,
     /// Weights (1 unless named).
     #[serde(default)]
     pub weights: Vec<WeightConfig>,
 }
 
-/// The longest half-life accepted: ten years.
-pub const HALF_LIFE_SECONDS_MAX: u64 = 10 * 365 * 24 * 3600;
+impl FairShareConfig {
+    /// The core's fair sharing, or why the half-life is refused.
+    pub fn to_core(&self) -> Result<fairway_core::FairSharing, String> {
+        fairway_spec::half_life_ms("fair_share", self.half_life_seconds, self.half_life_hours)
+            .map(|half_life_ms| fairway_core::FairSharing { half_life_ms })
+            .map_err(|e| e.to_string())
+    }
+}
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -376,12 +384,7 @@ impl ConfigFile {
             check_account_names(&format!("quotas[{i}]"), q.project.as_deref(), q.user.as_deref())?;
         }
         if let Some(f) = &self.fair_share {
-            if f.half_life_seconds > HALF_LIFE_SECONDS_MAX {
-                return Err(format!(
-                    "fair_share.half_life_seconds: at most {HALF_LIFE_SECONDS_MAX} (ten years), got {}",
-                    f.half_life_seconds
-                ));
-            }
+            f.to_core()?;
             for (i, w) in f.weights.iter().enumerate() {
                 if w.project.is_some() == w.user.is_some() {
                     return Err(format!("fair_share.weights[{i}]: give exactly one of project and user"));
@@ -546,9 +549,19 @@ mod tests {
     #[test]
     fn fair_sharing_and_reservations_turn_on_with_their_defaults() {
         let file = ConfigFile::parse("fair_share: {}\nreservations: {}\n").unwrap();
-        assert_eq!(file.fair_share.map(|f| f.half_life_seconds), Some(86_400));
+        assert_eq!(file.fair_share.map(|f| f.to_core().unwrap().half_life_ms), Some(86_400_000));
         let reservations = file.reservations.unwrap().to_core("reservations").unwrap();
         assert_eq!((reservations.0.count_max, reservations.1), (1, 3_600_000));
+    }
+
+    /// A policy tried in the simulator (whose scenarios speak hours) is copied as it is.
+    #[test]
+    fn spans_read_in_hours_as_the_simulators_scenarios_write_them() {
+        let file =
+            ConfigFile::parse("fair_share: { half_life_hours: 12 }\nreservations: { default_runtime_hours: 4 }\n")
+                .unwrap();
+        assert_eq!(file.fair_share.map(|f| f.to_core().unwrap().half_life_ms), Some(43_200_000));
+        assert_eq!(file.reservations.unwrap().to_core("reservations").unwrap().1, 14_400_000);
     }
 
     #[test]
@@ -612,6 +625,11 @@ mod tests {
             ),
             ("reservations: { count: 0, default_runtime_seconds: 60 }\n", "reservations.count: must be from 1"),
             ("reservations: { default_runtime_seconds: 0 }\n", "reservations.default_runtime_seconds"),
+            (
+                "reservations: { default_runtime_seconds: 60, default_runtime_hours: 1 }\n",
+                "reservations.default_runtime_seconds: give default_runtime_seconds or default_runtime_hours, not both",
+            ),
+            ("fair_share: { half_life_hours: -1 }\n", "fair_share.half_life_hours: must be from 0 to 87600, got -1"),
             ("placement: tightest\n", "placement: unknown placement policy \"tightest\""),
             // Names follow the job spec's rule, so every one named here can match a job.
             (

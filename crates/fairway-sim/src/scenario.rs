@@ -31,11 +31,13 @@
 //!                                                       # then the shortest true duration first
 //!     preemption: true
 //!     fair_share:                                       # fair sharing inside a priority
-//!       half_life_hours: 24                             # 0: only current holdings count
+//!       half_life_hours: 24                             # 0: only current holdings count; a day
+//!                                                       # when left out; or half_life_seconds
 //!       weights: [{ project: vision, weight: 2 }]       # 1 unless named
 //!     nominal_quotas: hard_caps                         # cohort (default), hard_caps, ignore
 //!     cohorts: [...]                                    # this policy's own, as `cohorts:`
-//!     reservations: { count: 1, default_runtime_hours: 4 }   # EASY backfill (plan.rs)
+//!     reservations: { count: 1, default_runtime_hours: 4 }   # EASY backfill (plan.rs); or
+//!                                                       # default_runtime_seconds; an hour if neither
 //!     image_locality_permille: 0                        # 0: placement ignores images
 //! ```
 
@@ -327,7 +329,7 @@ pub struct CustomPolicy {
     /// Reservations with backfill (needs `backfill`): the highest-ranked jobs that cannot
     /// start reserve the GPUs they need (see the core's `plan.rs`).
     #[serde(default)]
-    pub reservations: Option<ReservationsSpec>,
+    pub reservations: Option<fairway_spec::ReservationsDoc>,
     /// Its placement policy, instead of the scenario's `placement`.
     #[serde(default)]
     pub placement: Option<String>,
@@ -343,27 +345,17 @@ pub struct CustomPolicy {
     pub nominal_quotas: Option<String>,
 }
 
-/// `reservations:` of a custom policy.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReservationsSpec {
-    /// How many jobs hold a reservation at once (1: EASY backfill).
-    #[serde(default = "one")]
-    pub count: u32,
-    /// How long a job without a run-time limit is expected to run.
-    pub default_runtime_hours: f64,
-}
-
-/// The most reservations at once, and the longest default estimate.
-pub const RESERVATIONS_MAX: u32 = 64;
-pub const DEFAULT_RUNTIME_HOURS_MAX: f64 = 24.0 * 365.0;
-
 /// `fair_share:` of a custom policy.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FairShareSpec {
-    /// Past usage counts half as much this many hours later (0: only current holdings).
-    pub half_life_hours: f64,
+    /// Past usage counts half as much this long after (0: only current holdings; a day
+    /// when left out), in hours or in seconds (`fairway_spec::half_life_ms`), as in the
+    /// server's configuration.
+    #[serde(default)]
+    pub half_life_hours: Option<fairway_spec::Hours>,
+    #[serde(default)]
+    pub half_life_seconds: Option<u64>,
     /// Weights (1 unless named), by project or user name.
     #[serde(default)]
     pub weights: Vec<WeightSpec>,
@@ -378,9 +370,6 @@ pub struct WeightSpec {
     pub user: Option<String>,
     pub weight: u32,
 }
-
-/// The longest half-life accepted: ten years.
-const HALF_LIFE_HOURS_MAX: f64 = 87_600.0;
 
 fn best_fit() -> String {
     "best-fit".into()
@@ -820,47 +809,30 @@ fn nominal_as_hard_caps(quotas: &mut Vec<(AccountId, Quota)>, nominals: &[(Accou
     quotas.sort_by_key(|(a, _)| *a);
 }
 
-/// A custom policy's reservations, checked.
+/// A custom policy's reservations, checked, with the default run-time estimate (ms).
 fn reservations(
-    spec: &ReservationsSpec,
+    spec: fairway_spec::ReservationsDoc,
     backfill: bool,
     field: &str,
 ) -> Result<(fairway_core::Reservations, u64), ScenarioError> {
-    if !(1..=RESERVATIONS_MAX).contains(&spec.count) {
-        return Err(invalid(
-            format!("{field}.count"),
-            format!("must be from 1 to {RESERVATIONS_MAX}, got {}", spec.count),
-        ));
-    }
-    let hours = spec.default_runtime_hours;
-    if !hours.is_finite() || hours <= 0.0 || hours > DEFAULT_RUNTIME_HOURS_MAX {
-        return Err(invalid(
-            format!("{field}.default_runtime_hours"),
-            format!("must be more than 0 and at most {DEFAULT_RUNTIME_HOURS_MAX}, got {}", shown(hours)),
-        ));
-    }
+    let checked = spec.to_core(field).map_err(|e| invalid(e.field, e.reason))?;
     if !backfill {
         return Err(invalid(field, "needs backfill: true (under strict order nothing passes a waiting job anyway)"));
     }
-    Ok((fairway_core::Reservations { count_max: spec.count }, (hours * 3_600_000.0).round() as u64))
+    Ok(checked)
 }
 
 /// A custom policy's fair sharing, checked.
 fn fair_sharing(spec: &FairShareSpec, backfill: bool, field: &str) -> Result<FairSharing, ScenarioError> {
-    let hours = spec.half_life_hours;
-    if !hours.is_finite() || !(0.0..=HALF_LIFE_HOURS_MAX).contains(&hours) {
-        return Err(invalid(
-            format!("{field}.half_life_hours"),
-            format!("must be from 0 to {HALF_LIFE_HOURS_MAX} hours, got {}", shown(hours)),
-        ));
-    }
+    let half_life_ms = fairway_spec::half_life_ms(field, spec.half_life_seconds, spec.half_life_hours)
+        .map_err(|e| invalid(e.field, e.reason))?;
     if !backfill {
         return Err(invalid(
             field,
             "needs backfill: true (under strict order a priority is served in submit order by definition)",
         ));
     }
-    Ok(FairSharing { half_life_ms: (hours * 3_600_000.0).round() as u64 })
+    Ok(FairSharing { half_life_ms })
 }
 
 /// The account a list entry names: exactly one of `project` and `user`.
@@ -1128,7 +1100,7 @@ fn policies(
                     None => None,
                     Some(r) => {
                         let (r, default_runtime_ms) =
-                            reservations(r, c.backfill, &format!("policies[{i}].reservations"))?;
+                            reservations(*r, c.backfill, &format!("policies[{i}].reservations"))?;
                         estimates.default_runtime_ms = default_runtime_ms;
                         Some(r)
                     }

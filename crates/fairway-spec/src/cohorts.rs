@@ -18,6 +18,8 @@
 use fairway_core::{AccountId, NominalQuota, Quota, ResourceKind};
 use serde::{Deserialize, Serialize};
 
+use crate::span::{Hours, span_ms};
+
 use crate::interner::{AccountKind, Interner};
 
 /// Members per cohort, and cohorts, at most: a configuration is read by hand.
@@ -299,6 +301,22 @@ mod tests {
         assert_eq!((core.count_max, default_runtime_ms), (1, 3_600_000));
         let doc: ReservationsDoc = serde_saphyr::from_str("{ count: 2, default_runtime_seconds: 600 }").unwrap();
         assert_eq!(doc.to_core("reservations").unwrap(), (fairway_core::Reservations { count_max: 2 }, 600_000));
+        let doc: ReservationsDoc = serde_saphyr::from_str("{ count: 2, default_runtime_hours: 0.25 }").unwrap();
+        assert_eq!(doc.to_core("reservations").unwrap(), (fairway_core::Reservations { count_max: 2 }, 900_000));
+    }
+
+    #[test]
+    fn a_reservations_default_runtime_is_refused_with_the_field_and_unit() {
+        let cases = [
+            ("{ count: 0 }", "reservations.count"),
+            ("{ default_runtime_seconds: 0 }", "reservations.default_runtime_seconds"),
+            ("{ default_runtime_hours: 9000 }", "reservations.default_runtime_hours"),
+            ("{ default_runtime_hours: 1, default_runtime_seconds: 60 }", "reservations.default_runtime_seconds"),
+        ];
+        for (yaml, field) in cases {
+            let doc: ReservationsDoc = serde_saphyr::from_str(yaml).unwrap();
+            assert_eq!(doc.to_core("reservations").unwrap_err().field, field, "{yaml}");
+        }
     }
 
     #[test]
@@ -344,17 +362,20 @@ mod tests {
     }
 }
 
-/// `reservations:` in the server's configuration and the controller's settings: how many
-/// pending jobs that cannot start reserve the GPUs they need (1: EASY backfill), and how
-/// long a job without a run-time limit is expected to run (see the core's `plan.rs`; the
-/// core's default, an hour, when left out).
+/// `reservations:` in a simulator scenario's policy, the server's configuration and the
+/// controller's settings: how many pending jobs that cannot start reserve the GPUs they need
+/// (1: EASY backfill), and how long a job without a run-time limit is expected to run, in
+/// seconds or in hours (see the core's `plan.rs`; the core's default, an hour, when left
+/// out).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReservationsDoc {
     #[serde(default = "one_reservation")]
     pub count: u32,
-    #[serde(default = "core_default_runtime_seconds")]
-    pub default_runtime_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_runtime_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_runtime_hours: Option<Hours>,
 }
 
 fn one_reservation() -> u32 {
@@ -373,16 +394,6 @@ pub fn check_fair_share_weight(field: &str, weight: u32) -> Result<u32, String> 
     }
 }
 
-/// `fair_share.half_life_seconds` where the server's configuration or the controller's
-/// settings leave it out: a day, so that a team that burst yesterday yields today.
-pub fn half_life_seconds_default() -> u64 {
-    24 * 3600
-}
-
-fn core_default_runtime_seconds() -> u64 {
-    fairway_core::RuntimeEstimates::default().default_runtime_ms / 1000
-}
-
 /// The most reservations at once, and the longest default estimate (a year).
 pub const RESERVATIONS_MAX: u32 = 64;
 pub const DEFAULT_RUNTIME_SECONDS_MAX: u64 = 365 * 24 * 3600;
@@ -397,15 +408,14 @@ impl ReservationsDoc {
                 reason: format!("must be from 1 to {RESERVATIONS_MAX}, got {}", self.count),
             });
         }
-        if !(1..=DEFAULT_RUNTIME_SECONDS_MAX).contains(&self.default_runtime_seconds) {
-            return Err(CohortError {
-                field: format!("{field}.default_runtime_seconds"),
-                reason: format!(
-                    "must be from 1 to {DEFAULT_RUNTIME_SECONDS_MAX}, got {}",
-                    self.default_runtime_seconds
-                ),
-            });
-        }
-        Ok((fairway_core::Reservations { count_max: self.count }, self.default_runtime_seconds * 1000))
+        let default_runtime_ms = span_ms(
+            field,
+            "default_runtime",
+            self.default_runtime_seconds,
+            self.default_runtime_hours,
+            1000..=DEFAULT_RUNTIME_SECONDS_MAX * 1000,
+        )?
+        .unwrap_or(fairway_core::RuntimeEstimates::default().default_runtime_ms);
+        Ok((fairway_core::Reservations { count_max: self.count }, default_runtime_ms))
     }
 }

@@ -39,6 +39,7 @@ mod placement;
 pub use placement::{CORE_SCORING, PlacementError, placement_of};
 mod priority;
 pub mod quantity;
+mod span;
 mod value;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,10 +48,11 @@ pub use cluster::{ClusterShape, ModelShape, validate_against_cluster};
 pub use cohorts::{
     COHORT_MEMBERS_MAX, COHORTS_MAX, CohortDoc, CohortError, DEFAULT_RUNTIME_SECONDS_MAX, FAIR_SHARE_WEIGHT_MAX,
     GuaranteeBeyondCap, LimitsDoc, MemberDoc, RESERVATIONS_MAX, ReservationsDoc, check_fair_share_weight,
-    guarantee_beyond_cap, half_life_seconds_default, resolve_cohorts,
+    guarantee_beyond_cap, resolve_cohorts,
 };
 pub use error::{SpecError, SpecErrors, Warning};
 pub use names::token as check_account_name;
+pub use span::{HALF_LIFE_SECONDS_MAX, Hours, half_life_ms, span_ms};
 
 /// A YAML parser's error as a message to put after a file's name: the parser starts it
 /// with "error: ", which the program's own "error: " prefix would repeat.

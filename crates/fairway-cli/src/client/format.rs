@@ -375,7 +375,9 @@ fn borrowing_text(m: &fairway_server::api::CohortMemberView) -> String {
 }
 
 /// `fairway quota cohorts`: one row per member; GPUs as used/nominal, the limits as `+N`
-/// (may borrow N) and `-N` (lends at most N), `-` where there is none.
+/// (may borrow N) and `-N` (lends at most N), `-` where there is none. The cohort's GPUs
+/// are "taken", not "used": a member's guarantee (nominal less lending limit) counts whole
+/// though it runs nothing, since no one else may borrow it.
 pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     for c in cohorts {
@@ -399,7 +401,7 @@ pub fn cohorts_table(cohorts: &[fairway_server::api::CohortView]) -> String {
             ]);
         }
     }
-    let mut out = table(&["COHORT", "COHORT GPUS", "PROJECT", "GPUS/NOMINAL", "BORROW", "LEND", "BORROWING"], &rows);
+    let mut out = table(&["COHORT", "COHORT TAKEN", "PROJECT", "GPUS/NOMINAL", "BORROW", "LEND", "BORROWING"], &rows);
     for c in cohorts {
         for m in &c.members {
             if let Some(why) = &m.left_out {

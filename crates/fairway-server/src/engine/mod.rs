@@ -707,11 +707,7 @@ fn new_core(config: &ServerConfig) -> Scheduler {
         ..Limits::default()
     };
     let mut policy = fairway_core::Policy::fairway();
-    policy.fair_share = config
-        .file
-        .fair_share
-        .as_ref()
-        .map(|f| fairway_core::FairSharing { half_life_ms: f.half_life_seconds.saturating_mul(1000) });
+    policy.fair_share = config.file.fair_share.as_ref().and_then(|f| f.to_core().ok());
     if let Some((reservations, default_runtime_ms)) =
         config.file.reservations.and_then(|r| r.to_core("reservations").ok())
     {

@@ -184,7 +184,7 @@ fn bad_scenarios_name_the_field() {
         ("policies: [7]", "expected a preset's name"),
         (
             "policies: [{ name: x, order: priority, preemption: true, fair_share: { half_life_hours: 1e300 } }]",
-            "hours, got 1e300",
+            "policies[0].fair_share.half_life_hours: must be from 0 to 87600, got 1e300",
         ),
     ];
     for (i, (change, field)) in cases.iter().enumerate() {
@@ -297,15 +297,20 @@ fn fair_share_weights_hold_over_time() {
         }
     }
     text += "policies:\n";
-    for (name, hours) in [("now", 0.0), ("hour", 1.0)] {
+    // The hour twice, in each unit a file may use: the same policy.
+    for (name, half_life) in
+        [("now", "half_life_hours: 0"), ("hour", "half_life_hours: 1"), ("hour-s", "half_life_seconds: 3600")]
+    {
         text += &format!(
-            "  - {{ name: {name}, order: priority, preemption: true, fair_share: {{ half_life_hours: {hours}, \
+            "  - {{ name: {name}, order: priority, preemption: true, fair_share: {{ {half_life}, \
              weights: [{{ project: bob, weight: 2 }}] }} }}\n"
         );
     }
     let path = dir.join("weights.yaml");
     std::fs::write(&path, text).unwrap();
     let s = scenario::load(&path, &Overrides::default()).unwrap_or_else(|e| panic!("{e}"));
+    let half_lives: Vec<_> = s.policies.iter().map(|p| p.policy.fair_share.map(|f| f.half_life_ms)).collect();
+    assert_eq!(half_lives, [Some(0), Some(3_600_000), Some(3_600_000)]);
     for run in run_all(&s) {
         let started_before = |tenant: &str, s: u64| {
             run.records
@@ -498,6 +503,10 @@ fn bad_reservations_name_the_field() {
         (
             "  - { name: x, order: fifo, preemption: false, backfill: false, reservations: { default_runtime_hours: 1 } }\n",
             "policies[0].reservations",
+        ),
+        (
+            "  - { name: x, order: priority, preemption: false, reservations: { default_runtime_hours: 1, default_runtime_seconds: 60 } }\n",
+            "policies[0].reservations.default_runtime_seconds: give default_runtime_seconds or default_runtime_hours, not both",
         ),
     ] {
         let e = inline_scenario("bad-reservations", &format!("{base}{policy}")).unwrap_err();
