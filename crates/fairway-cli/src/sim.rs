@@ -125,7 +125,8 @@ fn sharing_anomalies(
 
 fn anomaly_table(all: &[(String, Vec<fairway_sim::anomaly::Anomaly>)]) -> String {
     let mut text = String::from(
-        "\nSharing anomaly (mean wait in minutes: shared, alone on a private cluster of its nominal quota)\n",
+        "\nSharing anomaly (mean wait in minutes: shared, alone on a private cluster of its nominal quota;\n\
+         over the jobs that start in both, so a tenant's jobs and shared wait may differ from the table above)\n",
     );
     text += &format!(
         "{:<16} {:<16} {:>8} {:>6} {:>10} {:>10} {:>10}\n",
