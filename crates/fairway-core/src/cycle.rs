@@ -402,8 +402,9 @@ impl Scheduler {
     ///    f. otherwise, if the policy and the job allow, preempt lower-priority work
     ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job; failing
     ///    that, a job within its project's nominal quota reclaims from the members of its
-    ///    cohort that borrow, its own priority included; where every victim started in this
-    ///    cycle, their starts are taken back and the job starts at once (rule 8);
+    ///    cohort that borrow, its own priority included; victims that started in this cycle
+    ///    have their starts taken back instead, unless the set reclaims an older run, and
+    ///    where no other victim is left the job starts at once (rule 8);
     ///    g. otherwise record why it is pending, and with reservations let it reserve if it
     ///    ranks among the first that cannot start;
     ///    h. after a walk that took a start back, walk again (the job back in the queue, and
@@ -1455,25 +1456,23 @@ impl Scheduler {
     }
 
     /// Carries out a victim plan: its victims are told to stop, and the job holds the GPUs
-    /// they free (cycle step 4f). Where every victim runs from a start this cycle made, no
-    /// victim is told anything: those starts are taken back (`take_back_starts`) and the job
-    /// starts at once on what it holds, as a preemptor does whose victims have left.
+    /// they free (cycle step 4f). Victims that run from a start this cycle made are not told
+    /// anything where rule 8 allows (`takes_back_starts`): those starts are taken back
+    /// (`take_back_starts`), and the job holds their GPUs as free ones. Where no other
+    /// victim is left, it starts at once on what it holds, as a preemptor does whose victims
+    /// have left.
     fn carry_out_preemption(&mut self, ix: JobIx, plan: VictimPlan, now: Time, out: &mut CycleOutcome) -> Considered {
         let (id, per_replica) = (self.jobs[ix].spec.id, self.jobs[ix].spec.per_replica);
         let placement = self.assign_reserved_slots(&plan, per_replica);
-        if !plan.victims.is_empty() && plan.victims.iter().all(|&(_, vix)| self.started_this_cycle(vix)) {
-            // The victims' charges move to the hold where they share an account, as when
-            // victims exit: what a lowered cap grandfathered stays so.
-            let grandfathered = self.grandfathered_of_job(ix);
-            self.take_back_starts(&plan, now, out);
-            self.reserve(ix, Reservation { placement, victims: Vec::new(), waiting: 0, charged: Default::default() });
-            self.ledger.keep_grandfathered(grandfathered);
-            return match self.start_ready_preemptor(ix, now, out) {
-                true => Considered::Started,
-                false => Considered::Preempting,
-            };
-        }
-        for &(victim, vix) in &plan.victims {
+        let (taken_back, stopped): (Vec<_>, Vec<_>) = match self.takes_back_starts(ix, &plan) {
+            true => plan.victims.iter().partition(|&&(_, vix)| self.started_this_cycle(vix)),
+            false => (Vec::new(), plan.victims.clone()),
+        };
+        // The victims' charges move to the hold where they share an account, as when
+        // victims exit: what a lowered cap grandfathered stays so.
+        let grandfathered = (!taken_back.is_empty()).then(|| self.grandfathered_of_job(ix));
+        self.take_back_starts(&taken_back, now, out);
+        for &(victim, vix) in &stopped {
             let deadline = now.plus_ms(self.jobs[vix].spec.grace_ms);
             self.begin_termination(vix, Termination::Preempted { preemptor: id, deadline });
             // After the victim left the index: its protection is computed from it again at
@@ -1485,22 +1484,47 @@ impl Scheduler {
             self.counters.preemptions += 1;
             self.counters.reclaims += u64::from(matches!(cause, PreemptCause::Reclaim { .. }));
         }
-        let victims: Vec<crate::types::JobId> = plan.victims.iter().map(|(v, _)| *v).collect();
+        let victims: Vec<crate::types::JobId> = stopped.iter().map(|(v, _)| *v).collect();
         let waiting = victims.len() as u32;
         self.reserve(ix, Reservation { placement, victims, waiting, charged: Default::default() });
-        Considered::Preempting
+        let Some(grandfathered) = grandfathered else { return Considered::Preempting };
+        self.ledger.keep_grandfathered(grandfathered);
+        if waiting > 0 {
+            return Considered::Preempting;
+        }
+        match self.start_ready_preemptor(ix, now, out) {
+            true => Considered::Started,
+            false => Considered::Preempting,
+        }
     }
 
-    /// A victim plan all of whose victims run from starts this cycle made: instead of being
-    /// started only to be stopped, they are not started (`take_back_start`; no driver has
-    /// heard of them, and their decisions leave the outcome) and wait in their places in
-    /// the queue. A borrower started, then reclaimed further down the walk by a member within
-    /// its nominal quota; a preemptor started on its hold, then taken by a higher tier that
-    /// arrived at the same instant. (A plan that also stops runs of earlier cycles is carried
-    /// out as it is: it was chosen with those starts running, a borrower's borrowing among
-    /// its reasons.)
-    fn take_back_starts(&mut self, plan: &VictimPlan, now: Time, out: &mut CycleOutcome) {
-        for &(victim, vix) in &plan.victims {
+    /// Whether rule 8 takes back the plan's victims that run from starts of this cycle
+    /// instead of stopping them: where there are some, and every other victim is below the
+    /// job. The job outranks those whatever the cycle started, so the rest of the set stands
+    /// without the starts. A victim of its own priority is a reclaim, chosen with the
+    /// cycle's starts running and perhaps because of them (a borrower's start makes its
+    /// project borrow): such a set is carried out whole.
+    fn takes_back_starts(&self, ix: JobIx, plan: &VictimPlan) -> bool {
+        let priority = self.jobs[ix].spec.priority;
+        let mut any = false;
+        for &(_, vix) in &plan.victims {
+            if self.started_this_cycle(vix) {
+                any = true;
+            } else if self.jobs[vix].spec.priority >= priority {
+                return false;
+            }
+        }
+        any
+    }
+
+    /// Victims that run from starts this cycle made: instead of being started only to be
+    /// stopped, they are not started (`take_back_start`; no driver has heard of them, and
+    /// their decisions leave the outcome) and wait in their places in the queue. A borrower
+    /// started, then reclaimed further down the walk by a member within its nominal quota; a
+    /// preemptor started on its hold, then taken by a higher tier that arrived at the same
+    /// instant.
+    fn take_back_starts(&mut self, victims: &[(crate::types::JobId, JobIx)], now: Time, out: &mut CycleOutcome) {
+        for &(victim, vix) in victims {
             self.take_back_start(vix, now);
             let at = out.decisions.iter().rposition(|d| matches!(d, Decision::Start { job, .. } if *job == victim));
             out.decisions.remove(at.expect("a start of this cycle is among its decisions"));

@@ -57,9 +57,9 @@
 //!    whose set would go beyond what is left waits (`preemption_budget_exhausted`) and
 //!    `Scheduler::next_wakeup` asks for the next cycle 1 ms later; a preemptor behind it
 //!    that needs fewer victims may still take what is left.
-//! 8. **A start of the same cycle is taken back, not stopped.** Where every victim of the
+//! 8. **A start of the same cycle is taken back, not stopped.** Where a victim of the
 //!    chosen set runs from a start this very cycle made (no driver has heard of it yet),
-//!    nobody is told to stop: those starts are taken back (`Scheduler::take_back_start`;
+//!    it is not told to stop: such starts are taken back (`Scheduler::take_back_start`;
 //!    their decisions leave the cycle's outcome, `CycleOutcome::taken_back` names them),
 //!    the jobs wait in their places in the queue as if they had not started, and the
 //!    preemptor starts at once on what it would have held, without a grace period. The
@@ -67,10 +67,14 @@
 //!    same walk by a member within its nominal quota (scenario 177); another, a preemptor
 //!    started on its hold and taken by a higher tier that arrived at the same instant
 //!    (scenario 114). Nothing counts a start taken back as a run, a preemption (rule 1's
-//!    hourly count included) or a requeue. A set that also stops runs of earlier cycles is
-//!    carried out whole (scenario 175): it was chosen with the cycle's starts running, a
-//!    borrower's borrowing among its reasons. The cycle then walks the queue again (step
-//!    4h), as the taken-back jobs and any room they leave were passed by the walk.
+//!    hourly count included) or a requeue. Where the set also stops runs of earlier
+//!    cycles, all of them below the preemptor, the starts are taken back all the same and
+//!    only those runs are stopped: the preemptor outranks them whatever the cycle started,
+//!    and it holds the taken-back GPUs as free ones while it waits for the rest (scenario
+//!    180). A set that also reclaims an older run of the preemptor's own priority is carried
+//!    out whole (scenario 175): it was chosen with the cycle's starts running, a borrower's
+//!    borrowing among its reasons. The cycle then walks the queue again (step 4h), as the
+//!    taken-back jobs and any room they leave were passed by the walk.
 //!
 //! **Where the search is exact.** For a job of one replica (the usual preemptor, and one
 //! that reclaims only for room on the nodes, its cohort lending enough), rules 2 to

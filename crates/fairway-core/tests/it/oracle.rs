@@ -576,8 +576,10 @@ impl Oracle {
                 Decision::Stop { .. } | Decision::Requeued { .. } => {}
             }
         }
-        // A victim set made only of starts of this cycle is taken back, not stopped: no
-        // driver has heard of them (docs/preemption.md, "Starts taken back").
+        // A start of this cycle is taken back, not stopped, unless the set also reclaims an
+        // older run of the preemptor's own priority: no driver has heard of it (preemption
+        // rule 8). So a preemptor that stops a start of its cycle also stops an older run of
+        // its own priority.
         let mut victims_of: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
         for d in &out.decisions {
             if let Decision::Preempt { victim, preemptor, .. } = d {
@@ -585,9 +587,16 @@ impl Oracle {
             }
         }
         for (preemptor, victims) in &victims_of {
-            if victims.iter().all(|v| started_now.contains(v)) {
+            let Some(started) = victims.iter().find(|v| started_now.contains(v)) else { continue };
+            let priority = self.spec(*preemptor)?.priority;
+            let mut reclaims_older = false;
+            for v in victims.iter().filter(|v| !started_now.contains(v)) {
+                reclaims_older |= self.spec(*v)?.priority == priority;
+            }
+            if !reclaims_older {
                 return Err(format!(
-                    "{preemptor} preempted {victims:?}, all started in this cycle, instead of taking them back"
+                    "{preemptor} preempted {victims:?}, {started} started in this cycle, instead of taking it back \
+                     (no older victim of its own priority)"
                 ));
             }
         }
