@@ -403,8 +403,8 @@ impl Scheduler {
     ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job; failing
     ///    that, a job within its project's nominal quota reclaims from the members of its
     ///    cohort that borrow, its own priority included; victims that started in this cycle
-    ///    have their starts taken back instead, unless the set reclaims an older run, and
-    ///    where no other victim is left the job starts at once (rule 8);
+    ///    have their starts taken back instead, unless the set reclaims an older run of their
+    ///    project, and where no other victim is left the job starts at once (rule 8);
     ///    g. otherwise record why it is pending, and with reservations let it reserve if it
     ///    ranks among the first that cannot start;
     ///    h. after a walk that took a start back, walk again (the job back in the queue, and
@@ -1499,22 +1499,23 @@ impl Scheduler {
     }
 
     /// Whether rule 8 takes back the plan's victims that run from starts of this cycle
-    /// instead of stopping them: where there are some, and every other victim is below the
-    /// job. The job outranks those whatever the cycle started, so the rest of the set stands
-    /// without the starts. A victim of its own priority is a reclaim, chosen with the
-    /// cycle's starts running and perhaps because of them (a borrower's start makes its
-    /// project borrow): such a set is carried out whole.
+    /// instead of stopping them: where there are some, unless an older victim is reclaimed
+    /// from the project of one of those starts. A start taken back frees what stopping it
+    /// would, so the rest of the set stands: a victim below the job whatever the cycle
+    /// started, and a reclaimed one whose project borrows as much with the starts taken back
+    /// as with them. But a reclaim from the starts' own project was chosen with those starts
+    /// making it borrow, and perhaps because of them: such a set is carried out whole.
     fn takes_back_starts(&self, ix: JobIx, plan: &VictimPlan) -> bool {
         let priority = self.jobs[ix].spec.priority;
-        let mut any = false;
-        for &(_, vix) in &plan.victims {
-            if self.started_this_cycle(vix) {
-                any = true;
-            } else if self.jobs[vix].spec.priority >= priority {
-                return false;
-            }
-        }
-        any
+        let started = |vix: JobIx| self.started_this_cycle(vix);
+        let project_started =
+            |project| plan.victims.iter().any(|&(_, s)| started(s) && self.jobs[s].spec.project == project);
+        let reclaim_of_a_started_project = |vix: JobIx| {
+            let victim = &self.jobs[vix].spec;
+            !started(vix) && victim.priority >= priority && project_started(victim.project)
+        };
+        plan.victims.iter().any(|&(_, vix)| started(vix))
+            && !plan.victims.iter().any(|&(_, vix)| reclaim_of_a_started_project(vix))
     }
 
     /// Victims that run from starts this cycle made: instead of being started only to be

@@ -68,13 +68,15 @@
 //!    started on its hold and taken by a higher tier that arrived at the same instant
 //!    (scenario 114). Nothing counts a start taken back as a run, a preemption (rule 1's
 //!    hourly count included) or a requeue. Where the set also stops runs of earlier
-//!    cycles, all of them below the preemptor, the starts are taken back all the same and
-//!    only those runs are stopped: the preemptor outranks them whatever the cycle started,
-//!    and it holds the taken-back GPUs as free ones while it waits for the rest (scenario
-//!    180). A set that also reclaims an older run of the preemptor's own priority is carried
-//!    out whole (scenario 175): it was chosen with the cycle's starts running, a borrower's
-//!    borrowing among its reasons. The cycle then walks the queue again (step 4h), as the
-//!    taken-back jobs and any room they leave were passed by the walk.
+//!    cycles, the starts are taken back all the same and only those runs are stopped: a
+//!    start taken back frees what stopping it would, and the preemptor holds its GPUs as
+//!    free ones while it waits for the rest. The rest stands without the starts: a run below
+//!    the preemptor (scenario 180), and a run reclaimed from a project that borrows as much
+//!    with the starts taken back (scenario 181). But a set that reclaims an older run from
+//!    the project of one of the starts is carried out whole (scenario 175): it was chosen
+//!    with that start making the project borrow, perhaps because of it. The cycle then
+//!    walks the queue again (step 4h), as the taken-back jobs and any room they leave were
+//!    passed by the walk.
 //!
 //! **Where the search is exact.** For a job of one replica (the usual preemptor, and one
 //! that reclaims only for room on the nodes, its cohort lending enough), rules 2 to

@@ -577,9 +577,9 @@ impl Oracle {
             }
         }
         // A start of this cycle is taken back, not stopped, unless the set also reclaims an
-        // older run of the preemptor's own priority: no driver has heard of it (preemption
-        // rule 8). So a preemptor that stops a start of its cycle also stops an older run of
-        // its own priority.
+        // older run of the same project: no driver has heard of it (preemption rule 8). So a
+        // preemptor that stops a start of its cycle also reclaims an older run (of its own
+        // priority) of the project of one of those starts.
         let mut victims_of: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
         for d in &out.decisions {
             if let Decision::Preempt { victim, preemptor, .. } = d {
@@ -589,14 +589,19 @@ impl Oracle {
         for (preemptor, victims) in &victims_of {
             let Some(started) = victims.iter().find(|v| started_now.contains(v)) else { continue };
             let priority = self.spec(*preemptor)?.priority;
+            let mut started_projects = BTreeSet::new();
+            for v in victims.iter().filter(|v| started_now.contains(v)) {
+                started_projects.insert(self.spec(*v)?.project);
+            }
             let mut reclaims_older = false;
             for v in victims.iter().filter(|v| !started_now.contains(v)) {
-                reclaims_older |= self.spec(*v)?.priority == priority;
+                let spec = self.spec(*v)?;
+                reclaims_older |= spec.priority == priority && started_projects.contains(&spec.project);
             }
             if !reclaims_older {
                 return Err(format!(
                     "{preemptor} preempted {victims:?}, {started} started in this cycle, instead of taking it back \
-                     (no older victim of its own priority)"
+                     (no older run reclaimed from the project of a start of the cycle)"
                 ));
             }
         }
