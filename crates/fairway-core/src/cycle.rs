@@ -1465,8 +1465,8 @@ impl Scheduler {
         let (id, per_replica) = (self.jobs[ix].spec.id, self.jobs[ix].spec.per_replica);
         let placement = self.assign_reserved_slots(&plan, per_replica);
         let (taken_back, stopped): (Vec<_>, Vec<_>) = match self.takes_back_starts(ix, &plan) {
-            true => plan.victims.iter().partition(|&&(_, vix)| self.started_this_cycle(vix)),
-            false => (Vec::new(), plan.victims.clone()),
+            true => plan.victims.into_iter().partition(|&(_, vix)| self.started_this_cycle(vix)),
+            false => (Vec::new(), plan.victims),
         };
         // The victims' charges move to the hold where they share an account, as when
         // victims exit: what a lowered cap grandfathered stays so.
