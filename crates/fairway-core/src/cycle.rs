@@ -1487,9 +1487,12 @@ impl Scheduler {
         let victims: Vec<crate::types::JobId> = stopped.iter().map(|(v, _)| *v).collect();
         let waiting = victims.len() as u32;
         self.reserve(ix, Reservation { placement, victims, waiting, charged: Default::default() });
-        let Some(grandfathered) = grandfathered else { return Considered::Preempting };
-        self.ledger.keep_grandfathered(grandfathered);
-        if waiting > 0 {
+        if let Some(grandfathered) = grandfathered {
+            self.ledger.keep_grandfathered(grandfathered);
+        }
+        // A preemptor starts at once only on what starts taken back left it: one whose plan
+        // freed no GPUs it could take now starts at the next cycle, as ever.
+        if waiting > 0 || taken_back.is_empty() {
             return Considered::Preempting;
         }
         match self.start_ready_preemptor(ix, now, out) {

@@ -1267,11 +1267,11 @@ fn a_job_larger_than_its_cohort_can_ever_lend_is_told_so() {
     }
 }
 
-/// Cohorts on the real server: vision (nominal 1 GPU) borrows speech's idle GPU from the
-/// cohort in the config; speech's job, of the same priority and within speech's nominal
-/// quota, takes it back by preempting one of vision's (graceful: SIGTERM, checkpoint,
-/// requeue). The API shows the members and what they use; a bad change is refused with the
-/// field and changes nothing; a deleted cohort lends nothing more.
+/// A cohort of vision and speech, each with a nominal quota of 1 GPU.
+const VISION_AND_SPEECH_COHORT: &str = "cohorts:\n  - name: lab\n    members:\n      \
+                                         - { project: vision, nominal: { gpus: 1 } }\n      \
+                                         - { project: speech, nominal: { gpus: 1 } }\n";
+
 /// Preemption rule 8 on a real server: a borrower that one cycle would start and a member
 /// within its nominal quota would reclaim in the same cycle is never launched. Vision and
 /// speech (one GPU each) each run a job; vision's v2 and speech's s1 queue together. When
@@ -1280,9 +1280,7 @@ fn a_job_larger_than_its_cohort_can_ever_lend_is_told_so() {
 /// once s1 is done, with no preemption on its record.
 #[test]
 fn a_borrower_one_cycle_would_start_and_reclaim_is_never_launched() {
-    let config = "cohorts:\n  - name: lab\n    members:\n      - { project: vision, nominal: { gpus: 1 } }\n      \
-                  - { project: speech, nominal: { gpus: 1 } }\n";
-    let server = InProcess::start("2", config);
+    let server = InProcess::start("2", VISION_AND_SPEECH_COHORT);
     let api = &server.api;
     let v1 = api.submit(&trainer_job("v1", "vision", "medium", 1, 400, 50))[0];
     let s0 = api.submit(&trainer_job("s0", "speech", "medium", 1, 40, 50))[0];
@@ -1304,11 +1302,14 @@ fn a_borrower_one_cycle_would_start_and_reclaim_is_never_launched() {
     }
 }
 
+/// Cohorts on the real server: vision (nominal 1 GPU) borrows speech's idle GPU from the
+/// cohort in the config; speech's job, of the same priority and within speech's nominal
+/// quota, takes it back by preempting one of vision's (graceful: SIGTERM, checkpoint,
+/// requeue). The API shows the members and what they use; a bad change is refused with the
+/// field and changes nothing; a deleted cohort lends nothing more.
 #[test]
 fn a_cohort_lends_idle_quota_and_its_owner_reclaims_it() {
-    let config = "cohorts:\n  - name: lab\n    members:\n      - { project: vision, nominal: { gpus: 1 } }\n      \
-                  - { project: speech, nominal: { gpus: 1 } }\n";
-    let server = InProcess::start("2", config);
+    let server = InProcess::start("2", VISION_AND_SPEECH_COHORT);
     let api = &server.api;
     let first = api.submit(&trainer_job("v1", "vision", "medium", 1, 400, 50))[0];
     let second = api.submit(&trainer_job("v2", "vision", "medium", 1, 400, 50))[0];
