@@ -403,8 +403,9 @@ impl Scheduler {
     ///    (see `preemption.rs` for the order) and hold the freed GPUs for the job; failing
     ///    that, a job within its project's nominal quota reclaims from the members of its
     ///    cohort that borrow, its own priority included; victims that started in this cycle
-    ///    have their starts taken back instead, unless the set reclaims an older run of their
-    ///    project, and where no other victim is left the job starts at once (rule 8);
+    ///    have their starts taken back instead, unless the set reclaims an older run of a
+    ///    project that borrows only with them, and where no other victim is left the job
+    ///    starts at once (rule 8);
     ///    g. otherwise record why it is pending, and with reservations let it reserve if it
     ///    ranks among the first that cannot start;
     ///    h. after a walk that took a start back, walk again (the job back in the queue, and
@@ -1503,22 +1504,33 @@ impl Scheduler {
 
     /// Whether rule 8 takes back the plan's victims that run from starts of this cycle
     /// instead of stopping them: where there are some, unless an older victim is reclaimed
-    /// from the project of one of those starts. A start taken back frees what stopping it
-    /// would, so the rest of the set stands: a victim below the job whatever the cycle
-    /// started, and a reclaimed one whose project borrows as much with the starts taken back
-    /// as with them. But a reclaim from the starts' own project was chosen with those starts
-    /// making it borrow, and perhaps because of them: such a set is carried out whole.
+    /// from the project of one of those starts that would not borrow without them. A start
+    /// taken back frees what stopping it would, so the rest of the set stands: a victim
+    /// below the job whatever the cycle started, a reclaimed one whose project borrows as
+    /// much with the starts taken back as with them, and one reclaimed from the starts' own
+    /// project where it still borrows without them (each of its runs is then a borrower's,
+    /// and what the set counts back from it is the same). But where the project borrows
+    /// only with those starts, the set was chosen because of them: it is carried out whole.
     fn takes_back_starts(&self, ix: JobIx, plan: &VictimPlan) -> bool {
         let priority = self.jobs[ix].spec.priority;
         let started = |vix: JobIx| self.started_this_cycle(vix);
-        let project_started =
-            |project| plan.victims.iter().any(|&(_, s)| started(s) && self.jobs[s].spec.project == project);
-        let reclaim_of_a_started_project = |vix: JobIx| {
-            let victim = &self.jobs[vix].spec;
-            !started(vix) && victim.priority >= priority && project_started(victim.project)
+        if !plan.victims.iter().any(|&(_, vix)| started(vix)) {
+            return false;
+        }
+        // What the plan's starts of `project` use, if it has any.
+        let starts_of = |project| {
+            let mut starts = plan.victims.iter().filter(|&&(_, s)| started(s) && self.jobs[s].spec.project == project);
+            let first = starts.next()?;
+            Some(starts.fold(self.jobs[first.1].spec.total(), |sum, &(_, s)| sum.plus(self.jobs[s].spec.total())))
         };
-        plan.victims.iter().any(|&(_, vix)| started(vix))
-            && !plan.victims.iter().any(|&(_, vix)| reclaim_of_a_started_project(vix))
+        let reclaim_that_needs_a_start = |vix: JobIx| {
+            let victim = &self.jobs[vix].spec;
+            if started(vix) || victim.priority < priority {
+                return false;
+            }
+            starts_of(victim.project).is_some_and(|starts| !self.ledger.borrows_without(victim.project, starts))
+        };
+        !plan.victims.iter().any(|&(_, vix)| reclaim_that_needs_a_start(vix))
     }
 
     /// Victims that run from starts this cycle made: instead of being started only to be

@@ -791,6 +791,15 @@ impl Ledger {
         self.cohort_of(member) == Some(cohort) && self.get(member).is_some_and(|a| a.borrowing(c))
     }
 
+    /// Would `member` still borrow (use more than its nominal quota in a dimension its
+    /// cohort governs) without `less` of what it uses now? Preemption rule 8 asks it of a
+    /// project whose start of the cycle it would take back beside an older run it reclaims.
+    pub fn borrows_without(&self, member: AccountId, less: Resources) -> bool {
+        let Some(n) = self.get(member).and_then(|a| a.nominal) else { return false };
+        let Some(c) = self.cohort(n.cohort) else { return false };
+        over_nominal(&n, self.accounts[&member].settled().saturating_minus(less), c)
+    }
+
     /// Whether one of `borrowers` runs preemptible work at `priority`.
     pub fn borrowers_at(&self, cohort: AccountId, priority: Priority, except: AccountId) -> bool {
         let Some(c) = self.cohort(cohort) else { return false };

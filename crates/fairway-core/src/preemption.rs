@@ -72,11 +72,13 @@
 //!    start taken back frees what stopping it would, and the preemptor holds its GPUs as
 //!    free ones while it waits for the rest. The rest stands without the starts: a run below
 //!    the preemptor (scenario 180), and a run reclaimed from a project that borrows as much
-//!    with the starts taken back (scenario 181). But a set that reclaims an older run from
-//!    the project of one of the starts is carried out whole (scenario 175): it was chosen
-//!    with that start making the project borrow, perhaps because of it. The cycle then
-//!    walks the queue again (step 4h), as the taken-back jobs and any room they leave were
-//!    passed by the walk.
+//!    with the starts taken back (scenario 181), or from the project of one of the starts
+//!    where that project still borrows without them (scenario 182: its runs are a
+//!    borrower's whatever the cycle started, and what the set counts back from it is the
+//!    same). But a set that reclaims an older run from a project that borrows only with
+//!    the starts is carried out whole (scenario 175): it was chosen because of them, and
+//!    without them that run could not be reclaimed. The cycle then walks the queue again
+//!    (step 4h), as the taken-back jobs and any room they leave were passed by the walk.
 //!
 //! **Where the search is exact.** For a job of one replica (the usual preemptor, and one
 //! that reclaims only for room on the nodes, its cohort lending enough), rules 2 to

@@ -46,7 +46,11 @@
 //!   nominal quota with it, the runs of its own priority of the other members of its cohort
 //!   that use more than their nominal quota (a reclaim, rule 1): a start or preemption in a
 //!   cycle can make a member borrow, and what that lets a job reclaim is looked at from the
-//!   next cycle (scenario 142).
+//!   next cycle (scenario 142);
+//! - starts are taken back, not stopped (preemption rule 8): a preemptor that stops a run
+//!   started in its own cycle also reclaims an older run of that start's project, a
+//!   project not sure to borrow without the start (counted low: its runs from before the
+//!   cycle that still run, and the older victims).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -399,12 +403,42 @@ impl Oracle {
     /// Did the project use more than its nominal quota, in a dimension its cohort governs,
     /// counting what it holds for its preemptors (an upper bound of what the core charges)?
     fn borrowing(&self, s: &Scheduler, project: AccountId) -> bool {
+        self.over_nominal(project, self.committed(s, project))
+    }
+
+    /// Is `usage` above `project`'s nominal quota in a dimension its cohort governs (one
+    /// where some member has a nominal quota)? False outside every cohort.
+    fn over_nominal(&self, project: AccountId, usage: Resources) -> bool {
         let Some(n) = self.nominals.get(&project) else { return false };
-        let usage = self.committed(s, project);
         ResourceKind::ALL.into_iter().any(|k| {
             let governed = self.nominals.values().any(|m| m.cohort == n.cohort && m.nominal.limit(k).is_some());
             governed && k.amount(usage) > k.amount_of_limit(n.nominal.limit(k).unwrap_or(0))
         })
+    }
+
+    /// Does `project` surely use more than its nominal quota (in a dimension its cohort
+    /// governs) without its starts of this cycle, when a preemptor stopping `victims`
+    /// chose them? Counted low, so that the check it serves never fails a core that
+    /// counts more: its runs from before the cycle that still run, and the older of
+    /// `victims` (running when they were chosen). Preemption rule 8 takes a start back
+    /// beside an older reclaim of its project where the project borrows without it.
+    fn surely_borrows_without_starts(
+        &self,
+        s: &Scheduler,
+        project: AccountId,
+        victims: &[JobId],
+        started_now: &BTreeSet<JobId>,
+    ) -> bool {
+        let still_running = |id: &JobId| matches!(s.job_status(*id), Some(JobStatus::Running { .. }));
+        let older_victim = |id: &JobId| victims.contains(id) && !started_now.contains(id);
+        let usage = self
+            .running_before
+            .iter()
+            .filter(|id| still_running(id) || older_victim(id))
+            .map(|id| &self.specs[id])
+            .filter(|spec| spec.project == project)
+            .fold(Resources::ZERO, |sum, spec| sum.plus(spec.total()));
+        self.over_nominal(project, usage)
     }
 
     fn check_quotas(&self) -> Result<(), String> {
@@ -577,9 +611,11 @@ impl Oracle {
             }
         }
         // A start of this cycle is taken back, not stopped, unless the set also reclaims an
-        // older run of the same project: no driver has heard of it (preemption rule 8). So a
-        // preemptor that stops a start of its cycle also reclaims an older run (of its own
-        // priority) of the project of one of those starts.
+        // older run of the same project that does not borrow without the starts: no driver
+        // has heard of it (preemption rule 8). So a preemptor that stops a start of its
+        // cycle also reclaims an older run (of its own priority) of the project of one of
+        // those starts, and that project is not sure to borrow without them
+        // (`surely_borrows_without_starts`).
         let mut victims_of: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
         for d in &out.decisions {
             if let Decision::Preempt { victim, preemptor, .. } = d {
@@ -596,12 +632,14 @@ impl Oracle {
             let mut reclaims_older = false;
             for v in victims.iter().filter(|v| !started_now.contains(v)) {
                 let spec = self.spec(*v)?;
-                reclaims_older |= spec.priority == priority && started_projects.contains(&spec.project);
+                reclaims_older |= spec.priority == priority
+                    && started_projects.contains(&spec.project)
+                    && !self.surely_borrows_without_starts(s, spec.project, victims, &started_now);
             }
             if !reclaims_older {
                 return Err(format!(
                     "{preemptor} preempted {victims:?}, {started} started in this cycle, instead of taking it back \
-                     (no older run reclaimed from the project of a start of the cycle)"
+                     (no older run reclaimed from the project of a start of the cycle that borrows only with it)"
                 ));
             }
         }
