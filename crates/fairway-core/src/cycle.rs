@@ -404,13 +404,14 @@ impl Scheduler {
     ///    that, a job within its project's nominal quota reclaims from the members of its
     ///    cohort that borrow, its own priority included; victims that started in this cycle
     ///    have their starts taken back instead, unless the set reclaims an older run of a
-    ///    project that borrows only with them, and where no other victim is left the job
-    ///    starts at once (rule 8);
+    ///    project that borrows only with them or the cycle reclaimed from their project
+    ///    before, and where no other victim is left the job starts at once (rule 8);
     ///    g. otherwise record why it is pending, and with reservations let it reserve if it
     ///    ranks among the first that cannot start;
-    ///    h. after a walk that took a start back, walk again (the job back in the queue, and
-    ///    room it leaves, were passed), on what is left of the cycle's preemption budget
-    ///    (rule 7), which each start taken back spends, so the walks end.
+    ///    h. after a walk that took a start back, ask the ready preemptors again (step 3)
+    ///    and walk again (the job back in the queue, and room it leaves, were passed), on
+    ///    what is left of the cycle's preemption budget (rule 7), which each start taken
+    ///    back spends, so the walks end.
     /// 5. Check the invariants (debug builds; the simulator checks them in every build).
     pub fn cycle(&mut self, now: Time) -> CycleOutcome {
         let mut out = CycleOutcome::default();
@@ -427,6 +428,7 @@ impl Scheduler {
         out.taken_back.clear();
         out.stats = CycleStats::default();
         self.budget_spent_at = None;
+        self.reclaimed_in_cycle.clear();
         if self.config.policy.packing.is_some() {
             self.arrivals.refresh();
         }
@@ -442,13 +444,16 @@ impl Scheduler {
         // 4h. A start taken back (preemption rule 8) left a job back in the queue, and maybe
         // room, that the walk had passed: walk again, on what is left of the cycle's
         // preemption budget. Each start taken back spends that budget (its victim set was
-        // charged to it), so the walks end: at most `victims_per_cycle_max` more.
+        // charged to it), so the walks end: at most `victims_per_cycle_max` more. Ready
+        // preemptors that step 3 left waiting on their cohort are asked first, as at step
+        // 3: the start taken back may have been what held them (scenario 184).
         loop {
             let taken_back = self.counters.starts_taken_back;
             self.walk_queue(now, &mut budget, out);
             if self.counters.starts_taken_back == taken_back {
                 break;
             }
+            self.start_ready_preemptors(now, out);
         }
         // The walk's starts may have left a reservation's job short of its quota.
         if out.stats.started > 0 {
@@ -1483,7 +1488,10 @@ impl Scheduler {
             out.decisions.push(Decision::Preempt { victim, preemptor: id, deadline, cause });
             out.stats.victims_preempted += 1;
             self.counters.preemptions += 1;
-            self.counters.reclaims += u64::from(matches!(cause, PreemptCause::Reclaim { .. }));
+            if let PreemptCause::Reclaim { .. } = cause {
+                self.counters.reclaims += 1;
+                self.reclaimed_in_cycle.push(self.jobs[vix].spec.project);
+            }
         }
         let victims: Vec<crate::types::JobId> = stopped.iter().map(|(v, _)| *v).collect();
         let waiting = victims.len() as u32;
@@ -1511,10 +1519,17 @@ impl Scheduler {
     /// project where it still borrows without them (each of its runs is then a borrower's,
     /// and what the set counts back from it is the same). But where the project borrows
     /// only with those starts, the set was chosen because of them: it is carried out whole.
+    /// So is a set with a start of a project that an earlier preemptor of the cycle
+    /// reclaimed from: that reclaim may have counted on the start to find the project
+    /// borrowing, and a start taken back is one it never made.
     fn takes_back_starts(&self, ix: JobIx, plan: &VictimPlan) -> bool {
         let priority = self.jobs[ix].spec.priority;
         let started = |vix: JobIx| self.started_this_cycle(vix);
         if !plan.victims.iter().any(|&(_, vix)| started(vix)) {
+            return false;
+        }
+        let reclaimed_before = |vix: JobIx| self.reclaimed_in_cycle.contains(&self.jobs[vix].spec.project);
+        if plan.victims.iter().any(|&(_, vix)| started(vix) && reclaimed_before(vix)) {
             return false;
         }
         // What the plan's starts of `project` use, if it has any.

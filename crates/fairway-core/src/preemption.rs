@@ -77,8 +77,11 @@
 //!    borrower's whatever the cycle started, and what the set counts back from it is the
 //!    same). But a set that reclaims an older run from a project that borrows only with
 //!    the starts is carried out whole (scenario 175): it was chosen because of them, and
-//!    without them that run could not be reclaimed. The cycle then walks the queue again
-//!    (step 4h), as the taken-back jobs and any room they leave were passed by the walk.
+//!    without them that run could not be reclaimed. So is a set with a start of a project
+//!    that an earlier preemptor of the cycle reclaimed from (scenario 183): that reclaim
+//!    may have found the project borrowing only with the start. The cycle then asks the
+//!    ready preemptors again and walks the queue again (step 4h), as the taken-back jobs
+//!    and any room they leave were passed by both (scenario 184).
 //!
 //! **Where the search is exact.** For a job of one replica (the usual preemptor, and one
 //! that reclaims only for room on the nodes, its cohort lending enough), rules 2 to

@@ -155,6 +155,9 @@ pub struct Scheduler {
     /// When the last cycle left a preemptor waiting for a per-cycle budget (searches or
     /// victims, rule 7): it wants the next cycle soon, not at the next event.
     pub(crate) budget_spent_at: Option<Time>,
+    /// The projects whose runs this cycle reclaimed so far (preemption rule 8 keeps their
+    /// starts of the cycle: those reclaims may have counted on them).
+    pub(crate) reclaimed_in_cycle: Vec<AccountId>,
     /// Reservations of pending jobs that cannot start, in queue order (see `plan.rs`).
     pub(crate) plan: Vec<crate::plan::Planned>,
     /// Completed run times per tenant, to estimate run times from (see `estimate.rs`).
@@ -218,6 +221,7 @@ impl Scheduler {
             changes: Changes::default(),
             blocked_by: None,
             budget_spent_at: None,
+            reclaimed_in_cycle: Vec::new(),
         }
     }
 

@@ -50,7 +50,10 @@
 //! - starts are taken back, not stopped (preemption rule 8): a preemptor that stops a run
 //!   started in its own cycle also reclaims an older run of that start's project, a
 //!   project not sure to borrow without the start (counted low: its runs from before the
-//!   cycle that still run, and the older victims).
+//!   cycle that still run, and the older victims), or an earlier preemptor of the cycle
+//!   reclaimed from that project;
+//! - a reclaim's victim is of a project that borrows, counting what the decisions before it
+//!   started: a start taken back later in the cycle is one the core never made.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -611,35 +614,43 @@ impl Oracle {
             }
         }
         // A start of this cycle is taken back, not stopped, unless the set also reclaims an
-        // older run of the same project that does not borrow without the starts: no driver
-        // has heard of it (preemption rule 8). So a preemptor that stops a start of its
-        // cycle also reclaims an older run (of its own priority) of the project of one of
-        // those starts, and that project is not sure to borrow without them
-        // (`surely_borrows_without_starts`).
-        let mut victims_of: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
+        // older run of the same project that does not borrow without the starts, or an
+        // earlier preemptor of the cycle reclaimed from that project (which may have counted
+        // on the start): no driver has heard of it (preemption rule 8). So a preemptor that
+        // stops a start of its cycle also reclaims an older run (of its own priority) of
+        // the project of one of those starts, and that project is not sure to borrow
+        // without them (`surely_borrows_without_starts`); or a run of that project was
+        // reclaimed by a Preempt decision before its own.
+        let mut victims_of: BTreeMap<JobId, (Vec<JobId>, BTreeSet<AccountId>)> = BTreeMap::new();
+        let mut reclaimed_so_far: BTreeSet<AccountId> = BTreeSet::new();
         for d in &out.decisions {
-            if let Decision::Preempt { victim, preemptor, .. } = d {
-                victims_of.entry(*preemptor).or_default().push(*victim);
+            if let Decision::Preempt { victim, preemptor, cause, .. } = d {
+                let snapshot = reclaimed_so_far.clone();
+                victims_of.entry(*preemptor).or_insert_with(|| (Vec::new(), snapshot)).0.push(*victim);
+                if matches!(cause, PreemptCause::Reclaim { .. }) {
+                    reclaimed_so_far.insert(self.spec(*victim)?.project);
+                }
             }
         }
-        for (preemptor, victims) in &victims_of {
+        for (preemptor, (victims, reclaimed_before)) in &victims_of {
             let Some(started) = victims.iter().find(|v| started_now.contains(v)) else { continue };
             let priority = self.spec(*preemptor)?.priority;
             let mut started_projects = BTreeSet::new();
             for v in victims.iter().filter(|v| started_now.contains(v)) {
                 started_projects.insert(self.spec(*v)?.project);
             }
-            let mut reclaims_older = false;
+            let mut kept = started_projects.iter().any(|p| reclaimed_before.contains(p));
             for v in victims.iter().filter(|v| !started_now.contains(v)) {
                 let spec = self.spec(*v)?;
-                reclaims_older |= spec.priority == priority
+                kept |= spec.priority == priority
                     && started_projects.contains(&spec.project)
                     && !self.surely_borrows_without_starts(s, spec.project, victims, &started_now);
             }
-            if !reclaims_older {
+            if !kept {
                 return Err(format!(
                     "{preemptor} preempted {victims:?}, {started} started in this cycle, instead of taking it back \
-                     (no older run reclaimed from the project of a start of the cycle that borrows only with it)"
+                     (no older run reclaimed from the project of a start of the cycle that borrows only with it, \
+                     and no reclaim from that project earlier in the cycle)"
                 ));
             }
         }
