@@ -226,7 +226,7 @@ impl Settings {
         if text.trim().is_empty() {
             return Ok(Settings::default());
         }
-        let settings: Settings = serde_saphyr::from_str(text).map_err(|e| fairway_spec::yaml_error_message(&e))?;
+        let settings: Settings = fairway_spec::from_yaml(text)?;
         settings.check()?;
         Ok(settings)
     }
@@ -341,7 +341,9 @@ mod tests {
             ("fair_share: { half_life_seconds: 999999999999 }\n", "fair_share.half_life_seconds"),
             ("fair_share: { half_life_seconds: 60, half_life_hours: 1 }\n", "not both"),
             ("metrics: { pending_job_series_max: 10001 }\n", "metrics.pending_job_series_max: at most 10000"),
-            ("fair_share: { half_life: 60 }\n", "half_life"),
+            ("fair_share: { half_life: 60 }\n", "fair_share.half_life: line 1 column 15: unknown field `half_life`"),
+            // A value of the wrong type is named by its field, not only by line and column.
+            ("writes_in_flight_max: many\n", "writes_in_flight_max: line 1 column 23: invalid u"),
             (
                 "fair_share: { user_weights: [{ user: ana, weight: 0 }] }\n",
                 "fair_share.user_weights[0].weight: must be a whole number from 1 to 1000000, got 0",
@@ -351,7 +353,7 @@ mod tests {
                 "fair_share.user_weights[1].user: \"ana\" is named twice",
             ),
             ("fair_share: { user_weights: [{ user: \" \", weight: 2 }] }\n", "fair_share.user_weights[0].user"),
-            ("fair_share: { user_weights: [{ name: ana, weight: 2 }] }\n", "name"),
+            ("fair_share: { user_weights: [{ name: ana, weight: 2 }] }\n", "fair_share.user_weights[0].name: "),
             ("placement: tightest\n", "placement: unknown placement policy \"tightest\""),
             ("gpu_resourse: x\n", "gpu_resourse"),
             ("webhook:\n  listen: 0.0.0.0:9443\n  cert_file: /c.pem\n", "webhook.cert_file and webhook.key_file"),

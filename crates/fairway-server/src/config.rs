@@ -371,7 +371,7 @@ impl ConfigFile {
         if text.trim().is_empty() {
             return Ok(ConfigFile::default());
         }
-        let file: ConfigFile = serde_saphyr::from_str(text).map_err(|e| fairway_spec::yaml_error_message(&e))?;
+        let file: ConfigFile = fairway_spec::from_yaml(text)?;
         file.check()?;
         Ok(file)
     }
@@ -652,9 +652,13 @@ mod tests {
             let err = ConfigFile::parse(text).expect_err(text);
             assert!(err.contains(want), "{text}: {err}");
         }
-        // A YAML error reads "line L column C: …" after the file's name, without the
+        // A YAML error reads "FIELD: line L column C: …" after the file's name, without the
         // parser's own "error: ", which the program's prefix would repeat.
         let err = ConfigFile::parse("fair_share: 3\n").unwrap_err();
-        assert!(err.starts_with("line 1 column 13: "), "{err}");
+        assert!(err.starts_with("fair_share: line 1 column 13: "), "{err}");
+        let err =
+            ConfigFile::parse("cohorts:\n  - name: lab\n    members:\n      - { project: a, nominal: { gpus: -1 } }\n")
+                .unwrap_err();
+        assert!(err.starts_with("cohorts[0].members[0].nominal.gpus: line 4 column 40: invalid u32"), "{err}");
     }
 }

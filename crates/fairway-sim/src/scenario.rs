@@ -490,8 +490,8 @@ pub fn load(path: &Path, overrides: &Overrides) -> Result<Scenario, ScenarioErro
     }
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| ScenarioError::Parse { path: path.into(), message: format!("not UTF-8: {e}") })?;
-    let file: ScenarioFile = serde_saphyr::from_str(text)
-        .map_err(|e| ScenarioError::Parse { path: path.into(), message: fairway_spec::yaml_error_message(&e) })?;
+    let file: ScenarioFile =
+        fairway_spec::from_yaml(text).map_err(|message| ScenarioError::Parse { path: path.into(), message })?;
     let base_dir = path.parent().unwrap_or(Path::new("."));
     resolve(file, base_dir, overrides)
 }

@@ -63,6 +63,27 @@ pub fn yaml_error_message(error: &impl std::fmt::Display) -> String {
         None => message,
     }
 }
+
+/// A configuration file (the server's, the controller's settings, a scenario, a cohort's
+/// members) read from YAML, or the message to put after the file's name: the field it
+/// stopped at, as a path (`cohorts[0].members[1].nominal.gpus`), then the parser's line,
+/// column, reason and snippet. The parser alone names only the line and column.
+pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let mut path = None;
+    let parsed = serde_saphyr::with_deserializer_from_str(text, |deserializer| {
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            path = Some(e.path().to_string());
+            e.into_inner()
+        })
+    });
+    parsed.map_err(|e| {
+        let message = yaml_error_message(&e);
+        match path.filter(|p| p != ".") {
+            Some(path) => format!("{path}: {message}"),
+            None => message,
+        }
+    })
+}
 pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
 pub use interner::{AccountKind, InternError, Interned, Interner};
 pub use job::ResolvedJob;
@@ -310,4 +331,34 @@ fn duplicate_jobs(jobs: &[JobDoc]) -> Vec<SpecError> {
         }
     }
     errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::from_yaml;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Doc {
+        members: Vec<Member>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Member {
+        gpus: u32,
+    }
+
+    #[test]
+    fn a_yaml_error_names_the_field_then_the_place() {
+        assert_eq!(from_yaml::<Doc>("members: [{ gpus: 2 }]\n").map(|d| d.members[0].gpus), Ok(2));
+        let err = from_yaml::<Doc>("members:\n  - { gpus: 2 }\n  - { gpus: -1 }\n").unwrap_err();
+        assert!(err.starts_with("members[1].gpus: line 3 column 13: invalid u32"), "{err}");
+        let err = from_yaml::<Doc>("members: [{ gpu: 2 }]\n").unwrap_err();
+        assert!(err.starts_with("members[0].gpu: line 1 column 13: unknown field `gpu`"), "{err}");
+        // An error at the top names no field, and the parser's "error: " is not repeated.
+        let err = from_yaml::<Doc>("7\n").unwrap_err();
+        assert!(err.starts_with("line 1 column 1: "), "{err}");
+        assert!(!from_yaml::<Doc>("members: [\n").unwrap_err().starts_with("error: "));
+    }
 }

@@ -136,9 +136,8 @@ pub async fn quota(client: &Client, args: &QuotaArgs) -> Result<()> {
             let members = match file {
                 Some(path) => {
                     let text = std::fs::read_to_string(path).with_context(|| format!("--file {}", path.display()))?;
-                    let file: MembersFile = serde_saphyr::from_str(&text).map_err(|e| {
-                        anyhow::anyhow!("--file {}: {}", path.display(), fairway_spec::yaml_error_message(&e))
-                    })?;
+                    let file: MembersFile = fairway_spec::from_yaml(&text)
+                        .map_err(|message| anyhow::anyhow!("--file {}: {message}", path.display()))?;
                     match file.name {
                         Some(named) if named != *name => bail!(
                             "--file {}: name: the file is cohort {named:?}, not {name:?}; drop the name or set {named:?}",

@@ -402,7 +402,10 @@ fn quota_cohort_sends_its_members_and_lists_cohorts() {
     let sent_before = server.requests().len();
     let bad = [
         (format!("name: research\nmembers:\n{indented}"), "name: the file is cohort \"research\", not \"lab\""),
-        ("members:\n  - { project: a, nominal: { gpu: 2 } }\n".to_string(), "line 2 column 30: unknown field `gpu`"),
+        (
+            "members:\n  - { project: a, nominal: { gpu: 2 } }\n".to_string(),
+            "members[0].nominal.gpu: line 2 column 30: unknown field `gpu`",
+        ),
         ("7\n".to_string(), "expected a list of members, or a mapping with `members`"),
     ];
     for (i, (form, said)) in bad.iter().enumerate() {

@@ -176,10 +176,10 @@ fn bad_scenarios_name_the_field() {
         ),
         // A mistake inside a custom policy is reported where it is, not as a policy that
         // matches neither form.
-        ("policies: [{ name: x, ordr: priority, preemption: true }]", "unknown field `ordr`"),
+        ("policies: [{ name: x, ordr: priority, preemption: true }]", "policies[0].ordr: line"),
         (
             "policies: [{ name: x, order: priority, preemption: true, cohorts: [{ name: c, members: [{ project: p, nominal: { gpus: -1 } }] }] }]",
-            "column 120: invalid u32",
+            "policies[0].cohorts[0].members[0].nominal.gpus: line",
         ),
         ("policies: [7]", "expected a preset's name"),
         (
