@@ -795,9 +795,10 @@ impl Ledger {
     /// cohort governs) without `less` of what it uses now? Preemption rule 8 asks it of a
     /// project whose start of the cycle it would take back beside an older run it reclaims.
     pub fn borrows_without(&self, member: AccountId, less: Resources) -> bool {
-        let Some(n) = self.get(member).and_then(|a| a.nominal) else { return false };
+        let Some(account) = self.get(member) else { return false };
+        let Some(n) = account.nominal else { return false };
         let Some(c) = self.cohort(n.cohort) else { return false };
-        over_nominal(&n, self.accounts[&member].settled().saturating_minus(less), c)
+        over_nominal(&n, account.settled().saturating_minus(less), c)
     }
 
     /// Whether one of `borrowers` runs preemptible work at `priority`.

@@ -54,9 +54,26 @@ pub use error::{SpecError, SpecErrors, Warning};
 pub use names::token as check_account_name;
 pub use span::{HALF_LIFE_SECONDS_MAX, Hours, half_life_ms, span_ms};
 
+pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
+pub use interner::{AccountKind, InternError, Interned, Interner};
+pub use job::ResolvedJob;
+pub use model::{
+    Field, JobDoc, MIN_RUN_SECONDS_MAX, Origin, PREEMPTION_DELAY_SECONDS_MAX, PREEMPTIONS_PER_HOUR_MAX,
+    PreemptionPolicyDoc, PreemptionProtection, PriorityClassDoc, PriorityRef, ResourcesDoc, SourceFormat, TenantOrigin,
+};
+pub use native::parse_native_job;
+pub use priority::{
+    MIN_RUN_ANNOTATION, OVERRIDES_PROTECTION_ANNOTATION, PREEMPTION_DELAY_ANNOTATION, PREEMPTIONS_PER_HOUR_ANNOTATION,
+    PriorityClass, PriorityClasses, USER_PRIORITY_MAX, parse_priority_class, protection_from_annotations,
+};
+
+use document::Doc;
+use error::Issues;
+use path::Path;
+
 /// A YAML parser's error as a message to put after a file's name: the parser starts it
 /// with "error: ", which the program's own "error: " prefix would repeat.
-pub fn yaml_error_message(error: &impl std::fmt::Display) -> String {
+fn yaml_error_message(error: &impl std::fmt::Display) -> String {
     let message = error.to_string();
     match message.strip_prefix("error: ") {
         Some(rest) => rest.to_string(),
@@ -84,22 +101,6 @@ pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
         }
     })
 }
-pub use input::{DEPTH_CAP, ParseLimits, ParseOptions};
-pub use interner::{AccountKind, InternError, Interned, Interner};
-pub use job::ResolvedJob;
-pub use model::{
-    Field, JobDoc, MIN_RUN_SECONDS_MAX, Origin, PREEMPTION_DELAY_SECONDS_MAX, PREEMPTIONS_PER_HOUR_MAX,
-    PreemptionPolicyDoc, PreemptionProtection, PriorityClassDoc, PriorityRef, ResourcesDoc, SourceFormat, TenantOrigin,
-};
-pub use native::parse_native_job;
-pub use priority::{
-    MIN_RUN_ANNOTATION, OVERRIDES_PROTECTION_ANNOTATION, PREEMPTION_DELAY_ANNOTATION, PREEMPTIONS_PER_HOUR_ANNOTATION,
-    PriorityClass, PriorityClasses, USER_PRIORITY_MAX, parse_priority_class, protection_from_annotations,
-};
-
-use document::Doc;
-use error::Issues;
-use path::Path;
 
 /// The documents of one input, validated, in input order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

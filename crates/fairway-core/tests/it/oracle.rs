@@ -625,8 +625,8 @@ impl Oracle {
         let mut reclaimed_so_far: BTreeSet<AccountId> = BTreeSet::new();
         for d in &out.decisions {
             if let Decision::Preempt { victim, preemptor, cause, .. } = d {
-                let snapshot = reclaimed_so_far.clone();
-                victims_of.entry(*preemptor).or_insert_with(|| (Vec::new(), snapshot)).0.push(*victim);
+                // What was reclaimed before this preemptor's first victim.
+                victims_of.entry(*preemptor).or_insert_with(|| (Vec::new(), reclaimed_so_far.clone())).0.push(*victim);
                 if matches!(cause, PreemptCause::Reclaim { .. }) {
                     reclaimed_so_far.insert(self.spec(*victim)?.project);
                 }
